@@ -1,0 +1,37 @@
+# Every target bootstraps .venv itself: on a fresh machine `make demo` and
+# `make test` are the only commands a user types. The venv is rebuilt only
+# when pyproject.toml changes (the stamp file records the last install).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint unit bench proto clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $@
+
+demo: $(STAMP)
+	$(BIN)/edgehub demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy yurthub discovery managers cmd/edgehub
+	$(BIN)/lint-imports
+
+test: lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# Regenerate the committed gRPC stubs from discovery/proto/*.proto.
+proto: $(STAMP)
+	$(BIN)/python -m discovery.proto.generate
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

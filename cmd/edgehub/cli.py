@@ -1,0 +1,93 @@
+"""The root command group.
+
+Sub-commands are imported lazily: ``edgehub handler udev`` should not pay for
+importing aiohttp and the hub, and a broken optional dependency of one command
+must not break the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+
+import click
+
+# name -> "module:attribute" of a click command. Keep sorted.
+COMMANDS: dict[str, str] = {
+    "agent": "edgehub.agent:command",
+    "cache": "edgehub.cache:command",
+    "demo": "edgehub.demo:command",
+    "discover": "edgehub.discover:command",
+    "handler": "edgehub.handler:command",
+    "hub": "edgehub.hub:command",
+    "partition": "edgehub.partition:command",
+    "sim-apiserver": "edgehub.sim_apiserver:command",
+}
+
+ENV_PREFIX = "EDGEHUB"
+
+# Sub-commands pass this as ``context_settings`` so that every flag ``--foo-bar``
+# also reads ``EDGEHUB_FOO_BAR`` (not click's default EDGEHUB_<CMD>_FOO_BAR).
+COMMAND_CONTEXT: dict[str, object] = {
+    "auto_envvar_prefix": ENV_PREFIX,
+    "show_default": True,
+    "max_content_width": 100,
+}
+
+# Exit code for failures before the program could start (bad flags, unreadable
+# files, ports in use): distinct from 1 so supervisors can tell config errors
+# from crashes.
+EXIT_STARTUP_FAILURE = 3
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in COMMANDS if _available(name))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, _, attr = target.partition(":")
+        module = importlib.import_module(module_name)
+        command = getattr(module, attr)
+        assert isinstance(command, click.Command)
+        return command
+
+
+def _available(name: str) -> bool:
+    module_name = COMMANDS[name].partition(":")[0]
+    return importlib.util.find_spec(module_name) is not None
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # asyncio's own debug chatter is noise unless someone asks for it.
+    if level.upper() != "DEBUG":
+        logging.getLogger("asyncio").setLevel(logging.WARNING)
+
+
+@click.group(cls=LazyGroup, context_settings={"auto_envvar_prefix": ENV_PREFIX})
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    help="Logging threshold.",
+)
+@click.version_option(package_name="edgehub")
+def root(log_level: str) -> None:
+    """edgehub: edge autonomy hub and device discovery for Kubernetes."""
+    configure_logging(log_level)
+
+
+def main() -> None:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    root(prog_name="edgehub")

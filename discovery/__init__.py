@@ -1,0 +1,1 @@
+"""Akri-compatible device discovery: gRPC protocol, handlers and the node agent."""

@@ -1,0 +1,1 @@
+"""Cloud-side controllers: hub-leader election and device brokers."""

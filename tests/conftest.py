@@ -1,0 +1,28 @@
+"""Project-wide test fixtures.
+
+``no_leftover_tasks`` fails any async test that leaves a task running: every
+task must have an owner that ends it (DESIGN.md, house style).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+async def no_leftover_tasks() -> AsyncIterator[None]:
+    yield
+    current = asyncio.current_task()
+    # Let tasks that were cancelled during teardown run their last step.
+    for _ in range(3):
+        await asyncio.sleep(0)
+    leftover = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+    if leftover:
+        names = ", ".join(sorted(t.get_name() for t in leftover))
+        for task in leftover:
+            task.cancel()
+        await asyncio.gather(*leftover, return_exceptions=True)
+        pytest.fail(f"test left tasks running: {names}")

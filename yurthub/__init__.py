@@ -1,0 +1,1 @@
+"""The hub: an offline-capable reverse proxy in front of kube-apiserver."""
