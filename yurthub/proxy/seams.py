@@ -1,0 +1,79 @@
+"""The seams between the online proxy and the cache: small Protocols, no implementation.
+
+The routing code (``proxy/routing.py``) calls these; the cache package implements them. ``None``
+for either one means "no cache": the hub still proxies, it just cannot answer offline.
+
+Invariants the proxy keeps for implementers:
+
+- ``Tee.open`` is called for EVERY upstream 2xx response (resource and non-resource, including
+  ``/version`` and discovery documents) before the first body byte is sent to the client; the
+  implementation decides what it keeps and returns ``None`` for the rest.
+- ``TeeSink.feed`` gets each chunk exactly as it was sent to the client, in order. It is called
+  on the event loop and must not block or await: copy/enqueue and return. If the sink cannot
+  keep up it must drop (and later ``abort`` itself), never slow the client path.
+- Exactly one of ``finish`` (upstream EOF, client got the whole body) or ``abort`` (client gone,
+  upstream broke mid-body, hub shutting down) is called per opened sink.
+- ``LocalAnswerer.answer`` returns a prepared-or-unprepared ``web.StreamResponse`` it has written
+  to, or ``None`` when it cannot answer; the router then falls through (502 / remote proxy).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Protocol
+
+from aiohttp import web
+
+from yurthub import requestinfo
+
+
+class LocalReason(enum.StrEnum):
+    """Why the router asks the cache to answer (passed as ``reason=``)."""
+
+    OFFLINE = "offline"
+    """No healthy backend."""
+    UPSTREAM_ERROR = "upstream-error"
+    """A transport error on a get/list sent to a backend thought healthy."""
+    KUBELET_LEASE = "kubelet-lease"
+    """Kubelet's own node lease: the hub renews it in the cloud itself (reference §2.5 step 3)."""
+    KUBELET_NODE = "kubelet-node"
+    """Kubelet ``get nodes``: local first (reference §2.5 step 4)."""
+
+
+class TeeSink(Protocol):
+    """Receives a copy of one 2xx upstream body as it streams to the client."""
+
+    def feed(self, chunk: bytes) -> None:
+        """A chunk as sent to the client. Non-blocking; must never slow the client path."""
+
+    async def finish(self) -> None:
+        """The body is complete (upstream EOF)."""
+
+    def abort(self, reason: str) -> None:
+        """The body will not complete: client gone, upstream broke mid-body, or shutdown."""
+
+
+class Tee(Protocol):
+    def open(
+        self, info: requestinfo.RequestInfo, status: int, headers: Mapping[str, str]
+    ) -> TeeSink | None:
+        """A sink for this response, or None to keep nothing. ``headers`` are the response's."""
+
+
+class LocalAnswerer(Protocol):
+    """Answers from the cache."""
+
+    async def answer(
+        self, request: web.Request, info: requestinfo.RequestInfo, *, reason: str
+    ) -> web.StreamResponse | None:
+        """The answer written to ``request``, or None when the cache cannot answer.
+
+        ``reason`` is a ``LocalReason`` value.
+        """
+
+
+class LeaseCallback(Protocol):
+    """Receives the Lease the heartbeat prober got back (reference §5.1: stored as kubelet's)."""
+
+    async def __call__(self, server: str, lease: Mapping[str, object], raw: bytes) -> None: ...

@@ -1,0 +1,599 @@
+"""Request classification: plain HTTP request data -> a frozen ``RequestInfo``.
+
+PURE: no aiohttp, no sockets, no clock. The router, the cache and the filters all decide from
+the ``RequestInfo`` built here, so the rules live in one place and get table tests.
+
+The resource part follows the Kubernetes apiserver's ``RequestInfoFactory`` (API prefixes
+``api``/``apis``, ``api`` is groupless): verbs from the HTTP method, the ``watch``/``proxy``
+path prefixes, the ``namespaces/<ns>`` shift (except the ``status``/``finalize`` namespace
+subresources), ``list``/``watch`` for a GET without a name, a ``metadata.name`` field selector
+becoming the name, ``deletecollection`` for a DELETE without a name. On top of that, what YurtHub
+derives (reference ``yurthub-behaviour.md`` §2.2-2.4): the component from the User-Agent, the
+content type from ``Accept``, partial-object-metadata requests, the list selector string and the
+request deadline.
+
+Decisions that differ from YurtHub on purpose (the reference calls them quirks or leaves them
+open):
+
+- Undecodable parameters (``timeoutSeconds=abc``, ``timeout=5x``, a label selector that does
+  not parse) raise ``BadRequestError``; the router answers 400 for every verb, where YurtHub only
+  checks list requests and the apiserver silently falls back to ``list``.
+- A path the apiserver cannot interpret (``/api/v1/watch`` with nothing after the special verb)
+  is a ``BadRequestError`` too (the apiserver answers 500 there).
+- The request content type keeps the bare media type of the first ``Accept`` clause, lower-cased,
+  without parameters (YurtHub keeps parameters unless one is ``as=``).
+- A User-Agent is decoded by the caller; undecodable bytes must already be replaced (the aiohttp
+  layer does that), so the component is always a ``str``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterable, Mapping
+
+API_PREFIXES = frozenset({"api", "apis"})
+GROUPLESS_PREFIXES = frozenset({"api"})
+SPECIAL_VERBS = frozenset({"proxy", "watch"})
+SPECIAL_VERBS_NO_SUBRESOURCES = frozenset({"proxy"})
+NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
+
+_METHOD_VERBS = {
+    "POST": "create",
+    "GET": "get",
+    "HEAD": "get",
+    "PUT": "update",
+    "PATCH": "patch",
+    "DELETE": "delete",
+}
+
+# Verbs the apiserver itself knows. Anything else on a resource path is "unknown verb".
+KNOWN_VERBS = frozenset(
+    {
+        "get",
+        "list",
+        "watch",
+        "create",
+        "update",
+        "patch",
+        "delete",
+        "deletecollection",
+        "proxy",
+    }
+)
+
+PARTIAL_OBJECT_METADATA_KINDS = frozenset({"PartialObjectMetadata", "PartialObjectMetadataList"})
+
+PROTOBUF_MEDIA_TYPE = "application/vnd.kubernetes.protobuf"
+JSON_MEDIA_TYPE = "application/json"
+
+# YurtHub's deadline adjustments (proxy/util/util.go:313-352): a watch gets a grace period after
+# the apiserver's own timeout so a missed close cannot hang it (issue #130); list/get leave the
+# hub 2 s to fall back to the cache before the client gives up.
+WATCH_DEADLINE_GRACE = 15.0
+LIST_GET_DEADLINE_MARGIN = 2.0
+
+
+class BadRequestError(ValueError):
+    """The request cannot be classified; the router answers 400 with this message."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartialObjectMetadata:
+    """An ``Accept: ...;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`` request."""
+
+    kind: str
+    """``PartialObjectMetadata`` or ``PartialObjectMetadataList``."""
+    group: str
+    """Always ``meta.k8s.io``."""
+    version: str
+    """``v1`` or ``v1beta1``."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """Everything the hub decides from, derived once per request."""
+
+    method: str
+    """HTTP method, upper-case."""
+    path: str
+    """URL path as received (percent-decoding is the caller's business)."""
+    verb: str
+    """Kubernetes verb (``get``, ``list``, ``watch``, ...); lower-cased method for non-resources."""
+    is_resource_request: bool
+    api_prefix: str = ""
+    """``api`` or ``apis``; empty for non-resource requests."""
+    group: str = ""
+    """API group; empty for the core group."""
+    version: str = ""
+    namespace: str = ""
+    resource: str = ""
+    subresource: str = ""
+    name: str = ""
+    parts: tuple[str, ...] = ()
+    """Path parts after group/version (and after ``namespaces/<ns>`` unless status/finalize)."""
+    user_agent: str = ""
+    """Full User-Agent, lower-cased (metrics label ``client``)."""
+    component: str = ""
+    """User-Agent lower-cased and cut at the first ``/``: cache keys, filters, routing."""
+    accept: str = ""
+    """Raw ``Accept`` header."""
+    content_type: str = ""
+    """Bare media type of the first Accept clause, resource requests only."""
+    body_content_type: str = ""
+    """Bare media type of the request's ``Content-Type``."""
+    partial_object_metadata: PartialObjectMetadata | None = None
+    label_selector: str = ""
+    """``labelSelector`` query value as sent."""
+    field_selector: str = ""
+    """``fieldSelector`` query value as sent."""
+    list_selector: str = ""
+    """Canonical ``<labels>&<fields>`` for list requests without a name (YurtHub §2.4)."""
+    timeout_seconds: int | None = None
+    """``timeoutSeconds`` query parameter, when given."""
+    deadline: float | None = None
+    """Seconds the hub allows this request (see module docstring); None = no hub deadline."""
+    resource_version: str = ""
+    allow_watch_bookmarks: bool = False
+    is_upgrade: bool = False
+    """``Connection: upgrade`` (exec/attach/port-forward over SPDY or WebSocket)."""
+
+    @property
+    def is_watch(self) -> bool:
+        return self.verb == "watch"
+
+    @property
+    def is_known_verb(self) -> bool:
+        return not self.is_resource_request or self.verb in KNOWN_VERBS
+
+    def describe(self) -> str:
+        """Short log form, e.g. ``watch pods for /api/v1/pods`` (never carries headers)."""
+        if self.is_resource_request:
+            what = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+            return f"{self.verb} {what} for {self.path}"
+        return f"{self.verb} {self.path}"
+
+
+def classify(
+    method: str,
+    path: str,
+    query: Iterable[tuple[str, str]] | Mapping[str, str],
+    headers: Mapping[str, str],
+) -> RequestInfo:
+    """Classify one request. ``headers`` must be case-insensitive (e.g. a CIMultiDict).
+
+    Raises ``BadRequestError`` for a path or parameter the apiserver could not interpret.
+    """
+    method = method.upper()
+    pairs = list(query.items()) if isinstance(query, Mapping) else list(query)
+    params: dict[str, list[str]] = {}
+    for key, value in pairs:
+        params.setdefault(key, []).append(value)
+
+    user_agent = headers.get("User-Agent", "").lower()
+    accept = headers.get("Accept", "")
+    connection = headers.get("Connection", "")
+    body_content_type = _bare_media_type(headers.get("Content-Type", ""))
+    is_upgrade = "upgrade" in _tokens(connection) and bool(headers.get("Upgrade"))
+    non_resource = RequestInfo(
+        method=method,
+        path=path,
+        verb=method.lower(),
+        is_resource_request=False,
+        user_agent=user_agent,
+        accept=accept,
+        body_content_type=body_content_type,
+        is_upgrade=is_upgrade,
+    )
+
+    parts = _split_path(path)
+    if len(parts) < 3 or parts[0] not in API_PREFIXES:
+        return non_resource
+    api_prefix, parts = parts[0], parts[1:]
+    group = ""
+    if api_prefix not in GROUPLESS_PREFIXES:
+        if len(parts) < 3:
+            return non_resource
+        group, parts = parts[0], parts[1:]
+    version, parts = parts[0], parts[1:]
+
+    if parts[0] in SPECIAL_VERBS:
+        if len(parts) < 2:
+            raise BadRequestError(f"unable to determine kind and namespace from url {path}")
+        verb, parts = parts[0], parts[1:]
+    else:
+        verb = _METHOD_VERBS.get(method, "")
+
+    namespace = ""
+    if parts[0] == "namespaces" and len(parts) > 1:
+        namespace = parts[1]
+        if len(parts) > 2 and parts[2] not in NAMESPACE_SUBRESOURCES:
+            parts = parts[2:]
+
+    resource = parts[0]
+    name = parts[1] if len(parts) >= 2 else ""
+    subresource = parts[2] if len(parts) >= 3 and verb not in SPECIAL_VERBS_NO_SUBRESOURCES else ""
+
+    label_selector = _last(params, "labelSelector")
+    field_selector = _last(params, "fieldSelector")
+    fields = parse_field_selector(field_selector)
+
+    if not name and verb == "get":
+        verb = "watch" if _watch_requested(params) else "list"
+        exact = _exact_match(fields, "metadata.name")
+        if exact and _is_valid_path_segment(exact):
+            name = exact
+    if not name and verb == "delete":
+        verb = "deletecollection"
+
+    list_selector = ""
+    if verb == "list" and not name:
+        list_selector = canonical_list_selector(label_selector, fields)
+    elif label_selector:
+        parse_label_selector(label_selector)  # validates; raises BadRequestError
+
+    timeout_seconds = _int_param(params, "timeoutSeconds")
+    deadline = _deadline(verb, timeout_seconds, _last(params, "timeout"))
+
+    return RequestInfo(
+        method=method,
+        path=path,
+        verb=verb,
+        is_resource_request=True,
+        api_prefix=api_prefix,
+        group=group,
+        version=version,
+        namespace=namespace,
+        resource=resource,
+        subresource=subresource,
+        name=name,
+        parts=tuple(parts),
+        component=user_agent.split("/", 1)[0],
+        content_type=_bare_media_type(accept.split(",", 1)[0]),
+        partial_object_metadata=_partial_object_metadata(accept, verb),
+        label_selector=label_selector,
+        field_selector=field_selector,
+        list_selector=list_selector,
+        timeout_seconds=timeout_seconds,
+        deadline=deadline,
+        resource_version=_last(params, "resourceVersion"),
+        allow_watch_bookmarks=_bool_param(params, "allowWatchBookmarks"),
+        user_agent=user_agent,
+        accept=accept,
+        body_content_type=body_content_type,
+        is_upgrade=is_upgrade,
+    )
+
+
+# --- Accept / media types ---------------------------------------------------------------------
+
+
+def media_ranges(accept: str) -> list[tuple[str, dict[str, str]]]:
+    """``Accept`` clauses in order as (lower-cased bare type, params); blanks skipped."""
+    ranges = []
+    for clause in accept.split(","):
+        pieces = [p.strip() for p in clause.split(";")]
+        media = pieces[0].lower()
+        if not media:
+            continue
+        params: dict[str, str] = {}
+        for piece in pieces[1:]:
+            key, sep, value = piece.partition("=")
+            if sep:
+                params[key.strip().lower()] = value.strip().strip('"')
+        ranges.append((media, params))
+    return ranges
+
+
+def accepts_json(accept: str) -> bool:
+    """True if some clause admits JSON (``application/json``, ``application/*``, ``*/*``)."""
+    return any(
+        media in (JSON_MEDIA_TYPE, "application/*", "*/*") and params.get("q", "1") not in _ZERO_Q
+        for media, params in media_ranges(accept)
+    )
+
+
+def accepts_protobuf(accept: str) -> bool:
+    return any(media == PROTOBUF_MEDIA_TYPE for media, _ in media_ranges(accept))
+
+
+_ZERO_Q = frozenset({"0", "0.0", "0.00", "0.000"})
+
+
+def _bare_media_type(value: str) -> str:
+    return value.split(";", 1)[0].strip().lower()
+
+
+def _partial_object_metadata(accept: str, verb: str) -> PartialObjectMetadata | None:
+    if verb not in ("get", "list", "watch"):
+        return None
+    ranges = media_ranges(accept)
+    if not ranges:
+        return None
+    params = ranges[0][1]
+    kind = params.get("as", "")
+    if kind not in PARTIAL_OBJECT_METADATA_KINDS or params.get("g") != "meta.k8s.io":
+        return None
+    version = params.get("v", "v1")
+    if version not in ("v1", "v1beta1"):
+        return None
+    return PartialObjectMetadata(kind=kind, group="meta.k8s.io", version=version)
+
+
+# --- query parameters -------------------------------------------------------------------------
+
+
+def _last(params: Mapping[str, list[str]], key: str) -> str:
+    values = params.get(key)
+    return values[0] if values else ""
+
+
+def _watch_requested(params: Mapping[str, list[str]]) -> bool:
+    # The apiserver's bool conversion: present and not "0"/"false" (any case) means true,
+    # including an empty value ("?watch").
+    values = params.get("watch")
+    if not values:
+        return False
+    return values[0] != "0" and values[0].lower() != "false"
+
+
+def _bool_param(params: Mapping[str, list[str]], key: str) -> bool:
+    values = params.get(key)
+    if not values:
+        return False
+    return values[0] != "0" and values[0].lower() != "false"
+
+
+def _int_param(params: Mapping[str, list[str]], key: str) -> int | None:
+    raw = _last(params, key)
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError as e:
+        raise BadRequestError(f"invalid {key} {raw!r}: not an integer") from e
+    if value < 0:
+        raise BadRequestError(f"invalid {key} {raw!r}: must not be negative")
+    return value
+
+
+def _deadline(verb: str, timeout_seconds: int | None, timeout: str) -> float | None:
+    if verb == "watch":
+        return None if timeout_seconds is None else timeout_seconds + WATCH_DEADLINE_GRACE
+    if verb == "list":
+        if timeout_seconds is not None and timeout_seconds > LIST_GET_DEADLINE_MARGIN:
+            return timeout_seconds - LIST_GET_DEADLINE_MARGIN
+        return None
+    if verb == "get" and timeout:
+        seconds = parse_go_duration(timeout)
+        if seconds > LIST_GET_DEADLINE_MARGIN:
+            return seconds - LIST_GET_DEADLINE_MARGIN
+    return None
+
+
+_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_go_duration(text: str) -> float:
+    """Go's ``time.ParseDuration`` (``1m30s``, ``500ms``, ``-2s``, ``0``) -> seconds."""
+    raw = text
+    sign = 1.0
+    if text[:1] in "+-" and text:
+        sign = -1.0 if text[0] == "-" else 1.0
+        text = text[1:]
+    if text == "0":
+        return 0.0
+    if not text:
+        raise BadRequestError(f"invalid duration {raw!r}")
+    total = 0.0
+    pos = 0
+    while pos < len(text):
+        match = _DURATION_PART.match(text, pos)
+        if match is None:
+            raise BadRequestError(f"invalid duration {raw!r}")
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    if not math.isfinite(total):
+        raise BadRequestError(f"invalid duration {raw!r}")
+    return sign * total
+
+
+# --- selectors --------------------------------------------------------------------------------
+
+FieldTerm = tuple[str, str, str]
+"""(field, operator ``=`` or ``!=``, value), unescaped."""
+
+
+def parse_field_selector(text: str) -> tuple[FieldTerm, ...]:
+    """Parse a field selector (``a=b,c!=d``, ``\\``-escapes for ``,=!\\``); sorted like k8s."""
+    if not text.strip():
+        return ()
+    terms = []
+    for raw in _split_unescaped(text, ","):
+        term = _parse_field_term(raw, text)
+        terms.append(term)
+    return tuple(sorted(terms, key=_format_field_term))
+
+
+def _split_unescaped(text: str, sep: str) -> list[str]:
+    parts: list[str] = []
+    current: list[str] = []
+    escaped = False
+    for ch in text:
+        if escaped:
+            current.append("\\" + ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == sep:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    if escaped:
+        current.append("\\")
+    parts.append("".join(current))
+    return parts
+
+
+def _parse_field_term(raw: str, whole: str) -> FieldTerm:
+    # Find the first unescaped operator; "!=" before "==" before "=" like k8s.
+    i = 0
+    while i < len(raw):
+        ch = raw[i]
+        if ch == "\\":
+            i += 2
+            continue
+        for op, canonical in (("!=", "!="), ("==", "="), ("=", "=")):
+            if raw.startswith(op, i):
+                field = _unescape(raw[:i]).strip()
+                value = _unescape(raw[i + len(op) :])
+                if not field:
+                    break
+                return (field, canonical, value)
+        i += 1
+    raise BadRequestError(f"invalid field selector {whole!r}: {raw!r} is not <field>=<value>")
+
+
+def _unescape(text: str) -> str:
+    out: list[str] = []
+    escaped = False
+    for ch in text:
+        if escaped:
+            out.append(ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _escape_field_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=").replace("!", "\\!")
+
+
+def _format_field_term(term: FieldTerm) -> str:
+    field, op, value = term
+    return f"{field}{op}{_escape_field_value(value)}"
+
+
+def _exact_match(terms: tuple[FieldTerm, ...], field: str) -> str:
+    for name, op, value in terms:
+        if name == field and op == "=":
+            return value
+    return ""
+
+
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9A-Z]([-a-z0-9A-Z.]*[a-z0-9A-Z])?/)?[a-z0-9A-Z]([-_.a-z0-9A-Z]*[a-z0-9A-Z])?$"
+)
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_LABEL_TERM = re.compile(
+    r"^\s*(?P<neg>!)?\s*(?P<key>[^\s!=<>(),]+)\s*"
+    r"(?:(?P<op>==|=|!=|<|>)\s*(?P<value>[^\s,()]*)"
+    r"|\s(?P<setop>in|notin)\s*\((?P<set>[^()]*)\))?\s*$"
+)
+
+LabelRequirement = tuple[str, str, tuple[str, ...]]
+"""(key, operator, values) with operators ``exists``, ``!``, ``=``, ``==``, ``!=``, ``in``,
+``notin``, ``<``, ``>``; set values sorted."""
+
+
+def parse_label_selector(text: str) -> tuple[LabelRequirement, ...]:
+    """Parse a label selector into requirements sorted by key (k8s ``labels.Parse``)."""
+    if not text.strip():
+        return ()
+    requirements: list[LabelRequirement] = []
+    for raw in _split_top_level(text):
+        match = _LABEL_TERM.match(raw)
+        if match is None or not _LABEL_KEY.match(match["key"]):
+            raise BadRequestError(f"invalid label selector {text!r}: cannot parse {raw.strip()!r}")
+        key = match["key"]
+        if match["neg"]:
+            if match["op"] or match["setop"]:
+                raise BadRequestError(f"invalid label selector {text!r}: {raw.strip()!r}")
+            requirements.append((key, "!", ()))
+        elif match["op"]:
+            value = match["value"] or ""
+            if match["op"] in ("<", ">"):
+                if not re.fullmatch(r"-?\d+", value):
+                    raise BadRequestError(f"invalid label selector {text!r}: {value!r} not int")
+            elif not _LABEL_VALUE.match(value) or len(value) > 63:
+                raise BadRequestError(f"invalid label selector {text!r}: bad value {value!r}")
+            requirements.append((key, match["op"], (value,)))
+        elif match["setop"]:
+            values = tuple(sorted({v.strip() for v in match["set"].split(",")}))
+            if any(not _LABEL_VALUE.match(v) for v in values):
+                raise BadRequestError(f"invalid label selector {text!r}: bad set {raw.strip()!r}")
+            requirements.append((key, match["setop"], values))
+        else:
+            requirements.append((key, "exists", ()))
+    return tuple(sorted(requirements, key=lambda r: r[0]))
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    if depth != 0:
+        raise BadRequestError(f"invalid label selector {text!r}: unbalanced parentheses")
+    return parts
+
+
+def _format_label_requirement(req: LabelRequirement) -> str:
+    key, op, values = req
+    if op == "exists":
+        return key
+    if op == "!":
+        return f"!{key}"
+    if op in ("in", "notin"):
+        return f"{key} {op} ({','.join(values)})"
+    return f"{key}{op}{values[0]}"
+
+
+def canonical_list_selector(label_selector: str, fields: tuple[FieldTerm, ...]) -> str:
+    """``<labels>&<fields>`` in k8s canonical form; one side alone has no ``&``."""
+    labels = ",".join(_format_label_requirement(r) for r in parse_label_selector(label_selector))
+    field_text = ",".join(_format_field_term(t) for t in fields)
+    if labels and field_text:
+        return f"{labels}&{field_text}"
+    return labels or field_text
+
+
+# --- paths ------------------------------------------------------------------------------------
+
+
+def _split_path(path: str) -> list[str]:
+    trimmed = path.strip("/")
+    return trimmed.split("/") if trimmed else []
+
+
+def _is_valid_path_segment(name: str) -> bool:
+    return name not in (".", "..") and "/" not in name and "%" not in name
+
+
+def _tokens(header: str) -> set[str]:
+    return {t.strip().lower() for t in header.split(",") if t.strip()}

@@ -1,0 +1,189 @@
+"""The hub's one settings tree: frozen dataclasses, built once by the CLI, passed explicitly.
+
+Nothing here reads the environment or files: ``cmd/edgehub/hub.py`` maps flags (and their
+``EDGEHUB_*`` variables) onto this tree and calls ``parse_server_addrs`` for the spec strings,
+which fail fast with one ``ConfigError``. Tests build the tree directly.
+
+Defaults are YurtHub's (reference ``yurthub-behaviour.md`` §1.2) unless a docstring says why not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import ipaddress
+import pathlib
+import urllib.parse
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the CLI prints it and exits with the startup-failure code."""
+
+
+class LbMode(enum.StrEnum):
+    """``--lb-mode``: how a healthy backend is picked for each request."""
+
+    RR = "rr"
+    """Round robin over healthy backends."""
+    PRIORITY = "priority"
+    """Always the first healthy backend in ``--server-addr`` order."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListenSettings:
+    bind_address: str = "127.0.0.1"
+    """Hub server host (``/v1/healthz``, ``/v1/readyz``, ``/metrics``)."""
+    serve_port: int = 10267
+    """Hub server port; 0 picks a free one (logged and printed)."""
+    bind_proxy_address: str = "127.0.0.1"
+    """HTTP proxy host. Loopback by default: the proxy authenticates nobody."""
+    proxy_port: int = 10261
+    """HTTP proxy port; 0 picks a free one."""
+    proxy_secure_port: int = 10268
+    """HTTPS proxy port. Not served until the hub has serving certificates (a later issue)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UpstreamSettings:
+    servers: tuple[str, ...] = ()
+    """Apiserver base URLs (``scheme://host:port``) in ``--server-addr`` order."""
+    lb_mode: LbMode = LbMode.RR
+    kubeconfig: pathlib.Path | None = None
+    """Kubeconfig holding the hub's own identity (client cert or token) and the cluster CA.
+    Its ``server`` is ignored: backends come from ``servers``."""
+    connect_timeout: float = 10.0
+    """Seconds to establish a TCP+TLS connection to an apiserver (YurtHub: 10 s dial + 10 s TLS)."""
+    pool_limit: int = 100
+    """Upstream connections in total. Each open watch holds one, so this bounds watches too."""
+    pool_limit_per_host: int = 0
+    """Per-apiserver connection cap (0 = only ``pool_limit``)."""
+    keepalive_timeout: float = 30.0
+    """Seconds an idle upstream connection is kept (YurtHub: 30 s keepalive)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HeartbeatSettings:
+    interval: float = 10.0
+    """``--heartbeat-interval-seconds``: probe tick."""
+    timeout: float = 2.0
+    """``--heartbeat-timeout-seconds``: per-HTTP-call timeout of a probe."""
+    healthy_threshold: int = 2
+    """``--heartbeat-healthy-threshold``: consecutive successes to go unhealthy -> healthy."""
+    failed_retry: int = 3
+    """``--heartbeat-failed-retry``: lease update attempts per probe."""
+    kubelet_health_grace_period: float = 40.0
+    """``--kubelet-health-grace-period`` (s): kubelet lease silence after which probes fail
+    without contacting the server; also the lease's ``leaseDurationSeconds``."""
+    suspect_probe_delay: float = 0.0
+    """Seconds between a transport error on a proxied request and the immediate re-probe of that
+    backend (beyond YurtHub: leave a dead apiserver within ~2 s, not a heartbeat later)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProxySettings:
+    min_request_timeout: float = 1800.0
+    """``--min-request-timeout`` (s): offline watch hold time base (randomised up to 2x)."""
+    max_field_size: int = 16384
+    """Bytes allowed in one request header line (aiohttp's own limit is 8190)."""
+    max_headers_size: int = 65536
+    """Bytes allowed for all request headers together; more is 431 as a Status."""
+    chunk_size: int = 65536
+    """Read size of upstream bodies; each read is written (and flushed) to the client at once."""
+    shutdown_grace: float = 10.0
+    """Seconds in-flight requests get on SIGTERM before they are cancelled; open watches are
+    ended cleanly at once (clients re-watch elsewhere)."""
+    max_in_flight: int = 1000
+    """Concurrent proxied requests (watches included); over it new ones get 429."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """Owned by the cache; the proxy only passes it along."""
+
+    disk_cache_path: pathlib.Path = pathlib.Path("/etc/kubernetes/cache")
+    """``--disk-cache-path``: one cache directory per hub."""
+    cache_agents: tuple[str, ...] = ()
+    """``--cache-agents``: components cached beyond the defaults; ``*`` caches every component."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HubSettings:
+    """The whole tree."""
+
+    node_name: str
+    """``--node-name``: the lease the prober renews is ``kube-node-lease/<node_name>``."""
+    nodepool_name: str = ""
+    """``--nodepool-name`` (pool-scoped serving comes in a later issue)."""
+    upstream: UpstreamSettings = UpstreamSettings()
+    listen: ListenSettings = ListenSettings()
+    heartbeat: HeartbeatSettings = HeartbeatSettings()
+    proxy: ProxySettings = ProxySettings()
+    cache: CacheSettings = CacheSettings()
+
+    def __post_init__(self) -> None:
+        if not self.node_name:
+            raise ConfigError("--node-name is required")
+        if not self.upstream.servers:
+            raise ConfigError("--server-addr is required (a comma list of apiserver URLs)")
+        if self.heartbeat.healthy_threshold < 1 or self.heartbeat.failed_retry < 1:
+            raise ConfigError("heartbeat thresholds and retries must be at least 1")
+        if self.heartbeat.interval <= 0 or self.heartbeat.timeout <= 0:
+            raise ConfigError("heartbeat interval and timeout must be positive")
+
+
+def parse_server_addrs(text: str) -> tuple[str, ...]:
+    """``--server-addr``: a comma list -> normalised ``scheme://host:port`` URLs.
+
+    A missing scheme means ``https`` (YurtHub). ``http`` is accepted only for loopback hosts:
+    plaintext to a local apiserver (tests, the simulated cloud) is the one case where nothing can
+    read or change the traffic in between. Any other scheme, a path, credentials in the URL or a
+    duplicate server is a ``ConfigError``.
+    """
+    servers: list[str] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        parsed = urllib.parse.urlsplit(item if "://" in item else f"https://{item}")
+        scheme = parsed.scheme.lower()
+        try:
+            host, port = parsed.hostname, parsed.port
+        except ValueError as e:
+            raise ConfigError(f"--server-addr {item!r}: {e}") from e
+        if not host:
+            raise ConfigError(f"--server-addr {item!r}: no host")
+        if scheme not in ("https", "http"):
+            raise ConfigError(f"--server-addr {item!r}: scheme {scheme!r} is not https")
+        if scheme == "http" and not _is_loopback(host):
+            raise ConfigError(f"--server-addr {item!r}: plain http is allowed only for loopback")
+        if parsed.username or parsed.password:
+            raise ConfigError(f"--server-addr {item!r}: credentials do not belong in the URL")
+        if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
+            raise ConfigError(f"--server-addr {item!r}: a server URL has no path or query")
+        netloc = f"[{host}]" if ":" in host else host
+        url = f"{scheme}://{netloc}:{port or (443 if scheme == 'https' else 80)}"
+        if url in servers:
+            raise ConfigError(f"--server-addr {item!r}: listed twice")
+        servers.append(url)
+    if not servers:
+        raise ConfigError("--server-addr is required (a comma list of apiserver URLs)")
+    return tuple(servers)
+
+
+def parse_cache_agents(text: str) -> tuple[str, ...]:
+    """``--cache-agents``: comma list, trimmed, lower-cased, de-duplicated in order."""
+    agents: list[str] = []
+    for raw in text.split(","):
+        agent = raw.strip().lower()
+        if agent and agent not in agents:
+            agents.append(agent)
+    return tuple(agents)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
