@@ -1,0 +1,332 @@
+"""Cloud health: a node-lease heartbeat per apiserver, the kubelet liveness gate, suspects.
+
+Reference ``yurthub-behaviour.md`` §5.1, with one addition:
+
+- One ``ProbeState`` per ``--server-addr`` URL. The first probe round (all servers at once)
+  decides the initial state: success -> healthy at once, failure -> unhealthy. Afterwards a
+  failure makes a server unhealthy at once; ``healthy_threshold`` consecutive successes make it
+  healthy again.
+- Every ``interval`` seconds servers are probed one by one from a rotating start and the round
+  stops at the first success, as YurtHub does (normally one probe per tick, servers alternating).
+- A probe renews ``kube-node-lease/<node>`` through that server with the hub's identity: PUT on
+  top of the last lease that server returned; a missing base is fetched (created if absent);
+  a conflict drops the base and retries, up to ``failed_retry`` attempts with 0.2/0.4/0.8 s backoff.
+  The renewed Lease goes to ``on_lease`` (the cache stores it as kubelet's).
+- Kubelet liveness gate: the router calls ``renew_kubelet_lease`` on every kubelet lease request;
+  once kubelet has been silent for ``kubelet_health_grace_period`` probes fail without contacting
+  the server, so the node goes NotReady in the cloud when kubelet dies. Open before kubelet's
+  first lease request.
+- Beyond YurtHub: ``report_transport_error(server)`` marks a healthy server *suspect* (skipped by
+  the balancer) and wakes the prober to probe it at once. Success clears the suspicion (a
+  one-off network blip costs nothing); failure makes it unhealthy. A dead apiserver is left
+  within one probe timeout instead of a heartbeat interval.
+
+All HTTP calls are bounded by ``heartbeat.timeout``; the loop runs as one named task owned by
+the hub's TaskGroup and exits only by cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from yurthub import metrics, settings
+from yurthub.proxy import seams, upstream
+
+log = logging.getLogger(__name__)
+
+LEASE_NAMESPACE = "kube-node-lease"
+DELEGATE_HEARTBEAT_ANNOTATION = "openyurt.io/delegate-heartbeat"
+CONFLICT_BACKOFF = (0.2, 0.4, 0.8)
+_MAX_LEASE_BYTES = 1 << 20
+USER_AGENT = "edgehub-heartbeat"
+
+
+class ProbeState:
+    """Pure state machine of one server (reference §10.6 prober cases)."""
+
+    def __init__(self, healthy_threshold: int) -> None:
+        self.threshold = healthy_threshold
+        self.healthy = False
+        self.successes = 0
+        self.initialised = False
+
+    def record(self, ok: bool) -> bool:
+        """Apply one probe result; True when ``healthy`` changed."""
+        before = self.healthy
+        if not self.initialised:
+            self.initialised = True
+            self.healthy = ok
+            self.successes = 1 if ok else 0
+        elif not ok:
+            self.healthy = False
+            self.successes = 0
+        else:
+            self.successes += 1
+            if not self.healthy and self.successes >= self.threshold:
+                self.healthy = True
+        return before != self.healthy
+
+
+class KubeletGate:
+    def __init__(self, grace_period: float) -> None:
+        self.grace_period = grace_period
+        self._last: float | None = None
+
+    def renew(self, now: float) -> None:
+        self._last = now
+
+    def alive(self, now: float) -> bool:
+        return self._last is None or now - self._last <= self.grace_period
+
+
+def format_micro_time(when: datetime.datetime) -> str:
+    """Kubernetes MicroTime: ``2006-01-02T15:04:05.000000Z``."""
+    return when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_lease(
+    node_name: str, node_uid: str, duration: int, now: datetime.datetime
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": node_name, "namespace": LEASE_NAMESPACE}
+    if node_uid:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}
+        ]
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": metadata,
+        "spec": {
+            "holderIdentity": node_name,
+            "leaseDurationSeconds": duration,
+            "renewTime": format_micro_time(now),
+        },
+    }
+
+
+def renewed_lease(
+    base: Mapping[str, Any], node_name: str, duration: int, now: datetime.datetime
+) -> dict[str, Any]:
+    """The PUT body renewing ``base`` (pure)."""
+    lease = copy.deepcopy(dict(base))
+    metadata = lease.setdefault("metadata", {})
+    annotations = metadata.get("annotations")
+    if isinstance(annotations, dict):
+        annotations.pop(DELEGATE_HEARTBEAT_ANNOTATION, None)
+    spec = lease.setdefault("spec", {})
+    spec["holderIdentity"] = node_name
+    spec["leaseDurationSeconds"] = duration
+    spec["renewTime"] = format_micro_time(now)
+    lease.setdefault("apiVersion", "coordination.k8s.io/v1")
+    lease.setdefault("kind", "Lease")
+    return lease
+
+
+class _ProbeFailed(Exception):
+    pass
+
+
+class HealthChecker:
+    def __init__(
+        self,
+        hub: settings.HubSettings,
+        client: upstream.Upstream,
+        collectors: metrics.Metrics,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = hub
+        self._hb = hub.heartbeat
+        self._client = client
+        self._metrics = collectors
+        self._clock = clock
+        self.servers = hub.upstream.servers
+        self._states = {s: ProbeState(self._hb.healthy_threshold) for s in self.servers}
+        self._leases: dict[str, dict[str, Any]] = {}
+        self._suspects: set[str] = set()
+        self._pending: set[str] = set()
+        self._wake = asyncio.Event()
+        self._next = 0
+        self.kubelet = KubeletGate(self._hb.kubelet_health_grace_period)
+        self.initial_probe_done = asyncio.Event()
+        self.on_lease: seams.LeaseCallback | None = None
+        for server in self.servers:
+            self._metrics.server_healthy_status.labels(server).set(0)
+
+    # --- queries (hot path: dict lookups only) ---
+
+    def is_healthy(self, server: str) -> bool:
+        state = self._states.get(server)
+        return state is not None and state.healthy and server not in self._suspects
+
+    def any_healthy(self) -> bool:
+        return any(self.is_healthy(s) for s in self.servers)
+
+    def renew_kubelet_lease(self) -> None:
+        self.kubelet.renew(self._clock())
+
+    def report_transport_error(self, server: str) -> None:
+        if not self.is_healthy(server):
+            return
+        log.warning("transport error to %s: suspect, probing it now", server)
+        self._suspects.add(server)
+        self._pending.add(server)
+        self._wake.set()
+
+    # --- the loop ---
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            tasks = {
+                server: tg.create_task(self._probe(server), name=f"initial-probe {server}")
+                for server in self.servers
+            }
+        for server, task in tasks.items():
+            self._record(server, task.result())
+        self.initial_probe_done.set()
+        deadline = self._clock() + self._hb.interval
+        while True:
+            try:
+                async with asyncio.timeout(max(0.0, deadline - self._clock())):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            if self._pending:
+                await self._probe_suspects()
+            if self._clock() >= deadline:
+                await self._tick()
+                deadline = self._clock() + self._hb.interval
+
+    async def _probe_suspects(self) -> None:
+        pending, self._pending = self._pending, set()
+        async with asyncio.TaskGroup() as tg:
+            tasks = {s: tg.create_task(self._probe(s), name=f"suspect-probe {s}") for s in pending}
+        for server, task in tasks.items():
+            self._suspects.discard(server)
+            self._record(server, task.result())
+
+    async def _tick(self) -> None:
+        count = len(self.servers)
+        start = self._next
+        self._next = (self._next + 1) % count
+        for offset in range(count):
+            server = self.servers[(start + offset) % count]
+            ok = await self._probe(server)
+            self._record(server, ok)
+            if ok:
+                return
+
+    def _record(self, server: str, ok: bool) -> None:
+        if self._states[server].record(ok):
+            healthy = self._states[server].healthy
+            log.info("server %s is now %s", server, "healthy" if healthy else "unhealthy")
+            self._metrics.server_healthy_status.labels(server).set(1 if healthy else 0)
+
+    # --- one probe ---
+
+    async def _probe(self, server: str) -> bool:
+        if not self.kubelet.alive(self._clock()):
+            log.info(
+                "kubelet lease silent > %ss: not renewing the node lease via %s",
+                self.kubelet.grace_period,
+                server,
+            )
+            return False
+        for attempt in range(self._hb.failed_retry):
+            try:
+                await self._renew(server)
+                return True
+            except asyncio.CancelledError:
+                raise
+            except (_ProbeFailed, aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
+                log.debug(
+                    "heartbeat via %s attempt %d/%d failed: %s",
+                    server,
+                    attempt + 1,
+                    self._hb.failed_retry,
+                    e or type(e).__name__,
+                )
+                if attempt + 1 < self._hb.failed_retry and isinstance(e, _ProbeFailed):
+                    await asyncio.sleep(CONFLICT_BACKOFF[min(attempt, len(CONFLICT_BACKOFF) - 1)])
+        return False
+
+    async def _renew(self, server: str) -> None:
+        node = self._settings.node_name
+        duration = int(self._hb.kubelet_health_grace_period)
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{node}"
+        now = datetime.datetime.now(datetime.UTC)
+        base = self._leases.get(server)
+        if base is None:
+            status, body, raw = await self._call(server, "GET", path)
+            if status == 404:
+                uid = await self._node_uid(server)
+                lease = new_lease(node, uid, duration, now)
+                status, body, raw = await self._call(server, "POST", path.rsplit("/", 1)[0], lease)
+                if status not in (200, 201):
+                    raise _ProbeFailed(f"create lease: HTTP {status}")
+                await self._accept(server, body, raw)
+                return
+            if status != 200:
+                raise _ProbeFailed(f"get lease: HTTP {status}")
+            base = body
+        status, body, raw = await self._call(
+            server, "PUT", path, renewed_lease(base, node, duration, now)
+        )
+        if status == 200:
+            await self._accept(server, body, raw)
+            return
+        self._leases.pop(server, None)
+        raise _ProbeFailed(f"update lease: HTTP {status}")
+
+    async def _accept(self, server: str, lease: dict[str, Any], raw: bytes) -> None:
+        self._leases[server] = lease
+        if self.on_lease is not None:
+            try:
+                await self.on_lease(server, lease, raw)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("lease callback failed")
+
+    async def _node_uid(self, server: str) -> str:
+        status, body, _ = await self._call(
+            server, "GET", f"/api/v1/nodes/{self._settings.node_name}"
+        )
+        if status == 200:
+            return str(body.get("metadata", {}).get("uid", ""))
+        return ""
+
+    async def _call(
+        self, server: str, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any], bytes]:
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        headers.update(self._client.identity_headers())
+        data = None
+        if body is not None:
+            data = orjson.dumps(body)
+            headers["Content-Type"] = "application/json"
+        async with self._client.session.request(
+            method,
+            server + path,
+            data=data,
+            headers=headers,
+            ssl=self._client.ssl_for(server, own_identity=True),
+            timeout=aiohttp.ClientTimeout(total=self._hb.timeout),
+            allow_redirects=False,
+        ) as resp:
+            raw = await resp.content.read(_MAX_LEASE_BYTES)
+            try:
+                decoded = orjson.loads(raw) if raw else {}
+            except orjson.JSONDecodeError:
+                decoded = {}
+            return resp.status, decoded if isinstance(decoded, dict) else {}, raw

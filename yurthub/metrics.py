@@ -1,0 +1,138 @@
+"""Prometheus collectors of one hub (reference §9 names, prefix ``node_yurthub_``).
+
+One ``CollectorRegistry`` per ``Metrics`` instance, never the module-level default registry:
+two hubs in one process (tests, the demo) must not share or clash on collectors. The process
+and platform collectors are registered on each registry so ``/metrics`` still shows them.
+
+Label values come from the request: ``client`` is the full lower-cased User-Agent as in current
+YurtHub. That is unbounded in principle; the hub only listens on loopback, and the components
+talking to it are a short fixed list, so the cardinality is the node's component count.
+"""
+
+from __future__ import annotations
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_NS = "node"
+_SUB = "yurthub"
+_REQ_LABELS = ("verb", "resource", "subresources", "client")
+
+# Proxied requests span sub-millisecond gets and 30-minute watches.
+_DURATION_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    1800.0,
+    3600.0,
+)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        prometheus_client.ProcessCollector(registry=self.registry)
+        prometheus_client.PlatformCollector(registry=self.registry)
+        r = self.registry
+        self.server_healthy_status = Gauge(
+            "server_healthy_status",
+            "Healthy status of remote servers. 1: healthy, 0: unhealthy",
+            ["server"],
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+        self.in_flight_requests = Gauge(
+            "in_flight_requests_collector",
+            "Collector of in-flight requests handled by the hub",
+            list(_REQ_LABELS),
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+        self.in_flight_requests_total = Gauge(
+            "in_flight_requests_total",
+            "Number of in-flight requests handled by the hub",
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+        self.aggregated_in_flight_requests = Gauge(
+            "aggregated_in_flight_requests_collector",
+            "Collector of in-flight requests served by the pool multiplexer",
+            list(_REQ_LABELS),
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+        self.aggregated_in_flight_requests_total = Gauge(
+            "aggregated_in_flight_requests_total",
+            "Number of in-flight requests served by the pool multiplexer",
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+        self.target_for_multiplexer_requests = Gauge(
+            "target_for_multiplexer_requests_collector",
+            "Collector of multiplexer requests forwarded to a server",
+            [*_REQ_LABELS, "server"],
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+        self.closable_conns = Gauge(
+            "closable_conns_collector",
+            "Number of upstream connections the hub can close, by server (host:port)",
+            ["server"],
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+        self.proxy_traffic = Counter(
+            "proxy_traffic_collector",
+            "Bytes of upstream response bodies proxied to clients",
+            ["client", "verb", "resource", "subresources"],
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+        self.error_keys_persistency_status = Gauge(
+            "error_keys_persistency_status",
+            "Error keys persistency status 1: ready, 0: notReady",
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+        self.error_keys_count = Gauge(
+            "error_keys_count",
+            "Number of cache keys whose last write failed",
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            "request_duration_seconds",
+            "Proxied request duration until the last body byte, by component/verb/resource/code",
+            ["component", "verb", "resource", "code"],
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+            buckets=_DURATION_BUCKETS,
+        )
+
+    def exposition(self) -> bytes:
+        return prometheus_client.generate_latest(self.registry)

@@ -1,0 +1,224 @@
+"""Remote proxy: stream one request to an apiserver and its answer back, chunk by chunk.
+
+Invariants:
+- Bodies are never read whole: the request body is handed to the client library as a stream,
+  the response is copied with ``iter_any`` and each chunk written (and so flushed: aiohttp's
+  writer puts it on the transport at once) before the next read. A watch event reaches the
+  client as soon as its bytes arrive. ``write`` awaits the drain past the writer's high-water
+  mark, so a slow client slows the upstream read (TCP backpressure), never memory.
+- A 2xx response is offered to the ``Tee``; its sink sees exactly the bytes the client got,
+  and gets exactly one of ``finish`` / ``abort``.
+- ``UpstreamUnavailable`` is raised only before anything was sent to the client, so the router
+  may still answer from the cache or another backend. ``retryable`` says nothing reached the
+  apiserver (connect failed, or a stale pooled connection on a body-less request).
+- Upstream breaking mid-body: a watch ends cleanly (final chunk), the client re-watches; any
+  other response has its connection closed so the client sees a truncated body, not a lie.
+
+Dangers: ``handler_cancellation`` is on, so a client going away cancels the handler inside
+``write``/``iter_any``; cleanup therefore lives in ``finally`` blocks and re-raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+
+import aiohttp
+import yarl
+from aiohttp import web
+
+from yurthub import metrics, requestinfo, settings
+from yurthub.proxy import headers, seams, upstream
+
+log = logging.getLogger(__name__)
+
+_IDEMPOTENT_NO_BODY = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class UpstreamUnavailable(Exception):
+    """Nothing was sent to the client; the backend could not be used."""
+
+    def __init__(self, server: str, why: str, *, retryable: bool) -> None:
+        super().__init__(f"{server}: {why}")
+        self.server = server
+        self.retryable = retryable
+
+
+class RemoteProxy:
+    def __init__(
+        self,
+        client: upstream.Upstream,
+        proxy: settings.ProxySettings,
+        collectors: metrics.Metrics,
+        tee: seams.Tee | None,
+    ) -> None:
+        self.client = client
+        self._settings = proxy
+        self._metrics = collectors
+        self.tee = tee
+        self._watches: set[aiohttp.ClientResponse] = set()
+        self._closing = False
+
+    def end_watches(self) -> int:
+        """Shutdown phase: end every open watch cleanly; new ones are refused. Returns count."""
+        self._closing = True
+        count = len(self._watches)
+        for response in list(self._watches):
+            response.close()
+        return count
+
+    def upstream_url(self, server: str, request: web.Request) -> yarl.URL:
+        return yarl.URL(server + request.rel_url.raw_path_qs, encoded=True)
+
+    def outgoing_headers(
+        self, request: web.Request, info: requestinfo.RequestInfo, *, upgrade: bool = False
+    ) -> tuple[list[headers.Header], bool]:
+        """(headers, own_identity) for the upstream request."""
+        own_identity = not headers.bearer_token(request.headers.get("Authorization", ""))
+        out = headers.request_headers(
+            request.headers.items(),
+            upgrade=upgrade,
+            own_identity=own_identity,
+            accept=headers.upstream_accept(info),
+        )
+        if own_identity:
+            out.extend(self.client.identity_headers().items())
+        return out, own_identity
+
+    async def forward(
+        self, request: web.Request, info: requestinfo.RequestInfo, server: str
+    ) -> web.StreamResponse:
+        if info.is_watch and self._closing:
+            raise UpstreamUnavailable(server, "hub is shutting down", retryable=False)
+        out_headers, own_identity = self.outgoing_headers(request, info)
+        data = None
+        if request.body_exists:
+            data = request.content
+            if request.content_length is not None:
+                out_headers.append(("Content-Length", str(request.content_length)))
+        started: list[web.StreamResponse] = []
+        try:
+            # The request deadline (see requestinfo) covers the whole exchange.
+            async with asyncio.timeout(info.deadline):
+                up = await self._send(request, server, out_headers, data, own_identity)
+                with self._tracked(up, info):
+                    return await self._relay(request, info, up, started)
+        except TimeoutError as e:
+            if not started:
+                raise UpstreamUnavailable(server, "deadline exceeded", retryable=False) from e
+            resp = started[0]
+            log.info("%s hit its deadline of %ss", info.describe(), info.deadline)
+            if info.is_watch:
+                with contextlib.suppress(ConnectionError):
+                    await resp.write_eof()
+            elif request.transport is not None:
+                request.transport.close()
+            return resp
+
+    async def _send(
+        self,
+        request: web.Request,
+        server: str,
+        out_headers: list[headers.Header],
+        data: object,
+        own_identity: bool,
+    ) -> aiohttp.ClientResponse:
+        try:
+            return await self.client.session.request(
+                request.method,
+                self.upstream_url(server, request),
+                headers=out_headers,
+                data=data,
+                ssl=self.client.ssl_for(server, own_identity=own_identity),
+                allow_redirects=False,
+                auto_decompress=False,
+                read_bufsize=self._settings.chunk_size,
+            )
+        except aiohttp.ClientConnectorError as e:
+            raise UpstreamUnavailable(server, f"connect: {e.os_error}", retryable=True) from e
+        except aiohttp.ConnectionTimeoutError as e:
+            raise UpstreamUnavailable(server, "connect timed out", retryable=True) from e
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+            # A pooled keep-alive connection the apiserver closed: safe to resend a body-less
+            # idempotent request; anything with a body may have been partly consumed.
+            retryable = request.method in _IDEMPOTENT_NO_BODY and data is None
+            raise UpstreamUnavailable(server, repr(e), retryable=retryable) from e
+        except aiohttp.ClientError as e:
+            raise UpstreamUnavailable(server, repr(e), retryable=False) from e
+
+    @contextlib.contextmanager
+    def _tracked(self, up: aiohttp.ClientResponse, info: requestinfo.RequestInfo) -> Iterator[None]:
+        watch = info.is_watch
+        if watch:
+            self._watches.add(up)
+        try:
+            yield
+        finally:
+            if watch:
+                self._watches.discard(up)
+            up.release()
+
+    async def _relay(
+        self,
+        request: web.Request,
+        info: requestinfo.RequestInfo,
+        up: aiohttp.ClientResponse,
+        started: list[web.StreamResponse],
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(status=up.status, reason=up.reason)
+        for name, value in headers.response_headers(up.headers.items()):
+            resp.headers.add(name, value)
+        sink = None
+        if self.tee is not None and 200 <= up.status < 300:
+            sink = self.tee.open(info, up.status, up.headers)
+        traffic = 0
+        try:
+            await resp.prepare(request)
+            started.append(resp)
+            try:
+                async for chunk in up.content.iter_any():
+                    await resp.write(chunk)
+                    traffic += len(chunk)
+                    if sink is not None:
+                        sink.feed(chunk)
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:
+                if info.is_watch:
+                    # Upstream closed mid-stream (or the hub ended the watch): a clean end
+                    # makes the client re-watch; nothing to tell it beyond that.
+                    log.debug("watch %s ended by upstream: %r", info.path, e)
+                else:
+                    log.warning("upstream broke mid-body for %s: %r", info.describe(), e)
+                    if sink is not None:
+                        sink.abort("upstream broke mid-body")
+                        sink = None
+                    if request.transport is not None:
+                        request.transport.close()
+                    return resp
+            if sink is not None and info.is_watch and self._closing:
+                sink.abort("hub shutting down")
+                sink = None
+            await resp.write_eof()
+            if sink is not None:
+                current, sink = sink, None
+                await current.finish()
+            return resp
+        except ConnectionResetError:
+            # The client went away mid-body: nothing left to answer.
+            if sink is not None:
+                sink.abort("client went away")
+                sink = None
+            return resp
+        except asyncio.CancelledError:
+            if sink is not None:
+                sink.abort("client went away")
+                sink = None
+            raise
+        finally:
+            if sink is not None:
+                sink.abort("proxy error")
+            if traffic and info.is_resource_request:
+                self._metrics.proxy_traffic.labels(
+                    info.user_agent, info.verb, info.resource, info.subresource
+                ).inc(traffic)

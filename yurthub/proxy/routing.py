@@ -1,0 +1,164 @@
+"""Dispatch of one proxied request (DESIGN.md "The hub: request path", reference §2.5).
+
+    classify -> readiness gate -> [pool-scoped: later issue] -> kubelet lease / kubelet node
+    -> healthy backend: remote (stream + tee) -> transport error on get/list: cache
+    -> no healthy backend: cache -> 502 "no healthy backends available."
+
+Every outcome is an HTTP answer; errors are Kubernetes ``Status`` objects. A backend that fails
+with a transport error is reported to health (suspect + immediate probe) and, when nothing
+reached it, the request is retried once per other healthy backend, so one dead apiserver costs
+a client nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from aiohttp import web
+
+from yurthub import balancing, health, metrics, readiness, requestinfo, settings
+from yurthub.proxy import remote, responses, seams, upgrading
+
+log = logging.getLogger(__name__)
+
+_LOCAL_ON_ERROR_VERBS = frozenset({"get", "list"})
+
+
+class Router:
+    def __init__(
+        self,
+        *,
+        hub: settings.HubSettings,
+        balancer: balancing.Balancer,
+        checker: health.HealthChecker,
+        proxy: remote.RemoteProxy,
+        ready: readiness.Readiness,
+        collectors: metrics.Metrics,
+        local: seams.LocalAnswerer | None,
+    ) -> None:
+        self._settings = hub
+        self._balancer = balancer
+        self._health = checker
+        self._remote = proxy
+        self._ready = ready
+        self._metrics = collectors
+        self.local = local
+        self._own_multiplexer_ua = f"multiplexer-proxy-{hub.node_name}"
+        self.in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        try:
+            info = requestinfo.classify(
+                request.method, request.path, request.query.items(), request.headers
+            )
+        except requestinfo.BadRequestError as e:
+            return responses.status(400, str(e))
+        if not info.is_known_verb:
+            return responses.status(
+                405,
+                f"the server does not allow this method on the requested resource: "
+                f"{request.method}",
+            )
+        if self.in_flight >= self._settings.proxy.max_in_flight:
+            busy = responses.status(429, "too many requests in flight, retry later")
+            busy.headers["Retry-After"] = "1"
+            return busy
+        labels = (info.user_agent, info.verb, info.resource, info.subresource)
+        if info.is_resource_request:
+            self._metrics.in_flight_requests.labels(*labels).inc()
+        self._metrics.in_flight_requests_total.inc()
+        self.in_flight += 1
+        self._idle.clear()
+        code = 0
+        try:
+            resp = await self._route(request, info)
+            code = resp.status
+            return resp
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle.set()
+            self._metrics.in_flight_requests_total.dec()
+            if info.is_resource_request:
+                self._metrics.in_flight_requests.labels(*labels).dec()
+            self._metrics.request_duration.labels(
+                info.component, info.verb, info.resource, str(code)
+            ).observe(time.perf_counter() - started)
+
+    def _from_hub_itself(self, info: requestinfo.RequestInfo) -> bool:
+        ua = info.user_agent
+        return ua == self._own_multiplexer_ua or ua.startswith(("yurthub", "edgehub"))
+
+    async def _route(
+        self, request: web.Request, info: requestinfo.RequestInfo
+    ) -> web.StreamResponse:
+        if not self._from_hub_itself(info):
+            missing = self._ready.not_ready()
+            if missing:
+                return responses.status(503, f"hub is not ready: {', '.join(missing)}")
+
+        # Pool-scoped list/watch (services, endpointslices) go to the pool multiplexer in a later
+        # issue; until then they take the ordinary path below.
+
+        if info.component == "kubelet" and info.resource == "leases":
+            self._health.renew_kubelet_lease()
+            answer = await self._local(request, info, seams.LocalReason.KUBELET_LEASE)
+            if answer is not None:
+                return answer
+        elif (
+            info.component == "kubelet"
+            and info.resource == "nodes"
+            and info.verb == "get"
+            and not info.subresource
+        ):
+            answer = await self._local(request, info, seams.LocalReason.KUBELET_NODE)
+            if answer is not None:
+                return answer
+
+        return await self._remote_or_local(request, info)
+
+    async def _remote_or_local(
+        self, request: web.Request, info: requestinfo.RequestInfo
+    ) -> web.StreamResponse:
+        tried: set[str] = set()
+        while True:
+            server = self._balancer.pick(self._health.is_healthy, exclude=frozenset(tried))
+            if server is None:
+                break
+            try:
+                if info.is_upgrade:
+                    return await upgrading.forward(self._remote, request, info, server)
+                return await self._remote.forward(request, info, server)
+            except remote.UpstreamUnavailable as e:
+                log.info("%s via %s failed: %s", info.describe(), server, e)
+                self._health.report_transport_error(server)
+                tried.add(server)
+                if e.retryable:
+                    continue
+                if info.verb in _LOCAL_ON_ERROR_VERBS:
+                    answer = await self._local(request, info, seams.LocalReason.UPSTREAM_ERROR)
+                    if answer is not None:
+                        return answer
+                if isinstance(e.__cause__, TimeoutError):
+                    return responses.status(504, f"the apiserver did not answer in time ({server})")
+                return responses.status(502, f"error talking to the apiserver {server}")
+
+        answer = await self._local(request, info, seams.LocalReason.OFFLINE)
+        if answer is not None:
+            return answer
+        return responses.status(502, responses.NO_HEALTHY_BACKENDS)
+
+    async def _local(
+        self, request: web.Request, info: requestinfo.RequestInfo, reason: seams.LocalReason
+    ) -> web.StreamResponse | None:
+        if self.local is None:
+            return None
+        return await self.local.answer(request, info, reason=reason.value)

@@ -1,0 +1,269 @@
+"""The hub assembled: listeners, health, routing; start, phased stop.
+
+- Proxy listener ``--bind-proxy-address:--proxy-port`` (HTTP, 10261): aiohttp's low-level server
+  with one handler (``routing.Router.handle``), handler cancellation on client disconnect, and
+  a request handler class whose protocol-level errors (oversized or malformed headers, garbage)
+  are answered with a Kubernetes ``Status`` instead of aiohttp's text page.
+- Hub server ``--bind-address:--serve-port`` (10267): ``/v1/healthz``, ``/v1/readyz`` (names
+  what is not ready), ``/metrics`` (this hub's own registry).
+- HTTPS proxy 10268: not served until the hub has serving certificates (a later issue).
+
+Usage (tests, the demo, the CLI)::
+
+    hub = server.Hub(settings, tee=None, local=None)
+    await hub.start()          # listeners bound; health probing started
+    hub.proxy_url, hub.server_url
+    await hub.stop()           # phased: stop accepting, end watches, drain, cancel, close
+
+``start`` and ``stop`` must be awaited by the same task: it owns the hub's TaskGroup.
+
+The cache plugs in through ``tee`` / ``local`` (``proxy/seams.py``) and ``hub.on_lease``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from aiohttp import http_exceptions, web, web_protocol, web_request, web_server
+
+from yurthub import balancing, health, kubeconfigs, metrics, readiness, settings, statuses
+from yurthub.proxy import remote, routing, seams, upstream
+
+log = logging.getLogger(__name__)
+
+
+class _StatusRequestHandler(web_protocol.RequestHandler):
+    """aiohttp's connection handler, answering protocol errors with a ``Status``."""
+
+    def handle_error(
+        self,
+        request: web_request.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if request.writer.output_size > 0:
+            raise ConnectionError("response already started, cannot send an error")
+        reason = None
+        if status >= 500:
+            log.error("error handling request: %r", exc, exc_info=exc)
+            text = "internal error in the hub"
+        elif isinstance(exc, http_exceptions.LineTooLong):
+            status, reason = 431, "RequestHeaderFieldsTooLarge"
+            text = "request header fields too large"
+        else:
+            log.info("bad request from %s: %s", request.remote, type(exc).__name__)
+            text = f"malformed HTTP request ({type(exc).__name__ if exc else 'unparsable'})"
+        body = statuses.encode(statuses.failure(status, text, reason=reason))
+        resp = web.Response(status=status, body=body, content_type="application/json")
+        resp.force_close()
+        return resp
+
+
+class _ProxyServer(web_server.Server):
+    def __call__(self) -> web_protocol.RequestHandler:
+        return _StatusRequestHandler(self, loop=self._loop, **self._kwargs)
+
+    def _make_request(
+        self,
+        message: Any,
+        payload: Any,
+        protocol: web_protocol.RequestHandler,
+        writer: Any,
+        task: asyncio.Task[None],
+    ) -> web_request.BaseRequest:
+        # web.Request (not BaseRequest) so handlers and the cache's LocalAnswerer get the type
+        # they are written against; there is no URL dispatcher, so match_info stays empty.
+        return web.Request(message, payload, protocol, writer, task, self._loop)
+
+
+class Hub:
+    def __init__(
+        self,
+        hub_settings: settings.HubSettings,
+        *,
+        tee: seams.Tee | None = None,
+        local: seams.LocalAnswerer | None = None,
+        identity: kubeconfigs.Identity | None = None,
+    ) -> None:
+        self.settings = hub_settings
+        self.metrics = metrics.Metrics()
+        self.readiness = readiness.Readiness()
+        self._tee = tee
+        self._local = local
+        self._identity = identity
+        self._stack = contextlib.AsyncExitStack()
+        self._health_task: asyncio.Task[None] | None = None
+        self._proxy_runner: web.BaseRunner | None = None
+        self._server_runner: web.AppRunner | None = None
+        self.proxy_url = ""
+        self.server_url = ""
+        self.health: health.HealthChecker | None = None
+        self.router: routing.Router | None = None
+        self.remote: remote.RemoteProxy | None = None
+        self._stopping = False
+
+    # --- wiring for the cache engineer's runtime ---
+
+    @property
+    def on_lease(self) -> seams.LeaseCallback | None:
+        return self.health.on_lease if self.health else self._pending_on_lease
+
+    @on_lease.setter
+    def on_lease(self, callback: seams.LeaseCallback | None) -> None:
+        self._pending_on_lease = callback
+        if self.health is not None:
+            self.health.on_lease = callback
+
+    _pending_on_lease: seams.LeaseCallback | None = None
+
+    # --- life cycle ---
+
+    async def start(self) -> None:
+        s = self.settings
+        identity = self._identity
+        if identity is None:
+            if s.upstream.kubeconfig is not None:
+                loop = asyncio.get_running_loop()
+                identity = await loop.run_in_executor(None, kubeconfigs.load, s.upstream.kubeconfig)
+            else:
+                identity = kubeconfigs.anonymous()
+        client = upstream.Upstream(s.upstream, identity)
+        await client.start()
+        self._stack.push_async_callback(client.close)
+        self.health = health.HealthChecker(s, client, self.metrics)
+        self.health.on_lease = self._pending_on_lease
+        self.remote = remote.RemoteProxy(client, s.proxy, self.metrics, self._tee)
+        checker = self.health
+        self.readiness.add("settings", lambda: True)
+        self.readiness.add("initial-health-probe", checker.initial_probe_done.is_set)
+        self.readiness.add("not-stopping", lambda: not self._stopping)
+        self.router = routing.Router(
+            hub=s,
+            balancer=balancing.Balancer(s.upstream.servers, s.upstream.lb_mode),
+            checker=checker,
+            proxy=self.remote,
+            ready=self.readiness,
+            collectors=self.metrics,
+            local=self._local,
+        )
+        tg = await self._stack.enter_async_context(asyncio.TaskGroup())
+        self._health_task = tg.create_task(checker.run(), name="health-checker")
+        try:
+            await self._start_listeners()
+        except BaseException:
+            await self._abort_start()
+            raise
+
+    async def _abort_start(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+        await self._cleanup_runners()
+        await self._stack.aclose()
+
+    async def _start_listeners(self) -> None:
+        s = self.settings
+        assert self.router is not None
+        handle = self.router.handle
+
+        async def handler(request: web_request.BaseRequest) -> web.StreamResponse:
+            assert isinstance(request, web.Request)
+            return await handle(request)
+
+        proxy_server = _ProxyServer(
+            handler,
+            handler_cancellation=True,
+            max_field_size=s.proxy.max_field_size,
+            max_line_size=s.proxy.max_field_size,
+            access_log=None,
+        )
+        self._proxy_runner = web.ServerRunner(proxy_server, shutdown_timeout=0.5)
+        await self._proxy_runner.setup()
+        site = web.TCPSite(
+            self._proxy_runner, s.listen.bind_proxy_address, s.listen.proxy_port, backlog=1024
+        )
+        await site.start()
+        self.proxy_url = _url_of(self._proxy_runner)
+
+        app = web.Application()
+        app.router.add_get("/v1/healthz", self._healthz)
+        app.router.add_get("/v1/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        self._server_runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._server_runner.setup()
+        await web.TCPSite(self._server_runner, s.listen.bind_address, s.listen.serve_port).start()
+        self.server_url = _url_of(self._server_runner)
+        log.info("hub proxy listening on %s, hub server on %s", self.proxy_url, self.server_url)
+
+    async def stop(self, grace: float | None = None, *, force: asyncio.Event | None = None) -> None:
+        """Phased stop: stop accepting, end watches, let in-flight finish (``grace`` seconds, or
+        until ``force`` is set), cancel the rest, close the upstream pool."""
+        if self._stopping:
+            return
+        self._stopping = True
+        grace = self.settings.proxy.shutdown_grace if grace is None else grace
+        if self._proxy_runner is not None:
+            for site in list(self._proxy_runner.sites):
+                await site.stop()
+        if self.remote is not None:
+            ended = self.remote.end_watches()
+            if ended:
+                log.info("ended %d open watches", ended)
+        if self.router is not None and self.router.in_flight:
+            log.info("waiting up to %ss for %d in-flight requests", grace, self.router.in_flight)
+            waiters: list[Coroutine[Any, Any, Any]] = [self.router.wait_idle()]
+            if force is not None:
+                waiters.append(force.wait())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await _first(*waiters)
+        await self._cleanup_runners()
+        if self._health_task is not None:
+            self._health_task.cancel()
+        await self._stack.aclose()
+
+    async def _cleanup_runners(self) -> None:
+        for runner in (self._proxy_runner, self._server_runner):
+            if runner is not None:
+                await runner.cleanup()
+        self._proxy_runner = self._server_runner = None
+
+    # --- hub server endpoints ---
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="OK")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        missing = self.readiness.not_ready()
+        if missing:
+            return web.Response(status=500, text=f"not ready: {', '.join(missing)}")
+        return web.Response(text="OK")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self.metrics.exposition(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+
+async def _first(*aws: Any) -> None:
+    async with asyncio.TaskGroup() as tg:
+        tasks = [tg.create_task(aw, name="hub-stop-wait") for aw in aws]
+        done = asyncio.Event()
+        for task in tasks:
+            task.add_done_callback(lambda _t: done.set())
+        await done.wait()
+        for task in tasks:
+            task.cancel()
+
+
+def _url_of(runner: web.BaseRunner) -> str:
+    for address in runner.addresses:
+        host, port = address[0], address[1]
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{port}"
+    raise RuntimeError("listener has no address")
