@@ -1,0 +1,100 @@
+"""``debugEcho``: reports one device per configured description, for tests and demos.
+
+Details: ``descriptions: [<string>, ...]`` (required; an empty list is allowed). Each
+description ``d`` becomes ``Device(id=d, properties={"DEBUG_ECHO_DESCRIPTION": d})``.
+
+Availability: while the availability file (default ``/tmp/debug-echo-availability.txt``,
+env ``DEBUG_ECHO_AVAILABILITY_FILE``) contains ``OFFLINE`` the handler reports an empty
+list. The file is polled (default every second, env ``DEBUG_ECHO_POLL_SECONDS`` or the
+handler interval) rather than every 10 s as in Akri, so toggling it shows up quickly; a read
+is a tiny file and goes through the executor.
+
+``shared`` comes from ``DEBUG_ECHO_INSTANCES_SHARED`` (``true``/``false``, default ``true``
+like Akri's Helm chart); any other value is a startup error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncGenerator, Mapping
+from pathlib import Path
+
+from discovery import details, devices, sdk
+
+NAME = "debugEcho"
+DESCRIPTION_PROPERTY = "DEBUG_ECHO_DESCRIPTION"
+DEFAULT_AVAILABILITY_FILE = Path("/tmp/debug-echo-availability.txt")
+OFFLINE = "OFFLINE"
+DEFAULT_POLL_SECONDS = 1.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Details:
+    descriptions: tuple[str, ...]
+
+
+def parse_details(text: str) -> Details:
+    values = details.mapping(details.load(text), "", ("descriptions",))
+    descriptions = details.string_list(details.required(values, "descriptions"), "descriptions")
+    return Details(tuple(descriptions))
+
+
+def devices_for(parsed: Details, available: bool) -> list[devices.Device]:
+    if not available:
+        return []
+    return [devices.Device(id=d, properties={DESCRIPTION_PROPERTY: d}) for d in parsed.descriptions]
+
+
+def _read_available(path: Path) -> bool:
+    try:
+        return OFFLINE not in path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        # An unreadable file is not a statement that devices are offline.
+        return True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DebugEcho:
+    shared: bool = True
+    availability_file: Path = DEFAULT_AVAILABILITY_FILE
+    poll_seconds: float = DEFAULT_POLL_SECONDS
+    name: str = NAME
+
+    def parse_details(self, text: str) -> Details:
+        return parse_details(text)
+
+    async def discover(
+        self, details: Details, properties: Mapping[str, bytes]
+    ) -> AsyncGenerator[list[devices.Device], None]:
+        while True:
+            available = await asyncio.to_thread(_read_available, self.availability_file)
+            yield devices_for(details, available)
+            await asyncio.sleep(self.poll_seconds)
+
+
+def parse_bool(text: str, variable: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(f"{variable} must be true or false, got {text!r}")
+    return lowered == "true"
+
+
+def create(options: sdk.HandlerOptions) -> DebugEcho:
+    env = options.environ
+    shared = parse_bool(
+        env.get("DEBUG_ECHO_INSTANCES_SHARED", "true"), "DEBUG_ECHO_INSTANCES_SHARED"
+    )
+    poll = options.interval
+    if poll is None:
+        raw = env.get("DEBUG_ECHO_POLL_SECONDS", str(DEFAULT_POLL_SECONDS))
+        try:
+            poll = float(raw)
+        except ValueError as e:
+            raise ValueError(f"DEBUG_ECHO_POLL_SECONDS must be a number, got {raw!r}") from e
+    if poll <= 0:
+        raise ValueError(f"debugEcho poll interval must be positive, got {poll:g}")
+    path = Path(env.get("DEBUG_ECHO_AVAILABILITY_FILE", str(DEFAULT_AVAILABILITY_FILE)))
+    return DebugEcho(shared=shared, availability_file=path, poll_seconds=poll)

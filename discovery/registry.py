@@ -1,0 +1,635 @@
+"""Agent side of the discovery protocol: registered handlers, discovery requests, device lists.
+
+The discovery agent builds on this module. Everything runs inside :func:`running`, which owns
+the ``v0.Registration`` server and one task group for every stream::
+
+    async with registry.running(registry.RegistrySettings(directory=Path("/var/lib/akri"))) as reg:
+        reg.register_embedded(debug_echo.create(sdk.HandlerOptions(os.environ)))
+        request = reg.request(
+            "default/my-config", "debugEcho", details_text, properties=resolve_properties
+        )
+        async for snapshot in request.snapshots():
+            ...  # snapshot.devices: tuple[DiscoveredDevice, ...]; snapshot.invalid_details
+        await reg.stop_request("default/my-config")
+
+API (all methods are called from the event loop that entered :func:`running`):
+
+* ``Registry.request(key, handler_name, details, properties) -> DiscoveryRequest`` starts (or
+  returns the identical running) request for a Configuration ``key``; a request with other
+  details/name/properties under the same key is replaced. ``properties`` is an async callable
+  returning ``Mapping[str, bytes | None]`` (``None`` = a property without a value); it is
+  called before every (re)query of an endpoint, so ConfigMap/Secret changes are picked up.
+  ``await Registry.stop_request(key)`` ends it; ``Registry.get_request(key)`` looks it up.
+* ``DiscoveryRequest.snapshot()`` is the current :class:`Snapshot`; ``await
+  DiscoveryRequest.wait_for_change(version)`` returns the first snapshot with a higher
+  version; ``DiscoveryRequest.snapshots()`` iterates the current snapshot and then every change
+  (intermediate versions are coalesced: each snapshot is complete).
+* ``Registry.register_embedded(handler)`` adds an in-process handler (uid ``<name>@embedded``).
+* ``Registry.endpoints(name=None)`` lists registered :class:`Endpoint` s;
+  ``Registry.handler_names()`` the names with at least one endpoint.
+* ``Registry.registrations()`` is an async iterator of handler names, yielded whenever an
+  endpoint of that name is registered (new or re-registered, including an agent restart
+  being noticed by the handler). The agent re-triggers Configurations waiting for that name.
+  Each iterator has its own bounded pending set (one entry per name).
+
+Semantics (Akri reference §1.4, without its quirks):
+  * Endpoints are keyed ``<name>@<endpoint>``; registering the same uid again is idempotent
+    (a live stream is kept; a waiting retry is woken up). A changed ``shared`` flag or
+    endpoint type replaces the endpoint and restarts its streams.
+  * A request streams ``Discover`` from every endpoint of its handler name, including those
+    registering later, and merges their lists: devices are de-duplicated by ``(id, shared)``
+    (a shared device is one Instance cluster-wide, a local one is per node), the endpoint
+    with the smallest uid winning; the merged list is sorted by ``(id, shared)``.
+  * A stream that ends or fails drops that endpoint's devices and is retried with capped
+    exponential back-off (not the whole request, as Akri does); a successful list resets it.
+  * Failing to connect to an endpoint removes it from the registry (its streams stop); it
+    comes back when the handler re-registers.
+  * ``INVALID_ARGUMENT`` from a handler is final for that request/endpoint: it is reported
+    in ``Snapshot.invalid_details`` (the Configuration must change) and not retried.
+  * Property resolution errors are reported in ``Snapshot.errors`` and retried with back-off.
+
+Dangers: a misbehaving handler can only cost one bounded stream per request; device lists
+are capped at ``RegistrySettings.max_devices`` per endpoint (the excess is dropped with an
+error). All state is owned by one event loop; no locking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import logging
+import os
+import stat
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import grpc
+import grpc.aio
+
+from discovery import details, devices, sdk, wire
+from discovery.proto import discovery_pb2
+
+logger = logging.getLogger(__name__)
+
+PropertiesSource = Callable[[], Awaitable[Mapping[str, bytes | None]]]
+
+
+async def no_properties() -> Mapping[str, bytes | None]:
+    return {}
+
+
+class EndpointKind(enum.Enum):
+    UDS = "uds"
+    NETWORK = "network"
+    EMBEDDED = "embedded"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Endpoint:
+    name: str
+    endpoint: str
+    """Socket path (UDS), ``http://ip:port`` (NETWORK) or ``embedded``."""
+    kind: EndpointKind
+    shared: bool
+
+    @property
+    def uid(self) -> str:
+        return f"{self.name}@{self.endpoint}"
+
+    @property
+    def target(self) -> str:
+        """gRPC target to dial."""
+        if self.kind is EndpointKind.UDS:
+            return f"unix:{self.endpoint}"
+        parts = urlsplit(self.endpoint if "://" in self.endpoint else f"http://{self.endpoint}")
+        host = parts.hostname or ""
+        port = parts.port
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DiscoveredDevice:
+    device: devices.Device
+    shared: bool
+    endpoint: str
+    """uid of the endpoint whose report this is."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The merged state of one request. Every field is complete (not a delta)."""
+
+    version: int
+    devices: tuple[DiscoveredDevice, ...] = ()
+    endpoints: tuple[str, ...] = ()
+    """uids of the endpoints this request currently queries (streaming or retrying)."""
+    invalid_details: str | None = None
+    """Set when a handler rejected the details (gRPC INVALID_ARGUMENT); report it on the
+    Configuration. Not retried until the request is replaced."""
+    errors: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Last transient error per endpoint uid (stream failures, property resolution)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RegistrySettings:
+    directory: Path | None
+    """``DISCOVERY_HANDLERS_DIRECTORY``; ``None`` serves no socket (embedded handlers only)."""
+    connect_timeout: float = 2.0
+    """Seconds to wait for a handler endpoint to accept a connection before removing it."""
+    initial_backoff: float = 0.5
+    """First delay before re-querying an endpoint whose stream ended or failed."""
+    max_backoff: float = 10.0
+    """Cap of the doubling back-off (one registration interval)."""
+    max_devices: int = 10_000
+    """Devices accepted per endpoint list; a hostile handler cannot grow memory without bound."""
+    max_message_bytes: int = 16 * 1024 * 1024
+    """Largest DiscoverResponse accepted."""
+
+
+class RegistrationError(ValueError):
+    """A registration request is malformed."""
+
+
+def endpoint_from_request(message: discovery_pb2.RegisterDiscoveryHandlerRequest) -> Endpoint:
+    if not message.name:
+        raise RegistrationError("name must not be empty")
+    if not message.endpoint:
+        raise RegistrationError("endpoint must not be empty")
+    if message.endpoint_type == wire.NETWORK:
+        parts = urlsplit(
+            message.endpoint if "://" in message.endpoint else f"http://{message.endpoint}"
+        )
+        try:
+            port = parts.port
+        except ValueError as e:
+            raise RegistrationError(f"endpoint {message.endpoint!r}: {e}") from e
+        if parts.scheme != "http" or not parts.hostname or port is None:
+            raise RegistrationError(
+                f"NETWORK endpoint must look like http://<ip>:<port>, got {message.endpoint!r}"
+            )
+        kind = EndpointKind.NETWORK
+    elif message.endpoint_type == wire.UDS:
+        if not os.path.isabs(message.endpoint):
+            raise RegistrationError(f"UDS endpoint must be an absolute path: {message.endpoint!r}")
+        kind = EndpointKind.UDS
+    else:
+        raise RegistrationError(f"unknown endpoint_type {message.endpoint_type}")
+    return Endpoint(message.name, message.endpoint, kind, message.shared)
+
+
+def merge(
+    per_endpoint: Mapping[str, tuple[bool, list[devices.Device]]],
+) -> tuple[DiscoveredDevice, ...]:
+    """Merge endpoint lists: one device per ``(id, shared)``; the smallest uid wins."""
+    merged: dict[tuple[str, bool], DiscoveredDevice] = {}
+    for uid in sorted(per_endpoint):
+        shared, found = per_endpoint[uid]
+        for device in found:
+            merged.setdefault((device.id, shared), DiscoveredDevice(device, shared, uid))
+    return tuple(merged[key] for key in sorted(merged))
+
+
+class _Backoff:
+    def __init__(self, initial: float, cap: float) -> None:
+        self._initial = initial
+        self._cap = cap
+        self._next = initial
+
+    def reset(self) -> None:
+        self._next = self._initial
+
+    def take(self) -> float:
+        delay = self._next
+        self._next = min(self._next * 2, self._cap)
+        return delay
+
+
+class _Kick:
+    """Wakes a retry wait early (the endpoint re-registered)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def fire(self) -> None:
+        self._event.set()
+
+    async def sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._event.wait()
+        self._event.clear()
+
+
+class _EndpointGone(Exception):
+    """The endpoint did not accept a connection; it is removed from the registry."""
+
+
+class DiscoveryRequest:
+    """One Configuration's discovery: streams from every endpoint of one handler name."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        key: str,
+        handler_name: str,
+        details_text: str,
+        properties: PropertiesSource,
+    ) -> None:
+        self.key = key
+        self.handler_name = handler_name
+        self.details = details_text
+        self.properties = properties
+        self._registry = registry
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._kicks: dict[str, _Kick] = {}
+        self._lists: dict[str, tuple[bool, list[devices.Device]]] = {}
+        self._errors: dict[str, str] = {}
+        self._invalid: str | None = None
+        self._snapshot = Snapshot(version=0)
+        # Set (and replaced) on every publish: waiters hold the event of the version they saw.
+        self._changed = asyncio.Event()
+        self._stopped = False
+
+    # -- reading
+
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    async def wait_for_change(self, version: int) -> Snapshot:
+        while self._snapshot.version <= version:
+            await self._changed.wait()
+        return self._snapshot
+
+    async def snapshots(self) -> AsyncIterator[Snapshot]:
+        snapshot = self._snapshot
+        yield snapshot
+        while True:
+            snapshot = await self.wait_for_change(snapshot.version)
+            yield snapshot
+
+    # -- state changes (event loop only)
+
+    def _publish(self) -> None:
+        candidate = Snapshot(
+            version=self._snapshot.version + 1,
+            devices=merge(self._lists),
+            endpoints=tuple(sorted(self._tasks)),
+            invalid_details=self._invalid,
+            errors=dict(sorted(self._errors.items())),
+        )
+        if dataclasses.replace(candidate, version=self._snapshot.version) == self._snapshot:
+            return
+        self._snapshot = candidate
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def _set_list(self, uid: str, shared: bool, found: list[devices.Device]) -> None:
+        self._lists[uid] = (shared, found)
+        self._errors.pop(uid, None)
+        self._publish()
+
+    def _drop(self, uid: str, error: str | None) -> None:
+        self._lists.pop(uid, None)
+        if error is None:
+            self._errors.pop(uid, None)
+        else:
+            self._errors[uid] = error
+        self._publish()
+
+    # -- endpoints
+
+    def _attach(self, endpoint: Endpoint) -> None:
+        if self._stopped or endpoint.uid in self._tasks or self._invalid is not None:
+            return
+        kick = _Kick()
+        self._kicks[endpoint.uid] = kick
+        self._tasks[endpoint.uid] = self._registry._spawn(
+            self._stream(endpoint, kick), name=f"discover {self.key} from {endpoint.uid}"
+        )
+        self._publish()
+
+    def _kick(self, uid: str) -> None:
+        kick = self._kicks.get(uid)
+        if kick is not None:
+            kick.fire()
+
+    def _detach(self, uid: str) -> asyncio.Task[None] | None:
+        task = self._tasks.pop(uid, None)
+        self._kicks.pop(uid, None)
+        self._lists.pop(uid, None)
+        self._errors.pop(uid, None)
+        self._publish()
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            return task
+        return None
+
+    async def _stop(self) -> None:
+        self._stopped = True
+        tasks = [t for uid in list(self._tasks) if (t := self._detach(uid)) is not None]
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _stream(self, endpoint: Endpoint, kick: _Kick) -> None:
+        settings = self._registry.settings
+        backoff = _Backoff(settings.initial_backoff, settings.max_backoff)
+        try:
+            while True:
+                try:
+                    properties = await self.properties()
+                    if endpoint.kind is EndpointKind.EMBEDDED:
+                        await self._stream_embedded(endpoint, properties, backoff)
+                    else:
+                        await self._stream_grpc(endpoint, properties, backoff)
+                    self._drop(endpoint.uid, "discovery stream ended")
+                    logger.warning("%s closed the discovery stream of %s", endpoint.uid, self.key)
+                except _InvalidDetails as e:
+                    logger.warning("%s rejected the details of %s: %s", endpoint.uid, self.key, e)
+                    self._invalid = str(e)
+                    self._drop(endpoint.uid, None)
+                    return
+                except _EndpointGone as e:
+                    logger.warning("removing discovery handler %s: %s", endpoint.uid, e)
+                    self._drop(endpoint.uid, str(e))
+                    self._registry._remove(endpoint.uid)
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    logger.warning("discovery of %s from %s failed: %s", self.key, endpoint.uid, e)
+                    self._drop(endpoint.uid, str(e) or type(e).__name__)
+                await kick.sleep(backoff.take())
+        finally:
+            if self._tasks.get(endpoint.uid) is asyncio.current_task():
+                del self._tasks[endpoint.uid]
+                self._kicks.pop(endpoint.uid, None)
+                self._publish()
+
+    async def _stream_embedded(
+        self, endpoint: Endpoint, properties: Mapping[str, bytes | None], backoff: _Backoff
+    ) -> None:
+        handler = self._registry._embedded[endpoint.name]
+        try:
+            parsed = handler.parse_details(self.details)
+        except details.DetailsError as e:
+            raise _InvalidDetails(f"invalid discoveryDetails for {endpoint.name}: {e}") from e
+        plain = {k: v or b"" for k, v in properties.items()}
+        async for found in sdk.device_lists(handler, parsed, plain):
+            backoff.reset()
+            self._set_list(endpoint.uid, endpoint.shared, self._capped(endpoint, found))
+
+    async def _stream_grpc(
+        self, endpoint: Endpoint, properties: Mapping[str, bytes | None], backoff: _Backoff
+    ) -> None:
+        settings = self._registry.settings
+        options = [("grpc.max_receive_message_length", settings.max_message_bytes)]
+        async with grpc.aio.insecure_channel(endpoint.target, options=options) as channel:
+            try:
+                async with asyncio.timeout(settings.connect_timeout):
+                    await channel.channel_ready()
+            except TimeoutError as e:
+                raise _EndpointGone(
+                    f"no connection within {settings.connect_timeout:g}s to {endpoint.target}"
+                ) from e
+            request = wire.discover_request(self.details, properties)
+            call = wire.discover_call(channel)(request)
+            try:
+                async for response in call:
+                    backoff.reset()
+                    found = wire.devices_from_response(response)
+                    self._set_list(endpoint.uid, endpoint.shared, self._capped(endpoint, found))
+            except grpc.aio.AioRpcError as e:
+                if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                    raise _InvalidDetails(e.details() or "invalid discoveryDetails") from e
+                raise _StreamFailed(f"{e.code().name}: {e.details()}") from e
+            finally:
+                call.cancel()
+
+    def _capped(self, endpoint: Endpoint, found: list[devices.Device]) -> list[devices.Device]:
+        limit = self._registry.settings.max_devices
+        if len(found) <= limit:
+            return found
+        logger.warning(
+            "%s reported %d devices for %s; keeping the first %d",
+            endpoint.uid,
+            len(found),
+            self.key,
+            limit,
+        )
+        return found[:limit]
+
+
+class _InvalidDetails(Exception):
+    pass
+
+
+class _StreamFailed(Exception):
+    pass
+
+
+class _Subscription:
+    def __init__(self) -> None:
+        self.pending: dict[str, None] = {}
+        self.event = asyncio.Event()
+
+    def push(self, name: str) -> None:
+        self.pending[name] = None
+        self.event.set()
+
+
+class Registry:
+    """Registered discovery handlers and the discovery requests running against them."""
+
+    def __init__(self, settings: RegistrySettings, tg: asyncio.TaskGroup) -> None:
+        self.settings = settings
+        self._tg = tg
+        self._endpoints: dict[str, Endpoint] = {}
+        self._embedded: dict[str, sdk.Handler[Any]] = {}
+        self._requests: dict[str, DiscoveryRequest] = {}
+        self._subscriptions: set[_Subscription] = set()
+        self._closing = False
+
+    # -- task ownership
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = self._tg.create_task(coro, name=name)
+        return task
+
+    # -- endpoints
+
+    def endpoints(self, name: str | None = None) -> tuple[Endpoint, ...]:
+        return tuple(
+            e for uid, e in sorted(self._endpoints.items()) if name is None or e.name == name
+        )
+
+    def handler_names(self) -> set[str]:
+        return {e.name for e in self._endpoints.values()}
+
+    def register(self, endpoint: Endpoint) -> None:
+        """Add or refresh an endpoint (idempotent for an unchanged registration)."""
+        if self._closing:
+            return
+        existing = self._endpoints.get(endpoint.uid)
+        if existing != endpoint:
+            if existing is not None:
+                self._remove(endpoint.uid)
+            self._endpoints[endpoint.uid] = endpoint
+            logger.info(
+                "registered discovery handler %s (%s, shared=%s)",
+                endpoint.uid,
+                endpoint.kind.value,
+                endpoint.shared,
+            )
+        for request in self._requests.values():
+            if request.handler_name == endpoint.name:
+                request._attach(endpoint)
+                request._kick(endpoint.uid)
+        for subscription in self._subscriptions:
+            subscription.push(endpoint.name)
+
+    def register_embedded(self, handler: sdk.Handler[Any]) -> Endpoint:
+        self._embedded[handler.name] = handler
+        endpoint = Endpoint(handler.name, "embedded", EndpointKind.EMBEDDED, handler.shared)
+        self.register(endpoint)
+        return endpoint
+
+    def _remove(self, uid: str) -> None:
+        endpoint = self._endpoints.pop(uid, None)
+        if endpoint is None:
+            return
+        for request in self._requests.values():
+            request._detach(uid)
+        logger.info("removed discovery handler %s", uid)
+
+    async def registrations(self) -> AsyncIterator[str]:
+        """Handler names as endpoints of theirs register (see the module docstring)."""
+        subscription = _Subscription()
+        self._subscriptions.add(subscription)
+        try:
+            while True:
+                await subscription.event.wait()
+                subscription.event.clear()
+                names, subscription.pending = list(subscription.pending), {}
+                for name in names:
+                    yield name
+        finally:
+            self._subscriptions.discard(subscription)
+
+    # -- requests
+
+    def request(
+        self,
+        key: str,
+        handler_name: str,
+        details_text: str,
+        properties: PropertiesSource = no_properties,
+    ) -> DiscoveryRequest:
+        """Start discovery for ``key`` (see the module docstring)."""
+        if self._closing:
+            raise RuntimeError("registry is shutting down")
+        current = self._requests.get(key)
+        if current is not None:
+            if (current.handler_name, current.details, current.properties) == (
+                handler_name,
+                details_text,
+                properties,
+            ):
+                return current
+            self._requests.pop(key)
+            self._spawn(current._stop(), name=f"stop request {key}")
+        request = DiscoveryRequest(self, key, handler_name, details_text, properties)
+        self._requests[key] = request
+        for endpoint in self.endpoints(handler_name):
+            request._attach(endpoint)
+        return request
+
+    def get_request(self, key: str) -> DiscoveryRequest | None:
+        return self._requests.get(key)
+
+    async def stop_request(self, key: str) -> None:
+        request = self._requests.pop(key, None)
+        if request is not None:
+            await request._stop()
+
+    async def _close(self) -> None:
+        self._closing = True
+        for key in list(self._requests):
+            await self.stop_request(key)
+
+    # -- the Registration service
+
+    async def _register_rpc(
+        self,
+        message: discovery_pb2.RegisterDiscoveryHandlerRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> discovery_pb2.Empty:
+        try:
+            endpoint = endpoint_from_request(message)
+        except RegistrationError as e:
+            logger.warning("rejected a discovery handler registration: %s", e)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        self.register(endpoint)
+        return discovery_pb2.Empty()
+
+
+def _remove_stale_socket(path: Path) -> None:
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise sdk.ServeError(f"{path} exists and is not a socket; refusing to replace it")
+    path.unlink()
+
+
+@contextlib.asynccontextmanager
+async def running(settings: RegistrySettings) -> AsyncGenerator[Registry, None]:
+    """Serve ``v0.Registration`` on ``<directory>/agent-registration.sock`` (stale socket
+    replaced) and own every discovery stream until the block exits."""
+    try:
+        async with _serving(settings) as registry:
+            yield registry
+    except BaseExceptionGroup as group:
+        # Streams never raise, so a group holds only the caller's own exception: re-raise it
+        # unwrapped so callers see their error, not a TaskGroup artefact.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
+
+@contextlib.asynccontextmanager
+async def _serving(settings: RegistrySettings) -> AsyncGenerator[Registry, None]:
+    server: grpc.aio.Server | None = None
+    socket_path: Path | None = None
+    async with asyncio.TaskGroup() as tg:
+        registry = Registry(settings, tg)
+        try:
+            if settings.directory is not None:
+                socket_path = (settings.directory / sdk.REGISTRATION_SOCKET).absolute()
+                if len(os.fsencode(socket_path)) > sdk.MAX_SOCKET_PATH:
+                    raise sdk.ServeError(
+                        f"socket path {socket_path} is longer than {sdk.MAX_SOCKET_PATH} bytes"
+                    )
+                socket_path.parent.mkdir(parents=True, exist_ok=True)
+                _remove_stale_socket(socket_path)
+                server = grpc.aio.server()
+                server.add_generic_rpc_handlers(
+                    (wire.registration_service(registry._register_rpc),)
+                )
+                if server.add_insecure_port(f"unix:{socket_path}") == 0:
+                    raise sdk.ServeError(f"cannot listen on {socket_path}")
+                await server.start()
+                logger.info("discovery handler registration served on %s", socket_path)
+            yield registry
+        finally:
+            if server is not None:
+                await server.stop(1.0)
+            if socket_path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    socket_path.unlink()
+            await registry._close()

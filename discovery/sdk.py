@@ -1,0 +1,429 @@
+"""The discovery-handler SDK: what a handler implements, and everything around it.
+
+A handler implements :class:`Handler`: a ``name``, a ``shared`` flag, ``parse_details`` (raise
+:class:`DetailsError` naming the bad field) and one async generator, ``discover``, that yields
+the *complete* device list whenever it changes. The SDK does the rest:
+
+* :func:`serve` runs it as an Akri-compatible discovery handler: serves ``v0.DiscoveryHandler``
+  on ``$DISCOVERY_HANDLERS_DIRECTORY/<name>.sock`` (a stale socket is replaced) or on TCP
+  ``$POD_IP:10000``, registers with ``agent-registration.sock``, keeps retrying while the
+  agent is away, and re-registers promptly when the agent restarts (the registration socket
+  is replaced) or drops a stream. Cancelling :func:`serve` stops the server and removes the
+  socket.
+* :func:`device_lists` is the same stream in-process: the agent's registry consumes embedded
+  handlers through it, and ``edgehub discover`` through :func:`discover_once`.
+* :func:`load` finds handlers through the entry-point group ``edgehub.discovery_handlers``;
+  each entry point names a :data:`HandlerFactory` taking :class:`HandlerOptions`.
+
+Invariants:
+  * Details are validated before a stream starts: invalid ones end the call with
+    ``INVALID_ARGUMENT`` and a message naming the field; nothing is streamed.
+  * A stream never sends the same list twice in a row, and lists are sorted by device id.
+  * Per stream at most one list waits to be written: lists are full snapshots, so a slow
+    reader gets the newest one and older unsent ones are dropped (never queued without bound).
+
+Danger: a handler's ``discover`` runs once per open stream (one per Configuration that uses
+it); expensive probing should be cheap to repeat or shared by the handler itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import importlib.metadata
+import ipaddress
+import logging
+import os
+import stat
+from collections.abc import AsyncGenerator, Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import grpc
+import grpc.aio
+
+from discovery import details, devices, wire
+from discovery.proto import discovery_pb2
+
+logger = logging.getLogger(__name__)
+
+DetailsError = details.DetailsError
+
+ENTRY_POINT_GROUP = "edgehub.discovery_handlers"
+REGISTRATION_SOCKET = "agent-registration.sock"
+DISCOVERY_PORT = 10000
+# sockaddr_un.sun_path is 108 bytes including the terminating NUL.
+MAX_SOCKET_PATH = 107
+
+DetailsT = TypeVar("DetailsT")
+
+
+class Handler(Protocol[DetailsT]):
+    """What a discovery handler implements."""
+
+    @property
+    def name(self) -> str:
+        """Handler name that Configurations use (``discoveryHandler.name``), e.g. ``udev``."""
+        ...
+
+    @property
+    def shared(self) -> bool:
+        """Whether its devices can be seen by several nodes (IP cameras) or by one (USB)."""
+        ...
+
+    def parse_details(self, text: str) -> DetailsT:
+        """Parse and validate ``discoveryDetails``; raise :class:`DetailsError` naming the field."""
+        ...
+
+    def discover(
+        self, details: DetailsT, properties: Mapping[str, bytes]
+    ) -> AsyncGenerator[list[devices.Device], None]:
+        """Yield the complete device list at start and whenever it changes; run until closed."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HandlerOptions:
+    """What a :data:`HandlerFactory` gets to build a handler."""
+
+    environ: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Environment of the handler (its Akri-compatible variables, e.g.
+    ``DEBUG_ECHO_INSTANCES_SHARED``), passed explicitly so tests and embedding control it."""
+    interval: float | None = None
+    """Seconds between polls for handlers that poll; ``None`` keeps the handler's default."""
+
+
+HandlerFactory = Callable[[HandlerOptions], Handler[Any]]
+
+
+class HandlerNotFoundError(LookupError):
+    """No installed entry point provides a handler of that name."""
+
+
+def available() -> list[str]:
+    """Names of the installed handlers (built-in and third-party), sorted."""
+    return sorted({ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def load(name: str, options: HandlerOptions) -> Handler[Any]:
+    """Build the handler registered under ``name`` in the entry-point group."""
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name):
+        factory: HandlerFactory = entry_point.load()
+        return factory(options)
+    known = ", ".join(available()) or "none installed"
+    raise HandlerNotFoundError(f"unknown discovery handler {name!r} (available: {known})")
+
+
+# --------------------------------------------------------------------------- in-process use
+
+
+def _sorted(found: list[devices.Device]) -> list[devices.Device]:
+    return sorted(found, key=lambda d: d.id)
+
+
+async def device_lists(
+    handler: Handler[DetailsT], parsed: DetailsT, properties: Mapping[str, bytes]
+) -> AsyncGenerator[list[devices.Device], None]:
+    """The handler's lists, sorted by id, without consecutive duplicates."""
+    previous: list[devices.Device] | None = None
+    async with contextlib.aclosing(handler.discover(parsed, properties)) as lists:
+        async for found in lists:
+            current = _sorted(found)
+            if current != previous:
+                previous = current
+                yield current
+
+
+async def discover_once(
+    handler: Handler[Any], text: str, properties: Mapping[str, bytes]
+) -> list[devices.Device]:
+    """Validate ``text`` and return the handler's first device list.
+
+    Raises :class:`DetailsError` for bad details; callers bound the wait with
+    ``asyncio.timeout`` (a handler may take its discovery timeout before the first list).
+    """
+    parsed = handler.parse_details(text)
+    async with contextlib.aclosing(device_lists(handler, parsed, properties)) as lists:
+        async for found in lists:
+            return found
+    return []
+
+
+# --------------------------------------------------------------------------- serving
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServeSettings:
+    """How :func:`serve` exposes a handler and finds the agent."""
+
+    directory: Path
+    """``DISCOVERY_HANDLERS_DIRECTORY``: holds ``agent-registration.sock`` and our socket."""
+    pod_ip: str | None = None
+    """``POD_IP``: when set, serve on TCP ``<pod_ip>:<port>`` and register a NETWORK endpoint."""
+    port: int = DISCOVERY_PORT
+    """TCP port with ``pod_ip`` (Akri uses 10000); 0 picks a free one."""
+    socket_path: Path | None = None
+    """Our UDS path; default ``<directory>/<name>.sock`` (override to run two of one name)."""
+    registration_retry: float = 10.0
+    """Seconds between registration attempts while the agent is unreachable (Akri: 10 s).
+    A new agent socket appearing cuts the wait short."""
+    registration_timeout: float = 5.0
+    """Deadline of one RegisterDiscoveryHandler call."""
+    watch_interval: float = 0.25
+    """How often the registration socket is checked for replacement (agent restart)."""
+    shutdown_grace: float = 0.2
+    """Seconds open streams get at shutdown. Discover streams never end by themselves, so
+    this only lets a list being written go out."""
+    max_streams: int = 64
+    """Concurrent Discover calls (one per Configuration using this handler)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where a served handler listens, as registered with the agent."""
+
+    address: str
+    """The registered endpoint: a socket path (UDS) or ``http://ip:port`` (NETWORK)."""
+    network: bool
+    socket_path: Path | None
+
+
+class ServeError(RuntimeError):
+    """The handler could not start serving (bad socket path, address in use)."""
+
+
+class _Latest:
+    """A one-slot mailbox: ``put`` replaces the unsent value; ``take`` waits for one."""
+
+    def __init__(self) -> None:
+        self._value: list[devices.Device] | None = None
+        self._finished = False
+        self._error: BaseException | None = None
+        self._changed = asyncio.Event()
+
+    def put(self, value: list[devices.Device]) -> None:
+        self._value = value
+        self._changed.set()
+
+    def finish(self, error: BaseException | None) -> None:
+        self._finished = True
+        self._error = error
+        self._changed.set()
+
+    async def take(self) -> list[devices.Device] | None:
+        """The newest unsent list, or ``None`` once the producer finished (see ``error``)."""
+        while True:
+            if self._value is not None:
+                value, self._value = self._value, None
+                return value
+            if self._finished:
+                return None
+            self._changed.clear()
+            await self._changed.wait()
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._error
+
+
+class _DiscoveryServicer:
+    """``v0.DiscoveryHandler`` for one handler (duck-typed for the generated registrar)."""
+
+    def __init__(self, handler: Handler[Any], stream_dropped: asyncio.Event) -> None:
+        self._handler = handler
+        self._stream_dropped = stream_dropped
+        self.closing = False
+
+    async def Discover(
+        self, request: discovery_pb2.DiscoverRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        name = self._handler.name
+        try:
+            parsed = self._handler.parse_details(request.discovery_details)
+        except DetailsError as e:
+            logger.warning("rejecting Discover for %s: invalid discoveryDetails: %s", name, e)
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"invalid discoveryDetails for {name}: {e}"
+            )
+        properties = wire.properties_from_request(request)
+        logger.info("Discover stream opened for %s", name)
+        mailbox = _Latest()
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._produce(parsed, properties, mailbox), name=f"discover {name}")
+                sent: list[devices.Device] | None = None
+                while (found := await mailbox.take()) is not None:
+                    if found != sent:
+                        await context.write(wire.response(found))
+                        sent = found
+        except asyncio.CancelledError:
+            if not self.closing:
+                # The agent went away or dropped this request. Re-registering is idempotent
+                # and is how we notice an agent restart without waiting for a poll tick.
+                logger.info("Discover stream for %s closed by the agent", name)
+                self._stream_dropped.set()
+            raise
+        if mailbox.error is not None:
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"{name} discovery failed: {mailbox.error}"
+            )
+        logger.info("Discover stream for %s ended by the handler", name)
+
+    async def _produce(self, parsed: Any, properties: Mapping[str, bytes], out: _Latest) -> None:
+        error: BaseException | None = None
+        try:
+            async for found in device_lists(self._handler, parsed, properties):
+                out.put(found)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            # A handler bug must end this stream with a status, not kill the process: the
+            # agent retries with back-off.
+            logger.exception("%s discovery failed", self._handler.name)
+            error = e
+        out.finish(error)
+
+
+def _remove_stale_socket(path: Path) -> None:
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise ServeError(f"{path} exists and is not a socket; refusing to replace it")
+    path.unlink()
+
+
+def _bind(server: grpc.aio.Server, name: str, settings: ServeSettings) -> Endpoint:
+    if settings.pod_ip:
+        try:
+            ip = ipaddress.ip_address(settings.pod_ip)
+        except ValueError as e:
+            raise ServeError(f"POD_IP {settings.pod_ip!r} is not an IP address") from e
+        host = f"[{ip}]" if ip.version == 6 else str(ip)
+        try:
+            port = server.add_insecure_port(f"{host}:{settings.port}")
+        except RuntimeError as e:
+            raise ServeError(f"cannot listen on {host}:{settings.port}: {e}") from e
+        if port == 0:
+            raise ServeError(f"cannot listen on {host}:{settings.port}")
+        return Endpoint(f"http://{host}:{port}", network=True, socket_path=None)
+    path = (settings.socket_path or settings.directory / f"{name}.sock").absolute()
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise ServeError(f"socket path {path} is longer than {MAX_SOCKET_PATH} bytes")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_socket(path)
+    try:
+        bound = server.add_insecure_port(f"unix:{path}")
+    except RuntimeError as e:
+        raise ServeError(f"cannot listen on {path}: {e}") from e
+    if bound == 0:
+        raise ServeError(f"cannot listen on {path}")
+    return Endpoint(str(path), network=False, socket_path=path)
+
+
+async def serve(
+    handler: Handler[Any],
+    settings: ServeSettings,
+    on_ready: Callable[[Endpoint], None] | None = None,
+) -> None:
+    """Serve ``handler`` and keep it registered with the agent until cancelled."""
+    server = grpc.aio.server(maximum_concurrent_rpcs=settings.max_streams)
+    stream_dropped = asyncio.Event()
+    servicer = _DiscoveryServicer(handler, stream_dropped)
+    server.add_generic_rpc_handlers((wire.discovery_handler_service(servicer.Discover),))
+    endpoint = _bind(server, handler.name, settings)
+    await server.start()
+    logger.info("serving discovery handler %s on %s", handler.name, endpoint.address)
+    try:
+        if on_ready is not None:
+            on_ready(endpoint)
+        await _keep_registered(handler, endpoint, settings, stream_dropped)
+    finally:
+        servicer.closing = True
+        await server.stop(settings.shutdown_grace)
+        if endpoint.socket_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                endpoint.socket_path.unlink()
+        logger.info("discovery handler %s stopped", handler.name)
+
+
+# --------------------------------------------------------------------------- registration
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+async def _register_once(
+    socket_path: Path, request: discovery_pb2.RegisterDiscoveryHandlerRequest, rpc_seconds: float
+) -> None:
+    async with grpc.aio.insecure_channel(f"unix:{socket_path}") as channel:
+        await wire.register_call(channel)(request, timeout=rpc_seconds)
+
+
+async def _wait_for_agent_change(
+    socket_path: Path,
+    known: tuple[int, int] | None,
+    limit: float | None,
+    poll: float,
+    stream_dropped: asyncio.Event,
+) -> None:
+    """Return when a stream was dropped, the registration socket was replaced, or after
+    ``limit`` seconds (``None``: no limit)."""
+    loop = asyncio.get_running_loop()
+    deadline = None if limit is None else loop.time() + limit
+    while not stream_dropped.is_set():
+        current = await asyncio.to_thread(_identity, socket_path)
+        if current is not None and current != known:
+            return
+        wait = poll if deadline is None else min(poll, deadline - loop.time())
+        if wait <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait):
+                await stream_dropped.wait()
+
+
+async def _keep_registered(
+    handler: Handler[Any],
+    endpoint: Endpoint,
+    settings: ServeSettings,
+    stream_dropped: asyncio.Event,
+) -> None:
+    socket_path = (settings.directory / REGISTRATION_SOCKET).absolute()
+    request = wire.register_request(
+        handler.name, endpoint.address, endpoint.network, handler.shared
+    )
+    while True:
+        known = await asyncio.to_thread(_identity, socket_path)
+        stream_dropped.clear()
+        try:
+            await _register_once(socket_path, request, settings.registration_timeout)
+        except grpc.aio.AioRpcError as e:
+            logger.warning(
+                "registering %s with the agent at %s failed (%s: %s); retrying within %gs",
+                handler.name,
+                socket_path,
+                e.code().name,
+                e.details(),
+                settings.registration_retry,
+            )
+            await _wait_for_agent_change(
+                socket_path,
+                known,
+                settings.registration_retry,
+                settings.watch_interval,
+                stream_dropped,
+            )
+            continue
+        logger.info("registered %s (%s) with the agent", handler.name, endpoint.address)
+        await _wait_for_agent_change(
+            socket_path, known, None, settings.watch_interval, stream_dropped
+        )
+        logger.info("re-registering %s with the agent", handler.name)
