@@ -30,7 +30,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from discovery.agent import devices, naming
+from discovery import devices
+from discovery.agent import discovered, naming
 
 CDI_VERSION = "0.6.0"
 
@@ -73,7 +74,7 @@ def device_edits(device: devices.Device) -> dict[str, Any]:
 
 def build_spec(
     configuration: str,
-    named: Iterable[devices.NamedDevice],
+    named: Iterable[discovered.NamedDevice],
     broker_properties: Mapping[str, str],
 ) -> dict[str, Any] | None:
     """The CDI spec of one Configuration, or None when there is nothing valid to write."""
@@ -106,7 +107,7 @@ class Allocation:
     cdi_name: str
 
 
-def allocation(named: devices.NamedDevice, broker_properties: Mapping[str, str]) -> Allocation:
+def allocation(named: discovered.NamedDevice, broker_properties: Mapping[str, str]) -> Allocation:
     """Env is each property as ``K`` and ``K_<HASH>`` (Akri PR #710), device properties first,
     the Configuration's brokerProperties overriding them."""
     suffix = naming.env_suffix(named.digest)

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from discovery.agent import cdi, devices
+from discovery import devices
+from discovery.agent import cdi, discovered
 
 SHARED = devices.Device(
     id="my_shared_device",
     properties={"ENV_KEY": "env_value"},
     mounts=(devices.Mount("container", "host", False),),
     device_specs=(devices.DeviceSpec("container", "host", "perms"),),
-    shared=True,
 )
 
 
@@ -50,7 +50,7 @@ def assert_edits(edits: Any) -> None:
 
 
 def test_shared_device_spec_matches_akri_and_cdi() -> None:
-    named = devices.name_devices("my-config", [SHARED], "node-a")
+    named = discovered.name_devices("my-config", [(SHARED, True)], "node-a")
     spec = cdi.build_spec("my-config", named.values(), {"BROKER": "b"})
     assert spec == {
         "cdiVersion": "0.6.0",
@@ -74,8 +74,8 @@ def test_shared_device_spec_matches_akri_and_cdi() -> None:
 
 
 def test_read_only_mount_and_no_broker_properties() -> None:
-    device = devices.Device("d", {}, mounts=(devices.Mount("/c", "/h", True),), shared=True)
-    spec = cdi.build_spec("cfg", devices.name_devices("cfg", [device], "n").values(), {})
+    device = devices.Device("d", {}, mounts=(devices.Mount("/c", "/h", True),))
+    spec = cdi.build_spec("cfg", discovered.name_devices("cfg", [(device, True)], "n").values(), {})
     assert spec is not None
     assert "containerEdits" not in spec
     assert spec["devices"][0]["containerEdits"] == {
@@ -86,7 +86,7 @@ def test_read_only_mount_and_no_broker_properties() -> None:
 
 @pytest.mark.parametrize("configuration", ["with.dot", "1starts-with-digit", "ends-"])
 def test_configuration_names_cdi_cannot_express_get_no_spec(configuration: str) -> None:
-    named = devices.name_devices(configuration, [SHARED], "n")
+    named = discovered.name_devices(configuration, [(SHARED, True)], "n")
     assert cdi.build_spec(configuration, named.values(), {}) is None
 
 
@@ -100,7 +100,7 @@ def test_allocation_env_has_plain_and_suffixed_keys_config_wins() -> None:
         {"MY_DEVICE_KEY": "device_value", "CLASH": "device"},
         device_specs=(devices.DeviceSpec("/dev/x", "", "rw"),),
     )
-    named = devices.name_devices("my_config", [device], "my_node")["my_config-e77db4"]
+    named = discovered.name_devices("my_config", [(device, False)], "my_node")["my_config-e77db4"]
     result = cdi.allocation(named, {"MY_EXTRA_KEY": "value", "CLASH": "config"})
     assert result.envs == {
         "MY_DEVICE_KEY": "device_value",
@@ -116,7 +116,7 @@ def test_allocation_env_has_plain_and_suffixed_keys_config_wins() -> None:
 
 async def test_write_is_atomic_idempotent_and_removable(tmp_path: Path) -> None:
     path = cdi.spec_path(tmp_path / "cdi", "cfg")
-    spec = cdi.build_spec("cfg", devices.name_devices("cfg", [SHARED], "n").values(), {})
+    spec = cdi.build_spec("cfg", discovered.name_devices("cfg", [(SHARED, True)], "n").values(), {})
     assert spec is not None
     assert await cdi.write_spec(path, spec)
     assert not await cdi.write_spec(path, spec)

@@ -1,0 +1,79 @@
+"""Kubernetes Events on Configurations: how a user learns why discovery is not happening.
+
+Best effort: an Event that cannot be posted is logged at debug and dropped
+(the same message is always logged by the caller). Repeats of the same
+(object, reason, message) are suppressed, so a Configuration in back-off does
+not post an Event per retry; the table is bounded and forgets the oldest.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from discovery.agent import kubeapi
+
+logger = logging.getLogger(__name__)
+
+_MAX_REMEMBERED = 1024
+
+
+class Recorder:
+    def __init__(self, api: kubeapi.KubeApi, node_name: str, component: str = "edgehub-agent"):
+        self.api = api
+        self.node_name = node_name
+        self.component = component
+        self._last: collections.OrderedDict[tuple[str, str, str], str] = collections.OrderedDict()
+
+    def forget(self, obj: Mapping[str, Any]) -> None:
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        for key in [k for k in self._last if k[0] == uid]:
+            del self._last[key]
+
+    async def post(self, obj: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        key = (uid, kind, reason)
+        if self._last.get(key) == message:
+            return
+        self._last[key] = message
+        self._last.move_to_end(key)
+        while len(self._last) > _MAX_REMEMBERED:
+            self._last.popitem(last=False)
+        namespace = str(meta.get("namespace") or "default")
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion", ""),
+                "kind": obj.get("kind", ""),
+                "name": meta.get("name", ""),
+                "namespace": namespace,
+                "uid": uid,
+                "resourceVersion": meta.get("resourceVersion", ""),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": self.component, "host": self.node_name},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "reportingComponent": self.component,
+            "reportingInstance": self.node_name,
+        }
+        try:
+            await self.api.create(kubeapi.EVENTS, namespace, event)
+        except kubeapi.KubeError as e:
+            logger.debug("could not post event %s on %s: %s", reason, meta.get("name"), e)
+
+    def clear(self, obj: Mapping[str, Any], reason: str) -> None:
+        """Allow ``reason`` to be posted again (the condition went away)."""
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        for key in [k for k in self._last if k[0] == uid and k[2] == reason]:
+            del self._last[key]

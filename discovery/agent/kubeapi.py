@@ -1,0 +1,318 @@
+"""The agent's only door to the apiserver: a thin adapter over one kubernetes_asyncio ApiClient.
+
+Everything inward of this module sees plain JSON dicts and the small error
+hierarchy below; no kubernetes_asyncio model or exception leaks out. The
+adapter speaks raw REST paths so Configurations, Instances, ConfigMaps,
+Secrets and Events share one code path (and the hub's proxy, which the agent
+may be pointed at, sees ordinary list/watch/get/put requests it can cache).
+
+Invariants:
+  * One ApiClient per agent, created by ``connect`` and closed by its owner.
+  * Every request has a timeout; watch streams are read line by line with a
+    hard line-size limit, never buffered whole.
+  * Errors: 404 -> ``NotFound``, 409 -> ``Conflict``, 410 -> ``Gone``,
+    transport failures / 5xx / 429 -> ``Unavailable`` (retryable), anything
+    else -> ``KubeError``. Messages never include response bodies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client import exceptions as k8s_exceptions
+
+logger = logging.getLogger(__name__)
+
+# Largest watch event line accepted: etcd's default request limit is 1.5 MiB.
+MAX_EVENT_BYTES = 4 * 1024 * 1024
+
+JSONObject = dict[str, Any]
+
+
+class KubeError(Exception):
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Conflict(KubeError):
+    pass
+
+
+class Gone(KubeError):
+    """The resourceVersion is too old: relist."""
+
+
+class Unavailable(KubeError, ConnectionError):
+    """The apiserver could not be reached or asked us to come back later."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if namespace is not None:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{name}"
+        return base
+
+
+CONFIGURATIONS = Resource("akri.sh", "v0", "configurations")
+INSTANCES = Resource("akri.sh", "v0", "instances")
+CONFIGMAPS = Resource("", "v1", "configmaps")
+SECRETS = Resource("", "v1", "secrets")
+EVENTS = Resource("", "v1", "events")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ObjectList:
+    items: list[JSONObject]
+    resource_version: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK
+    object: JSONObject
+
+
+async def connect(
+    url: str | None, kubeconfig: Path | None, user_agent: str
+) -> k8s_client.ApiClient:
+    """An ApiClient for ``url`` (e.g. the hub's proxy) and/or a kubeconfig.
+
+    With both, the kubeconfig supplies credentials and ``url`` replaces its
+    server; with only ``url``, requests are anonymous (a local proxy
+    authenticates on our behalf).
+    """
+    configuration = k8s_client.Configuration()
+    if kubeconfig is not None:
+        try:
+            await k8s_config.load_kube_config(
+                config_file=str(kubeconfig), client_configuration=configuration
+            )
+        except (OSError, k8s_config.ConfigException, ValueError) as e:
+            raise KubeError(f"cannot load kubeconfig {kubeconfig}: {e}") from e
+    elif url is None:
+        raise KubeError("neither an apiserver URL nor a kubeconfig was given")
+    if url is not None:
+        configuration.host = url.rstrip("/")
+    api_client = k8s_client.ApiClient(configuration)
+    api_client.user_agent = user_agent
+    return api_client
+
+
+def _error(e: BaseException, what: str) -> KubeError:
+    if isinstance(e, k8s_exceptions.ApiException):
+        status = int(e.status or 0)
+        message = f"{what}: HTTP {status} {e.reason or ''}".strip()
+        if status == 404:
+            return NotFound(message, status)
+        if status == 409:
+            return Conflict(message, status)
+        if status == 410:
+            return Gone(message, status)
+        if status == 429 or status >= 500 or status == 0:
+            return Unavailable(message, status)
+        return KubeError(message, status)
+    return Unavailable(f"{what}: {type(e).__name__}: {e}")
+
+
+_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+class KubeApi:
+    """JSON-in, JSON-out access to the few resources the agent uses."""
+
+    def __init__(self, api_client: k8s_client.ApiClient, request_timeout: float = 30.0) -> None:
+        self.api_client = api_client
+        self.request_timeout = request_timeout
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> JSONObject:
+        what = f"{method} {path}"
+        try:
+            result = await self.api_client.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                body=dict(body) if body is not None else None,
+                response_types_map={200: "object", 201: "object", 202: "object"},
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+                _request_timeout=self.request_timeout,
+            )
+        except (k8s_exceptions.ApiException, *_TRANSPORT_ERRORS) as e:
+            raise _error(e, what) from e
+        if not isinstance(result, dict):
+            raise KubeError(f"{what}: response is not a JSON object")
+        return result
+
+    async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList:
+        result = await self._call("GET", resource.path(namespace))
+        items = result.get("items") or []
+        rv = str((result.get("metadata") or {}).get("resourceVersion") or "")
+        return ObjectList([i for i in items if isinstance(i, dict)], rv)
+
+    async def get(self, resource: Resource, namespace: str, name: str) -> JSONObject:
+        return await self._call("GET", resource.path(namespace, name))
+
+    async def get_or_none(self, resource: Resource, namespace: str, name: str) -> JSONObject | None:
+        try:
+            return await self.get(resource, namespace, name)
+        except NotFound:
+            return None
+
+    async def create(
+        self, resource: Resource, namespace: str, body: Mapping[str, Any]
+    ) -> JSONObject:
+        return await self._call("POST", resource.path(namespace), body=body)
+
+    async def replace(
+        self, resource: Resource, namespace: str, name: str, body: Mapping[str, Any]
+    ) -> JSONObject:
+        """PUT; a ``metadata.resourceVersion`` in ``body`` makes it conditional (409 on a race)."""
+        return await self._call("PUT", resource.path(namespace, name), body=body)
+
+    async def delete(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        """DELETE with optional preconditions (409 when the object changed meanwhile)."""
+        preconditions: dict[str, str] = {}
+        if uid:
+            preconditions["uid"] = uid
+        if resource_version:
+            preconditions["resourceVersion"] = resource_version
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if preconditions:
+            body["preconditions"] = preconditions
+        await self._call("DELETE", resource.path(namespace, name), body=body)
+
+    async def get_configmap(self, namespace: str, name: str) -> JSONObject | None:
+        return await self.get_or_none(CONFIGMAPS, namespace, name)
+
+    async def get_secret(self, namespace: str, name: str) -> JSONObject | None:
+        return await self.get_or_none(SECRETS, namespace, name)
+
+    async def watch(
+        self, resource: Resource, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[WatchEvent]:
+        """One watch request from ``resource_version``; ends when the server closes it.
+
+        Raises ``Gone`` when the server reports 410 (the caller relists).
+        """
+        path = resource.path()
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        try:
+            response = await self.api_client.call_api(
+                path,
+                "GET",
+                query_params=query,
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(
+                    connect=self.request_timeout,
+                    sock_connect=self.request_timeout,
+                    sock_read=timeout_seconds + self.request_timeout,
+                ),
+            )
+        except (k8s_exceptions.ApiException, *_TRANSPORT_ERRORS) as e:
+            raise _error(e, f"watch {path}") from e
+        try:
+            if response.status != 200:
+                exc = k8s_exceptions.ApiException(status=response.status, reason=response.reason)
+                raise _error(exc, f"watch {path}")
+            async for line in _lines(response.content):
+                event = _parse_event(line, path)
+                if event is not None:
+                    yield event
+        except _TRANSPORT_ERRORS as e:
+            raise _error(e, f"watch {path}") from e
+        finally:
+            response.release()
+
+
+async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    buffer = bytearray()
+    async for chunk in stream.iter_any():
+        buffer.extend(chunk)
+        while True:
+            end = buffer.find(b"\n")
+            if end < 0:
+                break
+            line = bytes(buffer[:end])
+            del buffer[: end + 1]
+            if line.strip():
+                yield line
+        if len(buffer) > MAX_EVENT_BYTES:
+            raise KubeError(f"watch event larger than {MAX_EVENT_BYTES} bytes")
+    if buffer.strip():
+        yield bytes(buffer)
+
+
+def _parse_event(line: bytes, path: str) -> WatchEvent | None:
+    try:
+        raw = json.loads(line)
+    except ValueError as e:
+        raise Unavailable(f"watch {path}: malformed event") from e
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    obj = raw.get("object") if isinstance(raw, dict) else None
+    if not isinstance(kind, str) or not isinstance(obj, dict):
+        raise Unavailable(f"watch {path}: malformed event")
+    if kind == "ERROR":
+        code = int(obj.get("code") or 0)
+        if code == 410:
+            raise Gone(f"watch {path}: resourceVersion too old", 410)
+        exc = k8s_exceptions.ApiException(status=code, reason=str(obj.get("reason") or ""))
+        raise _error(exc, f"watch {path}")
+    if kind not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
+        logger.debug("ignoring watch event type %s on %s", kind, path)
+        return None
+    return WatchEvent(kind, obj)
+
+
+def key_of(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def resource_version_of(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")

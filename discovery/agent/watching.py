@@ -1,0 +1,105 @@
+"""List+watch one resource cluster-wide into an in-memory store, forever.
+
+``Reflector.run`` lists, then watches from the list's resourceVersion; a 410
+(``Gone``) relists at once, any other failure reconnects after a capped,
+doubling back-off, so an apiserver (or hub) that is away for a while is
+recovered from without a restart. After every relist the store is replaced
+and the differences are reported as ordinary events, so a consumer never
+misses a deletion that happened while the watch was down.
+
+Consumers get ``(event type, object)`` through a synchronous callback (it
+must not block: the reconciler only enqueues a key) and read current objects
+from ``store``. ``synced`` is set once the first list has been applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from discovery.agent import kubeapi
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+Handler = Callable[[str, dict[str, Any]], None]
+
+
+class Reflector:
+    def __init__(
+        self,
+        api: kubeapi.KubeApi,
+        resource: kubeapi.Resource,
+        on_event: Handler,
+        *,
+        watch_timeout: int = 300,
+        backoff_initial: float = 0.5,
+        backoff_cap: float = 30.0,
+    ) -> None:
+        self.api = api
+        self.resource = resource
+        self.on_event = on_event
+        self.watch_timeout = watch_timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_cap = backoff_cap
+        self.store: dict[Key, dict[str, Any]] = {}
+        self.synced = asyncio.Event()
+        # Set while a watch stream is open; tests use it to know the reflector is live.
+        self.watching = asyncio.Event()
+
+    def _apply_list(self, items: list[dict[str, Any]]) -> None:
+        fresh = {kubeapi.key_of(obj): obj for obj in items}
+        old = self.store
+        self.store = fresh
+        for key, obj in old.items():
+            if key not in fresh:
+                self.on_event("DELETED", obj)
+        for key, obj in fresh.items():
+            previous = old.get(key)
+            if previous is None:
+                self.on_event("ADDED", obj)
+            elif kubeapi.resource_version_of(previous) != kubeapi.resource_version_of(obj):
+                self.on_event("MODIFIED", obj)
+
+    def _apply_event(self, event: kubeapi.WatchEvent) -> None:
+        key = kubeapi.key_of(event.object)
+        if event.type == "DELETED":
+            self.store.pop(key, None)
+        else:
+            self.store[key] = event.object
+        self.on_event(event.type, event.object)
+
+    async def run(self) -> None:
+        backoff = self.backoff_initial
+        resource_version: str | None = None
+        what = self.resource.plural
+        while True:
+            try:
+                if resource_version is None:
+                    listed = await self.api.list(self.resource)
+                    self._apply_list(listed.items)
+                    resource_version = listed.resource_version
+                    self.synced.set()
+                    logger.debug("listed %d %s at %s", len(listed.items), what, resource_version)
+                self.watching.set()
+                async for event in self.api.watch(
+                    self.resource, resource_version, self.watch_timeout
+                ):
+                    backoff = self.backoff_initial
+                    if event.type != "BOOKMARK":
+                        self._apply_event(event)
+                    resource_version = kubeapi.resource_version_of(event.object) or resource_version
+                self.watching.clear()
+            except kubeapi.Gone:
+                self.watching.clear()
+                logger.info("watch of %s expired; relisting", what)
+                resource_version = None
+            except kubeapi.KubeError as e:
+                self.watching.clear()
+                logger.warning("list/watch of %s failed (%s); retrying in %.1fs", what, e, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.backoff_cap)
+                # Relist after an outage: events may have been compacted meanwhile.
+                resource_version = None
