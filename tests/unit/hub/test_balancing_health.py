@@ -1,0 +1,127 @@
+"""Balancer (reference §10.6 load balancer cases) and the prober state machine (§10.6 prober)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+
+from yurthub import balancing, health, settings
+
+SERVERS = [f"https://127.0.0.1:{p}" for p in (8080, 8081, 8082, 8083)]
+
+
+def picks(b: balancing.Balancer, healthy: set[str], n: int) -> list[str | None]:
+    return [b.pick(lambda s: s in healthy) for _ in range(n)]
+
+
+def test_rr_cycles_over_all() -> None:
+    b = balancing.Balancer(SERVERS, settings.LbMode.RR)
+    assert picks(b, set(SERVERS), 5) == [*SERVERS, SERVERS[0]]
+
+
+def test_rr_skips_unhealthy() -> None:
+    b = balancing.Balancer(SERVERS[:3], settings.LbMode.RR)
+    healthy = {SERVERS[0], SERVERS[2]}
+    assert picks(b, healthy, 3) == [SERVERS[0], SERVERS[2], SERVERS[0]]
+
+
+@pytest.mark.parametrize("mode", list(settings.LbMode))
+def test_all_unhealthy_is_none(mode: settings.LbMode) -> None:
+    b = balancing.Balancer(SERVERS, mode)
+    assert picks(b, set(), 2) == [None, None]
+
+
+def test_priority_always_first_healthy() -> None:
+    b = balancing.Balancer(SERVERS, settings.LbMode.PRIORITY)
+    assert picks(b, set(SERVERS), 3) == [SERVERS[0]] * 3
+    assert picks(b, set(SERVERS[2:]), 2) == [SERVERS[2]] * 2
+
+
+def test_exclude_skips_a_failed_backend() -> None:
+    b = balancing.Balancer(SERVERS[:2], settings.LbMode.PRIORITY)
+    assert b.pick(lambda s: True, exclude=frozenset({SERVERS[0]})) == SERVERS[1]
+    assert b.pick(lambda s: True, exclude=frozenset(SERVERS[:2])) is None
+
+
+def test_empty_backends_rejected() -> None:
+    with pytest.raises(ValueError):
+        balancing.Balancer([], settings.LbMode.RR)
+
+
+# --- prober state machine (prober_test.go:35) ---
+
+
+def run(results: list[bool], threshold: int = 2) -> list[bool]:
+    state = health.ProbeState(threshold)
+    out = []
+    for ok in results:
+        state.record(ok)
+        out.append(state.healthy)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("results", "states"),
+    [
+        ([True], [True]),  # init success -> healthy
+        ([False], [False]),  # init failure -> unhealthy
+        ([True, False], [True, False]),  # healthy + failed update -> unhealthy
+        ([False, False, True, True], [False, False, False, True]),  # threshold 2
+        ([False, True, False, True, True], [False, False, False, False, True]),  # counter reset
+    ],
+)
+def test_probe_state(results: list[bool], states: list[bool]) -> None:
+    assert run(results) == states
+
+
+def test_probe_state_reports_changes() -> None:
+    state = health.ProbeState(1)
+    assert not state.record(False)  # initial unhealthy: no change from default
+    assert state.record(True)
+    assert not state.record(True)
+    assert state.record(False)
+
+
+def test_kubelet_gate() -> None:
+    gate = health.KubeletGate(40.0)
+    assert gate.alive(1000.0)  # open before kubelet's first lease request
+    gate.renew(1000.0)
+    assert gate.alive(1040.0)
+    assert not gate.alive(1060.0)  # renewed 60 s ago -> probes fail
+
+
+NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=datetime.UTC)
+
+
+def test_new_lease() -> None:
+    lease = health.new_lease("n1", "uid-1", 40, NOW)
+    assert lease["metadata"] == {
+        "name": "n1",
+        "namespace": "kube-node-lease",
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "uid-1"}],
+    }
+    assert lease["spec"] == {
+        "holderIdentity": "n1",
+        "leaseDurationSeconds": 40,
+        "renewTime": "2026-01-02T03:04:05.678901Z",
+    }
+    assert "ownerReferences" not in health.new_lease("n1", "", 40, NOW)["metadata"]
+
+
+def test_renewed_lease_strips_delegate_annotation_and_keeps_rv() -> None:
+    base: dict[str, Any] = {
+        "metadata": {
+            "name": "n1",
+            "resourceVersion": "7",
+            "annotations": {"openyurt.io/delegate-heartbeat": "true", "keep": "me"},
+        },
+        "spec": {"holderIdentity": "other", "renewTime": "old"},
+    }
+    lease = health.renewed_lease(base, "n1", 40, NOW)
+    assert lease["metadata"]["annotations"] == {"keep": "me"}
+    assert lease["metadata"]["resourceVersion"] == "7"
+    assert lease["spec"]["holderIdentity"] == "n1"
+    assert lease["spec"]["renewTime"] == "2026-01-02T03:04:05.678901Z"
+    assert base["metadata"]["annotations"]  # the base is not mutated

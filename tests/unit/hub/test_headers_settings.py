@@ -1,0 +1,144 @@
+"""Hop-by-hop and identity header rules, the wire-format rewrite, --server-addr parsing."""
+
+from __future__ import annotations
+
+import pytest
+from multidict import CIMultiDict
+
+from yurthub import requestinfo, settings
+from yurthub.proxy import headers
+
+
+def names(items: list[tuple[str, str]]) -> list[str]:
+    return [n.lower() for n, _ in items]
+
+
+def test_request_hop_by_hop_dropped() -> None:
+    incoming = [
+        ("Host", "hub"),
+        ("Connection", "keep-alive, X-Private"),
+        ("Keep-Alive", "timeout=5"),
+        ("X-Private", "secret"),
+        ("TE", "trailers"),
+        ("Transfer-Encoding", "chunked"),
+        ("Proxy-Authorization", "Basic x"),
+        ("Content-Length", "3"),
+        ("Accept", "application/json"),
+        ("User-Agent", "kubelet/v1"),
+    ]
+    out = headers.request_headers(incoming, upgrade=False, own_identity=False)
+    assert names(out) == ["accept", "user-agent"]
+
+
+def test_upgrade_keeps_upgrade_headers() -> None:
+    incoming = [
+        ("Connection", "Upgrade"),
+        ("Upgrade", "websocket"),
+        ("Sec-WebSocket-Protocol", "v5.channel.k8s.io"),
+    ]
+    out = headers.request_headers(incoming, upgrade=True, own_identity=True)
+    assert ("Upgrade", "websocket") in out and ("Connection", "Upgrade") in out
+    assert ("Sec-WebSocket-Protocol", "v5.channel.k8s.io") in out
+
+
+def test_own_identity_drops_client_credentials_and_impersonation() -> None:
+    incoming = [("Authorization", "Basic abc"), ("Impersonate-User", "admin"), ("Accept", "*/*")]
+    assert names(headers.request_headers(incoming, upgrade=False, own_identity=True)) == ["accept"]
+    kept = headers.request_headers(incoming, upgrade=False, own_identity=False)
+    assert names(kept) == ["authorization", "impersonate-user", "accept"]
+
+
+@pytest.mark.parametrize(
+    ("value", "token"),
+    [("Bearer token-content", "token-content"), ("bearer abc", "abc"), ("Basic x", ""), ("", "")],
+)
+def test_bearer_token(value: str, token: str) -> None:
+    assert headers.bearer_token(value) == token
+
+
+def test_response_hop_by_hop_dropped() -> None:
+    out = headers.response_headers(
+        [
+            ("Transfer-Encoding", "chunked"),
+            ("Connection", "close"),
+            ("Content-Type", "application/json"),
+            ("Content-Length", "10"),
+            ("Audit-Id", "x"),
+        ]
+    )
+    assert names(out) == ["content-type", "content-length", "audit-id"]
+
+
+def info(method: str, path: str, accept: str) -> requestinfo.RequestInfo:
+    return requestinfo.classify(method, path, [], CIMultiDict({"Accept": accept}))
+
+
+PB = "application/vnd.kubernetes.protobuf"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "accept", "want"),
+    [
+        ("GET", "/api/v1/pods", f"{PB},application/json", "application/json"),
+        ("GET", "/api/v1/nodes/n", f"{PB}, */*", "application/json, */*"),
+        ("GET", "/api/v1/pods", PB, None),  # protobuf only: untouched
+        ("GET", "/api/v1/pods", "application/json", None),  # JSON only: untouched
+        ("POST", "/api/v1/namespaces/d/pods", f"{PB},application/json", None),  # not cacheable
+        ("GET", "/version", f"{PB},application/json", None),  # non-resource
+        (
+            "GET",
+            "/api/v1/nodes",
+            f"{PB};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,"
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json",
+        ),
+    ],
+)
+def test_upstream_accept(method: str, path: str, accept: str, want: str | None) -> None:
+    assert headers.upstream_accept(info(method, path, accept)) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("1.2.3.4", ("https://1.2.3.4:443",)),
+        (
+            "https://a.example:6443, https://b.example:6443",
+            ("https://a.example:6443", "https://b.example:6443"),
+        ),
+        ("http://127.0.0.1:8080", ("http://127.0.0.1:8080",)),
+        ("http://[::1]:8080", ("http://[::1]:8080",)),
+        ("http://localhost:1", ("http://localhost:1",)),
+    ],
+)
+def test_server_addrs(text: str, want: tuple[str, ...]) -> None:
+    assert settings.parse_server_addrs(text) == want
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        " , ",
+        "ftp://a",
+        "http://10.0.0.1:8080",  # plain http only for loopback
+        "https://u:p@a:1",
+        "https://a:1/path",
+        "https://a:1,https://a:1",
+        "https://a:99999",
+    ],
+)
+def test_bad_server_addrs(text: str) -> None:
+    with pytest.raises(settings.ConfigError):
+        settings.parse_server_addrs(text)
+
+
+def test_settings_require_node_and_servers() -> None:
+    with pytest.raises(settings.ConfigError):
+        settings.HubSettings(node_name="", upstream=settings.UpstreamSettings(servers=("x",)))
+    with pytest.raises(settings.ConfigError):
+        settings.HubSettings(node_name="n")
+
+
+def test_cache_agents() -> None:
+    assert settings.parse_cache_agents(" Foo, bar,foo,, * ") == ("foo", "bar", "*")
