@@ -1,0 +1,421 @@
+"""Configuration reconcile: discovered devices -> Instances, CDI spec, plugin inputs.
+
+``plan`` is the pure decision (reference §4): which Instances this node
+joins (creates or adds itself to) and which it leaves (removes itself from,
+the last node deleting). ``Reconciler`` carries it out per Configuration key,
+one worker per key at a time (``queueing.WorkQueue``):
+
+1. Configuration gone → stop discovery, leave its Instances, drop its CDI spec
+   and plugins. Being deleted → the same, then remove this node's finalizer.
+2. Ensure this node's finalizer (the node name, as Akri) with an RV-guarded PUT.
+3. Ensure the discovery request (``discovering.Requests``; a changed handler,
+   details or property list restarts it — Akri kept the old request). A
+   missing handler is not an error: the request attaches when it registers.
+4. Resolve properties once here too, so an unsolvable ConfigMap/Secret
+   reference fails the reconcile (Event + back-off) instead of failing silently
+   inside the stream.
+5. Join every discovered device's Instance; leave Instances of vanished
+   devices only when the request is trusted (``discovering.trusted``).
+6. Write the CDI spec; hand the named devices to the plugin manager.
+7. Success: requeue after ``requeue``; failure: back-off from 1 s doubling,
+   capped (Akri's was uncapped).
+
+Instances that already hold the desired content are not written (the
+reflector's copy is compared first), so steady state costs no API writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from discovery import registry
+from discovery.agent import (
+    cdi,
+    discovered,
+    discovering,
+    events,
+    instances,
+    kubeapi,
+    properties,
+    queueing,
+    settings,
+    watching,
+)
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+
+
+class PluginSink(Protocol):
+    """What the reconciler tells the device-plugin manager."""
+
+    def set_devices(
+        self,
+        key: Key,
+        named: Mapping[str, discovered.NamedDevice],
+        broker_properties: Mapping[str, str],
+    ) -> None: ...
+
+    def forget_configuration(self, key: Key) -> None: ...
+
+
+class Metrics(Protocol):
+    def set_instances(self, key: Key, shared: int, local: int) -> None: ...
+
+    def forget_configuration(self, key: Key) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Plan:
+    join: tuple[instances.DesiredInstance, ...]
+    leave: tuple[str, ...]
+
+
+def belongs_to(instance: Mapping[str, Any], namespace: str, configuration: str) -> bool:
+    meta = instance.get("metadata") or {}
+    return (
+        meta.get("namespace") == namespace
+        and instances.spec_of(instance).get("configurationName") == configuration
+    )
+
+
+def capacity_of(spec: Mapping[str, Any]) -> int:
+    capacity = spec.get("capacity", 1)
+    return capacity if isinstance(capacity, int) and not isinstance(capacity, bool) else 1
+
+
+def broker_properties_of(spec: Mapping[str, Any]) -> dict[str, str]:
+    props = spec.get("brokerProperties") or {}
+    return {str(k): str(v) for k, v in props.items()} if isinstance(props, dict) else {}
+
+
+def plan(
+    configuration: Mapping[str, Any],
+    named: Mapping[str, discovered.NamedDevice],
+    trusted: bool,
+    existing: Iterable[Mapping[str, Any]],
+    node: str,
+) -> Plan:
+    meta = configuration.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    spec = configuration.get("spec") or {}
+    capacity = capacity_of(spec)
+    config_props = broker_properties_of(spec)
+    owner = instances.owner_reference(configuration)
+    current = {
+        str((i.get("metadata") or {}).get("name")): i
+        for i in existing
+        if belongs_to(i, namespace, name)
+    }
+    join = []
+    for instance_name, device in sorted(named.items()):
+        desired = instances.DesiredInstance(
+            name=instance_name,
+            namespace=namespace,
+            configuration=name,
+            cdi_name=device.cdi_name,
+            capacity=capacity,
+            broker_properties={**device.device.properties, **config_props},
+            shared=device.shared,
+            owner=owner,
+        )
+        if not isinstance(
+            instances.join(desired, node)(_copy(current.get(instance_name))), instances.NoChange
+        ):
+            join.append(desired)
+    leave: tuple[str, ...] = ()
+    if trusted:
+        leave = tuple(
+            sorted(
+                n
+                for n, obj in current.items()
+                if n not in named and node in instances.nodes_of(obj)
+            )
+        )
+    return Plan(tuple(join), leave)
+
+
+def _copy(obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return None if obj is None else dict(obj)
+
+
+def next_backoff(previous: float | None, initial: float, cap: float) -> float:
+    """500 ms seed doubled: 1, 2, 4, ... seconds, never above ``cap``."""
+    return min((previous if previous is not None else initial) * 2, cap)
+
+
+class Reconciler:
+    def __init__(
+        self,
+        agent_settings: settings.AgentSettings,
+        api: kubeapi.KubeApi,
+        reg: registry.Registry,
+        plugins: PluginSink,
+        metrics: Metrics,
+        recorder: events.Recorder,
+        on_instance_event: watching.Handler | None = None,
+    ) -> None:
+        self.settings = agent_settings
+        self.node = agent_settings.node_name
+        self.api = api
+        self.registry = reg
+        self.plugins = plugins
+        self.metrics = metrics
+        self.recorder = recorder
+        self.queue: queueing.WorkQueue[Key] = queueing.WorkQueue()
+        timings = agent_settings.timings
+        self.configurations = watching.Reflector(
+            api,
+            kubeapi.CONFIGURATIONS,
+            self._on_configuration,
+            watch_timeout=agent_settings.kube.watch_timeout,
+            backoff_initial=timings.watch_backoff_initial,
+            backoff_cap=timings.watch_backoff_cap,
+        )
+        self._on_instance_event = on_instance_event
+        self.instances = watching.Reflector(
+            api,
+            kubeapi.INSTANCES,
+            self._on_instance,
+            watch_timeout=agent_settings.kube.watch_timeout,
+            backoff_initial=timings.watch_backoff_initial,
+            backoff_cap=timings.watch_backoff_cap,
+        )
+        self.requests: discovering.Requests | None = None
+        self._backoff: dict[Key, float] = {}
+        self._cdi_written: set[Key] = set()
+        self.reconciles = 0
+
+    # -- triggers
+
+    def _on_configuration(self, kind: str, obj: dict[str, Any]) -> None:
+        self.queue.add(kubeapi.key_of(obj))
+
+    def _on_instance(self, kind: str, obj: dict[str, Any]) -> None:
+        if self._on_instance_event is not None:
+            self._on_instance_event(kind, obj)
+        # Someone else deleted or edited an Instance of ours: converge it again.
+        namespace, _ = kubeapi.key_of(obj)
+        configuration = instances.spec_of(obj).get("configurationName")
+        if not isinstance(configuration, str):
+            return
+        key = (namespace, configuration)
+        affected = kind == "DELETED" or self.node not in instances.nodes_of(obj)
+        if affected and key in self.configurations.store:
+            self.queue.add(key)
+
+    def _on_request_change(self, key: Key) -> None:
+        self.queue.add(key)
+
+    def handler_registered(self, name: str) -> None:
+        """Re-trigger every Configuration that uses ``name`` (it may be waiting for it)."""
+        for key, obj in self.configurations.store.items():
+            if discovering.RequestSpec.of(obj.get("spec") or {}).handler == name:
+                self.queue.add(key)
+
+    # -- running
+
+    async def run(
+        self,
+        tg: asyncio.TaskGroup,
+        on_snapshot: Any = None,
+    ) -> None:
+        """Start the reflectors and workers in ``tg``; returns once both caches are synced."""
+        self.requests = discovering.Requests(
+            self.registry,
+            self.api,
+            tg,
+            self._on_request_change,
+            settle=self.settings.timings.settle,
+            degraded_grace=self.settings.timings.degraded_grace,
+            on_snapshot=on_snapshot,
+        )
+        tg.create_task(self.configurations.run(), name="watch configurations")
+        tg.create_task(self.instances.run(), name="watch instances")
+        tg.create_task(self._follow_registrations(), name="follow handler registrations")
+        await self.configurations.synced.wait()
+        await self.instances.synced.wait()
+        for number in range(self.settings.workers):
+            tg.create_task(self._worker(), name=f"reconcile worker {number}")
+
+    async def _follow_registrations(self) -> None:
+        async for name in self.registry.registrations():
+            self.handler_registered(name)
+
+    async def _worker(self) -> None:
+        timings = self.settings.timings
+        while True:
+            key = await self.queue.get()
+            try:
+                again = await self.reconcile(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                delay = next_backoff(
+                    self._backoff.get(key), timings.backoff_initial, timings.backoff_cap
+                )
+                self._backoff[key] = delay
+                logger.warning("reconcile of %s/%s failed (%s); retry in %.1fs", *key, e, delay)
+                obj = self.configurations.store.get(key)
+                if obj is not None:
+                    await self.recorder.post(obj, "Warning", "ReconcileFailed", str(e))
+                self.queue.add(key, delay)
+            else:
+                self._backoff.pop(key, None)
+                if again is not None:
+                    self.queue.add(key, again)
+            finally:
+                self.queue.done(key)
+
+    # -- one reconcile
+
+    async def reconcile(self, key: Key) -> float | None:
+        """Returns when to reconcile ``key`` again (None: only on events)."""
+        self.reconciles += 1
+        assert self.requests is not None
+        configuration = self.configurations.store.get(key)
+        if configuration is None:
+            await self._release(key)
+            return None
+        meta = configuration.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            await self._release(key)
+            await self._set_finalizer(key, present=False)
+            return None
+        await self._set_finalizer(key, present=True)
+
+        spec = configuration.get("spec") or {}
+        capacity = capacity_of(spec)
+        if not 0 <= capacity <= self.settings.max_capacity:
+            raise ValueError(f"capacity {capacity} is outside 0..{self.settings.max_capacity}")
+        request_spec = discovering.RequestSpec.of(spec)
+        if not request_spec.handler:
+            raise ValueError("spec.discoveryHandler.name is empty")
+        try:
+            await properties.resolve(request_spec.properties, self.api)
+        except (properties.UnsolvableProperty, properties.InvalidProperty) as e:
+            await self.requests.stop(key)
+            raise ValueError(f"discovery properties: {e}") from e
+        self.requests.ensure(key, request_spec)
+        if not self.requests.is_registered(request_spec.handler):
+            await self.recorder.post(
+                configuration,
+                "Normal",
+                "WaitingForHandler",
+                f"no discovery handler named {request_spec.handler!r} is registered yet",
+            )
+        else:
+            self.recorder.clear(configuration, "WaitingForHandler")
+        view = self.requests.view(key)
+        assert view is not None
+        if view.invalid_details is not None:
+            await self.recorder.post(
+                configuration, "Warning", "InvalidDiscoveryDetails", view.invalid_details
+            )
+
+        named = discovered.name_devices(key[1], view.devices, self.node)
+        decided = plan(configuration, named, view.trusted, self.instances.store.values(), self.node)
+        attempts = self.settings.timings.write_attempts
+        for desired in decided.join:
+            await instances.write(
+                self.api,
+                desired.namespace,
+                desired.name,
+                instances.join(desired, self.node),
+                attempts=attempts,
+            )
+        for name in decided.leave:
+            await instances.write(
+                self.api, key[0], name, instances.leave(self.node), attempts=attempts
+            )
+        broker_properties = broker_properties_of(spec)
+        await self._write_cdi(key, named, broker_properties)
+        self.plugins.set_devices(key, named, broker_properties)
+        shared = sum(1 for d in named.values() if d.shared)
+        self.metrics.set_instances(key, shared, len(named) - shared)
+
+        again = self.settings.timings.requeue
+        if view.recheck_in is not None:
+            again = min(again, view.recheck_in + 0.05)
+        return again
+
+    async def _release(self, key: Key) -> None:
+        """This node stops serving ``key``: discovery, Instances, CDI, plugins."""
+        assert self.requests is not None
+        await self.requests.stop(key)
+        for obj in list(self.instances.store.values()):
+            if belongs_to(obj, *key) and self.node in instances.nodes_of(obj):
+                name = str((obj.get("metadata") or {}).get("name"))
+                await instances.write(
+                    self.api,
+                    key[0],
+                    name,
+                    instances.leave(self.node),
+                    attempts=self.settings.timings.write_attempts,
+                )
+        await self._remove_cdi(key)
+        self.plugins.forget_configuration(key)
+        self.metrics.forget_configuration(key)
+        self._backoff.pop(key, None)
+
+    async def _set_finalizer(self, key: Key, *, present: bool) -> None:
+        cached = self.configurations.store.get(key)
+        if cached is not None and (self.node in _finalizers(cached)) == present:
+            return
+        for _ in range(self.settings.timings.write_attempts):
+            current = await self.api.get_or_none(kubeapi.CONFIGURATIONS, *key)
+            if current is None:
+                return
+            finalizers = _finalizers(current)
+            if (self.node in finalizers) == present:
+                return
+            finalizers = (
+                [*finalizers, self.node] if present else [f for f in finalizers if f != self.node]
+            )
+            current.setdefault("metadata", {})["finalizers"] = finalizers
+            try:
+                await self.api.replace(kubeapi.CONFIGURATIONS, key[0], key[1], current)
+                return
+            except (kubeapi.Conflict, kubeapi.NotFound):
+                continue
+        raise instances.WriteFailed(f"finalizer on {key[0]}/{key[1]}: too many conflicts")
+
+    def _cdi_path(self, key: Key) -> Path | None:
+        if self.settings.cdi_dir is None:
+            return None
+        return cdi.spec_path(self.settings.cdi_dir, key[1])
+
+    async def _write_cdi(
+        self, key: Key, named: Mapping[str, discovered.NamedDevice], broker: Mapping[str, str]
+    ) -> None:
+        path = self._cdi_path(key)
+        if path is None:
+            return
+        spec = cdi.build_spec(key[1], named.values(), broker)
+        if spec is None:
+            if named and not cdi.valid_kind(key[1]):
+                logger.warning(
+                    "Configuration name %r is not a valid CDI class; no CDI spec is written",
+                    key[1],
+                )
+            await self._remove_cdi(key)
+            return
+        await cdi.write_spec(path, spec)
+        self._cdi_written.add(key)
+
+    async def _remove_cdi(self, key: Key) -> None:
+        path = self._cdi_path(key)
+        if path is not None:
+            await cdi.remove_spec(path)
+        self._cdi_written.discard(key)
+
+
+def _finalizers(obj: Mapping[str, Any]) -> list[str]:
+    value = (obj.get("metadata") or {}).get("finalizers") or []
+    return [f for f in value if isinstance(f, str)]

@@ -1,0 +1,82 @@
+"""The agent's settings tree: frozen dataclasses built once (by the CLI or an embedder).
+
+Every interval is configurable so tests can run the whole agent in seconds;
+the defaults are Akri's where Akri has one (reference §11) and say why
+otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+EMBEDDED_HANDLERS = ("debugEcho", "udev", "opcua", "onvif")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KubeSettings:
+    url: str | None = None
+    """Apiserver URL. Set to the hub's proxy URL when embedded in ``edgehub hub`` (API traffic
+    then works offline from the hub's cache); ``None`` takes the kubeconfig's server."""
+    kubeconfig: Path | None = None
+    """Credentials (and the server, unless ``url`` is set)."""
+    user_agent: str = "edgehub-agent/0.0.0"
+    """Sent on every request; the hub classifies and caches per component by it."""
+    request_timeout: float = 30.0
+    """Seconds for one non-watch request."""
+    watch_timeout: int = 300
+    """Server-side timeout of one watch request (seconds); the watch is then resumed."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Timings:
+    requeue: float = 600.0
+    """Reconcile every Configuration at least this often (Akri: 600 s)."""
+    backoff_initial: float = 0.5
+    """Error back-off seed: the first retry comes after twice this (Akri: 1 s)."""
+    backoff_cap: float = 300.0
+    """Back-off never exceeds this (Akri's is uncapped: a handler absent for minutes pushed
+    retries to hours)."""
+    watch_backoff_initial: float = 0.5
+    watch_backoff_cap: float = 30.0
+    """Reconnect back-off of the Configuration/Instance watches."""
+    settle: float = 2.0
+    """A fresh discovery request that has attached endpoints but reported no device for this
+    long is taken at its word (empty). Before that, no Instance is removed: an agent restart
+    must not delete Instances whose devices simply have not been re-reported yet."""
+    degraded_grace: float = 30.0
+    """While a request is degraded (a stream failed, no endpoint), vanished devices keep
+    their Instances this long, so a handler restart does not restart brokers."""
+    reclaim_interval: float = 10.0
+    """How often the slot reclaimer asks kubelet which devices are in use (Akri: 10 s)."""
+    reclaim_grace: float = 20.0
+    """A held slot kubelet does not report is freed after this long (Akri: 20 s)."""
+    kubelet_poll: float = 1.0
+    """How often the kubelet socket is checked for re-creation (kubelet restarted)."""
+    write_attempts: int = 8
+    """Read-modify-write attempts on 409 before giving up to the back-off."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AgentSettings:
+    node_name: str
+    kube: KubeSettings = KubeSettings()
+    discovery_handlers_dir: Path | None = Path("/var/lib/akri")
+    """Where ``agent-registration.sock`` is served; ``None`` accepts embedded handlers only."""
+    embedded_handlers: tuple[str, ...] = ()
+    """Handlers run inside the agent (debugEcho, udev, opcua, onvif)."""
+    debug_echo_shared: bool = True
+    """``DEBUG_ECHO_INSTANCES_SHARED`` for the embedded debugEcho handler."""
+    device_plugins_dir: Path = Path("/var/lib/kubelet/device-plugins")
+    pod_resources_socket: Path | None = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    """``None`` disables the slot reclaimer."""
+    cdi_dir: Path | None = Path("/var/run/cdi")
+    """``None`` writes no CDI spec files."""
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int | None = 8080
+    """``None`` serves no /metrics; 0 picks a free port."""
+    max_capacity: int = 1024
+    """Largest Configuration capacity accepted (slot tables are per capacity)."""
+    workers: int = 4
+    """Configurations reconciled concurrently."""
+    timings: Timings = Timings()

@@ -1,0 +1,191 @@
+"""Pure reconcile decisions: Instance content (§9 case 2), leave/delete (§9 cases 6, 7),
+trust of a discovery request (§4 step 5 quirk fix) and the capped back-off (§9 case 5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from discovery import devices, registry
+from discovery.agent import discovered, discovering, instances, reconciling
+
+CONFIG: dict[str, Any] = {
+    "apiVersion": "akri.sh/v0",
+    "kind": "Configuration",
+    "metadata": {"name": "my_config", "namespace": "ns", "uid": "uid-1"},
+    "spec": {"discoveryHandler": {"name": "h"}, "brokerProperties": {"MY_EXTRA_KEY": "value"}},
+}
+LOCAL = devices.Device("my_local_device", {"MY_DEVICE_KEY": "device_value"})
+
+
+def instance(name: str, nodes: list[str], config: str = "my_config", **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "resourceVersion": "7"},
+        "spec": {"configurationName": config, "nodes": nodes, **spec},
+    }
+
+
+def test_new_local_device_creates_the_akri_instance() -> None:
+    named = discovered.name_devices("my_config", [(LOCAL, False)], "my_node")
+    decided = reconciling.plan(CONFIG, named, True, [], "my_node")
+    assert decided.leave == ()
+    (desired,) = decided.join
+    decision = instances.join(desired, "my_node")(None)
+    assert isinstance(decision, instances.Create)
+    assert decision.body == {
+        "apiVersion": "akri.sh/v0",
+        "kind": "Instance",
+        "metadata": {
+            "name": "my_config-e77db4",
+            "namespace": "ns",
+            "ownerReferences": [
+                {
+                    "apiVersion": "akri.sh/v0",
+                    "kind": "Configuration",
+                    "name": "my_config",
+                    "uid": "uid-1",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "configurationName": "my_config",
+            "cdiName": "akri.sh/my_config=e77db4",
+            "capacity": 1,
+            "brokerProperties": {"MY_DEVICE_KEY": "device_value", "MY_EXTRA_KEY": "value"},
+            "shared": False,
+            "nodes": ["my_node"],
+            "deviceUsage": {},
+        },
+    }
+
+
+def test_existing_up_to_date_instance_is_not_written() -> None:
+    named = discovered.name_devices("my_config", [(LOCAL, False)], "my_node")
+    (desired,) = reconciling.plan(CONFIG, named, True, [], "my_node").join
+    created = instances.join(desired, "my_node")(None)
+    assert isinstance(created, instances.Create)
+    stored = {**created.body, "metadata": {**created.body["metadata"], "resourceVersion": "3"}}
+    assert reconciling.plan(CONFIG, named, True, [stored], "my_node").join == ()
+
+
+def test_shared_instance_gains_a_node_and_keeps_usage() -> None:
+    shared = devices.Device("my_shared_device")
+    named = discovered.name_devices("my_config", [(shared, True)], "node-b")
+    current = instance(
+        "my_config-4294ea",
+        ["node-a"],
+        cdiName="akri.sh/my_config=4294ea",
+        capacity=1,
+        brokerProperties={"MY_EXTRA_KEY": "value"},
+        shared=True,
+        deviceUsage={"my_config-4294ea-0": "node-a"},
+    )
+    current["metadata"]["ownerReferences"] = [dict(instances.owner_reference(CONFIG))]
+    (desired,) = reconciling.plan(CONFIG, named, True, [current], "node-b").join
+    decision = instances.join(desired, "node-b")(current)
+    assert isinstance(decision, instances.Replace)
+    assert decision.body["spec"]["nodes"] == ["node-a", "node-b"]
+    assert decision.body["spec"]["deviceUsage"] == {"my_config-4294ea-0": "node-a"}
+    assert decision.body["metadata"]["resourceVersion"] == "7"
+
+
+@pytest.mark.parametrize(
+    ("nodes", "expected"),
+    [
+        (["node-a"], "delete"),
+        (["node-a", "node-b"], ["node-b"]),
+        (["node-b"], "nothing"),
+    ],
+)
+def test_leave(nodes: list[str], expected: Any) -> None:
+    current = instance("i", nodes, deviceUsage={"i-0": "node-a", "i-1": "C:v:node-b"})
+    decision = instances.leave("node-a")(current)
+    if expected == "delete":
+        assert decision == instances.Delete("7")
+    elif expected == "nothing":
+        assert isinstance(decision, instances.NoChange)
+    else:
+        assert isinstance(decision, instances.Replace)
+        assert decision.body["spec"]["nodes"] == expected
+        assert decision.body["spec"]["deviceUsage"] == {"i-1": "C:v:node-b"}
+
+
+def test_vanished_instances_left_only_when_trusted_and_only_own_config_and_node() -> None:
+    existing = [
+        instance("instance-1", ["node-a"]),
+        instance("instance-2", ["node-b"]),
+        instance("instance-3", ["node-a"], config="config-2"),
+    ]
+    assert reconciling.plan(CONFIG, {}, True, existing, "node-a").leave == ("instance-1",)
+    assert reconciling.plan(CONFIG, {}, False, existing, "node-a").leave == ()
+
+
+def test_backoff_doubles_from_one_second_and_is_capped() -> None:
+    delays: list[float] = []
+    previous = None
+    for _ in range(12):
+        previous = reconciling.next_backoff(previous, 0.5, 300.0)
+        delays.append(previous)
+    assert delays[:4] == [1.0, 2.0, 4.0, 8.0]
+    assert delays[-1] == 300.0
+    assert max(delays) == 300.0
+
+
+def snap(**kw: Any) -> registry.Snapshot:
+    return registry.Snapshot(version=1, **kw)
+
+
+DEVICE = registry.DiscoveredDevice(devices.Device("d"), True, "h@e")
+
+
+def test_request_trust_waits_for_a_real_list() -> None:
+    h = discovering.Health(started=0.0)
+    # No handler attached yet: nothing is trusted, however long we wait.
+    h = discovering.observe(h, snap(), 100.0, settle=2.0)
+    assert not discovering.trusted(h, snap(), 100.0, grace=30.0)
+    # Attached but silent: trusted only after the settle time.
+    h = discovering.observe(h, snap(endpoints=("h@e",)), 101.0, settle=2.0)
+    assert not discovering.trusted(h, snap(endpoints=("h@e",)), 101.0, grace=30.0)
+    assert discovering.recheck_in(h, 101.0, 2.0, 30.0) == 2.0
+    h = discovering.observe(h, snap(endpoints=("h@e",)), 103.5, settle=2.0)
+    assert discovering.trusted(h, snap(endpoints=("h@e",)), 103.5, grace=30.0)
+
+
+def test_request_with_devices_settles_at_once_and_degrades_with_grace() -> None:
+    h = discovering.Health(started=0.0)
+    healthy = snap(endpoints=("h@e",), devices=(DEVICE,))
+    h = discovering.observe(h, healthy, 1.0, settle=2.0)
+    assert discovering.trusted(h, healthy, 1.0, grace=30.0)
+    failed = snap(endpoints=("h@e",), errors={"h@e": "stream ended"})
+    h = discovering.observe(h, failed, 5.0, settle=2.0)
+    assert not discovering.trusted(h, failed, 20.0, grace=30.0)
+    assert discovering.trusted(h, failed, 35.0, grace=30.0)
+    h = discovering.observe(h, healthy, 36.0, settle=2.0)
+    assert h.degraded_since is None
+
+
+def test_invalid_details_trusted_after_grace_even_unsettled() -> None:
+    h = discovering.Health(started=0.0)
+    invalid = snap(invalid_details="bad")
+    h = discovering.observe(h, invalid, 1.0, settle=2.0)
+    assert not discovering.trusted(h, invalid, 10.0, grace=30.0)
+    assert discovering.trusted(h, invalid, 31.0, grace=30.0)
+
+
+def test_request_spec_changes_on_details_or_properties() -> None:
+    base = {"discoveryHandler": {"name": "h", "discoveryDetails": "a"}}
+    same = discovering.RequestSpec.of(base)
+    assert same == discovering.RequestSpec.of(
+        {"discoveryHandler": {"name": "h", "discoveryDetails": "a"}}
+    )
+    other = {
+        "discoveryHandler": {
+            "name": "h",
+            "discoveryDetails": "a",
+            "discoveryProperties": [{"name": "x", "value": "1"}],
+        }
+    }
+    assert discovering.RequestSpec.of(other) != same
+    assert discovering.RequestSpec.of(other).properties == [{"name": "x", "value": "1"}]
