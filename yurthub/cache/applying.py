@@ -1,0 +1,163 @@
+"""How a response changes the cache: pure decisions over index entries.
+
+PURE: takes the current entries (through a lookup function) and an incoming object, list or
+watch event, returns the writes and removals to make. ``store`` carries them out in one SQLite
+transaction and only then updates its in-memory index.
+
+Rules (DESIGN.md "The cache", reference §3.3-3.5, and what we do beyond YurtHub):
+
+- One object (get/create/update/patch, watch ADDED/MODIFIED, list item) replaces the stored one
+  only if its resourceVersion is not older (an older one still records which list saw it).
+- A list replaces exactly the objects THAT list covered: every object it owned and the new list
+  lacks loses that owner, and is removed only when no other list (or a direct get) still owns it.
+  So lists with different selectors coexist.
+- A watch DELETED under a list that cannot lose objects except by deletion (no selector, or only
+  ``metadata.name``/``metadata.namespace``) removes the object for every owner. Under a selector
+  it may only mean "no longer matches" (the apiserver sends the previous object in both cases),
+  so only that list's claim goes, plus any direct-get claim (a get says nothing about the
+  present); other lists keep the object until their own watch says otherwise.
+- Pods without ``spec.nodeName`` are never stored (reference §3.3): not yet scheduled pods are
+  not this node's business and YurtHub refuses them too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from yurthub.cache import entries, keys, selectors
+
+Lookup = Callable[[keys.ObjectKey], entries.Entry | None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Item:
+    """An incoming object, decoded once, with its bytes to store."""
+
+    key: keys.ObjectKey
+    entry: entries.Entry
+    """Owners are filled by the decision."""
+    body: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Write:
+    key: keys.ObjectKey
+    entry: entries.Entry
+    body: bytes | None
+    """None: keep the stored body, rewrite only the header (the owners changed)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Remove:
+    key: keys.ObjectKey
+
+
+Change = Write | Remove
+
+
+class NotStorable(ValueError):
+    """An object the cache refuses (no name, unscheduled pod, a Status...)."""
+
+
+def is_newer_or_same(incoming: entries.Entry, current: entries.Entry) -> bool:
+    """The RV guard. Opaque (non-decimal) versions cannot be ordered: the newest write wins."""
+    if incoming.rv < 0 or current.rv < 0:
+        return True
+    return incoming.rv >= current.rv
+
+
+def exhaustive(list_key: keys.ListKey) -> bool:
+    """True when an object can leave this list only by being deleted."""
+    if list_key.label_selector:
+        return False
+    if not list_key.field_selector:
+        return True
+    fields = selectors.parse_fields(list_key.field_selector).fields
+    return fields <= {"metadata.name", "metadata.namespace"}
+
+
+def item_from_object(
+    scope: keys.Scope, obj: Mapping[str, Any], body: bytes, *, fallback_namespace: str = ""
+) -> Item:
+    """Decode-side checks and the index entry of one object; raises ``NotStorable``."""
+    if obj.get("kind") == "Status":
+        raise NotStorable("a Status is not an object")
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise NotStorable("object has no metadata")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise NotStorable("object has no name")
+    namespace = meta.get("namespace")
+    if not isinstance(namespace, str):
+        namespace = fallback_namespace
+    if scope.resource == "pods" and not scope.partial:
+        spec = obj.get("spec")
+        if not isinstance(spec, Mapping) or not spec.get("nodeName"):
+            raise NotStorable("pod has no spec.nodeName")
+    fields = selectors.field_values(scope.resource, obj)
+    entry = entries.entry_from_object(obj, fields, frozenset(), len(body))
+    return Item(keys.object_key(scope, namespace, name), entry, body)
+
+
+def apply_object(current: entries.Entry | None, item: Item, owner: str) -> Change | None:
+    """Store one object for ``owner`` (a list key string or ``entries.DIRECT``)."""
+    if current is None:
+        return Write(item.key, item.entry.with_owners(frozenset((owner,))), item.body)
+    owners = current.owners | {owner}
+    if is_newer_or_same(item.entry, current):
+        return Write(item.key, item.entry.with_owners(owners), item.body)
+    if owners != current.owners:
+        return Write(item.key, current.with_owners(owners), None)
+    return None
+
+
+def apply_deleted(
+    current: entries.Entry | None, key: keys.ObjectKey, list_key: keys.ListKey
+) -> Change | None:
+    """A watch DELETED event seen by the watch continuing ``list_key``."""
+    if current is None:
+        return None
+    if exhaustive(list_key):
+        return Remove(key)
+    remaining = current.owners - {str(list_key), entries.DIRECT}
+    if not remaining:
+        return Remove(key)
+    return Write(key, current.with_owners(remaining), None)
+
+
+def replace_list(
+    lookup: Lookup,
+    previous_members: Iterable[keys.ObjectKey],
+    items: Iterable[Item],
+    list_key: keys.ListKey,
+    list_rv: int = -1,
+) -> list[Change]:
+    """A complete list response: its items, and the objects it no longer covers released.
+
+    A member newer than the list (``rv > list_rv``, e.g. added by a watch event after the
+    snapshot a lagging apiserver served) is kept: the snapshot says nothing about it.
+    """
+    owner = str(list_key)
+    changes: list[Change] = []
+    seen: set[keys.ObjectKey] = set()
+    for item in items:
+        seen.add(item.key)
+        change = apply_object(lookup(item.key), item, owner)
+        if change is not None:
+            changes.append(change)
+    for key in previous_members:
+        if key in seen:
+            continue
+        current = lookup(key)
+        if current is None or owner not in current.owners:
+            continue
+        if list_rv >= 0 and current.rv > list_rv:
+            continue
+        remaining = current.owners - {owner}
+        changes.append(
+            Remove(key) if not remaining else Write(key, current.with_owners(remaining), None)
+        )
+    return changes

@@ -1,0 +1,247 @@
+"""What one cache entry holds: an object's JSON bytes plus the fields answered without decoding.
+
+PURE: bytes in, bytes out.
+
+An entry value is ``MAGIC | u32 header length | header JSON | body``. The header carries what an
+offline answer needs without decoding the body (resourceVersion, labels, the field-selector
+fields of that kind, kind/apiVersion) and which lists cover the object (``owners``); the body is
+the object's JSON exactly as stored. List records use the same layout with an empty body.
+
+Invariants:
+
+- The body is never re-encoded on the way out: offline answers splice stored bytes.
+- ``owners`` holds list-key strings (``keys.ListKey``) and ``DIRECT`` for objects that came from a
+  get/create/update/patch response. An object with no owner is deleted, never stored.
+- Field values are kept only when non-empty: a missing field reads as ``""`` when matching
+  (``selectors.FieldTerm.matches``), so dropping empties changes no answer and saves memory.
+
+Danger: the header is trusted at startup to rebuild the in-memory index; ``verifying`` is what
+cross-checks it against the body.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+MAGIC = b"EHC1"
+_LEN = struct.Struct(">I")
+_HEAD = len(MAGIC) + _LEN.size
+
+DIRECT = ""
+"""Owner of objects cached from single-object responses (get/create/update/patch)."""
+
+
+class CorruptEntry(ValueError):
+    """A stored value that does not decode."""
+
+
+def parse_rv(resource_version: str) -> int:
+    """A resourceVersion as a number for ordering; -1 when it is not a decimal (opaque)."""
+    if resource_version.isdigit() and resource_version.isascii():
+        return int(resource_version)
+    return -1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Entry:
+    """The in-memory index entry of one stored object (its body stays on disk)."""
+
+    resource_version: str
+    rv: int
+    """``parse_rv(resource_version)``."""
+    kind: str
+    api_version: str
+    labels: Mapping[str, str] | None
+    fields: Mapping[str, str]
+    """Non-empty field-selector fields of the kind (``selectors.field_values``)."""
+    owners: frozenset[str]
+    size: int
+    """Body bytes."""
+    created: str = ""
+    """``metadata.creationTimestamp``: Table AGE without decoding."""
+
+    def with_owners(self, owners: frozenset[str]) -> Entry:
+        return dataclasses.replace(self, owners=owners)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListRecord:
+    """One list (component + resource + namespace + selector) that was cached."""
+
+    resource_version: str
+    rv: int
+    kind: str
+    """Item kind (``Pod``), for bookmarks and empty lists."""
+    api_version: str
+    members: int
+    """Objects owned by this list after the write that stored this record."""
+
+
+def _intern_map(values: Mapping[str, Any] | None) -> dict[str, str] | None:
+    if not values:
+        return None
+    # Node names, phases and label values repeat across thousands of objects: share them.
+    return {sys.intern(str(k)): sys.intern(str(v)) for k, v in values.items() if v != ""}
+
+
+def entry_from_object(
+    obj: Mapping[str, Any], fields: Mapping[str, str], owners: frozenset[str], size: int
+) -> Entry:
+    """The index entry of a decoded object (``fields`` from ``selectors.field_values``)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        meta = {}
+    rv = str(meta.get("resourceVersion") or "")
+    labels = meta.get("labels")
+    return Entry(
+        resource_version=rv,
+        rv=parse_rv(rv),
+        kind=str(obj.get("kind") or ""),
+        api_version=str(obj.get("apiVersion") or ""),
+        labels=_intern_map(labels if isinstance(labels, Mapping) else None),
+        fields=_intern_map(fields) or {},
+        owners=owners,
+        size=size,
+        created=str(meta.get("creationTimestamp") or ""),
+    )
+
+
+def _pack(header: Mapping[str, Any], body: bytes) -> bytes:
+    head = orjson.dumps(header)
+    return b"".join((MAGIC, _LEN.pack(len(head)), head, body))
+
+
+def _unpack(value: bytes) -> tuple[dict[str, Any], bytes]:
+    header, end = _header(value)
+    return header, value[end:]
+
+
+def _header(value: bytes) -> tuple[dict[str, Any], int]:
+    """The decoded header and the offset where the body starts."""
+    if not isinstance(value, bytes) or value[: len(MAGIC)] != MAGIC:
+        raise CorruptEntry("not a cache entry (bad magic)")
+    if len(value) < _HEAD:
+        raise CorruptEntry("truncated entry header")
+    (length,) = _LEN.unpack_from(value, len(MAGIC))
+    end = _HEAD + length
+    if end > len(value):
+        raise CorruptEntry("truncated entry header")
+    try:
+        header = orjson.loads(value[_HEAD:end])
+    except orjson.JSONDecodeError as e:
+        raise CorruptEntry(f"entry header is not JSON: {e}") from e
+    if not isinstance(header, dict):
+        raise CorruptEntry("entry header is not an object")
+    return header, end
+
+
+def encode_object(entry: Entry, body: bytes) -> bytes:
+    header: dict[str, Any] = {
+        "t": "o",
+        "rv": entry.resource_version,
+        "k": entry.kind,
+        "av": entry.api_version,
+        "o": sorted(entry.owners),
+    }
+    if entry.labels:
+        header["l"] = entry.labels
+    if entry.fields:
+        header["f"] = entry.fields
+    if entry.created:
+        header["c"] = entry.created
+    return _pack(header, body)
+
+
+def decode_object(value: bytes) -> tuple[Entry, bytes]:
+    header, end = _header(value)
+    return _entry(header, len(value) - end), value[end:]
+
+
+def decode_header(value: bytes) -> Entry:
+    """Only the index entry, without copying the body (startup index load)."""
+    header, end = _header(value)
+    return _entry(header, len(value) - end)
+
+
+def body_of(value: bytes) -> bytes:
+    """Only the body of an entry, without decoding the header (the hot path of offline lists)."""
+    if value[: len(MAGIC)] != MAGIC or len(value) < _HEAD:
+        raise CorruptEntry("not a cache entry (bad magic)")
+    (length,) = _LEN.unpack_from(value, len(MAGIC))
+    return value[_HEAD + length :]
+
+
+def _entry(header: Mapping[str, Any], size: int) -> Entry:
+    if header.get("t") != "o":
+        raise CorruptEntry("entry is not an object entry")
+    try:
+        rv = str(header["rv"])
+        owners = header["o"]
+        if not isinstance(owners, list) or not all(isinstance(o, str) for o in owners):
+            raise CorruptEntry("entry owners are not a list of strings")
+        entry = Entry(
+            resource_version=rv,
+            rv=parse_rv(rv),
+            kind=str(header["k"]),
+            api_version=str(header["av"]),
+            labels=_intern_map(header.get("l")),
+            fields=_intern_map(header.get("f")) or {},
+            owners=frozenset(sys.intern(o) for o in owners),
+            size=size,
+            created=str(header.get("c", "")),
+        )
+    except (KeyError, TypeError, AttributeError) as e:
+        raise CorruptEntry(f"entry header misses fields: {e}") from e
+    return entry
+
+
+def encode_list(record: ListRecord) -> bytes:
+    header = {
+        "t": "l",
+        "rv": record.resource_version,
+        "k": record.kind,
+        "av": record.api_version,
+        "n": record.members,
+    }
+    return _pack(header, b"")
+
+
+def decode_list(value: bytes) -> ListRecord:
+    header, _ = _unpack(value)
+    if header.get("t") != "l":
+        raise CorruptEntry("entry is not a list record")
+    try:
+        rv = str(header["rv"])
+        return ListRecord(
+            resource_version=rv,
+            rv=parse_rv(rv),
+            kind=str(header["k"]),
+            api_version=str(header["av"]),
+            members=int(header["n"]),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptEntry(f"list record misses fields: {e}") from e
+
+
+def encode_document(content_type: str, body: bytes) -> bytes:
+    """A non-resource document (``/version``, discovery) and the Content-Type it came with."""
+    return _pack({"t": "d", "ct": content_type}, body)
+
+
+def decode_document(value: bytes) -> tuple[str, bytes]:
+    header, body = _unpack(value)
+    if header.get("t") != "d":
+        raise CorruptEntry("entry is not a document")
+    return str(header.get("ct", "application/json")), body
+
+
+def kind_of(value: bytes) -> str:
+    """``o`` object, ``l`` list record, ``d`` document."""
+    header, _ = _unpack(value)
+    return str(header.get("t", ""))

@@ -1,0 +1,240 @@
+"""Splitting response bodies into what the cache stores: watch events, list items, one object.
+
+PURE: bytes in, decoded values and byte slices out; no I/O.
+
+- ``LineSplitter`` cuts a JSON watch stream into event documents incrementally (the apiserver's
+  JSON framing writes one document per line), holding at most ``max_line`` bytes of an
+  unfinished event: a longer one raises ``FrameTooLarge`` so the tee can drop that stream.
+- ``parse_event`` decodes one event and keeps the object's own bytes when the event has the
+  canonical two-member shape ``{"type":...,"object":...}`` (no re-encode); otherwise the object
+  is re-encoded, which is byte-different but the same JSON value.
+- ``parse_list`` walks a list body item by item with the stdlib's C scanner so only one item is
+  decoded at a time (a 10,000-pod list is ~25 MB of JSON; decoding it whole would cost several
+  times that in Python objects). Items get their ``kind``/``apiVersion`` from the list, as
+  the apiserver omits them in list items and an offline get must return them.
+
+Danger: ``parse_list`` trusts the top-level shape only after checking it; anything unexpected
+raises ``BadBody`` and the tee drops that response instead of caching half of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+
+class BadBody(ValueError):
+    """A body the cache cannot interpret (not JSON, wrong shape)."""
+
+
+class FrameTooLarge(BadBody):
+    """One watch event longer than the configured bound."""
+
+
+class LineSplitter:
+    """Incremental newline framing with a bound on the unfinished tail."""
+
+    __slots__ = ("_max_line", "_tail")
+
+    def __init__(self, max_line: int) -> None:
+        self._max_line = max_line
+        self._tail = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Complete, non-blank lines in ``chunk`` (with the tail of earlier chunks)."""
+        if b"\n" not in chunk:
+            self._tail += chunk
+            if len(self._tail) > self._max_line:
+                raise FrameTooLarge(f"watch event longer than {self._max_line} bytes")
+            return []
+        data = self._tail + chunk if self._tail else chunk
+        lines = data.split(b"\n")
+        self._tail = lines.pop()
+        if len(self._tail) > self._max_line:
+            raise FrameTooLarge(f"watch event longer than {self._max_line} bytes")
+        return [line for line in lines if line.strip()]
+
+    def rest(self) -> bytes:
+        """What is left once the stream ended (an event without its final newline)."""
+        tail, self._tail = self._tail, b""
+        return tail if tail.strip() else b""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: str
+    object: dict[str, Any]
+    raw: bytes
+    """The object's JSON bytes."""
+
+
+def parse_event(line: bytes) -> WatchEvent:
+    try:
+        event = orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        raise BadBody(f"watch event is not JSON: {e}") from e
+    if not isinstance(event, dict):
+        raise BadBody("watch event is not an object")
+    kind = event.get("type")
+    obj = event.get("object")
+    if not isinstance(kind, str) or not isinstance(obj, dict):
+        raise BadBody("watch event lacks type or object")
+    return WatchEvent(kind, obj, _object_slice(line, kind, len(event)) or orjson.dumps(obj))
+
+
+def _object_slice(line: bytes, kind: str, members: int) -> bytes | None:
+    # Valid JSON with exactly two members that starts with this exact prefix: everything after
+    # the prefix, up to the object's closing brace, is the "object" value (plus whitespace).
+    if members != 2:
+        return None
+    prefix = b'{"type":' + orjson.dumps(kind) + b',"object":'
+    if not line.startswith(prefix):
+        return None
+    body = line.rstrip()
+    if not body.endswith(b"}"):
+        return None
+    return body[len(prefix) : -1].strip()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListItem:
+    object: dict[str, Any]
+    raw: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListHead:
+    kind: str
+    """The list kind, e.g. ``PodList``."""
+    api_version: str
+    resource_version: str
+    continue_token: str
+    """Non-empty: more pages follow (a chunked list, ``limit=``)."""
+
+    @property
+    def item_kind(self) -> str:
+        return self.kind.removesuffix("List") if self.kind.endswith("List") else self.kind
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def parse_list(body: bytes) -> tuple[ListHead, Iterator[ListItem]]:
+    """A list response: its head, and its items (lazily, in order) with kind/apiVersion filled.
+
+    The first pass finds the item boundaries and decodes only the head; the items are decoded
+    one at a time as the iterator is consumed, so at most one item is a Python object at once.
+    Item bytes are the received bytes, with ``kind``/``apiVersion`` spliced in front.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadBody(f"list body is not UTF-8: {e}") from e
+    spans: list[tuple[int, int]] = []
+    head: dict[str, Any] = {}
+    try:
+        pos = _skip(text, 0)
+        if text[pos : pos + 1] != "{":
+            raise BadBody("list body is not a JSON object")
+        pos = _skip(text, pos + 1)
+        if text[pos : pos + 1] == "}":
+            pos += 1
+        else:
+            while True:
+                key, pos = _DECODER.raw_decode(text, pos)
+                pos = _skip(text, pos)
+                if text[pos : pos + 1] != ":" or not isinstance(key, str):
+                    raise BadBody("list body has a malformed member")
+                pos = _skip(text, pos + 1)
+                if key == "items" and text[pos : pos + 1] == "[":
+                    pos = _items(text, pos, spans)
+                else:
+                    head[key], pos = _DECODER.raw_decode(text, pos)
+                pos = _skip(text, pos)
+                sep = text[pos : pos + 1]
+                pos = _skip(text, pos + 1)
+                if sep == "}":
+                    break
+                if sep != ",":
+                    raise BadBody("list body has a malformed member separator")
+        if text[pos:].strip():
+            raise BadBody("list body has trailing data")
+    except json.JSONDecodeError as e:
+        raise BadBody(f"list body is not JSON: {e}") from e
+    meta = head.get("metadata")
+    if not isinstance(meta, dict):
+        meta = {}
+    kind = head.get("kind")
+    api_version = head.get("apiVersion")
+    if not isinstance(kind, str) or not isinstance(api_version, str):
+        raise BadBody("list body lacks kind or apiVersion")
+    list_head = ListHead(
+        kind=kind,
+        api_version=api_version,
+        resource_version=str(meta.get("resourceVersion") or ""),
+        continue_token=str(meta.get("continue") or ""),
+    )
+    if text.isascii():
+        raws: Iterator[bytes] = (body[start:end] for start, end in spans)
+    else:
+        # str offsets are not byte offsets here; re-encoding a slice gives back the same bytes.
+        raws = (text[start:end].encode("utf-8") for start, end in spans)
+    return list_head, _finish_items(raws, list_head)
+
+
+def _skip(text: str, pos: int) -> int:
+    match = _WS.match(text, pos)
+    return match.end() if match else pos
+
+
+def _items(text: str, pos: int, out: list[tuple[int, int]]) -> int:
+    pos = _skip(text, pos + 1)
+    if text[pos : pos + 1] == "]":
+        return pos + 1
+    while True:
+        start = pos
+        item, pos = _DECODER.raw_decode(text, pos)
+        if not isinstance(item, dict):
+            raise BadBody("list item is not an object")
+        out.append((start, pos))
+        pos = _skip(text, pos)
+        sep = text[pos : pos + 1]
+        pos = _skip(text, pos + 1)
+        if sep == "]":
+            return pos
+        if sep != ",":
+            raise BadBody("list items have a malformed separator")
+
+
+def _finish_items(raws: Iterator[bytes], head: ListHead) -> Iterator[ListItem]:
+    kind_prefix = orjson.dumps({"kind": head.item_kind, "apiVersion": head.api_version})[:-1]
+    for raw in raws:
+        item = orjson.loads(raw)
+        has_kind, has_version = "kind" in item, "apiVersion" in item
+        if has_kind and has_version:
+            yield ListItem(item, raw)
+            continue
+        item.setdefault("kind", head.item_kind)
+        item.setdefault("apiVersion", head.api_version)
+        if has_kind or has_version:
+            yield ListItem(item, orjson.dumps(item))
+            continue
+        # Splice kind/apiVersion in front of the item's own members: no re-encode.
+        rest = raw[1:].lstrip()
+        yield ListItem(item, kind_prefix + (rest if rest[:1] == b"}" else b"," + rest))
+
+
+def parse_object(body: bytes) -> dict[str, Any]:
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise BadBody(f"body is not JSON: {e}") from e
+    if not isinstance(obj, dict):
+        raise BadBody("body is not a JSON object")
+    return obj

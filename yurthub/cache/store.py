@@ -1,0 +1,816 @@
+"""The disk cache: ``diskcache`` (SQLite) for the bytes, an in-memory index for the questions.
+
+Role: hold every cached object, list record and discovery document of one hub, answer
+"which objects of this component/resource/namespace match" from memory, and fetch bodies from
+disk. Nothing here decides what to cache or how a response changes it (``cacheability``,
+``applying``); this module carries those decisions out.
+
+Invariants:
+
+- The event loop never touches SQLite. Writes go through one single-thread executor (so writers
+  are serialised and decisions see the state left by the previous write); reads of bodies go
+  through a small reader pool (SQLite WAL lets them run beside a write). One executor hop per
+  operation; jobs queued while a hop runs are applied together in the next hop, in one
+  transaction (group commit), which is what makes watch ingest fast.
+- The in-memory index is mutated only on the event loop, and only between writer hops, with the
+  outcome of a committed transaction. The writer thread reads it during its hop (through an
+  overlay of its own uncommitted changes); the loop reads it any time. So the index always
+  describes a committed disk state, no lock is needed, and a failed transaction leaves both
+  untouched.
+- A list replacement (its items, the objects it released, its list record) is one transaction:
+  a kill -9 leaves the previous list or the new one, never half of each.
+- The directory is 0700 and the SQLite files (database, WAL, shared memory) 0600: Secrets are
+  cached, and nothing in here is for other users. Values are kept inside SQLite (no side files),
+  so there is no other file to protect.
+
+Dangers: submission is bounded in bytes; over the bound a job is refused (the tee then drops
+that response's caching and counts it). Disk errors (full, I/O) fail the whole batch: it is
+counted, logged once per episode, and the hub keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import dataclasses
+import logging
+import os
+import pathlib
+import sqlite3
+import stat
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import diskcache
+import diskcache.core
+
+from yurthub.cache import applying, entries, framing, keys
+
+logger = logging.getLogger(__name__)
+
+DB_FILES = ("cache.db", "cache.db-wal", "cache.db-shm")
+# Everything stays inside SQLite: no value is large enough to be pushed to a side file (an
+# object is at most ~1.5 MB in etcd; discovery documents are smaller).
+_INLINE_LIMIT = 1 << 30
+_DISKCACHE_SETTINGS: dict[str, Any] = {
+    "eviction_policy": "none",  # a get never writes (no access-time bookkeeping)
+    "cull_limit": 0,  # a set never evicts: the cache is not a bounded LRU
+    "statistics": False,
+    "size_limit": 1 << 62,
+    "disk_min_file_size": _INLINE_LIMIT,
+    "sqlite_synchronous": 1,  # NORMAL + WAL: crash-consistent, each commit is atomic
+}
+PAGE_SESSION_TTL = 120.0
+
+# Offline reads bypass diskcache's per-key get (Python overhead ~8 us per key) and read its
+# documented ``Cache`` table directly, read-only: key (TEXT for str keys), raw, mode, value.
+# Values in MODE_RAW rows are our bytes as given to ``Cache.set``.
+_SELECT_RANGE = "SELECT key, mode, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1"
+_SELECT_IN = "SELECT key, mode, value FROM Cache WHERE key IN ({}) AND raw = 1"
+_IN_CHUNK = 500
+_RANGE_READ_MIN = 64
+_MODE_RAW = diskcache.core.MODE_RAW
+
+
+def _raw_body(mode: int, value: bytes | None) -> bytes | None:
+    if mode != _MODE_RAW or value is None:
+        return None
+    return entries.body_of(bytes(value))
+
+
+class StoreError(OSError):
+    """The cache directory cannot be opened (permissions, not a cache, corrupt database)."""
+
+
+@dataclasses.dataclass
+class Stats:
+    """Counters for metrics and ``edgehub cache stats``; mutated on the loop only."""
+
+    batches: int = 0
+    jobs_applied: int = 0
+    objects_written: int = 0
+    objects_removed: int = 0
+    write_failures: int = 0
+    """Jobs lost because their transaction failed (disk full, I/O error)."""
+    refused_jobs: int = 0
+    """Jobs refused because the write queue was over its byte bound."""
+    bad_bodies: int = 0
+    """Responses the cache could not interpret (not JSON, wrong shape)."""
+    error_keys: set[str] = dataclasses.field(default_factory=set)
+    """Keys whose last write failed (YurtHub's "error keys")."""
+    last_error: str = ""
+
+
+# --- jobs: what the tee and the runtime ask the writer to do --------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PutObject:
+    """A single-object response body (get/create/update/patch); owner ``entries.DIRECT``."""
+
+    scope: keys.Scope
+    body: bytes
+    namespace: str = ""
+    """Request namespace, used when the object does not name its own."""
+
+    @property
+    def size(self) -> int:
+        return len(self.body)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PutList:
+    """A complete list response body (or one page of a chunked list)."""
+
+    list_key: keys.ListKey
+    body: bytes
+    continued: bool | None = None
+    """The request carried ``continue=`` (a later page); None when unknown."""
+
+    @property
+    def size(self) -> int:
+        return len(self.body)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WatchLines:
+    """Complete watch event documents, in stream order, of the watch continuing ``list_key``."""
+
+    list_key: keys.ListKey
+    lines: tuple[bytes, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(len(line) for line in self.lines)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PutDocument:
+    """A non-resource document (``/version``, discovery) as received."""
+
+    key: str
+    content_type: str
+    body: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.body)
+
+
+Job = PutObject | PutList | WatchLines | PutDocument
+
+
+@dataclasses.dataclass
+class _Outcome:
+    """What one committed batch changed, applied to the index on the loop."""
+
+    objects: dict[keys.ObjectKey, entries.Entry | None] = dataclasses.field(default_factory=dict)
+    lists: dict[keys.ListKey, entries.ListRecord] = dataclasses.field(default_factory=dict)
+    documents: set[str] = dataclasses.field(default_factory=set)
+    bad_bodies: int = 0
+    error: str = ""
+    jobs: int = 0
+
+
+@dataclasses.dataclass
+class _PageSession:
+    names: set[keys.ObjectKey]
+    started: float
+
+
+class Store:
+    """One cache directory. Create with ``await Store.open(path)``; ``await close()`` at the end."""
+
+    def __init__(self, path: pathlib.Path, cache: diskcache.Cache, max_pending_bytes: int) -> None:
+        self.path = path
+        self._cache = cache
+        self._max_pending = max_pending_bytes
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cache-writer")
+        self._readers = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="cache-reader")
+        self._reader_local = threading.local()
+        self._reader_lock = threading.Lock()
+        self._reader_cons: list[sqlite3.Connection] = []
+        self.stats = Stats()
+        # The index: scope -> namespace -> name -> entry.
+        self._objects: dict[keys.Scope, dict[str, dict[str, entries.Entry]]] = {}
+        self._lists: dict[keys.ListKey, entries.ListRecord] = {}
+        self._documents: set[str] = set()
+        self._count = 0
+        # Writer state (touched by the writer thread only).
+        self._pages: dict[keys.ListKey, _PageSession] = {}
+        # Pump state (loop only).
+        self._pending: collections.deque[Job] = collections.deque()
+        self._pending_bytes = 0
+        self._in_flight: asyncio.Future[_Outcome] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = False
+        self._failing = False
+
+    # --- life cycle --------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, path: pathlib.Path, *, max_pending_bytes: int = 64 << 20) -> Store:
+        """Open (or create) the cache at ``path`` and load the index. Raises ``StoreError``."""
+        loop = asyncio.get_running_loop()
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cache-open") as pool:
+            cache = await loop.run_in_executor(pool, _open_cache, path)
+        store = cls(path, cache, max_pending_bytes)
+        try:
+            loaded = await loop.run_in_executor(store._writer, _load_index, cache)
+        except BaseException:
+            store._shutdown_executors()
+            raise
+        store._install(loaded)
+        return store
+
+    def _install(self, loaded: _Loaded) -> None:
+        for key, entry in loaded.objects:
+            self._set_entry(key, entry)
+        self._lists = dict(loaded.lists)
+        self._documents = set(loaded.documents)
+        self.corrupt_at_load = loaded.corrupt
+
+    async def close(self, grace: float = 10.0) -> None:
+        """Apply what is queued (within ``grace`` seconds), then close the database."""
+        if self._closed:
+            return
+        try:
+            await self.flush(grace)
+        finally:
+            self._closed = True
+            self._pending.clear()
+            loop = asyncio.get_running_loop()
+            try:
+                await loop.run_in_executor(self._writer, self._cache.close)
+                # Wait for in-flight reads (short) so their connections are free to close.
+                await loop.run_in_executor(None, self._readers.shutdown, True)
+            finally:
+                self._shutdown_executors()
+                with self._reader_lock:
+                    cons, self._reader_cons = self._reader_cons, []
+                for con in cons:
+                    con.close()
+
+    def _shutdown_executors(self) -> None:
+        # Threads exit after their current item; their SQLite connections die with them.
+        self._writer.shutdown(wait=False, cancel_futures=True)
+        self._readers.shutdown(wait=False, cancel_futures=True)
+
+    async def flush(self, grace: float | None = None) -> bool:
+        """Wait until every job submitted so far is applied (or failed). False on timeout."""
+        try:
+            async with asyncio.timeout(grace):
+                while self._pending or self._in_flight is not None:
+                    await self._idle.wait()
+                    await asyncio.sleep(0)
+        except TimeoutError:
+            return False
+        return True
+
+    # --- index queries (loop) ----------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._count
+
+    def entry(self, key: keys.ObjectKey) -> entries.Entry | None:
+        return self._lookup(key)
+
+    def _lookup(self, key: keys.ObjectKey) -> entries.Entry | None:
+        namespaces = self._objects.get(key.scope)
+        if namespaces is None:
+            return None
+        names = namespaces.get(key.namespace)
+        return None if names is None else names.get(key.name)
+
+    def scopes(self) -> list[keys.Scope]:
+        return list(self._objects)
+
+    def objects(
+        self, scope: keys.Scope, namespace: str = ""
+    ) -> Iterator[tuple[keys.ObjectKey, entries.Entry]]:
+        """Entries of ``scope``; in ``namespace`` only when given. Sorted by namespace, name."""
+        namespaces = self._objects.get(scope)
+        if not namespaces:
+            return
+        if namespace and scope.namespaced_keys:
+            chosen = [(namespace, namespaces.get(namespace) or {})]
+        else:
+            chosen = sorted(namespaces.items())
+        for ns, names in chosen:
+            for name in sorted(names):
+                yield keys.ObjectKey(scope, ns, name), names[name]
+
+    def _unsorted(
+        self, scope: keys.Scope, namespace: str = ""
+    ) -> Iterator[tuple[keys.ObjectKey, entries.Entry]]:
+        namespaces = self._objects.get(scope)
+        if not namespaces:
+            return
+        if namespace and scope.namespaced_keys:
+            chosen = [(namespace, namespaces.get(namespace) or {})]
+        else:
+            chosen = list(namespaces.items())
+        for ns, names in chosen:
+            for name, entry in list(names.items()):
+                yield keys.ObjectKey(scope, ns, name), entry
+
+    def has_objects(self, scope: keys.Scope, namespace: str = "") -> bool:
+        namespaces = self._objects.get(scope)
+        if not namespaces:
+            return False
+        if namespace and scope.namespaced_keys:
+            return bool(namespaces.get(namespace))
+        return True
+
+    def list_record(self, list_key: keys.ListKey) -> entries.ListRecord | None:
+        return self._lists.get(list_key)
+
+    def list_records(
+        self, scope: keys.Scope | None = None
+    ) -> list[tuple[keys.ListKey, entries.ListRecord]]:
+        return [(k, r) for k, r in self._lists.items() if scope is None or k.scope == scope]
+
+    def documents(self) -> list[str]:
+        return sorted(self._documents)
+
+    # --- reads (reader pool) -----------------------------------------------------------------
+
+    async def bodies(
+        self, object_keys: Iterable[keys.ObjectKey], *, within: keys.ObjectKey | None = None
+    ) -> list[bytes | None]:
+        """The stored bodies, in order; None for a key removed since the index was read.
+
+        ``within``: a key whose scope (and namespace, when set) contains every wanted key;
+        large reads then become one range scan over SQLite's key index instead of point reads.
+        """
+        wanted = [str(k) for k in object_keys]
+        prefix = None
+        if within is not None:
+            prefix = within.scope.prefix() + "/"
+            if within.namespace:
+                prefix += keys.escape(within.namespace) + "/"
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, self._read_bodies, wanted, prefix)
+
+    def _read_bodies(self, wanted: list[str], prefix: str | None) -> list[bytes | None]:
+        if not wanted:
+            return []
+        found: dict[str, bytes | None] = {}
+        con = self._reader_connection()
+        if prefix is not None and len(wanted) > _RANGE_READ_MIN:
+            # '/' + 1 == '0': the range holds exactly the keys that start with the prefix.
+            upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+            wanted_set = set(wanted)
+            rows = con.execute(_SELECT_RANGE, (prefix, upper))
+            found = {key: _raw_body(mode, value) for key, mode, value in rows if key in wanted_set}
+        else:
+            for start in range(0, len(wanted), _IN_CHUNK):
+                chunk = wanted[start : start + _IN_CHUNK]
+                query = _SELECT_IN.format(",".join("?" * len(chunk)))
+                for key, mode, value in con.execute(query, chunk):
+                    found[key] = _raw_body(mode, value)
+        out: list[bytes | None] = []
+        for key in wanted:
+            if key not in found:
+                out.append(None)
+                continue
+            body = found[key]
+            if body is None:
+                # Stored outside the row (diskcache side file): take the public path.
+                value = self._cache.get(key)
+                body = None if value is None else entries.body_of(value)
+            out.append(body)
+        return out
+
+    def _reader_connection(self) -> sqlite3.Connection:
+        local = self._reader_local
+        con: sqlite3.Connection | None = getattr(local, "con", None)
+        if con is None:
+            uri = (self.path / DB_FILES[0]).resolve().as_uri() + "?mode=ro"
+            # Used by this thread only; closed by ``close`` once the reader pool has stopped.
+            con = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            local.con = con
+            with self._reader_lock:
+                self._reader_cons.append(con)
+        return con
+
+    async def body(self, key: keys.ObjectKey) -> bytes | None:
+        return (await self.bodies((key,)))[0]
+
+    async def document(self, key: str) -> tuple[str, bytes] | None:
+        if key not in self._documents:
+            return None
+        loop = asyncio.get_running_loop()
+        value = await loop.run_in_executor(self._readers, self._cache.get, key)
+        return None if value is None else entries.decode_document(value)
+
+    # --- writes (writer thread, through the pump) --------------------------------------------
+
+    def submit(self, job: Job) -> bool:
+        """Queue a write; False (and nothing queued) when the queue is over its byte bound."""
+        if self._closed:
+            return False
+        size = job.size
+        if self._pending_bytes + size > self._max_pending and self._pending:
+            self.stats.refused_jobs += 1
+            return False
+        self._pending.append(job)
+        self._pending_bytes += size
+        self._kick()
+        return True
+
+    def _kick(self) -> None:
+        if self._in_flight is not None or not self._pending or self._closed:
+            return
+        batch: list[Job] = []
+        size = 0
+        # A batch is everything queued, up to a byte budget so one hop stays short.
+        while self._pending and (not batch or size < 16 << 20):
+            job = self._pending.popleft()
+            size += job.size
+            batch.append(job)
+        self._pending_bytes -= size
+        self._idle.clear()
+        loop = asyncio.get_running_loop()
+        self._in_flight = loop.run_in_executor(self._writer, self._run_batch, batch)
+        self._in_flight.add_done_callback(self._batch_done)
+
+    def _batch_done(self, future: asyncio.Future[_Outcome]) -> None:
+        self._in_flight = None
+        try:
+            if future.cancelled():
+                return
+            exc = future.exception()
+            if exc is not None:
+                # _run_batch catches what it expects; anything else is a bug, keep serving.
+                logger.error("cache writer crashed", exc_info=exc)
+                self.stats.last_error = f"writer crashed: {exc!r}"
+                return
+            self._apply(future.result())
+        finally:
+            if not self._pending or self._closed:
+                self._idle.set()
+            self._kick()
+
+    def _apply(self, outcome: _Outcome) -> None:
+        self.stats.batches += 1
+        self.stats.bad_bodies += outcome.bad_bodies
+        if outcome.error:
+            self.stats.write_failures += outcome.jobs
+            self.stats.last_error = outcome.error
+            if len(self.stats.error_keys) < 100_000:
+                self.stats.error_keys.update(str(k) for k in outcome.objects)
+            if not self._failing:
+                self._failing = True
+                logger.warning(
+                    "cache write failed, the cache falls behind (online traffic is unaffected): %s",
+                    outcome.error,
+                )
+            return
+        if self._failing:
+            self._failing = False
+            logger.info("cache writes succeed again")
+        self.stats.jobs_applied += outcome.jobs
+        for key, entry in outcome.objects.items():
+            if self.stats.error_keys:
+                self.stats.error_keys.discard(str(key))
+            if entry is None:
+                self._del_entry(key)
+                self.stats.objects_removed += 1
+            else:
+                self._set_entry(key, entry)
+                self.stats.objects_written += 1
+        self._lists.update(outcome.lists)
+        self._documents |= outcome.documents
+
+    def _set_entry(self, key: keys.ObjectKey, entry: entries.Entry) -> None:
+        names = self._objects.setdefault(key.scope, {}).setdefault(key.namespace, {})
+        if key.name not in names:
+            self._count += 1
+        names[key.name] = entry
+
+    def _del_entry(self, key: keys.ObjectKey) -> None:
+        namespaces = self._objects.get(key.scope)
+        if namespaces is None:
+            return
+        names = namespaces.get(key.namespace)
+        if names is None or names.pop(key.name, None) is None:
+            return
+        self._count -= 1
+        if not names:
+            del namespaces[key.namespace]
+            if not namespaces:
+                del self._objects[key.scope]
+
+    # --- the writer thread -------------------------------------------------------------------
+
+    def _run_batch(self, batch: list[Job]) -> _Outcome:
+        batch_state = _Batch(self)
+        for job in batch:
+            try:
+                batch_state.run(job)
+            except (framing.BadBody, applying.NotStorable, entries.CorruptEntry) as e:
+                batch_state.outcome.bad_bodies += 1
+                logger.debug("cache skipped a response body: %s", e)
+        outcome = batch_state.outcome
+        outcome.jobs = len(batch)
+        try:
+            with self._cache.transact():
+                batch_state.write(self._cache)
+        except (sqlite3.Error, OSError, diskcache.Timeout) as e:
+            outcome.error = f"{type(e).__name__}: {e}"
+            self._pages.clear()
+        return outcome
+
+
+class _Batch:
+    """Decisions of one batch against index + overlay, then the writes (writer thread only)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.outcome = _Outcome()
+        self.bodies: dict[keys.ObjectKey, bytes | None] = {}
+        """New bodies; None: header-only rewrite (owners changed, body kept)."""
+        self.counts: dict[str, int] = {}
+        self.documents: dict[str, bytes] = {}
+
+    # overlay lookups
+
+    def lookup(self, key: keys.ObjectKey) -> entries.Entry | None:
+        if key in self.outcome.objects:
+            return self.outcome.objects[key]
+        return self.store._lookup(key)
+
+    def members(self, list_key: keys.ListKey) -> list[keys.ObjectKey]:
+        """Current members of ``list_key`` (index + overlay)."""
+        owner = str(list_key)
+        found = [
+            key
+            for key, entry in self.store._unsorted(list_key.scope, list_key.namespace)
+            if owner in entry.owners and key not in self.outcome.objects
+        ]
+        found.extend(
+            key
+            for key, entry in self.outcome.objects.items()
+            if entry is not None
+            and owner in entry.owners
+            and key.scope == list_key.scope
+            and list_key.covers_namespace(key.namespace)
+        )
+        return found
+
+    def member_count(self, list_key: keys.ListKey) -> int:
+        owner = str(list_key)
+        if owner not in self.counts:
+            record = self.store._lists.get(list_key)
+            base = record.members if record is not None else len(self.members(list_key))
+            self.counts[owner] = base
+            return base
+        return self.counts[owner]
+
+    def change(self, change: applying.Change) -> None:
+        before = self.lookup(change.key)
+        after = change.entry if isinstance(change, applying.Write) else None
+        before_owners = before.owners if before is not None else frozenset()
+        after_owners = after.owners if after is not None else frozenset()
+        for owner in before_owners ^ after_owners:
+            if owner == entries.DIRECT:
+                continue
+            list_key = keys.parse_list_key(owner)
+            count = self.member_count(list_key)
+            self.counts[owner] = count + (1 if owner in after_owners else -1)
+        self.outcome.objects[change.key] = after
+        if isinstance(change, applying.Write):
+            if change.body is not None or change.key not in self.bodies:
+                self.bodies[change.key] = change.body
+        else:
+            self.bodies.pop(change.key, None)
+
+    def touch_list(
+        self, list_key: keys.ListKey, resource_version: str, kind: str, api_version: str
+    ) -> None:
+        current = self.outcome.lists.get(list_key) or self.store._lists.get(list_key)
+        rv = entries.parse_rv(resource_version)
+        if current is not None:
+            if not resource_version or (0 <= rv < current.rv):
+                resource_version, rv = current.resource_version, current.rv
+            kind = kind or current.kind
+            api_version = api_version or current.api_version
+        self.outcome.lists[list_key] = entries.ListRecord(
+            resource_version=resource_version,
+            rv=rv,
+            kind=kind,
+            api_version=api_version,
+            members=self.member_count(list_key),
+        )
+
+    # jobs
+
+    def run(self, job: Job) -> None:
+        if isinstance(job, PutObject):
+            self.put_object(job)
+        elif isinstance(job, PutList):
+            self.put_list(job)
+        elif isinstance(job, WatchLines):
+            self.watch_lines(job)
+        else:
+            self.documents[job.key] = entries.encode_document(job.content_type, job.body)
+
+    def put_object(self, job: PutObject) -> None:
+        obj = framing.parse_object(job.body)
+        item = applying.item_from_object(job.scope, obj, job.body, fallback_namespace=job.namespace)
+        change = applying.apply_object(self.lookup(item.key), item, entries.DIRECT)
+        if change is not None:
+            self.change(change)
+
+    def _items(
+        self, list_key: keys.ListKey, parsed: Iterable[framing.ListItem]
+    ) -> Iterator[applying.Item]:
+        for item in parsed:
+            try:
+                yield applying.item_from_object(
+                    list_key.scope, item.object, item.raw, fallback_namespace=list_key.namespace
+                )
+            except applying.NotStorable:
+                continue
+
+    def put_list(self, job: PutList) -> None:
+        head, parsed = framing.parse_list(job.body)
+        list_key = job.list_key
+        pages = self.store._pages
+        now = time.monotonic()
+        for stale in [k for k, s in pages.items() if now - s.started > PAGE_SESSION_TTL]:
+            del pages[stale]
+        session = pages.get(list_key)
+        items = list(self._items(list_key, parsed))
+        later_page = job.continued is True or (job.continued is None and session is not None)
+        if head.continue_token:
+            # One page of a chunked list: store its items, release nothing until the last page.
+            if not later_page or session is None:
+                session = pages[list_key] = _PageSession(set(), now)
+            session.names.update(item.key for item in items)
+            for item in items:
+                change = applying.apply_object(self.lookup(item.key), item, str(list_key))
+                if change is not None:
+                    self.change(change)
+        elif later_page and session is None:
+            # The last page of a list whose first pages we never saw: keep, release nothing.
+            for item in items:
+                change = applying.apply_object(self.lookup(item.key), item, str(list_key))
+                if change is not None:
+                    self.change(change)
+        else:
+            covered = items
+            if later_page and session is not None:
+                del pages[list_key]
+                keep = session.names
+                previous = [k for k in self.members(list_key) if k not in keep]
+            else:
+                pages.pop(list_key, None)
+                previous = self.members(list_key)
+            list_rv = entries.parse_rv(head.resource_version)
+            for change in applying.replace_list(self.lookup, previous, covered, list_key, list_rv):
+                self.change(change)
+        self.touch_list(list_key, head.resource_version, head.item_kind, head.api_version)
+
+    def watch_lines(self, job: WatchLines) -> None:
+        list_key = job.list_key
+        owner = str(list_key)
+        last_rv = ""
+        kind = api_version = ""
+        for line in job.lines:
+            try:
+                event = framing.parse_event(line)
+            except framing.BadBody:
+                self.outcome.bad_bodies += 1
+                continue
+            meta = event.object.get("metadata")
+            rv = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+            if event.type == "ERROR":
+                continue
+            if event.type == "BOOKMARK":
+                last_rv = rv or last_rv
+                kind = str(event.object.get("kind") or kind)
+                api_version = str(event.object.get("apiVersion") or api_version)
+                continue
+            try:
+                item = applying.item_from_object(
+                    list_key.scope, event.object, event.raw, fallback_namespace=list_key.namespace
+                )
+            except applying.NotStorable:
+                if event.type != "DELETED":
+                    last_rv = rv or last_rv
+                    continue
+                # A DELETED pod that lost its nodeName still has to leave the cache.
+                meta_map = meta if isinstance(meta, dict) else {}
+                name = meta_map.get("name")
+                if not isinstance(name, str) or not name:
+                    continue
+                key = keys.object_key(
+                    list_key.scope, str(meta_map.get("namespace") or list_key.namespace), name
+                )
+                change = applying.apply_deleted(self.lookup(key), key, list_key)
+            else:
+                kind, api_version = item.entry.kind or kind, item.entry.api_version or api_version
+                if event.type == "DELETED":
+                    change = applying.apply_deleted(self.lookup(item.key), item.key, list_key)
+                elif event.type in ("ADDED", "MODIFIED"):
+                    change = applying.apply_object(self.lookup(item.key), item, owner)
+                else:
+                    self.outcome.bad_bodies += 1
+                    continue
+            last_rv = rv or last_rv
+            if change is not None:
+                self.change(change)
+        self.touch_list(list_key, last_rv, kind, api_version)
+
+    # writing (inside the transaction)
+
+    def write(self, cache: diskcache.Cache) -> None:
+        for key, entry in self.outcome.objects.items():
+            name = str(key)
+            if entry is None:
+                cache.delete(name)
+                continue
+            body = self.bodies.get(key)
+            if body is None:
+                value = cache.get(name)
+                if value is None:
+                    raise sqlite3.DatabaseError(f"entry {name!r} vanished under the writer")
+                body = entries.body_of(value)
+            cache.set(name, entries.encode_object(entry, body))
+        for list_key, record in self.outcome.lists.items():
+            record = dataclasses.replace(record, members=self.member_count(list_key))
+            self.outcome.lists[list_key] = record
+            cache.set(str(list_key), entries.encode_list(record))
+        for doc_key, value in self.documents.items():
+            cache.set(doc_key, value)
+            self.outcome.documents.add(doc_key)
+
+
+# --- opening and loading (executor threads) ---------------------------------------------------
+
+
+def _secure_dir(path: pathlib.Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode != 0o700:
+        logger.info("tightening cache directory %s from %o to 0700", path, mode)
+        path.chmod(0o700)
+
+
+def _secure_files(path: pathlib.Path) -> None:
+    for name in DB_FILES:
+        file = path / name
+        # SQLite gives the WAL and shm files the database's mode; create the database 0600
+        # before SQLite does, so no file ever exists with a wider mode.
+        if name == "cache.db" and not file.exists():
+            os.close(os.open(file, os.O_CREAT | os.O_WRONLY, 0o600))
+        if file.exists() and stat.S_IMODE(file.stat().st_mode) != 0o600:
+            file.chmod(0o600)
+
+
+def _open_cache(path: pathlib.Path) -> diskcache.Cache:
+    try:
+        _secure_dir(path)
+        _secure_files(path)
+        cache = diskcache.Cache(str(path), **_DISKCACHE_SETTINGS)
+        _secure_files(path)
+    except (OSError, sqlite3.Error, diskcache.Timeout) as e:
+        raise StoreError(f"cannot open the cache at {path}: {e}") from e
+    return cache
+
+
+@dataclasses.dataclass
+class _Loaded:
+    objects: list[tuple[keys.ObjectKey, entries.Entry]]
+    lists: list[tuple[keys.ListKey, entries.ListRecord]]
+    documents: list[str]
+    corrupt: list[str]
+
+
+def _load_index(cache: diskcache.Cache) -> _Loaded:
+    loaded = _Loaded([], [], [], [])
+    for key in cache.iterkeys():
+        if not isinstance(key, str):
+            loaded.corrupt.append(repr(key))
+            continue
+        value = cache.get(key)
+        if value is None:
+            continue
+        try:
+            if keys.is_nonresource_key(key):
+                entries.decode_document(value)
+                loaded.documents.append(key)
+            elif keys.is_list_key(key):
+                loaded.lists.append((keys.parse_list_key(key), entries.decode_list(value)))
+            else:
+                loaded.objects.append((keys.parse_object_key(key), entries.decode_header(value)))
+        except (entries.CorruptEntry, keys.BadKey) as e:
+            logger.warning("skipping corrupt cache entry %r: %s", key, e)
+            loaded.corrupt.append(key)
+    return loaded
