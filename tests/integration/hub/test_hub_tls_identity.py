@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import base64
-import ipaddress
 import datetime
+import ipaddress
 import pathlib
 import ssl
 from typing import Any
