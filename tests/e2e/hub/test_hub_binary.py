@@ -1,0 +1,105 @@
+"""The installed ``edgehub hub`` binary: flags, env, ready line, SIGTERM, second signal."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import signal
+import sys
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[str]:
+    async def lease(request: web.Request) -> web.Response:
+        return web.json_response({"metadata": {"name": "n1"}, "spec": {}})
+
+    async def pods(request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch"):
+            resp = web.StreamResponse()
+            await resp.prepare(request)
+            await resp.write(b'{"type":"ADDED","object":{}}\n')
+            await asyncio.sleep(30)
+            return resp
+        return web.json_response({"kind": "PodList", "items": []})
+
+    app = web.Application()
+    app.router.add_route(
+        "*", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease
+    )
+    app.router.add_get("/api/v1/pods", pods)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1, handler_cancellation=True)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    await runner.cleanup()
+
+
+async def start_hub(server: str, *extra: str) -> tuple[asyncio.subprocess.Process, str, str]:
+    env = dict(os.environ, EDGEHUB_NODE_NAME="n1", EDGEHUB_SERVER_ADDR=server)
+    proc = await asyncio.create_subprocess_exec(
+        EDGEHUB,
+        "hub",
+        "--proxy-port",
+        "0",
+        "--serve-port",
+        "0",
+        *extra,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None
+    async with asyncio.timeout(15):
+        line = (await proc.stdout.readline()).decode()
+    assert line.startswith("EDGEHUB_HUB_READY "), line
+    fields = dict(part.split("=", 1) for part in line.split()[1:])
+    return proc, fields["proxy"], fields["server"]
+
+
+async def test_binary_serves_and_stops_on_sigterm(upstream: str) -> None:
+    proc, proxy, hub_server = await start_hub(upstream, "--heartbeat-interval-seconds", "1")
+    try:
+        async with aiohttp.ClientSession() as s:
+            for _ in range(50):
+                async with s.get(hub_server + "/v1/readyz") as r:
+                    if r.status == 200:
+                        break
+                await asyncio.sleep(0.1)
+            async with s.get(proxy + "/api/v1/pods") as r:
+                assert r.status == 200
+            watch = await s.get(proxy + "/api/v1/pods?watch=1")
+            await watch.content.readline()
+            proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(10):
+                assert await proc.wait() == 0
+                # the open watch was ended cleanly by the shutdown
+                assert await watch.content.read() == b""
+            watch.release()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_bad_flags_exit_with_startup_failure() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        EDGEHUB,
+        "hub",
+        "--node-name",
+        "n1",
+        "--server-addr",
+        "ftp://x",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _out, err = await proc.communicate()
+    assert proc.returncode == 3
+    assert b"scheme 'ftp' is not https" in err and b"Traceback" not in err
