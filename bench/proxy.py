@@ -1,0 +1,390 @@
+"""Benchmark: the hub's proxy vs direct vs nginx, side by side in one run.
+
+    .venv/bin/python bench/proxy.py [--quick]
+
+Upstream: the simulated apiserver (``yurthub.testing.simapiserver``) when it is importable,
+else a small built-in aiohttp apiserver stand-in serving the same shapes (one pod ~3 KB, a
+1,000-pod list, a watch emitting timestamped events). Each runs in its own process; so do the
+hub (``edgehub hub``, so its CPU counters are its own) and nginx (installed with apt-get if
+missing). All traffic stays on 127.0.0.1.
+
+Measured per target (direct, hub, nginx): GET one pod (sequential latency p50/p99 and
+concurrent throughput), LIST 1,000 pods (latency, throughput), watch-event delivery delay
+(upstream send -> client receive, same CLOCK_MONOTONIC). Plus the hub's CPU time per proxied
+request and its idle RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+HERE = pathlib.Path(__file__).resolve().parent
+PYTHON = sys.executable
+EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
+NODE = "bench-node"
+
+
+# --- built-in upstream (a separate process: --serve-upstream PORT) -----------------------------
+
+
+def _pod(i: int) -> dict[str, object]:
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": f"pod-{i}",
+            "namespace": "default",
+            "uid": f"00000000-0000-0000-0000-{i:012d}",
+            "resourceVersion": str(1000 + i),
+            "labels": {"app": "bench", "tier": "backend", "index": str(i)},
+            "annotations": {"bench/annotation": "x" * 200},
+        },
+        "spec": {
+            "nodeName": NODE,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.example/bench:1.0",
+                    "env": [{"name": f"E{j}", "value": "v" * 40} for j in range(20)],
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                }
+            ],
+        },
+        "status": {"phase": "Running", "podIP": f"10.0.{i // 250}.{i % 250}"},
+    }
+
+
+def serve_upstream(port: int) -> None:
+    pod = orjson.dumps(_pod(0))
+    pod_list = orjson.dumps(
+        {
+            "kind": "PodList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": "5000"},
+            "items": [_pod(i) for i in range(1000)],
+        }
+    )
+    lease: dict[str, object] = {"metadata": {"name": NODE, "namespace": "kube-node-lease"}}
+
+    async def get_pod(request: web.Request) -> web.Response:
+        return web.Response(body=pod, content_type="application/json")
+
+    async def pods(request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch") not in ("1", "true"):
+            return web.Response(body=pod_list, content_type="application/json")
+        count = int(request.query.get("events", "200"))
+        gap = float(request.query.get("gap", "0.005"))
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        for i in range(count):
+            event = {"type": "MODIFIED", "object": {**_pod(i % 5), "sent": time.monotonic_ns()}}
+            await resp.write(orjson.dumps(event) + b"\n")
+            await asyncio.sleep(gap)
+        await resp.write_eof()
+        return resp
+
+    async def lease_handler(request: web.Request) -> web.Response:
+        return web.json_response(lease)
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/default/pods/pod-0", get_pod)
+    app.router.add_get("/api/v1/namespaces/default/pods", pods)
+    app.router.add_route(
+        "*", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}", lease_handler
+    )
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_http(url: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as s:
+        while True:
+            try:
+                async with s.get(url) as r:
+                    if r.status < 500:
+                        return
+            except aiohttp.ClientError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not come up")
+            await asyncio.sleep(0.1)
+
+
+@contextlib.contextmanager
+def process(args: list[str], **kw: object) -> object:
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def ensure_nginx() -> str | None:
+    path = shutil.which("nginx") or (
+        "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None
+    )
+    if path:
+        return path
+    print("nginx missing: apt-get install -y nginx ...", flush=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "nginx-light"]):
+        if subprocess.run(cmd, env=env, capture_output=True).returncode != 0:
+            if cmd[-1] == "nginx-light":
+                subprocess.run(["apt-get", "install", "-y", "nginx"], env=env, capture_output=True)
+    return shutil.which("nginx") or (
+        "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None
+    )
+
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/body;
+  proxy_temp_path {tmp}/proxy;
+  fastcgi_temp_path {tmp}/fastcgi;
+  uwsgi_temp_path {tmp}/uwsgi;
+  scgi_temp_path {tmp}/scgi;
+  upstream api {{ server 127.0.0.1:{upstream}; keepalive 32; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://api;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_read_timeout 3600s;
+    }}
+  }}
+}}
+"""
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+# --- measurements ------------------------------------------------------------------------------
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def sequential(session: aiohttp.ClientSession, url: str, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        async with session.get(url) as r:
+            await r.read()
+            assert r.status == 200, r.status
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+async def throughput(url: str, n: int, concurrency: int) -> float:
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        remaining = n
+
+        async def worker() -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                async with session.get(url) as r:
+                    await r.read()
+
+        t0 = time.perf_counter()
+        async with asyncio.TaskGroup() as tg:
+            for i in range(concurrency):
+                tg.create_task(worker(), name=f"bench-worker-{i}")
+        return n / (time.perf_counter() - t0)
+
+
+async def watch_delays(session: aiohttp.ClientSession, url: str, events: int) -> list[float]:
+    delays = []
+    async with session.get(f"{url}?watch=1&events={events}&gap=0.005") as r:
+        async for line in r.content:
+            now = time.monotonic_ns()
+            if line.strip():
+                delays.append((now - orjson.loads(line)["object"]["sent"]) / 1e6)
+    return delays
+
+
+async def run(quick: bool) -> None:
+    n_get, n_list, n_events = (300, 20, 100) if quick else (2000, 100, 500)
+    up_port, hub_port, srv_port, ngx_port = free_port(), free_port(), free_port(), free_port()
+    direct = f"http://127.0.0.1:{up_port}"
+    targets = {"direct": direct, "hub": f"http://127.0.0.1:{hub_port}"}
+    nginx = ensure_nginx()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(process([PYTHON, __file__, "--serve-upstream", str(up_port)]))  # type: ignore[arg-type]
+        await wait_http(direct + "/api/v1/namespaces/default/pods/pod-0")
+        hub = stack.enter_context(
+            process(  # type: ignore[arg-type]
+                [
+                    EDGEHUB,
+                    "--log-level",
+                    "warning",
+                    "hub",
+                    "--server-addr",
+                    direct,
+                    "--node-name",
+                    NODE,
+                    "--proxy-port",
+                    str(hub_port),
+                    "--serve-port",
+                    str(srv_port),
+                ]
+            )
+        )
+        await wait_http(f"http://127.0.0.1:{srv_port}/v1/readyz")
+        for _ in range(100):
+            async with (
+                aiohttp.ClientSession() as s,
+                s.get(f"http://127.0.0.1:{srv_port}/v1/readyz") as r,
+            ):
+                if r.status == 200:
+                    break
+            await asyncio.sleep(0.1)
+        if nginx:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory())
+            conf = pathlib.Path(tmp) / "nginx.conf"
+            conf.write_text(NGINX_CONF.format(tmp=tmp, upstream=up_port, port=ngx_port))
+            stack.enter_context(process([nginx, "-c", str(conf), "-p", tmp]))  # type: ignore[arg-type]
+            targets["nginx"] = f"http://127.0.0.1:{ngx_port}"
+            await wait_http(targets["nginx"] + "/api/v1/namespaces/default/pods/pod-0")
+        await asyncio.sleep(1.0)
+        hub_pid = hub.pid  # type: ignore[attr-defined]
+        idle_rss = rss_mb(hub_pid)
+
+        results: dict[str, dict[str, float]] = {name: {} for name in targets}
+        hub_cpu: dict[str, float] = {}
+        async with aiohttp.ClientSession() as session:
+            for name, base in targets.items():
+                get_url = base + "/api/v1/namespaces/default/pods/pod-0"
+                list_url = base + "/api/v1/namespaces/default/pods"
+                await sequential(session, get_url, 50)  # warm-up
+                c0 = cpu_seconds(hub_pid)
+                lat = await sequential(session, get_url, n_get)
+                rps = await throughput(get_url, n_get, 8)
+                if name == "hub":
+                    hub_cpu["get"] = (cpu_seconds(hub_pid) - c0) / (2 * n_get)
+                c0 = cpu_seconds(hub_pid)
+                list_lat = await sequential(session, list_url, n_list)
+                list_rps = await throughput(list_url, n_list, 4)
+                if name == "hub":
+                    hub_cpu["list"] = (cpu_seconds(hub_pid) - c0) / (2 * n_list)
+                delays = await watch_delays(session, list_url, n_events)
+                results[name] = {
+                    "get_p50": statistics.median(lat) * 1e3,
+                    "get_p99": pct(lat, 0.99) * 1e3,
+                    "get_rps": rps,
+                    "list_p50": statistics.median(list_lat) * 1e3,
+                    "list_p99": pct(list_lat, 0.99) * 1e3,
+                    "list_rps": list_rps,
+                    "watch_p50": statistics.median(delays),
+                    "watch_p99": pct(delays, 0.99),
+                }
+        busy_rss = rss_mb(hub_pid)
+
+    print(f"\nupstream: built-in stand-in (1 pod {len(orjson.dumps(_pod(0)))} B, list of 1000)")
+    print(
+        f"requests: GET x{n_get} (+{n_get} at concurrency 8), LIST x{n_list}, watch events {n_events}\n"
+    )
+    header = f"{'target':8} {'GET p50':>9} {'GET p99':>9} {'GET rps':>9} {'LIST p50':>9} {'LIST p99':>9} {'LIST rps':>9} {'watch p50':>10} {'watch p99':>10}"
+    print(header)
+    for name, r in results.items():
+        print(
+            f"{name:8} {r['get_p50']:8.3f}ms {r['get_p99']:8.3f}ms {r['get_rps']:9.0f} "
+            f"{r['list_p50']:8.2f}ms {r['list_p99']:8.2f}ms {r['list_rps']:9.1f} "
+            f"{r['watch_p50']:9.3f}ms {r['watch_p99']:9.3f}ms"
+        )
+    d, h = results["direct"], results["hub"]
+    print("\nadded by the hub (hub - direct):")
+    print(
+        f"  GET  p50 {h['get_p50'] - d['get_p50']:+.3f} ms   p99 {h['get_p99'] - d['get_p99']:+.3f} ms   throughput ratio {h['get_rps'] / d['get_rps']:.2f}"
+    )
+    print(
+        f"  LIST p50 {h['list_p50'] - d['list_p50']:+.3f} ms   p99 {h['list_p99'] - d['list_p99']:+.3f} ms   throughput ratio {h['list_rps'] / d['list_rps']:.2f}"
+    )
+    print(
+        f"  watch delay p50 {h['watch_p50'] - d['watch_p50']:+.3f} ms   p99 {h['watch_p99'] - d['watch_p99']:+.3f} ms"
+    )
+    if "nginx" in results:
+        n = results["nginx"]
+        print("added by nginx (nginx - direct), same work:")
+        print(
+            f"  GET  p50 {n['get_p50'] - d['get_p50']:+.3f} ms   p99 {n['get_p99'] - d['get_p99']:+.3f} ms   throughput ratio {n['get_rps'] / d['get_rps']:.2f}"
+        )
+        print(
+            f"  LIST p50 {n['list_p50'] - d['list_p50']:+.3f} ms   throughput ratio {n['list_rps'] / d['list_rps']:.2f}"
+        )
+        print(
+            f"  watch delay p50 {n['watch_p50'] - d['watch_p50']:+.3f} ms   p99 {n['watch_p99'] - d['watch_p99']:+.3f} ms"
+        )
+    else:
+        print("nginx: not available (apt-get install failed)")
+    print(
+        f"\nhub CPU per proxied request: GET {hub_cpu['get'] * 1e6:.0f} us, LIST(1000 pods) {hub_cpu['list'] * 1e3:.2f} ms"
+    )
+    print(f"hub RSS: idle {idle_rss:.1f} MB, after the run {busy_rss:.1f} MB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer requests")
+    parser.add_argument("--serve-upstream", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_upstream:
+        serve_upstream(args.serve_upstream)
+        return
+    asyncio.run(run(args.quick))
+
+
+if __name__ == "__main__":
+    main()
