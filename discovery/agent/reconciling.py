@@ -60,6 +60,7 @@ class PluginSink(Protocol):
         key: Key,
         named: Mapping[str, discovered.NamedDevice],
         broker_properties: Mapping[str, str],
+        cdi_ready: bool = False,
     ) -> None: ...
 
     def forget_configuration(self, key: Key) -> None: ...
@@ -335,8 +336,8 @@ class Reconciler:
                 self.api, key[0], name, instances.leave(self.node), attempts=attempts
             )
         broker_properties = broker_properties_of(spec)
-        await self._write_cdi(key, named, broker_properties)
-        self.plugins.set_devices(key, named, broker_properties)
+        cdi_ready = await self._write_cdi(key, named, broker_properties)
+        self.plugins.set_devices(key, named, broker_properties, cdi_ready)
         shared = sum(1 for d in named.values() if d.shared)
         self.metrics.set_instances(key, shared, len(named) - shared)
 
@@ -393,10 +394,11 @@ class Reconciler:
 
     async def _write_cdi(
         self, key: Key, named: Mapping[str, discovered.NamedDevice], broker: Mapping[str, str]
-    ) -> None:
+    ) -> bool:
+        """Write (or remove) the CDI spec; True when a spec file now holds these devices."""
         path = self._cdi_path(key)
         if path is None:
-            return
+            return False
         spec = cdi.build_spec(key[1], named.values(), broker)
         if spec is None:
             if named and not cdi.valid_kind(key[1]):
@@ -405,9 +407,10 @@ class Reconciler:
                     key[1],
                 )
             await self._remove_cdi(key)
-            return
+            return False
         await cdi.write_spec(path, spec)
         self._cdi_written.add(key)
+        return True
 
     async def _remove_cdi(self, key: Key) -> None:
         path = self._cdi_path(key)

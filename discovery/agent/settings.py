@@ -8,6 +8,7 @@ otherwise.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 
 EMBEDDED_HANDLERS = ("debugEcho", "udev", "opcua", "onvif")
@@ -65,8 +66,9 @@ class AgentSettings:
     """Where ``agent-registration.sock`` is served; ``None`` accepts embedded handlers only."""
     embedded_handlers: tuple[str, ...] = ()
     """Handlers run inside the agent (debugEcho, udev, opcua, onvif)."""
-    debug_echo_shared: bool = True
-    """``DEBUG_ECHO_INSTANCES_SHARED`` for the embedded debugEcho handler."""
+    handler_environ: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Environment handed to embedded handlers (their Akri variables, e.g.
+    ``DEBUG_ECHO_INSTANCES_SHARED``, ``DEBUG_ECHO_AVAILABILITY_FILE``)."""
     device_plugins_dir: Path = Path("/var/lib/kubelet/device-plugins")
     pod_resources_socket: Path | None = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     """``None`` disables the slot reclaimer."""

@@ -1,0 +1,115 @@
+"""Prometheus metrics of the agent, on its own CollectorRegistry (never the global one).
+
+* ``akri_instance_count{configuration,is_shared}``: Instances this node serves.
+* ``akri_discovery_response_result_total{configuration,result}``: device-list updates
+  from discovery requests, ``success`` or ``error``.
+* ``akri_discovery_response_time_seconds{configuration}``: from starting a request to
+  its first successful device list.
+* ``akri_slot_usage{instance}`` / ``akri_slot_capacity{instance}``: held and total
+  capacity slots of each Instance plugin on this node.
+
+``serve`` exposes ``GET /metrics`` with aiohttp (``METRICS_PORT``, default 8080 as Akri).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import prometheus_client
+from aiohttp import web
+
+from discovery import registry
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = prometheus_client.CollectorRegistry(auto_describe=True)
+        self.instance_count = prometheus_client.Gauge(
+            "akri_instance_count",
+            "Instances served by this node",
+            ["configuration", "is_shared"],
+            registry=self.registry,
+        )
+        self.discovery_result = prometheus_client.Counter(
+            "akri_discovery_response_result",
+            "Device-list updates from discovery requests",
+            ["configuration", "result"],
+            registry=self.registry,
+        )
+        self.discovery_time = prometheus_client.Histogram(
+            "akri_discovery_response_time_seconds",
+            "Time from starting a discovery request to its first device list",
+            ["configuration"],
+            buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120),
+            registry=self.registry,
+        )
+        self.slot_usage = prometheus_client.Gauge(
+            "akri_slot_usage", "Held capacity slots", ["instance"], registry=self.registry
+        )
+        self.slot_capacity = prometheus_client.Gauge(
+            "akri_slot_capacity", "Capacity slots", ["instance"], registry=self.registry
+        )
+        self._timed: set[Key] = set()
+
+    @staticmethod
+    def _label(key: Key) -> str:
+        return f"{key[0]}/{key[1]}"
+
+    def set_instances(self, key: Key, shared: int, local: int) -> None:
+        self.instance_count.labels(self._label(key), "true").set(shared)
+        self.instance_count.labels(self._label(key), "false").set(local)
+
+    def forget_configuration(self, key: Key) -> None:
+        label = self._label(key)
+        for shared in ("true", "false"):
+            try:
+                self.instance_count.remove(label, shared)
+            except KeyError:
+                pass
+        self._timed.discard(key)
+
+    def discovery_snapshot(self, key: Key, snapshot: registry.Snapshot, elapsed: float) -> None:
+        failed = bool(snapshot.errors) or snapshot.invalid_details is not None
+        self.discovery_result.labels(self._label(key), "error" if failed else "success").inc()
+        if not failed and snapshot.devices and key not in self._timed:
+            self._timed.add(key)
+            self.discovery_time.labels(self._label(key)).observe(elapsed)
+
+    def set_slots(self, instance: str, used: int, capacity: int) -> None:
+        self.slot_usage.labels(instance).set(used)
+        self.slot_capacity.labels(instance).set(capacity)
+
+    def forget_instance(self, instance: str) -> None:
+        for gauge in (self.slot_usage, self.slot_capacity):
+            try:
+                gauge.remove(instance)
+            except KeyError:
+                pass
+
+    def render(self) -> bytes:
+        data: bytes = prometheus_client.generate_latest(self.registry)
+        return data
+
+
+async def serve(metrics: Metrics, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Start ``GET /metrics``; returns the runner (the caller cleans it up) and the bound port."""
+
+    async def handle(request: web.Request) -> web.Response:
+        return web.Response(
+            body=metrics.render(), headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST}
+        )
+
+    app = web.Application()
+    app.router.add_get("/metrics", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    addresses = runner.addresses
+    bound = addresses[0][1] if addresses else port
+    logger.info("agent metrics on http://%s:%d/metrics", host, bound)
+    return runner, int(bound)

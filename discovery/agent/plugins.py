@@ -1,0 +1,452 @@
+"""Kubelet device plugins: one per Instance on this node, one per Configuration.
+
+Instance plugin: resource ``akri.sh/<instance>``, one device per capacity slot
+(``<instance>-<i>``), Healthy when the slot is free or held by this node
+through the Instance resource (``slots.instance_health``). Configuration
+plugin: resource ``akri.sh/<config>``, virtual devices (``slots.assign_vdevs``),
+all Healthy. Allocate claims slots in ``Instance.spec.deviceUsage`` with an
+RV-guarded write (``instances.write``), so a slot held by another node — or
+won by another node in a race — fails the allocation with a clear status,
+and answers with env (``K`` and ``K_<HASH>``), mounts, device specs and the
+CDI device name (only when the CDI spec file exists, else the runtime would
+fail to resolve it).
+
+``Manager`` owns every plugin. Inputs arrive as plain notifications (named
+devices from the reconciler, Instance events from the reflector) and only
+mark the manager dirty; one ``run`` loop converges plugins to them, so
+starting and stopping gRPC servers never races with itself. The same loop
+polls kubelet's socket: when kubelet restarts, every plugin is restarted on a
+fresh socket and registered again.
+
+Dangers: kubelet calls Allocate with a short deadline; the claim is one
+apiserver round trip (more on conflicts). When the apiserver is unreachable,
+Allocate fails rather than handing out a slot nobody recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+import grpc.aio
+
+from discovery.agent import (
+    cdi,
+    discovered,
+    instances,
+    kubeapi,
+    kubelet,
+    naming,
+    settings,
+    slots,
+)
+from discovery.proto import deviceplugin_v1beta1_pb2 as pb
+from discovery.proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+
+
+class Metrics(Protocol):
+    def set_slots(self, instance: str, used: int, capacity: int) -> None: ...
+
+    def forget_instance(self, instance: str) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _ConfigDevices:
+    named: Mapping[str, discovered.NamedDevice]
+    broker_properties: Mapping[str, str]
+
+
+def _response(allocations: Sequence[cdi.Allocation], with_cdi: bool) -> Any:
+    envs: dict[str, str] = {}
+    mounts: list[Any] = []
+    specs: list[Any] = []
+    cdi_names: list[str] = []
+    for a in allocations:
+        envs.update(a.envs)
+        mounts.extend(
+            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in a.mounts
+        )
+        specs.extend(
+            pb.DeviceSpec(
+                container_path=s.container_path, host_path=s.host_path, permissions=s.permissions
+            )
+            for s in a.device_specs
+        )
+        if with_cdi and a.cdi_name not in cdi_names:
+            cdi_names.append(a.cdi_name)
+    return pb.ContainerAllocateResponse(
+        envs=envs,
+        mounts=mounts,
+        devices=specs,
+        cdi_devices=[pb.CDIDevice(name=n) for n in cdi_names],
+    )
+
+
+def _prepare_socket(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+
+
+class Plugin(pb_grpc.DevicePluginServicer):
+    """One gRPC server on its own socket, registered with kubelet."""
+
+    def __init__(self, manager: Manager, name: str) -> None:
+        self.manager = manager
+        self.name = name
+        self.resource = naming.resource_name(name)
+        self.socket: Path | None = None
+        self.server: grpc.aio.Server | None = None
+        self.registered = False
+        self.last_attempt = 0.0
+        self._devices: list[tuple[str, str]] = []
+        self._changed = asyncio.Event()
+        self._stopped = False
+
+    # -- state
+
+    @property
+    def devices(self) -> list[tuple[str, str]]:
+        return list(self._devices)
+
+    def publish(self, devices: list[tuple[str, str]]) -> None:
+        if devices == self._devices:
+            return
+        self._devices = devices
+        self._wake()
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    # -- lifecycle
+
+    async def start(self, directory: Path) -> None:
+        self._stopped = False
+        self.registered = False
+        path = kubelet.socket_path(directory, self.name)
+        await asyncio.to_thread(_prepare_socket, path)
+        server = grpc.aio.server()
+        pb_grpc.add_DevicePluginServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+        if server.add_insecure_port(f"unix:{path}") == 0:
+            raise OSError(f"cannot listen on {path}")
+        await server.start()
+        self.server, self.socket = server, path
+        logger.info("device plugin %s serving on %s", self.resource, path)
+
+    async def stop(self) -> None:
+        self._stopped = True
+        self._wake()
+        server, path = self.server, self.socket
+        self.server = self.socket = None
+        self.registered = False
+        if server is not None:
+            await server.stop(0.5)
+        if path is not None:
+            await asyncio.to_thread(path.unlink, missing_ok=True)
+            logger.info("device plugin %s stopped", self.resource)
+
+    async def register(self, directory: Path) -> None:
+        self.last_attempt = time.monotonic()
+        if self.socket is None:
+            return
+        await kubelet.register(directory, self.socket, self.resource)
+        self.registered = True
+        logger.info("device plugin %s registered with kubelet", self.resource)
+
+    # -- DevicePlugin service
+
+    async def GetDevicePluginOptions(self, request: Any, context: Any) -> Any:
+        return pb.DevicePluginOptions(
+            pre_start_required=False, get_preferred_allocation_available=False
+        )
+
+    async def ListAndWatch(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        sent: list[tuple[str, str]] | None = None
+        while not self._stopped:
+            changed = self._changed
+            if self._devices != sent:
+                sent = list(self._devices)
+                yield pb.ListAndWatchResponse(
+                    devices=[pb.Device(ID=device_id, health=health) for device_id, health in sent]
+                )
+            await changed.wait()
+
+    async def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no preferred allocation")
+
+    async def PreStartContainer(self, request: Any, context: Any) -> Any:
+        return pb.PreStartContainerResponse()
+
+    async def Allocate(self, request: Any, context: Any) -> Any:
+        try:
+            responses = [
+                await self.allocate(list(r.devices_ids)) for r in request.container_requests
+            ]
+        except slots.SlotUnavailable as e:
+            logger.warning("%s: allocation refused: %s", self.resource, e)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"unable to claim slot: {e}")
+        except (kubeapi.KubeError, instances.WriteFailed) as e:
+            logger.warning("%s: allocation could not be recorded: %s", self.resource, e)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot record the claim: {e}")
+        return pb.AllocateResponse(container_responses=responses)
+
+    async def allocate(self, device_ids: list[str]) -> Any:
+        raise NotImplementedError
+
+
+class InstancePlugin(Plugin):
+    def __init__(self, manager: Manager, namespace: str, instance: str, configuration: str):
+        super().__init__(manager, instance)
+        self.namespace = namespace
+        self.configuration = configuration
+        self.slots: tuple[naming.SlotUsage, ...] = ()
+
+    def update(self, obj: Mapping[str, Any]) -> None:
+        capacity = int(instances.spec_of(obj).get("capacity") or 0)
+        self.slots = naming.parse_device_usage(instances.usage_of(obj), capacity, strict=False)
+        self.publish(slots.instance_health(self.name, self.slots, self.manager.node))
+
+    async def allocate(self, device_ids: list[str]) -> Any:
+        named = self.manager.named((self.namespace, self.configuration), self.name)
+        if named is None:
+            raise slots.SlotUnavailable(f"{self.name} is not currently discovered on this node")
+        node = self.manager.node
+
+        def claim(current: dict[str, Any]) -> dict[str, str]:
+            capacity = int(instances.spec_of(current).get("capacity") or 0)
+            return slots.claim_instance_slots(
+                instances.usage_of(current), self.name, capacity, device_ids, node
+            )
+
+        await self.manager.write_usage(self.namespace, self.name, claim)
+        allocation = cdi.allocation(named.device, named.broker_properties)
+        logger.info("%s: allocated %s to a container", self.resource, ", ".join(device_ids))
+        return _response([allocation], self.manager.cdi_ready((self.namespace, self.configuration)))
+
+
+class ConfigurationPlugin(Plugin):
+    def __init__(self, manager: Manager, namespace: str, configuration: str):
+        super().__init__(manager, configuration)
+        self.namespace = namespace
+        self.vdevs: dict[str, slots.Vdev] = {}
+
+    def update(self, attached: Mapping[str, Sequence[naming.SlotUsage]]) -> None:
+        self.vdevs = slots.assign_vdevs(self.name, self.vdevs, attached, self.manager.node)
+        self.publish([(vdev, slots.HEALTHY) for vdev in sorted(self.vdevs)])
+
+    async def allocate(self, device_ids: list[str]) -> Any:
+        key = (self.namespace, self.name)
+        node = self.manager.node
+        allocations = []
+        for vdev in device_ids:
+            target = self.vdevs.get(vdev)
+            if target is None:
+                raise slots.SlotUnavailable(f"no virtual device {vdev!r}")
+            named = self.manager.named(key, target.instance)
+            if named is None:
+                raise slots.SlotUnavailable(f"{target.instance} is not currently discovered")
+
+            def claim(
+                current: dict[str, Any], instance: str = target.instance, vdev: str = vdev
+            ) -> dict[str, str]:
+                capacity = int(instances.spec_of(current).get("capacity") or 0)
+                usage, _ = slots.claim_configuration_slot(
+                    instances.usage_of(current), instance, capacity, vdev, node
+                )
+                return usage
+
+            await self.manager.write_usage(self.namespace, target.instance, claim)
+            allocations.append(cdi.allocation(named.device, named.broker_properties))
+        logger.info("%s: allocated %s to a container", self.resource, ", ".join(device_ids))
+        return _response(allocations, self.manager.cdi_ready(key))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Named:
+    device: discovered.NamedDevice
+    broker_properties: Mapping[str, str]
+
+
+class Manager:
+    def __init__(
+        self,
+        agent_settings: settings.AgentSettings,
+        api: kubeapi.KubeApi,
+        metrics: Metrics,
+    ) -> None:
+        self.settings = agent_settings
+        self.node = agent_settings.node_name
+        self.directory = agent_settings.device_plugins_dir
+        self.api = api
+        self.metrics = metrics
+        self._configs: dict[Key, _ConfigDevices] = {}
+        self._cdi: dict[Key, bool] = {}
+        self._objects: dict[Key, dict[str, Any]] = {}
+        self.instance_plugins: dict[Key, InstancePlugin] = {}
+        self.configuration_plugins: dict[Key, ConfigurationPlugin] = {}
+        self._dirty = asyncio.Event()
+        self._socket = kubelet.SocketWatch(self.directory)
+
+    # -- inputs (synchronous, from the reconciler and the Instance reflector)
+
+    def set_devices(
+        self,
+        key: Key,
+        named: Mapping[str, discovered.NamedDevice],
+        broker_properties: Mapping[str, str],
+        cdi_ready: bool = False,
+    ) -> None:
+        self._configs[key] = _ConfigDevices(dict(named), dict(broker_properties))
+        self._cdi[key] = cdi_ready
+        self._dirty.set()
+
+    def forget_configuration(self, key: Key) -> None:
+        self._configs.pop(key, None)
+        self._cdi.pop(key, None)
+        self._dirty.set()
+
+    def on_instance_event(self, kind: str, obj: dict[str, Any]) -> None:
+        key = kubeapi.key_of(obj)
+        if kind == "DELETED":
+            self._objects.pop(key, None)
+        else:
+            self._objects[key] = obj
+        self._dirty.set()
+
+    # -- lookups for the plugins
+
+    def named(self, key: Key, instance: str) -> _Named | None:
+        config = self._configs.get(key)
+        device = None if config is None else config.named.get(instance)
+        if config is None or device is None:
+            return None
+        return _Named(device, config.broker_properties)
+
+    def cdi_ready(self, key: Key) -> bool:
+        return self._cdi.get(key, False)
+
+    async def write_usage(self, namespace: str, instance: str, compute: Any) -> None:
+        written = await instances.write(
+            self.api,
+            namespace,
+            instance,
+            instances.set_usage(compute),
+            attempts=self.settings.timings.write_attempts,
+        )
+        if written is not None:
+            # Reflect our own write at once; the watch event follows with the same content.
+            self.on_instance_event("MODIFIED", written)
+            await self._sync()
+
+    # -- convergence
+
+    def _wanted(self) -> dict[Key, tuple[str, dict[str, Any]]]:
+        wanted = {}
+        for key, obj in self._objects.items():
+            configuration = instances.spec_of(obj).get("configurationName")
+            if not isinstance(configuration, str):
+                continue
+            if (obj.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            if self.node not in instances.nodes_of(obj):
+                continue
+            if self.named((key[0], configuration), key[1]) is None:
+                continue
+            wanted[key] = (configuration, obj)
+        return wanted
+
+    async def _sync(self) -> None:
+        wanted = self._wanted()
+        for key in [k for k in self.instance_plugins if k not in wanted]:
+            await self.instance_plugins.pop(key).stop()
+            self.metrics.forget_instance(key[1])
+        attached: dict[Key, dict[str, tuple[naming.SlotUsage, ...]]] = {}
+        for key, (configuration, obj) in sorted(wanted.items()):
+            plugin = self.instance_plugins.get(key)
+            if plugin is None:
+                plugin = InstancePlugin(self, key[0], key[1], configuration)
+                plugin.update(obj)
+                await plugin.start(self.directory)
+                self.instance_plugins[key] = plugin
+                await self._try_register(plugin)
+            else:
+                plugin.update(obj)
+            used = sum(1 for s in plugin.slots if s is not None)
+            self.metrics.set_slots(key[1], used, len(plugin.slots))
+            attached.setdefault((key[0], configuration), {})[key[1]] = plugin.slots
+        for key in [k for k in self.configuration_plugins if k not in attached]:
+            await self.configuration_plugins.pop(key).stop()
+        for key, members in sorted(attached.items()):
+            config_plugin = self.configuration_plugins.get(key)
+            if config_plugin is None:
+                config_plugin = ConfigurationPlugin(self, key[0], key[1])
+                config_plugin.update(members)
+                await config_plugin.start(self.directory)
+                self.configuration_plugins[key] = config_plugin
+                await self._try_register(config_plugin)
+            else:
+                config_plugin.update(members)
+
+    def _all(self) -> list[Plugin]:
+        return [*self.instance_plugins.values(), *self.configuration_plugins.values()]
+
+    async def _try_register(self, plugin: Plugin) -> None:
+        if not self._socket.present:
+            return
+        try:
+            await plugin.register(self.directory)
+        except (kubelet.RegistrationFailed, OSError) as e:
+            logger.warning("%s", e)
+
+    async def _kubelet_tick(self) -> None:
+        if self._socket.changed():
+            logger.info("kubelet socket (re)appeared; restarting and re-registering plugins")
+            for plugin in self._all():
+                await plugin.stop()
+                await plugin.start(self.directory)
+                await self._try_register(plugin)
+            return
+        now = time.monotonic()
+        for plugin in self._all():
+            if not plugin.registered and now - plugin.last_attempt >= 5.0:
+                await self._try_register(plugin)
+
+    async def run(self) -> None:
+        poll = self.settings.timings.kubelet_poll
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(poll):
+                        await self._dirty.wait()
+                self._dirty.clear()
+                await self._kubelet_tick()
+                await self._sync()
+        finally:
+            for plugin in self._all():
+                with contextlib.suppress(Exception):
+                    await plugin.stop()
+            self.instance_plugins.clear()
+            self.configuration_plugins.clear()
+
+    # -- for the slot reclaimer
+
+    def held_slots(self) -> dict[str, tuple[naming.SlotUsage, ...]]:
+        return {key[1]: plugin.slots for key, plugin in self.instance_plugins.items()}
+
+    def namespace_of(self, instance: str) -> str | None:
+        for key in self.instance_plugins:
+            if key[1] == instance:
+                return key[0]
+        return None

@@ -1,0 +1,180 @@
+"""Assembling the agent: ``Agent(settings)`` with ``start``/``stop``, and ``run(settings)``.
+
+One supervisor task (``_main``) owns everything through a TaskGroup: the
+handler registry (and its registration socket), the Configuration/Instance
+reflectors and reconcile workers, the device-plugin manager, the slot
+reclaimer and the metrics endpoint. ``start`` returns once the caches are
+synced and plugins can be served; ``stop`` cancels the supervisor and waits
+for it to unwind (plugins stopped and their sockets removed, registry socket
+removed, API client closed). A crash of any part ends the supervisor, and
+the error is raised from ``stop`` (or ``wait``).
+
+Embedding (``edgehub hub --enable-discovery``): build ``AgentSettings`` with
+``KubeSettings(url=<hub proxy URL>)`` so every API call goes through the hub
+and keeps working from its cache while the cloud is away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from discovery import registry, sdk
+from discovery.agent import (
+    events,
+    kubeapi,
+    metrics,
+    plugins,
+    reclaiming,
+    reconciling,
+    settings,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class StartupError(Exception):
+    """The agent could not start (bad settings, unreachable files, unknown handler)."""
+
+
+class Agent:
+    def __init__(self, agent_settings: settings.AgentSettings) -> None:
+        self.settings = agent_settings
+        self.metrics = metrics.Metrics()
+        self.metrics_port: int | None = None
+        self.reconciler: reconciling.Reconciler | None = None
+        self.plugins: plugins.Manager | None = None
+        self.reclaimer: reclaiming.Reclaimer | None = None
+        self.registry: registry.Registry | None = None
+        self._ready = asyncio.Event()
+        self._settled = asyncio.Event()  # ready, or the supervisor ended
+        self._done = asyncio.Event()
+        self._failure: BaseException | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._main_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Start everything; returns once the caches are synced. Raises the startup failure."""
+        if self._stack is not None:
+            raise RuntimeError("agent already started")
+        stack = contextlib.AsyncExitStack()
+        tg = await stack.enter_async_context(asyncio.TaskGroup())
+        self._stack = stack
+        self._main_task = tg.create_task(
+            self._supervise(), name=f"edgehub agent {self.settings.node_name}"
+        )
+        await self._settled.wait()
+        if not self._ready.is_set():
+            await self.stop()
+
+    async def stop(self) -> None:
+        """Stop everything and wait for it; raises what made the agent fail, if anything."""
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            if self._main_task is not None:
+                self._main_task.cancel()
+            await stack.aclose()
+        if self._failure is not None:
+            raise self._failure
+
+    async def wait(self) -> None:
+        """Until the agent stops; raises what made it fail."""
+        await self._done.wait()
+        if self._failure is not None:
+            raise self._failure
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set() and not self._done.is_set()
+
+    async def _supervise(self) -> None:
+        try:
+            await self._main()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            failure: BaseException = e
+            while isinstance(failure, BaseExceptionGroup) and len(failure.exceptions) == 1:
+                failure = failure.exceptions[0]
+            self._failure = failure
+            logger.error("agent failed: %s", failure, exc_info=failure)
+        finally:
+            self._done.set()
+            self._settled.set()
+
+    async def _main(self) -> None:
+        s = self.settings
+        async with contextlib.AsyncExitStack() as stack:
+            api_client = await _connect(s)
+            stack.push_async_callback(api_client.close)
+            api = kubeapi.KubeApi(api_client, s.kube.request_timeout)
+            if s.metrics_port is not None:
+                runner, self.metrics_port = await _serve_metrics(self.metrics, s)
+                stack.push_async_callback(runner.cleanup)
+            reg = await stack.enter_async_context(
+                registry.running(registry.RegistrySettings(directory=s.discovery_handlers_dir))
+            )
+            self.registry = reg
+            for name in s.embedded_handlers:
+                try:
+                    handler = sdk.load(name, sdk.HandlerOptions(environ=dict(s.handler_environ)))
+                except (sdk.HandlerNotFoundError, ValueError) as e:
+                    raise StartupError(f"embedded handler {name}: {e}") from e
+                reg.register_embedded(handler)
+            manager = plugins.Manager(s, api, self.metrics)
+            self.plugins = manager
+            reconciler = reconciling.Reconciler(
+                s,
+                api,
+                reg,
+                manager,
+                self.metrics,
+                events.Recorder(api, s.node_name),
+                on_instance_event=manager.on_instance_event,
+            )
+            self.reconciler = reconciler
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(manager.run(), name="device plugins")
+                await reconciler.run(tg, on_snapshot=self.metrics.discovery_snapshot)
+                if s.pod_resources_socket is not None:
+                    self.reclaimer = reclaiming.Reclaimer(
+                        s, api, manager.held_slots, manager.namespace_of
+                    )
+                    tg.create_task(self.reclaimer.run(), name="slot reclaimer")
+                logger.info("agent for node %s is running", s.node_name)
+                self._ready.set()
+                self._settled.set()
+
+
+async def _connect(s: settings.AgentSettings) -> Any:
+    try:
+        return await kubeapi.connect(s.kube.url, s.kube.kubeconfig, s.kube.user_agent)
+    except kubeapi.KubeError as e:
+        raise StartupError(str(e)) from e
+
+
+async def _serve_metrics(
+    m: metrics.Metrics, s: settings.AgentSettings
+) -> tuple[web.AppRunner, int]:
+    return await metrics.serve(m, s.metrics_address, s.metrics_port or 0)
+
+
+@contextlib.asynccontextmanager
+async def running(agent_settings: settings.AgentSettings) -> AsyncIterator[Agent]:
+    agent = Agent(agent_settings)
+    await agent.start()
+    try:
+        yield agent
+    finally:
+        await agent.stop()
+
+
+async def run(agent_settings: settings.AgentSettings) -> None:
+    """Run the agent until cancelled (the CLI cancels on SIGTERM/SIGINT)."""
+    async with running(agent_settings) as agent:
+        await agent.wait()
