@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 
 import aiohttp
 import orjson
@@ -158,10 +157,8 @@ def ensure_nginx() -> str | None:
         return path
     print("nginx missing: apt-get install -y nginx ...", flush=True)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "nginx-light"]):
-        if subprocess.run(cmd, env=env, capture_output=True).returncode != 0:
-            if cmd[-1] == "nginx-light":
-                subprocess.run(["apt-get", "install", "-y", "nginx"], env=env, capture_output=True)
+    subprocess.run(["apt-get", "update"], env=env, capture_output=True)
+    subprocess.run(["apt-get", "install", "-y", "nginx"], env=env, capture_output=True)
     return shutil.which("nginx") or (
         "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None
     )
@@ -333,44 +330,40 @@ async def run(quick: bool) -> None:
         busy_rss = rss_mb(hub_pid)
 
     print(f"\nupstream: built-in stand-in (1 pod {len(orjson.dumps(_pod(0)))} B, list of 1000)")
-    print(
-        f"requests: GET x{n_get} (+{n_get} at concurrency 8), LIST x{n_list}, watch events {n_events}\n"
-    )
-    header = f"{'target':8} {'GET p50':>9} {'GET p99':>9} {'GET rps':>9} {'LIST p50':>9} {'LIST p99':>9} {'LIST rps':>9} {'watch p50':>10} {'watch p99':>10}"
-    print(header)
+    print(f"requests: GET x{n_get} (+{n_get} at concurrency 8), LIST x{n_list}, ", end="")
+    print(f"watch events {n_events}\n")
+    columns = ("GET p50", "GET p99", "GET rps", "LIST p50", "LIST p99", "LIST rps")
+    print(f"{'target':8} " + " ".join(f"{c:>9}" for c in columns) + "  watch p50  watch p99")
     for name, r in results.items():
         print(
             f"{name:8} {r['get_p50']:8.3f}ms {r['get_p99']:8.3f}ms {r['get_rps']:9.0f} "
             f"{r['list_p50']:8.2f}ms {r['list_p99']:8.2f}ms {r['list_rps']:9.1f} "
             f"{r['watch_p50']:9.3f}ms {r['watch_p99']:9.3f}ms"
         )
-    d, h = results["direct"], results["hub"]
-    print("\nadded by the hub (hub - direct):")
-    print(
-        f"  GET  p50 {h['get_p50'] - d['get_p50']:+.3f} ms   p99 {h['get_p99'] - d['get_p99']:+.3f} ms   throughput ratio {h['get_rps'] / d['get_rps']:.2f}"
-    )
-    print(
-        f"  LIST p50 {h['list_p50'] - d['list_p50']:+.3f} ms   p99 {h['list_p99'] - d['list_p99']:+.3f} ms   throughput ratio {h['list_rps'] / d['list_rps']:.2f}"
-    )
-    print(
-        f"  watch delay p50 {h['watch_p50'] - d['watch_p50']:+.3f} ms   p99 {h['watch_p99'] - d['watch_p99']:+.3f} ms"
-    )
-    if "nginx" in results:
-        n = results["nginx"]
-        print("added by nginx (nginx - direct), same work:")
+    d = results["direct"]
+    for name in ("hub", "nginx"):
+        if name not in results:
+            print(f"{name}: not available")
+            continue
+        r = results[name]
+        print(f"\nadded by {name} ({name} - direct):")
         print(
-            f"  GET  p50 {n['get_p50'] - d['get_p50']:+.3f} ms   p99 {n['get_p99'] - d['get_p99']:+.3f} ms   throughput ratio {n['get_rps'] / d['get_rps']:.2f}"
+            f"  GET  p50 {r['get_p50'] - d['get_p50']:+.3f} ms  p99 "
+            f"{r['get_p99'] - d['get_p99']:+.3f} ms  throughput ratio "
+            f"{r['get_rps'] / d['get_rps']:.2f}"
         )
         print(
-            f"  LIST p50 {n['list_p50'] - d['list_p50']:+.3f} ms   throughput ratio {n['list_rps'] / d['list_rps']:.2f}"
+            f"  LIST p50 {r['list_p50'] - d['list_p50']:+.3f} ms  p99 "
+            f"{r['list_p99'] - d['list_p99']:+.3f} ms  throughput ratio "
+            f"{r['list_rps'] / d['list_rps']:.2f}"
         )
         print(
-            f"  watch delay p50 {n['watch_p50'] - d['watch_p50']:+.3f} ms   p99 {n['watch_p99'] - d['watch_p99']:+.3f} ms"
+            f"  watch delay p50 {r['watch_p50'] - d['watch_p50']:+.3f} ms  p99 "
+            f"{r['watch_p99'] - d['watch_p99']:+.3f} ms"
         )
-    else:
-        print("nginx: not available (apt-get install failed)")
     print(
-        f"\nhub CPU per proxied request: GET {hub_cpu['get'] * 1e6:.0f} us, LIST(1000 pods) {hub_cpu['list'] * 1e3:.2f} ms"
+        f"\nhub CPU per proxied request: GET {hub_cpu['get'] * 1e6:.0f} us, "
+        f"LIST(1000 pods) {hub_cpu['list'] * 1e3:.2f} ms"
     )
     print(f"hub RSS: idle {idle_rss:.1f} MB, after the run {busy_rss:.1f} MB")
 
