@@ -400,30 +400,38 @@ async def _keep_registered(
     request = wire.register_request(
         handler.name, endpoint.address, endpoint.network, handler.shared
     )
+    # While a registration socket exists but does not answer (agent starting, or a stale
+    # socket of a dead agent), retry sooner than the full interval: 0.5 s, 1 s, 2 s, ...
+    first_retry = min(0.5, settings.registration_retry)
+    quick_retry = first_retry
     while True:
-        known = await asyncio.to_thread(_identity, socket_path)
         stream_dropped.clear()
+        # Taken before the call: if the agent is replaced right after we registered, the
+        # identity differs and we register again (idempotent) instead of missing the restart.
+        before = await asyncio.to_thread(_identity, socket_path)
         try:
             await _register_once(socket_path, request, settings.registration_timeout)
         except grpc.aio.AioRpcError as e:
+            known = await asyncio.to_thread(_identity, socket_path)
+            limit = settings.registration_retry
+            if known is not None:
+                limit = min(limit, quick_retry)
+                quick_retry = min(quick_retry * 2, settings.registration_retry)
             logger.warning(
                 "registering %s with the agent at %s failed (%s: %s); retrying within %gs",
                 handler.name,
                 socket_path,
                 e.code().name,
                 e.details(),
-                settings.registration_retry,
+                limit,
             )
             await _wait_for_agent_change(
-                socket_path,
-                known,
-                settings.registration_retry,
-                settings.watch_interval,
-                stream_dropped,
+                socket_path, known, limit, settings.watch_interval, stream_dropped
             )
             continue
+        quick_retry = first_retry
         logger.info("registered %s (%s) with the agent", handler.name, endpoint.address)
         await _wait_for_agent_change(
-            socket_path, known, None, settings.watch_interval, stream_dropped
+            socket_path, before, None, settings.watch_interval, stream_dropped
         )
         logger.info("re-registering %s with the agent", handler.name)
