@@ -22,8 +22,8 @@ open):
   is a ``BadRequestError`` too (the apiserver answers 500 there).
 - The request content type keeps the bare media type of the first ``Accept`` clause, lower-cased,
   without parameters (YurtHub keeps parameters unless one is ``as=``).
-- A User-Agent is decoded by the caller; undecodable bytes must already be replaced (the aiohttp
-  layer does that), so the component is always a ``str``.
+- Undecodable bytes in the User-Agent or path (aiohttp hands them over as lone surrogates) are
+  replaced by U+FFFD, so every later encode (metrics labels, logs) is safe.
 """
 
 from __future__ import annotations
@@ -166,12 +166,13 @@ def classify(
     Raises ``BadRequestError`` for a path or parameter the apiserver could not interpret.
     """
     method = method.upper()
+    path = _printable(path)
     pairs = list(query.items()) if isinstance(query, Mapping) else list(query)
     params: dict[str, list[str]] = {}
     for key, value in pairs:
         params.setdefault(key, []).append(value)
 
-    user_agent = headers.get("User-Agent", "").lower()
+    user_agent = _printable(headers.get("User-Agent", "")).lower()
     accept = headers.get("Accept", "")
     connection = headers.get("Connection", "")
     body_content_type = _bare_media_type(headers.get("Content-Type", ""))
@@ -593,6 +594,14 @@ def _split_path(path: str) -> list[str]:
 
 def _is_valid_path_segment(name: str) -> bool:
     return name not in (".", "..") and "/" not in name and "%" not in name
+
+
+def _printable(text: str) -> str:
+    """Undecodable bytes arrive as lone surrogates (surrogateescape); they would break every
+    later encode (metrics exposition, logs), so they become U+FFFD here, once."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _tokens(header: str) -> set[str]:

@@ -250,10 +250,13 @@ async def test_non_utf8_user_agent(apiserver: FakeApiserver, make_hub: MakeHub) 
             b"GET /api/v1/pods HTTP/1.1\r\nHost: x\r\nUser-Agent: kub\xffelet/\xfe\r\n"
             b"Connection: close\r\n\r\n",
         )
-        assert answer.startswith((b"HTTP/1.1 200", b"HTTP/1.1 400"))
-        # still serving
+        assert answer.startswith(b"HTTP/1.1 200")
+        # still serving, and the metrics (labelled by User-Agent) still render
         status, _ = await get_json(hub.proxy_url + "/api/v1/pods")
         assert status == 200
+        async with aiohttp.ClientSession() as s, s.get(hub.server_url + "/metrics") as r:
+            assert r.status == 200
+            assert 'client="kub\ufffdelet/\ufffd"' in await r.text()
 
 
 async def test_graceful_stop_ends_watches_and_drains(

@@ -330,3 +330,11 @@ def test_bad_go_durations(text: str) -> None:
 def test_describe_has_no_headers() -> None:
     info = classify("GET", "/api/v1/namespaces/default/services?watch=true", Authorization="x")
     assert info.describe() == "watch services for /api/v1/namespaces/default/services"
+
+
+def test_undecodable_user_agent_and_path_become_replacement_chars() -> None:
+    raw_ua = b"kub\xffelet/\xfe".decode("utf-8", "surrogateescape")
+    info = classify("GET", "/api/v1/namespaces/d\udcff/pods", raw_ua)
+    assert info.component == "kub\ufffdelet"
+    assert info.namespace == "d\ufffd"
+    info.user_agent.encode("utf-8")  # no surrogates left
