@@ -53,8 +53,10 @@ class UpstreamSettings:
     Its ``server`` is ignored: backends come from ``servers``."""
     connect_timeout: float = 10.0
     """Seconds to establish a TCP+TLS connection to an apiserver (YurtHub: 10 s dial + 10 s TLS)."""
-    pool_limit: int = 100
-    """Upstream connections in total. Each open watch holds one, so this bounds watches too."""
+    pool_limit: int = 1000
+    """Upstream connections in total. Each open watch holds one, so this bounds watches too;
+    kept equal to ``ProxySettings.max_in_flight`` so the hub answers 429 before a request
+    could wait for a pooled connection."""
     pool_limit_per_host: int = 0
     """Per-apiserver connection cap (0 = only ``pool_limit``)."""
     keepalive_timeout: float = 30.0

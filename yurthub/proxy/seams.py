@@ -8,7 +8,9 @@ Invariants the proxy keeps for implementers:
 - ``Tee.open`` is called for EVERY upstream 2xx response (resource and non-resource, including
   ``/version`` and discovery documents) before the first body byte is sent to the client; the
   implementation decides what it keeps and returns ``None`` for the rest.
-- ``TeeSink.feed`` gets each chunk exactly as it was sent to the client, in order. It is called
+- ``TeeSink.feed`` gets each chunk exactly as it was sent to the client, in order: the bytes of
+  the body as the apiserver encoded them, so possibly gzip-compressed when the client asked for
+  it (``Content-Encoding`` is in the headers given to ``open``). It is called
   on the event loop and must not block or await: copy/enqueue and return. If the sink cannot
   keep up it must drop (and later ``abort`` itself), never slow the client path.
 - Exactly one of ``finish`` (upstream EOF, client got the whole body) or ``abort`` (client gone,
