@@ -106,6 +106,19 @@ class CacheSettings:
     """``--disk-cache-path``: one cache directory per hub."""
     cache_agents: tuple[str, ...] = ()
     """``--cache-agents``: components cached beyond the defaults; ``*`` caches every component."""
+    max_body_bytes: int = 128 << 20
+    """Largest response body (in practice a list) the tee collects for the cache. A bigger one
+    streams to the client as usual but is not cached (counted, logged once). 10,000 pods are
+    about 30 MB of JSON."""
+    max_event_bytes: int = 16 << 20
+    """Largest single watch event the tee buffers (objects are at most ~1.5 MB in etcd)."""
+    max_pending_bytes: int = 128 << 20
+    """Bytes of responses waiting for the disk writer. Past it the tee drops caching of the
+    response at hand rather than slow the client or grow memory (a slow or stuck disk)."""
+    bookmark_interval: float = 30.0
+    """Seconds between BOOKMARK events on a watch held open offline (clients that allow them)."""
+    config_namespace: str = "kube-system"
+    """Namespace of the ``yurt-hub-cfg`` ConfigMap (YurtHub's ``--namespace``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
