@@ -131,6 +131,10 @@ class Hub:
                 loop = asyncio.get_running_loop()
                 identity = await loop.run_in_executor(None, kubeconfigs.load, s.upstream.kubeconfig)
             else:
+                log.warning(
+                    "no --kubeconfig: the hub has no identity of its own; requests without a "
+                    "Bearer token and the node-lease heartbeat go out anonymous"
+                )
                 identity = kubeconfigs.anonymous()
         client = upstream.Upstream(s.upstream, identity)
         await client.start()
