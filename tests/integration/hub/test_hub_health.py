@@ -1,0 +1,72 @@
+"""Heartbeat prober against a loopback apiserver: lease create/renew, callback, kubelet gate."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+from conftest import FakeApiserver
+
+MakeHub = Callable[..., Any]
+
+
+async def test_lease_is_created_then_renewed_and_handed_over(
+    apiserver: FakeApiserver, make_hub: MakeHub
+) -> None:
+    got: list[tuple[str, Mapping[str, object]]] = []
+
+    async def on_lease(server: str, lease: Mapping[str, object], raw: bytes) -> None:
+        got.append((server, lease))
+
+    async with make_hub([apiserver.url], wait_ready=False, interval=0.1) as hub:
+        hub.on_lease = on_lease
+        async with asyncio.timeout(3):
+            while apiserver.lease_puts < 2:
+                await asyncio.sleep(0.05)
+    assert apiserver.lease is not None
+    assert apiserver.lease["spec"]["holderIdentity"] == "n1"
+    assert apiserver.lease["spec"]["leaseDurationSeconds"] == 40
+    owner = apiserver.lease["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("Node", "u1")
+    assert got and got[-1][0] == apiserver.url
+    assert got[-1][1]["kind"] == "Lease"
+
+
+async def test_kubelet_silence_fails_the_heartbeat(
+    apiserver: FakeApiserver, make_hub: MakeHub
+) -> None:
+    async with make_hub([apiserver.url], interval=0.1, kubelet_health_grace_period=0.3) as hub:
+        assert hub.health.is_healthy(apiserver.url)
+        lease = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1"
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(hub.proxy_url + lease, headers={"User-Agent": "kubelet/v1"}) as r,
+        ):
+            assert r.status == 200  # no cache: proxied
+        puts = apiserver.lease_puts
+        async with asyncio.timeout(3):
+            while hub.health.is_healthy(apiserver.url):
+                await asyncio.sleep(0.05)
+        # the server was never asked: the gate failed the probe locally
+        assert apiserver.lease_puts <= puts + 3
+
+
+async def test_transport_error_probes_at_once(make_hub: MakeHub) -> None:
+    api = FakeApiserver()
+    await api.start()
+    try:
+        # a long heartbeat interval: only the suspect probe can notice the dead server
+        async with make_hub([api.url], interval=60) as hub:
+            assert hub.health.is_healthy(api.url)
+            await api.stop()
+            async with aiohttp.ClientSession() as s, s.get(hub.proxy_url + "/api/v1/pods") as r:
+                assert r.status == 502
+            async with asyncio.timeout(2):
+                while hub.health._states[api.url].healthy:
+                    await asyncio.sleep(0.02)
+            # back up: the next tick would find it; the state machine needs the threshold
+            await api.start()
+    finally:
+        await api.stop()
