@@ -33,6 +33,8 @@ MAGIC = b"EHC1"
 _LEN = struct.Struct(">I")
 _HEAD = len(MAGIC) + _LEN.size
 
+_KEY_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
+
 DIRECT = ""
 """Owner of objects cached from single-object responses (get/create/update/patch)."""
 
@@ -99,6 +101,8 @@ def entry_from_object(
         meta = {}
     rv = str(meta.get("resourceVersion") or "")
     labels = meta.get("labels")
+    # Name and namespace are the key's; keeping them again would double the index.
+    fields = {k: v for k, v in fields.items() if k not in _KEY_FIELDS}
     return Entry(
         resource_version=rv,
         rv=parse_rv(rv),

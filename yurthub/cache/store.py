@@ -99,6 +99,8 @@ class Stats:
     """Jobs refused because the write queue was over its byte bound."""
     bad_bodies: int = 0
     """Responses the cache could not interpret (not JSON, wrong shape)."""
+    dropped_responses: int = 0
+    """Responses whose caching the tee gave up (over a size bound, queue full)."""
     error_keys: set[str] = dataclasses.field(default_factory=set)
     """Keys whose last write failed (YurtHub's "error keys")."""
     last_error: str = ""

@@ -1,0 +1,151 @@
+"""The partition injector on real loopback sockets: every mode, switched at run time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from yurthub.testing import partition
+
+
+@contextlib.asynccontextmanager
+async def echo_server() -> AsyncIterator[int]:
+    handlers: set[asyncio.Task[None]] = set()
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
+        try:
+            while data := await reader.read(1024):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+            handlers.discard(task)
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        for task in list(handlers):
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+        await server.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def link(
+    mode: partition.Mode = partition.Mode.PASS, latency: float = 0.2
+) -> AsyncIterator[partition.Partition]:
+    async with (
+        echo_server() as port,
+        partition.Partition("127.0.0.1", port, mode=mode, latency=latency) as p,
+    ):
+        yield p
+
+
+async def roundtrip(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes, within: float = 2.0
+) -> bytes:
+    writer.write(data)
+    await writer.drain()
+    async with asyncio.timeout(within):
+        return await reader.readexactly(len(data))
+
+
+async def connect(p: partition.Partition) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", p.port)
+
+
+async def close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(ConnectionError, OSError):
+        await writer.wait_closed()
+
+
+async def test_pass_relays_both_ways() -> None:
+    async with link() as p:
+        reader, writer = await connect(p)
+        assert await roundtrip(reader, writer, b"hello") == b"hello"
+        await close(writer)
+
+
+async def test_refuse_closes_the_listener_and_resets_existing() -> None:
+    async with link() as p:
+        reader, writer = await connect(p)
+        await roundtrip(reader, writer, b"x")
+        await p.set_mode(partition.Mode.REFUSE)
+        with pytest.raises((ConnectionError, asyncio.IncompleteReadError)):
+            await roundtrip(reader, writer, b"y")
+        with pytest.raises(ConnectionRefusedError):
+            await connect(p)
+        await p.set_mode(partition.Mode.PASS)  # same port again
+        reader, writer = await connect(p)
+        assert await roundtrip(reader, writer, b"z") == b"z"
+        await close(writer)
+
+
+async def test_blackhole_stalls_and_then_delivers() -> None:
+    async with link() as p:
+        reader, writer = await connect(p)
+        await roundtrip(reader, writer, b"a")
+        await p.set_mode(partition.Mode.BLACKHOLE)
+        with pytest.raises(TimeoutError):
+            await roundtrip(reader, writer, b"held", within=0.3)
+        new_reader, new_writer = await connect(p)  # accepted...
+        with pytest.raises(TimeoutError):
+            await roundtrip(new_reader, new_writer, b"new", within=0.3)  # ...never answered
+        await p.set_mode(partition.Mode.PASS)
+        async with asyncio.timeout(2):
+            assert await reader.readexactly(4) == b"held"
+            assert await new_reader.readexactly(3) == b"new"
+        await close(writer)
+        await close(new_writer)
+
+
+async def test_reset_resets_existing_and_new_connections() -> None:
+    async with link() as p:
+        reader, writer = await connect(p)
+        await roundtrip(reader, writer, b"a")
+        await p.set_mode(partition.Mode.RESET)
+        with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+            await roundtrip(reader, writer, b"b")
+        reader, writer = await connect(p)
+        with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError, BrokenPipeError)):
+            await roundtrip(reader, writer, b"c")
+        await close(writer)
+
+
+async def test_latency_delays_each_direction() -> None:
+    async with link(mode=partition.Mode.LATENCY, latency=0.15) as p:
+        reader, writer = await connect(p)
+        started = time.monotonic()
+        await roundtrip(reader, writer, b"ping")
+        assert time.monotonic() - started >= 0.3
+        await close(writer)
+
+
+async def test_flap_alternates_pass_and_blackhole() -> None:
+    async with link() as p:
+        await p.set_mode(partition.Mode.FLAP, interval=0.3)
+        assert p.effective() is partition.Mode.PASS
+        await asyncio.sleep(0.35)
+        assert p.effective() is partition.Mode.BLACKHOLE
+        reader, writer = await connect(p)
+        started = time.monotonic()
+        assert await roundtrip(reader, writer, b"x", within=2) == b"x"
+        assert time.monotonic() - started >= 0.15  # waited for the pass phase
+        await close(writer)
+
+
+def test_only_loopback_upstreams() -> None:
+    with pytest.raises(ValueError, match="loopback"):
+        partition.Partition("10.0.0.1", 443)

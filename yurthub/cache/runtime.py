@@ -1,0 +1,108 @@
+"""The cache assembled for one hub: the single entry point the hub wiring uses.
+
+Usage (``edgehub hub``, tests, the demo)::
+
+    rt = await cache.runtime.open(settings)          # opens the disk cache, loads the index
+    hub = server.Hub(settings, tee=rt.tee, local=rt.local)
+    hub.on_lease = rt.on_lease                         # the prober's Lease becomes kubelet's
+    await hub.start()
+    rt.cloud_healthy = hub.health.any_healthy          # held watches end when the cloud is back
+    tg.create_task(rt.follow_config(hub.proxy_url), name="cache-agents")   # yurt-hub-cfg
+    ...
+    await hub.stop(); await rt.close()
+
+Importing this module has no side effects; ``open`` does the disk work off the event loop.
+The runtime starts no task of its own: the store's writer is a chain of executor futures, held
+watches run in their request handlers, and ``follow_config`` is a coroutine the caller owns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import aiohttp
+
+from yurthub import settings
+from yurthub.cache import agents, keys, store, teeing
+from yurthub.proxy import local
+
+logger = logging.getLogger(__name__)
+
+LEASE_SCOPE = keys.Scope("kubelet", "leases", "v1", "coordination.k8s.io")
+LEASE_NAMESPACE = "kube-node-lease"
+
+
+class CacheRuntime:
+    def __init__(self, hub_settings: settings.HubSettings, cache: store.Store) -> None:
+        cfg = hub_settings.cache
+        self.settings = hub_settings
+        self.store = cache
+        self.agents = agents.AgentSet(
+            node_name=hub_settings.node_name, flag_agents=cfg.cache_agents
+        )
+        self.tee = teeing.Tee(
+            cache,
+            self.agents,
+            max_body_bytes=cfg.max_body_bytes,
+            max_event_bytes=cfg.max_event_bytes,
+        )
+        self.local = local.Answerer(
+            cache,
+            self.agents,
+            min_request_timeout=hub_settings.proxy.min_request_timeout,
+            bookmark_interval=cfg.bookmark_interval,
+        )
+
+    @property
+    def cloud_healthy(self) -> local.HealthView:
+        return self.local.cloud_healthy
+
+    @cloud_healthy.setter
+    def cloud_healthy(self, view: local.HealthView) -> None:
+        """Held offline watches close as soon as this says a backend is healthy again."""
+        self.local.cloud_healthy = view
+
+    def store_kubelet_lease(self, raw: bytes) -> None:
+        """Store a Lease the hub renewed in the cloud as kubelet's own (reference §5.1)."""
+        self.store.submit(store.PutObject(LEASE_SCOPE, raw, LEASE_NAMESPACE))
+
+    async def on_lease(self, server: str, lease: Mapping[str, object], raw: bytes) -> None:
+        """``seams.LeaseCallback`` for ``Hub.on_lease``."""
+        self.store_kubelet_lease(raw)
+
+    async def follow_config(self, proxy_url: str) -> None:
+        """Follow ``yurt-hub-cfg`` through the hub at ``proxy_url`` until cancelled."""
+        async with aiohttp.ClientSession() as session:
+            await agents.follow_configmap(
+                self.agents, session, proxy_url, namespace=self.settings.cache.config_namespace
+            )
+
+    def metrics(self) -> dict[str, int]:
+        """Counters for the hub's ``/metrics`` (names in the report; the hub owns the registry)."""
+        stats = self.store.stats
+        return {
+            "error_keys_count": len(stats.error_keys),
+            "cache_write_failures_total": stats.write_failures,
+            "cache_dropped_responses_total": stats.dropped_responses + stats.refused_jobs,
+            "cache_bad_bodies_total": stats.bad_bodies,
+            "cache_objects": len(self.store),
+        }
+
+    async def close(self) -> None:
+        """End held watches, write what is queued (bounded), close the database."""
+        self.local.close()
+        await self.store.close()
+
+
+async def open(hub_settings: settings.HubSettings) -> CacheRuntime:
+    """Open the cache directory of ``hub_settings.cache`` (0700, created if missing)."""
+    cfg = hub_settings.cache
+    cache = await store.Store.open(cfg.disk_cache_path, max_pending_bytes=cfg.max_pending_bytes)
+    logger.info(
+        "disk cache %s: %d objects, %d lists",
+        cfg.disk_cache_path,
+        len(cache),
+        len(cache.list_records()),
+    )
+    return CacheRuntime(hub_settings, cache)

@@ -1,0 +1,208 @@
+"""The tee: a copy of each cacheable 2xx response, turned into store jobs while it streams.
+
+Implements ``yurthub.proxy.seams.Tee``/``TeeSink``. The proxy calls ``open`` for every upstream
+2xx response and ``feed`` with each chunk it sends to the client; this module decides what to
+keep (``cacheability``) and hands complete units to ``store.Store.submit``:
+
+- get/create/update/patch: the body, once complete (a status subresource answer is the parent
+  object and lands on the parent's key);
+- list: the body, once complete; a list cut short is never applied (no half lists);
+- watch: each complete event line as it arrives, so the cache follows the stream;
+- ``/version`` and discovery documents (``/api``, ``/apis``, ``/api/<v>``, ``/apis/<g>/<v>``),
+  keyed by path and representation (aggregated discovery differs from the legacy document).
+
+Invariants: ``feed`` never blocks and never awaits: it appends or splits lines and returns. Memory
+is bounded per response (``max_body_bytes`` for a collected body, ``max_event_bytes`` for one
+watch event) and globally by the store's submission bound. Past a bound the sink stops caching
+that response (counted in ``Stats.dropped_responses``, logged once per reason); the client
+stream is never touched. Only JSON is kept (DESIGN.md: protobuf caching is a later goal); a
+compressed body is not interpreted.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+
+from yurthub import requestinfo
+from yurthub.cache import agents, cacheability, framing, keys, selectors, store
+
+logger = logging.getLogger(__name__)
+
+# Non-resource documents kubectl and client-go need offline (discovery and the version).
+_DOCUMENT_PATH = re.compile(r"^/(version|api|apis|api/[^/]+|apis/[^/]+/[^/]+)/?$")
+_PROFILE_PARAMS = ("as", "g", "v")
+
+
+class _Once:
+    """Log each reason once at WARNING, later repeats at DEBUG (a stuck disk must not flood)."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def warn(self, reason: str, detail: str) -> None:
+        if reason in self._seen:
+            logger.debug("cache: %s (%s)", reason, detail)
+            return
+        self._seen.add(reason)
+        logger.warning("cache: %s (%s); further occurrences are only counted", reason, detail)
+
+
+class Tee:
+    def __init__(
+        self,
+        cache: store.Store,
+        agent_set: agents.AgentSet,
+        *,
+        max_body_bytes: int,
+        max_event_bytes: int,
+    ) -> None:
+        self._store = cache
+        self._agents = agent_set
+        self._max_body = max_body_bytes
+        self._max_event = max_event_bytes
+        self.once = _Once()
+
+    def open(
+        self, info: requestinfo.RequestInfo, status: int, headers: Mapping[str, str]
+    ) -> _BodySink | _WatchSink | None:
+        if not 200 <= status < 300:
+            return None
+        if headers.get("Content-Encoding", "identity").lower() not in ("", "identity"):
+            return None
+        content_type = headers.get("Content-Type", "")
+        if not info.is_resource_request:
+            return self._document(info, content_type)
+        if not cacheability.is_cacheable_request(info, self._agents.allows):
+            return None
+        media = cacheability.storable_media(content_type)
+        if media is None:
+            return None
+        scope = cacheability.scope_of(info, media)
+        if info.verb in ("get", "create", "update", "patch"):
+            return _BodySink(self, store.PutObject(scope, b"", info.namespace), f"{info.verb}")
+        if info.verb not in ("list", "watch"):
+            return None
+        try:
+            list_key = keys.list_key(
+                scope,
+                info.namespace,
+                selectors.parse_labels(info.label_selector).canonical(),
+                selectors.parse_fields(info.field_selector).canonical(),
+            )
+        except selectors.SelectorError:
+            return None
+        if info.verb == "watch":
+            return _WatchSink(self, list_key)
+        continued = getattr(info, "list_continue", None)
+        job = store.PutList(list_key, b"", None if continued is None else bool(continued))
+        return _BodySink(self, job, "list")
+
+    def _document(self, info: requestinfo.RequestInfo, content_type: str) -> _BodySink | None:
+        if info.verb != "get" or not _DOCUMENT_PATH.match(info.path):
+            return None
+        ranges = requestinfo.media_ranges(content_type)
+        if not ranges or ranges[0][0] != cacheability.JSON:
+            return None
+        params = ranges[0][1]
+        profile = ";".join(f"{p}={params[p]}" for p in _PROFILE_PARAMS if p in params)
+        key = keys.nonresource_key(info.path.rstrip("/") or "/", profile)
+        return _BodySink(self, store.PutDocument(key, content_type, b""), "document")
+
+    def submit(self, job: store.Job, what: str) -> bool:
+        if self._store.submit(job):
+            return True
+        self._store.stats.dropped_responses += 1
+        self.once.warn("write queue full, dropping a response's caching", what)
+        return False
+
+    def drop(self, reason: str, what: str) -> None:
+        self._store.stats.dropped_responses += 1
+        self.once.warn(reason, what)
+
+
+class _BodySink:
+    """Collects one body (bounded) and submits it once complete."""
+
+    __slots__ = ("_chunks", "_dropped", "_job", "_size", "_tee", "_what")
+
+    def __init__(
+        self, tee: Tee, job: store.PutObject | store.PutList | store.PutDocument, what: str
+    ) -> None:
+        self._tee = tee
+        self._job = job
+        self._what = what
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._dropped = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self._dropped:
+            return
+        self._size += len(chunk)
+        if self._size > self._tee._max_body:
+            self._dropped = True
+            self._chunks = []
+            self._tee.drop("response larger than the cache's body bound", self._what)
+            return
+        self._chunks.append(bytes(chunk))
+
+    async def finish(self) -> None:
+        if self._dropped:
+            return
+        body = b"".join(self._chunks)
+        self._chunks = []
+        self._dropped = True
+        if not body:
+            return
+        job = self._job
+        if isinstance(job, store.PutObject):
+            self._tee.submit(store.PutObject(job.scope, body, job.namespace), self._what)
+        elif isinstance(job, store.PutList):
+            self._tee.submit(store.PutList(job.list_key, body, job.continued), self._what)
+        else:
+            self._tee.submit(store.PutDocument(job.key, job.content_type, body), self._what)
+
+    def abort(self, reason: str) -> None:
+        # An incomplete body is never applied: a cut list would release objects it still has.
+        self._dropped = True
+        self._chunks = []
+
+
+class _WatchSink:
+    """Cuts a watch stream into events and submits them as they complete."""
+
+    __slots__ = ("_dropped", "_list_key", "_splitter", "_tee")
+
+    def __init__(self, tee: Tee, list_key: keys.ListKey) -> None:
+        self._tee = tee
+        self._list_key = list_key
+        self._splitter = framing.LineSplitter(tee._max_event)
+        self._dropped = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self._dropped:
+            return
+        try:
+            lines = self._splitter.feed(bytes(chunk))
+        except framing.FrameTooLarge:
+            self._dropped = True
+            self._tee.drop("watch event larger than the cache's event bound", "watch")
+            return
+        if lines and not self._tee.submit(store.WatchLines(self._list_key, tuple(lines)), "watch"):
+            # Later events without these would leave gaps: stop caching this stream. Objects it
+            # missed stay stale until they change again or the client lists again.
+            self._dropped = True
+
+    async def finish(self) -> None:
+        if self._dropped:
+            return
+        self._dropped = True
+        rest = self._splitter.rest()
+        if rest:
+            self._tee.submit(store.WatchLines(self._list_key, (rest,)), "watch")
+
+    def abort(self, reason: str) -> None:
+        # Complete events were applied as they came; only an unfinished one is dropped.
+        self._dropped = True

@@ -1,0 +1,647 @@
+"""Offline answers from the cache (reference §4), the ``seams.LocalAnswerer`` implementation.
+
+The router asks when no backend is healthy (``offline``), when a get/list failed with a transport
+error (``upstream-error``: answered from the cache at once, or ``None`` so the router reports
+the error), and always for kubelet's own lease and ``get node`` (``kubelet-lease`` /
+``kubelet-node``: answered when the cache has the object, else ``None`` and the router proxies).
+
+Answers (decisions that differ from YurtHub are marked *):
+
+- get: the cached object, or 404. Table / PartialObjectMetadata views when the client asks.
+- list: for a list the cache holds exactly (same component, resource, namespace, selector) its
+  own members*; otherwise the component's objects of that resource and namespace filtered by
+  the request's label and field selectors* (YurtHub ignores selectors). The list's
+  resourceVersion is the highest seen (the list record's, advanced by watch events and
+  bookmarks*). A list never cached is 404, except a ``metadata.name`` field selector (empty
+  list); kubelet's empty pods list is 404 (§3.7: kubelet must not kill pods after a wipe).
+- watch: 200, held open; BOOKMARK events every ``bookmark_interval`` when the client allows
+  them*; ``sendInitialEvents=true`` gets the cached objects as ADDED plus the end bookmark*.
+  Closed when ``timeoutSeconds`` elapses (else ``min-request-timeout`` x (1+rand)), when the
+  cloud is healthy again (so clients re-watch upstream), or at hub shutdown.
+- create: 201 echo of the body; Events are also cached. A ServiceAccount TokenRequest gets a
+  short-lived unverifiable token* (see ``_token``).
+- delete/deletecollection: 403 Status.
+- update/patch: the cached object (the mutation goes nowhere and is not stored); a JSON merge
+  patch is applied to the answer* so the client reads back what it set (``cache.patching``).
+- a component that is not a cache agent: 503* (YurtHub: 400), since the real cause is the cloud
+  being away, and 503 makes clients retry rather than give up.
+- ``/version`` and discovery documents: the cached document (aggregated or legacy, whichever the
+  Accept header prefers and the cache holds); 404 for an uncached discovery path*.
+
+Errors are Kubernetes Status objects. Bodies are spliced from stored bytes, never re-encoded
+(except for views, which are built).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import logging
+import random
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from yurthub import requestinfo, statuses
+from yurthub.cache import (
+    agents,
+    cacheability,
+    entries,
+    framing,
+    keys,
+    patching,
+    selectors,
+    store,
+    tables,
+)
+from yurthub.proxy import seams
+
+logger = logging.getLogger(__name__)
+
+JSON = "application/json"
+MAX_REQUEST_BODY = 3 << 20
+"""The apiserver's own request body limit (3 MiB)."""
+HEALTH_POLL = 0.5
+"""Seconds between looks at cloud health while holding a watch open."""
+TOKEN_LIFETIME = 60
+"""Offline service-account tokens expire in a minute, so kubelet replaces them right after the
+cloud comes back (it refreshes at 80 % of a token's life)."""
+
+HealthView = Callable[[], bool]
+"""True when some backend is healthy (``health.HealthChecker.any_healthy``)."""
+
+
+class Answerer:
+    """``seams.LocalAnswerer`` over one ``store.Store``."""
+
+    def __init__(
+        self,
+        cache: store.Store,
+        agent_set: agents.AgentSet,
+        *,
+        min_request_timeout: float,
+        bookmark_interval: float,
+        cloud_healthy: HealthView | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = cache
+        self._agents = agent_set
+        self._min_request_timeout = min_request_timeout
+        self._bookmark_interval = bookmark_interval
+        self.cloud_healthy: HealthView = cloud_healthy or (lambda: False)
+        self._clock = clock
+        self._closing = asyncio.Event()
+        self._token_key = secrets.token_bytes(32)
+
+    def close(self) -> None:
+        """End every held watch now (hub shutdown)."""
+        self._closing.set()
+
+    async def answer(
+        self, request: web.Request, info: requestinfo.RequestInfo, *, reason: str
+    ) -> web.StreamResponse | None:
+        try:
+            return await self._answer(request, info, seams.LocalReason(reason))
+        except _Reply as reply:
+            return reply.response
+
+    async def _answer(
+        self, request: web.Request, info: requestinfo.RequestInfo, reason: seams.LocalReason
+    ) -> web.StreamResponse | None:
+        if reason is seams.LocalReason.KUBELET_LEASE:
+            return await self._kubelet_lease(request, info)
+        if reason is seams.LocalReason.KUBELET_NODE:
+            if info.verb != "get" or not self._store.entry(self._object_key(info)):
+                return None
+            return await self._get(request, info, reason)
+        if not info.is_resource_request:
+            return await self._document(info, reason)
+        verb = info.verb
+        if verb == "watch":
+            return await self._watch(request, info)
+        if reason is seams.LocalReason.UPSTREAM_ERROR and verb not in ("get", "list"):
+            return None
+        if verb == "create":
+            return await self._create(request, info)
+        if verb in ("delete", "deletecollection"):
+            return _status(
+                403,
+                "delete request is not supported in local cache",
+                details={"name": info.name, "group": info.group, "kind": info.resource},
+            )
+        if verb not in ("get", "list", "update", "patch"):
+            return None
+        if not cacheability.is_cacheable_request(info, self._agents.allows):
+            if reason is seams.LocalReason.UPSTREAM_ERROR:
+                return None
+            return _status(
+                503,
+                f"the cloud is unreachable and the hub does not cache for component "
+                f"{info.component!r} ({info.verb} {info.resource}); add it to --cache-agents "
+                f"or the yurt-hub-cfg ConfigMap",
+            )
+        if verb == "list":
+            return await self._list(request, info, reason)
+        if verb == "get":
+            return await self._get(request, info, reason)
+        return await self._mutation(request, info)
+
+    # --- get / update / patch ------------------------------------------------------------------
+
+    def _object_key(self, info: requestinfo.RequestInfo, partial: str = "") -> keys.ObjectKey:
+        scope = keys.Scope(info.component, info.resource, info.version, info.group, partial)
+        return keys.object_key(scope, info.namespace, info.name)
+
+    async def _read(self, key: keys.ObjectKey) -> bytes | None:
+        if self._store.entry(key) is None:
+            return None
+        return await self._store.body(key)
+
+    async def _get(
+        self, request: web.Request, info: requestinfo.RequestInfo, reason: seams.LocalReason
+    ) -> web.StreamResponse | None:
+        media = _requested(info)
+        if media.representation is cacheability.Representation.PARTIAL:
+            stored = await self._read(self._object_key(info, media.partial_version))
+            if stored is not None:
+                return _json(200, stored)
+        body = await self._read(self._object_key(info))
+        if body is None:
+            if reason is seams.LocalReason.UPSTREAM_ERROR:
+                return None
+            return _json(
+                404, statuses.encode(statuses.not_found(info.resource, info.name, info.group))
+            )
+        if media.representation is cacheability.Representation.OBJECT:
+            return _json(200, body)
+        obj = framing.parse_object(body)
+        if media.representation is cacheability.Representation.PARTIAL:
+            return _json(200, orjson.dumps(tables.partial(obj, media.partial_version)))
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        view = tables.table(
+            info.resource,
+            [obj],
+            resource_version=rv,
+            now=self._clock(),
+            include_object=request.query.get("includeObject", "Metadata"),
+        )
+        return _json(200, orjson.dumps(view))
+
+    async def _mutation(
+        self, request: web.Request, info: requestinfo.RequestInfo
+    ) -> web.StreamResponse:
+        body = await self._read(self._object_key(info))
+        if body is None:
+            return _json(
+                404, statuses.encode(statuses.not_found(info.resource, info.name, info.group))
+            )
+        if info.verb == "patch" and info.body_content_type == patching.MERGE_PATCH:
+            patch = await _read_json(request)
+            patched = patching.merge_patch(framing.parse_object(body), patch)
+            if isinstance(patched, dict):
+                # The identity of the object is not the client's to change.
+                patched["metadata"] = {
+                    **(patched.get("metadata") or {}),
+                    **_identity(framing.parse_object(body)),
+                }
+                return _json(200, orjson.dumps(patched))
+        return _json(200, body)
+
+    # --- list ------------------------------------------------------------------------------------
+
+    async def _list(
+        self, request: web.Request, info: requestinfo.RequestInfo, reason: seams.LocalReason
+    ) -> web.StreamResponse | None:
+        media = _requested(info)
+        try:
+            labels = selectors.parse_labels(info.label_selector)
+            fields = selectors.parse_fields(info.field_selector)
+        except selectors.SelectorError as e:
+            return _status(400, str(e))
+        partial = ""
+        if media.representation is cacheability.Representation.PARTIAL:
+            partial = media.partial_version
+        scope = keys.Scope(info.component, info.resource, info.version, info.group, partial)
+        if partial and not self._known(scope, info.namespace):
+            scope = keys.Scope(info.component, info.resource, info.version, info.group)
+        list_key = keys.list_key(scope, info.namespace, labels.canonical(), fields.canonical())
+        record = self._store.list_record(list_key)
+        chosen = _select(self._store, scope, info.namespace, labels, fields, record, list_key)
+        if not chosen and not self._known(scope, info.namespace):
+            if reason is seams.LocalReason.UPSTREAM_ERROR:
+                return None
+            if fields.name is None:
+                return _json(
+                    404, statuses.encode(statuses.not_found(info.resource, "", info.group))
+                )
+        if not chosen and info.component == "kubelet" and info.resource == "pods":
+            # Reference §3.7: an empty pod list would make kubelet delete every pod.
+            return _json(404, statuses.encode(statuses.not_found(info.resource, "", info.group)))
+        rv = max([e.rv for _, e in chosen] + [record.rv if record is not None else -1])
+        resource_version = "" if rv < 0 else str(rv)
+        if record is not None and record.rv == rv:
+            resource_version = record.resource_version
+        bodies = [
+            b
+            for b in await self._store.bodies(
+                (k for k, _ in chosen), within=_within(scope, info.namespace)
+            )
+            if b is not None
+        ]
+        if media.representation is cacheability.Representation.OBJECT or (
+            media.representation is cacheability.Representation.PARTIAL and scope.partial
+        ):
+            kind = self._kind(scope, record, chosen)
+            api_version = f"meta.k8s.io/{scope.partial}" if scope.partial else _api_version(info)
+            return _json(200, _list_body(f"{kind}List", api_version, resource_version, bodies))
+        objects = [framing.parse_object(b) for b in bodies]
+        if media.representation is cacheability.Representation.PARTIAL:
+            view = tables.partial_list(objects, resource_version, media.partial_version)
+        else:
+            view = tables.table(
+                info.resource,
+                objects,
+                resource_version=resource_version,
+                now=self._clock(),
+                include_object=request.query.get("includeObject", "Metadata"),
+            )
+        return _json(200, orjson.dumps(view))
+
+    def _known(self, scope: keys.Scope, namespace: str) -> bool:
+        """Was this component's list of this resource (in this namespace) ever cached."""
+        if self._store.has_objects(scope, namespace):
+            return True
+        return any(k.covers_namespace(namespace) for k, _ in self._store.list_records(scope))
+
+    def _kind(
+        self,
+        scope: keys.Scope,
+        record: entries.ListRecord | None,
+        chosen: list[tuple[keys.ObjectKey, entries.Entry]],
+    ) -> str:
+        if scope.partial:
+            return "PartialObjectMetadata"
+        if record is not None and record.kind:
+            return record.kind
+        if chosen:
+            return chosen[0][1].kind
+        for _, other in self._store.list_records(scope):
+            if other.kind:
+                return other.kind
+        return ""
+
+    # --- watch -----------------------------------------------------------------------------------
+
+    async def _watch(
+        self, request: web.Request, info: requestinfo.RequestInfo
+    ) -> web.StreamResponse:
+        if info.timeout_seconds is not None:
+            hold = float(info.timeout_seconds)
+        else:
+            hold = self._min_request_timeout * (1 + random.random())
+        deadline = asyncio.get_running_loop().time() + hold
+        scope = keys.Scope(info.component, info.resource, info.version, info.group)
+        try:
+            labels = selectors.parse_labels(info.label_selector)
+            fields = selectors.parse_fields(info.field_selector)
+        except selectors.SelectorError as e:
+            return _status(400, str(e))
+        list_key = keys.list_key(scope, info.namespace, labels.canonical(), fields.canonical())
+        resp = web.StreamResponse(status=200, headers={"Content-Type": JSON})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        bookmarks = info.allow_watch_bookmarks
+        try:
+            if _flag(request.query.get("sendInitialEvents", "")) and bookmarks:
+                await self._initial_events(resp, info, scope, list_key, labels, fields)
+            next_bookmark = asyncio.get_running_loop().time() + self._bookmark_interval
+            while True:
+                now = asyncio.get_running_loop().time()
+                if now >= deadline or self._closing.is_set() or self.cloud_healthy():
+                    break
+                if request.transport is None or request.transport.is_closing():
+                    break
+                if bookmarks and now >= next_bookmark:
+                    await resp.write(self._bookmark(info, scope, list_key))
+                    next_bookmark = now + self._bookmark_interval
+                wake = min(deadline, next_bookmark if bookmarks else deadline, now + HEALTH_POLL)
+                await asyncio.sleep(max(0.0, wake - now))
+            await resp.write_eof()
+        except ConnectionResetError:
+            pass
+        return resp
+
+    def _watch_rv(self, scope: keys.Scope, list_key: keys.ListKey, namespace: str) -> str:
+        record = self._store.list_record(list_key)
+        if record is not None and record.resource_version:
+            return record.resource_version
+        best = max((e.rv for _, e in self._store.objects(scope, namespace)), default=-1)
+        return str(best) if best >= 0 else "0"
+
+    def _bookmark(
+        self, info: requestinfo.RequestInfo, scope: keys.Scope, list_key: keys.ListKey
+    ) -> bytes:
+        record = self._store.list_record(list_key)
+        kind = self._kind(scope, record, [])
+        event = {
+            "type": "BOOKMARK",
+            "object": {
+                "kind": kind,
+                "apiVersion": _api_version(info),
+                "metadata": {"resourceVersion": self._watch_rv(scope, list_key, info.namespace)},
+            },
+        }
+        return orjson.dumps(event) + b"\n"
+
+    async def _initial_events(
+        self,
+        resp: web.StreamResponse,
+        info: requestinfo.RequestInfo,
+        scope: keys.Scope,
+        list_key: keys.ListKey,
+        labels: selectors.LabelSelector,
+        fields: selectors.FieldSelector,
+    ) -> None:
+        record = self._store.list_record(list_key)
+        chosen = _select(self._store, scope, info.namespace, labels, fields, record, list_key)
+        bodies = await self._store.bodies(
+            (k for k, _ in chosen), within=_within(scope, info.namespace)
+        )
+        for body in bodies:
+            if body is not None:
+                await resp.write(b'{"type":"ADDED","object":' + body + b"}\n")
+        end = orjson.loads(self._bookmark(info, scope, list_key))
+        end["object"]["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
+        await resp.write(orjson.dumps(end) + b"\n")
+
+    # --- create ----------------------------------------------------------------------------------
+
+    async def _create(
+        self, request: web.Request, info: requestinfo.RequestInfo
+    ) -> web.StreamResponse:
+        body = await _read_body(request)
+        if info.resource == "serviceaccounts" and info.subresource == "token":
+            return self._token(info, body)
+        if (
+            info.resource == "events"
+            and not info.subresource
+            and info.body_content_type == JSON
+            and cacheability.is_cacheable_request(info, self._agents.allows)
+        ):
+            scope = keys.Scope(info.component, info.resource, info.version, info.group)
+            self._store.submit(store.PutObject(scope, body, info.namespace))
+        resp = web.Response(status=201, body=body)
+        resp.content_type = info.body_content_type or JSON
+        return resp
+
+    def _token(self, info: requestinfo.RequestInfo, body: bytes) -> web.StreamResponse:
+        """A TokenRequest answered offline.
+
+        kubelet needs a token to start (or restart) a pod with a projected service-account
+        volume. Like YurtHub we answer with a token of our own; unlike YurtHub it is signed with
+        a random per-process key (nobody can verify it, nobody can forge one from a well-known
+        key) and lives one minute, so kubelet swaps it for a real one soon after the cloud comes
+        back. The pod can reach the hub with it (the hub does not authenticate); the real
+        apiserver rejects it, which is right.
+        """
+        try:
+            request_obj = framing.parse_object(body) if body else {}
+        except framing.BadBody:
+            return _status(400, "the TokenRequest body is not JSON")
+        now = int(self._clock())
+        spec = request_obj.get("spec") if isinstance(request_obj.get("spec"), dict) else {}
+        assert isinstance(spec, dict)
+        claims = {
+            "iss": "edgehub-offline",
+            "sub": f"system:serviceaccount:{info.namespace}:{info.name}",
+            "aud": spec.get("audiences") or [],
+            "iat": now,
+            "nbf": now,
+            "exp": now + TOKEN_LIFETIME,
+        }
+        token = _jwt(claims, self._token_key)
+        expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + TOKEN_LIFETIME))
+        answer = {
+            "kind": "TokenRequest",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": info.name, "namespace": info.namespace},
+            "spec": {**spec, "expirationSeconds": TOKEN_LIFETIME},
+            "status": {"token": token, "expirationTimestamp": expires},
+        }
+        return _json(201, orjson.dumps(answer))
+
+    # --- kubelet's lease -------------------------------------------------------------------------
+
+    async def _kubelet_lease(
+        self, request: web.Request, info: requestinfo.RequestInfo
+    ) -> web.StreamResponse | None:
+        """kubelet's node lease, answered locally while the hub renews the real one (§2.5).
+
+        With nothing cached and the cloud healthy we return None: the request goes upstream
+        once and its answer is cached; from then on the hub answers.
+        """
+        if info.verb not in ("get", "update", "create", "patch") or (
+            not info.name and info.verb != "create"
+        ):
+            return None
+        key = self._object_key(info)
+        cached = self._store.entry(key) is not None
+        if not cached and self.cloud_healthy():
+            return None
+        if info.verb == "get":
+            body = await self._read(key)
+            if body is None:
+                return _json(
+                    404, statuses.encode(statuses.not_found(info.resource, info.name, info.group))
+                )
+            return _json(200, body)
+        if info.verb == "patch":
+            return await self._mutation(request, info)
+        body = await _read_body(request)
+        try:
+            lease = framing.parse_object(body)
+        except framing.BadBody:
+            return _status(400, "the Lease body is not JSON")
+        if info.verb == "create" and cached:
+            name = str((lease.get("metadata") or {}).get("name") or info.name)
+            return _json(
+                409, statuses.encode(statuses.already_exists(info.resource, name, info.group))
+            )
+        # kubelet's renewal is what the cloud would have stored: keep it so a later GET agrees.
+        scope = keys.Scope(info.component, info.resource, info.version, info.group)
+        self._store.submit(store.PutObject(scope, body, info.namespace))
+        return _json(201 if info.verb == "create" else 200, body)
+
+    # --- non-resource documents -----------------------------------------------------------------
+
+    async def _document(
+        self, info: requestinfo.RequestInfo, reason: seams.LocalReason
+    ) -> web.StreamResponse | None:
+        if info.verb != "get":
+            return None
+        path = info.path.rstrip("/") or "/"
+        try:
+            candidates = _document_keys(path, info.accept)
+        except keys.BadKey:
+            return None
+        for key in candidates:
+            found = await self._store.document(key)
+            if found is not None:
+                content_type, body = found
+                resp = web.Response(status=200, body=body)
+                resp.headers["Content-Type"] = content_type
+                return resp
+        if reason is seams.LocalReason.UPSTREAM_ERROR or not _is_discovery(path):
+            return None
+        return _status(404, f"the cloud is unreachable and {path} is not cached")
+
+
+class _Reply(Exception):
+    """Raised with a finished answer from deep inside (bad request bodies)."""
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        super().__init__(response.status)
+        self.response = response
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _status(code: int, message: str, details: statuses.StatusDetails | None = None) -> web.Response:
+    return _json(code, statuses.encode(statuses.failure(code, message, details=details)))
+
+
+def _json(code: int, body: bytes) -> web.Response:
+    resp = web.Response(status=code, body=body)
+    resp.headers["Content-Type"] = JSON
+    return resp
+
+
+def _requested(info: requestinfo.RequestInfo) -> cacheability.MediaType:
+    media = cacheability.requested_media(info)
+    if media.representation is cacheability.Representation.OTHER:
+        raise _Reply(_status(406, "offline, the hub answers only JSON; accept application/json"))
+    return media
+
+
+def _flag(value: str) -> bool:
+    return value not in ("", "0") and value.lower() != "false"
+
+
+def _api_version(info: requestinfo.RequestInfo) -> str:
+    return f"{info.group}/{info.version}" if info.group else info.version
+
+
+def _within(scope: keys.Scope, namespace: str) -> keys.ObjectKey:
+    return keys.ObjectKey(scope, namespace if scope.namespaced_keys else "", "")
+
+
+def _identity(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    return {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
+
+
+def _select(
+    cache: store.Store,
+    scope: keys.Scope,
+    namespace: str,
+    labels: selectors.LabelSelector,
+    fields: selectors.FieldSelector,
+    record: entries.ListRecord | None,
+    list_key: keys.ListKey,
+) -> list[tuple[keys.ObjectKey, entries.Entry]]:
+    """The objects a list answers with: the exact list's members, else a filtered scan."""
+    owner = str(list_key) if record is not None else None
+    name = fields.name
+    chosen = []
+    if name is not None and namespace:
+        key = keys.object_key(scope, namespace, name)
+        found = cache.entry(key)
+        candidates = [] if found is None else [(key, found)]
+    else:
+        candidates = list(cache.objects(scope, namespace))
+    for key, entry in candidates:
+        if owner is not None and owner not in entry.owners:
+            continue
+        if not labels.matches(entry.labels or {}):
+            continue
+        if not fields.empty() and not fields.matches(_fields(key, entry)):
+            continue
+        chosen.append((key, entry))
+    return chosen
+
+
+def _fields(key: keys.ObjectKey, entry: entries.Entry) -> dict[str, str]:
+    # Name and namespace are the key's; the entry keeps only the kind's other fields.
+    return {
+        **entry.fields,
+        "metadata.name": key.name,
+        "metadata.namespace": key.namespace,
+    }
+
+
+def _list_body(kind: str, api_version: str, resource_version: str, items: list[bytes]) -> bytes:
+    head = orjson.dumps(
+        {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": resource_version}}
+    )
+    return b"".join((head[:-1], b',"items":[', b",".join(items), b"]}"))
+
+
+def _document_keys(path: str, accept: str) -> list[str]:
+    """Stored documents that could answer, in the client's order of preference."""
+    out: list[str] = []
+    for media, params in requestinfo.media_ranges(accept) or [(JSON, {})]:
+        if media not in (JSON, "application/*", "*/*"):
+            continue
+        profile = ";".join(f"{p}={params[p]}" for p in ("as", "g", "v") if p in params)
+        key = keys.nonresource_key(path, profile)
+        if key not in out:
+            out.append(key)
+    plain = keys.nonresource_key(path)
+    if not out and plain not in out:
+        out.append(plain)
+    return out
+
+
+def _is_discovery(path: str) -> bool:
+    parts = path.strip("/").split("/")
+    return path == "/version" or (parts[0] in ("api", "apis") and len(parts) <= 3)
+
+
+async def _read_body(request: web.Request) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = await request.content.read(64 << 10)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_REQUEST_BODY:
+            raise _Reply(_status(413, f"request body larger than {MAX_REQUEST_BODY} bytes"))
+        chunks.append(chunk)
+
+
+async def _read_json(request: web.Request) -> Any:
+    body = await _read_body(request)
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise _Reply(_status(400, f"the patch is not JSON: {e}")) from e
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _jwt(claims: dict[str, Any], key: bytes) -> str:
+    header = _b64(orjson.dumps({"alg": "HS256", "typ": "JWT"}))
+    payload = _b64(orjson.dumps(claims))
+    signing_input = f"{header}.{payload}".encode("ascii")
+    signature = _b64(hmac.new(key, signing_input, hashlib.sha256).digest())
+    return f"{header}.{payload}.{signature}"
