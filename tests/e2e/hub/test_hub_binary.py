@@ -30,7 +30,12 @@ async def upstream() -> AsyncIterator[str]:
             return resp
         return web.json_response({"kind": "PodList", "items": []})
 
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(30)
+        return web.json_response({})
+
     app = web.Application()
+    app.router.add_get("/api/v1/namespaces/d/configmaps/slow", slow)
     app.router.add_route(
         "*", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", lease
     )
@@ -103,3 +108,32 @@ async def test_bad_flags_exit_with_startup_failure() -> None:
     _out, err = await proc.communicate()
     assert proc.returncode == 3
     assert b"scheme 'ftp' is not https" in err and b"Traceback" not in err
+
+
+async def test_second_signal_forces(upstream: str) -> None:
+    proc, proxy, _ = await start_hub(upstream, "--shutdown-grace-seconds", "60")
+    try:
+
+        async def in_flight(s: aiohttp.ClientSession) -> BaseException | None:
+            try:
+                async with s.get(proxy + "/api/v1/namespaces/d/configmaps/slow") as r:
+                    await r.read()
+            except aiohttp.ClientError as e:
+                return e
+            return None
+
+        async with aiohttp.ClientSession() as s, asyncio.TaskGroup() as tg:
+            pending = tg.create_task(in_flight(s), name="in-flight")
+            await asyncio.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.5)
+            assert proc.returncode is None  # waiting for the in-flight request
+            proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(5):
+                assert await proc.wait() == 0
+            # forced: the in-flight request was cut, not answered
+            assert isinstance(await pending, aiohttp.ClientError)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
