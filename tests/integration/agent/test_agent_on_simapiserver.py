@@ -1,0 +1,403 @@
+"""The whole agent (in-process) against the simulated apiserver, kubectl and a simulated kubelet.
+
+Covers reference §9 acceptance behaviour end to end: Instances with Akri's names, OFFLINE/ONLINE,
+plugins registering, Allocate content and the RV-guarded claim, the reclaimer, Configuration
+deletion, and the failure cases of the issue (late handler, missing ConfigMap, restart without
+churn, two nodes sharing a device, racing Allocate, apiserver outage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from discovery import sdk
+from discovery.agent import running, settings
+from discovery.handlers import debug_echo
+from discovery.testing import kubelet as sim_kubelet
+
+REPO = Path(__file__).resolve().parents[3]
+CRDS = [
+    REPO / "manifests/crds/configurations.akri.sh.yaml",
+    REPO / "manifests/crds/instances.akri.sh.yaml",
+]
+
+pytestmark = pytest.mark.slow
+
+# The simulated apiserver lives in yurthub.testing (tests may use it; discovery may not).
+simapiserver = pytest.importorskip("yurthub.testing.simapiserver")
+
+
+def digest(device_id: str) -> str:
+    return hashlib.blake2b(device_id.encode(), digest_size=3).hexdigest()
+
+
+async def kubectl(sim: Any, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        "/usr/bin/kubectl",
+        f"--kubeconfig={sim.kubeconfig_path}",
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else None,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate(stdin.encode() if stdin is not None else None)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)}: {err.decode()}")
+    return out.decode()
+
+
+async def instances(sim: Any) -> dict[str, dict[str, Any]]:
+    listed = json.loads(await kubectl(sim, "get", "akrii", "-A", "-o", "json"))
+    return {i["metadata"]["name"]: i for i in listed["items"]}
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.1)
+
+
+def configuration(name: str, handler: str, details: str, capacity: int = 2, **extra: Any) -> str:
+    body = {
+        "apiVersion": "akri.sh/v0",
+        "kind": "Configuration",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "discoveryHandler": {"name": handler, "discoveryDetails": details, **extra},
+            "capacity": capacity,
+            "brokerProperties": {"FROM_CONFIG": "yes"},
+        },
+    }
+    return json.dumps(body)
+
+
+@pytest.fixture
+async def sim(tmp_path: Path) -> AsyncIterator[Any]:
+    server = simapiserver.SimApiserver("127.0.0.1", port=0, seed="demo", workdir=tmp_path / "sim")
+    await server.start()
+    try:
+        for crd in CRDS:
+            await kubectl(server, "apply", "-f", str(crd))
+        await eventually(lambda: _served(server), within=10.0)
+        yield server
+    finally:
+        await server.stop()
+
+
+async def _served(server: Any) -> bool:
+    out = await kubectl(server, "get", "akric", "-A", check=False)
+    return "error" not in out.lower()
+
+
+def agent_settings(
+    sim: Any, base: Path, node: str, *, embedded: bool = True, availability: Path | None = None
+) -> settings.AgentSettings:
+    return settings.AgentSettings(
+        node_name=node,
+        kube=settings.KubeSettings(
+            kubeconfig=Path(sim.kubeconfig_path), user_agent="edgehub-agent/test"
+        ),
+        discovery_handlers_dir=base / "akri",
+        embedded_handlers=("debugEcho",) if embedded else (),
+        handler_environ={
+            "DEBUG_ECHO_INSTANCES_SHARED": "true",
+            "DEBUG_ECHO_AVAILABILITY_FILE": str(availability or base / "availability"),
+            "DEBUG_ECHO_POLL_SECONDS": "0.05",
+        },
+        device_plugins_dir=base / "dp",
+        pod_resources_socket=base / "pr.sock",
+        cdi_dir=base / "cdi",
+        metrics_address="127.0.0.1",
+        metrics_port=0,
+        timings=settings.Timings(
+            backoff_initial=0.1,
+            backoff_cap=1.0,
+            watch_backoff_initial=0.1,
+            watch_backoff_cap=0.5,
+            settle=0.3,
+            degraded_grace=1.0,
+            reclaim_interval=0.2,
+            reclaim_grace=0.6,
+            kubelet_poll=0.05,
+        ),
+    )
+
+
+@contextlib.asynccontextmanager
+async def node(
+    sim: Any, base: Path, name: str, **kw: Any
+) -> AsyncIterator[tuple[running.Agent, sim_kubelet.SimKubelet, sim_kubelet.SimPodResources]]:
+    s = agent_settings(sim, base, name, **kw)
+    async with (
+        sim_kubelet.SimKubelet(s.device_plugins_dir) as kubelet,
+        sim_kubelet.SimPodResources(base / "pr.sock") as pods,
+    ):
+        agent = running.Agent(s)
+        async with asyncio.timeout(15):
+            await agent.start()
+        try:
+            yield agent, kubelet, pods
+        finally:
+            await agent.stop()
+
+
+async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
+    sim: Any, sockdir: Path
+) -> None:
+    availability = sockdir / "availability"
+    async with node(sim, sockdir, "node-a") as (agent, kubelet, pods):
+        await kubectl(
+            sim,
+            "apply",
+            "-f",
+            "-",
+            stdin=configuration("cfg", "debugEcho", "descriptions: [foo0, foo1]"),
+        )
+        names = {f"cfg-{digest('foo0')}", f"cfg-{digest('foo1')}"}
+
+        async def both() -> bool:
+            return set(await instances(sim)) == names
+
+        await eventually(both)
+        found = await instances(sim)
+        inst = found[f"cfg-{digest('foo0')}"]
+        assert inst["spec"]["nodes"] == ["node-a"]
+        assert inst["spec"]["cdiName"] == f"akri.sh/cfg={digest('foo0')}"
+        assert inst["spec"]["brokerProperties"] == {
+            "DEBUG_ECHO_DESCRIPTION": "foo0",
+            "FROM_CONFIG": "yes",
+        }
+        assert inst["spec"]["capacity"] == 2 and inst["spec"]["shared"] is True
+        assert inst["metadata"]["ownerReferences"][0]["kind"] == "Configuration"
+        config = json.loads(await kubectl(sim, "get", "akric", "cfg", "-o", "json"))
+        assert "node-a" in config["metadata"]["finalizers"]
+        table = await kubectl(sim, "get", "akrii")
+        assert "CONFIG" in table and "SHARED" in table and "NODES" in table
+
+        # The CDI spec file holds both devices.
+        cdi_file = sockdir / "cdi" / "akri.sh-cfg.json"
+        spec = json.loads(cdi_file.read_text())
+        assert spec["kind"] == "akri.sh/cfg"
+        assert sorted(d["name"] for d in spec["devices"]) == sorted(
+            [digest("foo0"), digest("foo1")]
+        )
+        assert spec["containerEdits"] == {"env": ["FROM_CONFIG=yes"]}
+
+        # kubelet sees an Instance plugin and the Configuration plugin.
+        instance_name = f"cfg-{digest('foo0')}"
+        resource = f"akri.sh/{instance_name}"
+        slots_seen = await kubelet.wait_for_devices(resource)
+        assert slots_seen == {f"{instance_name}-0": "Healthy", f"{instance_name}-1": "Healthy"}
+        await kubelet.wait_for_devices("akri.sh/cfg", lambda d: len(d) == 2)
+
+        response = await kubelet.allocate(resource, [f"{instance_name}-0"])
+        (container,) = response.container_responses
+        suffix = digest("foo0").upper()
+        assert container.envs["DEBUG_ECHO_DESCRIPTION"] == "foo0"
+        assert container.envs[f"DEBUG_ECHO_DESCRIPTION_{suffix}"] == "foo0"
+        assert container.envs[f"FROM_CONFIG_{suffix}"] == "yes"
+        assert [c.name for c in container.cdi_devices] == [f"akri.sh/cfg={digest('foo0')}"]
+        usage = (await instances(sim))[instance_name]["spec"]["deviceUsage"]
+        assert usage == {f"{instance_name}-0": "node-a"}
+        await kubelet.wait_for_devices(resource, lambda d: d[f"{instance_name}-0"] == "Healthy")
+
+        # Configuration-level allocation claims a slot as C:<vdev>:<node>.
+        vdevs = await kubelet.wait_for_devices("akri.sh/cfg", lambda d: len(d) == 2)
+        vdev = sorted(vdevs)[0]
+        await kubelet.allocate("akri.sh/cfg", [vdev])
+
+        async def config_claim() -> bool:
+            values = [
+                v
+                for i in (await instances(sim)).values()
+                for v in i["spec"]["deviceUsage"].values()
+            ]
+            return f"C:{vdev}:node-a" in values
+
+        await eventually(config_claim)
+
+        # kubelet (pod-resources) reports only the Instance-level slot: the vdev claim is freed.
+        pods.set_in_use({resource: [f"{instance_name}-0"]})
+
+        async def vdev_freed() -> bool:
+            values = [
+                v
+                for i in (await instances(sim)).values()
+                for v in i["spec"]["deviceUsage"].values()
+            ]
+            return f"C:{vdev}:node-a" not in values and "node-a" in values
+
+        await eventually(vdev_freed)
+        # Then nothing is in use: the Instance-level slot is freed as well (un-prefixed ids).
+        pods.set_in_use({})
+
+        async def all_free() -> bool:
+            return all(not i["spec"]["deviceUsage"] for i in (await instances(sim)).values())
+
+        await eventually(all_free)
+
+        # OFFLINE removes the Instances and their plugins; ONLINE brings them back.
+        availability.write_text("OFFLINE")
+
+        async def none() -> bool:
+            return not await instances(sim)
+
+        await eventually(none)
+        await kubelet.wait_for(lambda: not kubelet.plugins)
+        assert not cdi_file.exists()
+        availability.write_text("ONLINE")
+        await eventually(both)
+        await kubelet.wait_for_devices(resource)
+
+        # Deleting the Configuration removes everything, finalizer included.
+        await kubectl(sim, "delete", "akric", "cfg", "--wait=false")
+
+        async def config_gone() -> bool:
+            out = await kubectl(sim, "get", "akric", "-A", "-o", "json")
+            return not json.loads(out)["items"] and not await instances(sim)
+
+        await eventually(config_gone)
+        await kubelet.wait_for(lambda: not kubelet.plugins)
+        assert not cdi_file.exists()
+        metrics_text = agent.metrics.render().decode()
+        assert "akri_discovery_response_result_total" in metrics_text
+
+
+async def test_restart_keeps_instances_untouched(sim: Any, sockdir: Path) -> None:
+    await kubectl(
+        sim, "apply", "-f", "-", stdin=configuration("cfg", "debugEcho", "descriptions: [a, b]")
+    )
+    async with node(sim, sockdir, "node-a"):
+
+        async def two() -> bool:
+            return len(await instances(sim)) == 2
+
+        await eventually(two)
+        before = {
+            n: (i["metadata"]["uid"], i["metadata"]["resourceVersion"])
+            for n, i in (await instances(sim)).items()
+        }
+    # Agent down, then up again: no Instance is deleted or rewritten.
+    async with node(sim, sockdir, "node-a") as (_, kubelet, _):
+        await kubelet.wait_for(lambda: len(kubelet.plugins) == 3)
+        await asyncio.sleep(1.0)
+        after = {
+            n: (i["metadata"]["uid"], i["metadata"]["resourceVersion"])
+            for n, i in (await instances(sim)).items()
+        }
+        assert after == before
+
+
+async def test_late_handler_and_missing_configmap(sim: Any, sockdir: Path) -> None:
+    prop = [{"name": "P", "valueFrom": {"configMapKeyRef": {"name": "later", "key": "k"}}}]
+    await kubectl(
+        sim,
+        "apply",
+        "-f",
+        "-",
+        stdin=configuration("cfg", "debugEcho", "descriptions: [x]", discoveryProperties=prop),
+    )
+    async with node(sim, sockdir, "node-a", embedded=False):
+        # No handler registered and the ConfigMap is missing: nothing yet, an Event says why.
+        await asyncio.sleep(0.5)
+        assert await instances(sim) == {}
+
+        async def warned() -> bool:
+            return "later" in await kubectl(sim, "get", "events", "-n", "default", check=False)
+
+        await eventually(warned)
+        await kubectl(sim, "create", "configmap", "later", "--from-literal=k=v", "-n", "default")
+        handler = debug_echo.create(
+            sdk.HandlerOptions(
+                environ={"DEBUG_ECHO_AVAILABILITY_FILE": str(sockdir / "avail")}, interval=0.05
+            )
+        )
+        serve_settings = sdk.ServeSettings(directory=sockdir / "akri", registration_retry=0.1)
+        async with asyncio.TaskGroup() as tg:
+            serving = tg.create_task(sdk.serve(handler, serve_settings), name="late handler")
+
+            async def one() -> bool:
+                return list(await instances(sim)) == [f"cfg-{digest('x')}"]
+
+            await eventually(one, within=15.0)
+            serving.cancel()
+
+
+async def test_two_nodes_share_one_instance_and_race_for_a_slot(sim: Any, sockdir: Path) -> None:
+    a_avail, b_avail = sockdir / "a-avail", sockdir / "b-avail"
+    await kubectl(
+        sim,
+        "apply",
+        "-f",
+        "-",
+        stdin=configuration("cfg", "debugEcho", "descriptions: [shared]", capacity=1),
+    )
+    name = f"cfg-{digest('shared')}"
+    async with (
+        node(sim, sockdir / "a", "node-a", availability=a_avail) as (_, kubelet_a, _),
+        node(sim, sockdir / "b", "node-b", availability=b_avail) as (_, kubelet_b, _),
+    ):
+
+        async def both_nodes() -> bool:
+            found = await instances(sim)
+            return name in found and sorted(found[name]["spec"]["nodes"]) == ["node-a", "node-b"]
+
+        await eventually(both_nodes)
+        resource = f"akri.sh/{name}"
+        await kubelet_a.wait_for_devices(resource)
+        await kubelet_b.wait_for_devices(resource)
+        results = await asyncio.gather(
+            kubelet_a.allocate(resource, [f"{name}-0"]),
+            kubelet_b.allocate(resource, [f"{name}-0"]),
+            return_exceptions=True,
+        )
+        failures = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
+        assert len(failures) == 1, results
+        assert failures[0].code() == grpc.StatusCode.FAILED_PRECONDITION
+        winner = "node-a" if not isinstance(results[0], BaseException) else "node-b"
+        usage = (await instances(sim))[name]["spec"]["deviceUsage"]
+        assert usage == {f"{name}-0": winner}
+
+        # node-b loses the device: it leaves, node-a stays.
+        b_avail.write_text("OFFLINE")
+
+        async def only_a() -> bool:
+            found = await instances(sim)
+            return name in found and found[name]["spec"]["nodes"] == ["node-a"]
+
+        await eventually(only_a)
+
+
+async def test_apiserver_outage_is_survived(sim: Any, sockdir: Path) -> None:
+    availability = sockdir / "availability"
+    await kubectl(
+        sim, "apply", "-f", "-", stdin=configuration("cfg", "debugEcho", "descriptions: [o]")
+    )
+    async with node(sim, sockdir, "node-a") as (agent, _, _):
+
+        async def one() -> bool:
+            return len(await instances(sim)) == 1
+
+        await eventually(one)
+        await sim.stop()
+        availability.write_text("OFFLINE")
+        await asyncio.sleep(1.5)
+        assert agent.ready
+        await sim.start()
+
+        async def none() -> bool:
+            return not await instances(sim)
+
+        await eventually(none, within=15.0)
