@@ -1,0 +1,146 @@
+"""``edgehub cache``: look into a hub's disk cache (``ls``, ``get KEY``, ``stats``, ``verify``).
+
+Read-only and safe beside a running hub (``yurthub.cache.verifying`` opens SQLite read-only).
+``verify`` exits 1 when it finds a problem, ``cli.EXIT_STARTUP_FAILURE`` when the path holds no
+cache; every command prints one clear line on bad input, never a traceback.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sqlite3
+import sys
+
+import click
+import orjson
+
+from edgehub import cli
+from yurthub.cache import entries, keys, verifying
+
+_PATH = click.option(
+    "--disk-cache-path",
+    default="/etc/kubernetes/cache/",
+    type=click.Path(file_okay=False, path_type=pathlib.Path),
+    help="The hub's cache directory.",
+)
+
+
+def _connect(path: pathlib.Path) -> sqlite3.Connection:
+    try:
+        return verifying.connect(path)
+    except verifying.NotACache as e:
+        click.echo(f"edgehub cache: {e}", err=True)
+        raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
+
+
+@click.group(context_settings=cli.COMMAND_CONTEXT)
+def command() -> None:
+    """Inspect a hub's disk cache (read-only)."""
+
+
+@command.command(name="ls", context_settings=cli.COMMAND_CONTEXT)
+@_PATH
+@click.argument("prefix", default="")
+def list_keys(disk_cache_path: pathlib.Path, prefix: str) -> None:
+    """List keys (optionally only those starting with PREFIX), with kind, size and version."""
+    con = _connect(disk_cache_path)
+    try:
+        for row in verifying.rows(con, prefix):
+            detail = ""
+            if row.value is not None and row.kind == "object":
+                try:
+                    entry = entries.decode_header(row.value)
+                    detail = f"rv={entry.resource_version} owners={len(entry.owners)}"
+                except entries.CorruptEntry:
+                    detail = "CORRUPT"
+            elif row.value is not None and row.kind == "list":
+                try:
+                    record = entries.decode_list(row.value)
+                    detail = f"rv={record.resource_version} members={record.members}"
+                except entries.CorruptEntry:
+                    detail = "CORRUPT"
+            size = len(row.value) if row.value is not None else 0
+            click.echo(f"{row.kind:<8} {size:>9} {row.key} {detail}".rstrip())
+    finally:
+        con.close()
+
+
+@command.command(name="get", context_settings=cli.COMMAND_CONTEXT)
+@_PATH
+@click.argument("key")
+def get_key(disk_cache_path: pathlib.Path, key: str) -> None:
+    """Print the stored JSON of KEY (an object's body, a list record, a document)."""
+    con = _connect(disk_cache_path)
+    try:
+        row = verifying.read(con, key)
+    finally:
+        con.close()
+    if row is None or row.value is None:
+        click.echo(f"edgehub cache: no entry {key!r}", err=True)
+        raise SystemExit(1)
+    try:
+        if row.kind == "object":
+            _, body = entries.decode_object(row.value)
+            sys.stdout.buffer.write(body + b"\n")
+        elif row.kind == "list":
+            record = entries.decode_list(row.value)
+            list_key = keys.parse_list_key(key)
+            shown = {
+                "resourceVersion": record.resource_version,
+                "kind": record.kind,
+                "apiVersion": record.api_version,
+                "members": record.members,
+                "labelSelector": list_key.label_selector,
+                "fieldSelector": list_key.field_selector,
+            }
+            sys.stdout.buffer.write(orjson.dumps(shown, option=orjson.OPT_INDENT_2) + b"\n")
+        else:
+            _, body = entries.decode_document(row.value)
+            sys.stdout.buffer.write(body + b"\n")
+    except (entries.CorruptEntry, keys.BadKey) as e:
+        click.echo(f"edgehub cache: {key!r} is corrupt: {e}", err=True)
+        raise SystemExit(1) from e
+
+
+@command.command(name="stats", context_settings=cli.COMMAND_CONTEXT)
+@_PATH
+def show_stats(disk_cache_path: pathlib.Path) -> None:
+    """Counts per component and resource, lists, documents, sizes."""
+    con = _connect(disk_cache_path)
+    try:
+        found = verifying.stats(con)
+    finally:
+        con.close()
+    files = sum(
+        p.stat().st_size for p in disk_cache_path.iterdir() if p.name.startswith("cache.db")
+    )
+    click.echo(f"objects:   {found.objects}")
+    click.echo(f"lists:     {found.lists}")
+    click.echo(f"documents: {found.documents}")
+    if found.unknown:
+        click.echo(f"unknown:   {found.unknown}")
+    click.echo(f"bytes:     {found.body_bytes} in entries, {files} on disk")
+    for prefix, count in sorted(found.by_scope.items()):
+        click.echo(f"  {count:>8}  {prefix}")
+
+
+@command.command(name="verify", context_settings=cli.COMMAND_CONTEXT)
+@_PATH
+def verify(disk_cache_path: pathlib.Path) -> None:
+    """Check that every entry decodes and the list records match their objects."""
+    con = _connect(disk_cache_path)
+    try:
+        report = verifying.verify(con)
+    except sqlite3.DatabaseError as e:
+        click.echo(f"edgehub cache: the database is damaged: {e}", err=True)
+        raise SystemExit(1) from e
+    finally:
+        con.close()
+    for problem in report.problems:
+        click.echo(f"PROBLEM {problem}")
+    click.echo(
+        f"{'ok' if report.ok else 'FAILED'}: {report.objects} objects, {report.lists} lists, "
+        f"{report.documents} documents, {len(report.problems)} problems"
+    )
+    if not report.ok:
+        raise SystemExit(1)

@@ -1,0 +1,69 @@
+"""A full disk: writes fail, are counted and logged once; reads keep working; nothing crashes."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pathlib
+import subprocess
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from yurthub.cache import keys, store
+
+POD = keys.Scope("kubelet", "pods", "v1")
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: pathlib.Path, size: str) -> Iterator[pathlib.Path]:
+    path.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace')}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def pod(name: str, pad: int) -> bytes:
+    return orjson.dumps(
+        {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": "d", "resourceVersion": "1"},
+            "spec": {"nodeName": "n1"},
+            "pad": "x" * pad,
+        }
+    )
+
+
+async def test_disk_full_is_counted_logged_once_and_survived(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="yurthub.cache.store")
+    with small_tmpfs(tmp_path / "full", "400k") as root:
+        s = await store.Store.open(root / "cache")
+        try:
+            assert s.submit(store.PutObject(POD, pod("first", 100)))
+            assert await s.flush(5)
+            for i in range(60):
+                s.submit(store.PutObject(POD, pod(f"p{i}", 20_000)))
+                assert await s.flush(5)
+            assert s.stats.write_failures > 0
+            assert s.stats.error_keys
+            assert "full" in s.stats.last_error or "disk" in s.stats.last_error.lower()
+            failures = [r for r in caplog.records if "cache write failed" in r.getMessage()]
+            assert len(failures) == 1
+            # What was cached before stays readable.
+            assert await s.body(keys.object_key(POD, "d", "first")) is not None
+            assert s.entry(keys.object_key(POD, "d", "p59")) is None
+        finally:
+            await s.close()

@@ -1,0 +1,227 @@
+"""The store on real SQLite: atomic list replacement, persistence, modes, hostile names, errors."""
+
+from __future__ import annotations
+
+import pathlib
+import stat
+from typing import Any
+
+import diskcache
+import orjson
+import pytest
+
+from yurthub.cache import entries, keys, store
+
+POD = keys.Scope("kubelet", "pods", "v1")
+MINE = keys.list_key(POD, "", "", "spec.nodeName=n1")
+LABELLED = keys.list_key(POD, "default", "app=x", "")
+
+
+def pod(
+    name: str, rv: int, *, ns: str = "default", node: str = "n1", **labels: str
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": ns, "resourceVersion": str(rv), "labels": labels},
+        "spec": {"nodeName": node},
+    }
+
+
+def pod_list(rv: int, *items: dict[str, Any], cont: str = "") -> bytes:
+    meta: dict[str, Any] = {"resourceVersion": str(rv)}
+    if cont:
+        meta["continue"] = cont
+    return orjson.dumps(
+        {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": list(items)}
+    )
+
+
+def event(kind: str, obj: dict[str, Any]) -> bytes:
+    return orjson.dumps({"type": kind, "object": {"kind": "Pod", "apiVersion": "v1", **obj}})
+
+
+def names(s: store.Store, scope: keys.Scope = POD) -> dict[str, str]:
+    return {k.name: e.resource_version for k, e in s.objects(scope)}
+
+
+async def apply(s: store.Store, *jobs: store.Job) -> None:
+    for job in jobs:
+        assert s.submit(job)
+    assert await s.flush(5)
+
+
+@pytest.fixture
+async def cache(tmp_path: pathlib.Path) -> Any:
+    s = await store.Store.open(tmp_path / "cache")
+    yield s
+    await s.close()
+
+
+async def test_list_then_watch_then_relist(cache: store.Store) -> None:
+    await apply(cache, store.PutList(MINE, pod_list(10, pod("a", 1), pod("b", 2))))
+    assert names(cache) == {"a": "1", "b": "2"}
+    await apply(
+        cache,
+        store.WatchLines(
+            MINE,
+            (
+                event("MODIFIED", pod("a", 11)),
+                event("ADDED", pod("c", 12)),
+                event("DELETED", pod("b", 13)),
+                orjson.dumps(
+                    {
+                        "type": "BOOKMARK",
+                        "object": {"kind": "Pod", "metadata": {"resourceVersion": "20"}},
+                    }
+                ),
+                b'{"type":"ERROR","object":{"kind":"Status","code":410}}',
+            ),
+        ),
+    )
+    assert names(cache) == {"a": "11", "c": "12"}
+    record = cache.list_record(MINE)
+    assert record is not None and (record.resource_version, record.members, record.kind) == (
+        "20",
+        2,
+        "Pod",
+    )
+    body = await cache.body(keys.object_key(POD, "default", "a"))
+    assert body is not None and orjson.loads(body)["metadata"]["resourceVersion"] == "11"
+    await apply(cache, store.PutList(MINE, pod_list(30, pod("c", 12))))
+    assert names(cache) == {"c": "12"}
+
+
+async def test_lists_with_different_selectors_coexist_on_disk(tmp_path: pathlib.Path) -> None:
+    s = await store.Store.open(tmp_path / "c")
+    await apply(
+        s,
+        store.PutList(MINE, pod_list(5, pod("a", 1), pod("b", 2, app="x"))),
+        store.PutList(LABELLED, pod_list(6, pod("b", 2, app="x"), pod("c", 3, app="x", node="n2"))),
+    )
+    await apply(s, store.PutList(MINE, pod_list(7, pod("a", 1))))  # b moved off n1
+    assert names(s) == {"a": "1", "b": "2", "c": "3"}  # b still covered by the labelled list
+    await s.close()
+    reopened = await store.Store.open(tmp_path / "c")
+    try:
+        assert names(reopened) == {"a": "1", "b": "2", "c": "3"}
+        assert {str(k): r.members for k, r in reopened.list_records()} == {
+            str(MINE): 1,
+            str(LABELLED): 2,
+        }
+    finally:
+        await reopened.close()
+
+
+async def test_chunked_list_pages_replace_only_at_the_end(cache: store.Store) -> None:
+    await apply(cache, store.PutList(MINE, pod_list(5, pod("old", 1), pod("a", 1))))
+    await apply(cache, store.PutList(MINE, pod_list(9, pod("a", 2), cont="t1"), continued=False))
+    assert set(names(cache)) == {"old", "a"}  # a page releases nothing
+    await apply(cache, store.PutList(MINE, pod_list(9, pod("b", 3)), continued=True))
+    assert names(cache) == {"a": "2", "b": "3"}
+
+
+async def test_chunked_list_without_request_info_uses_the_session(cache: store.Store) -> None:
+    await apply(cache, store.PutList(MINE, pod_list(5, pod("old", 1))))
+    await apply(cache, store.PutList(MINE, pod_list(9, pod("a", 2), cont="t1")))
+    await apply(cache, store.PutList(MINE, pod_list(9, pod("b", 3))))
+    assert names(cache) == {"a": "2", "b": "3"}
+
+
+async def test_single_objects_are_rv_guarded_and_unscheduled_pods_refused(
+    cache: store.Store,
+) -> None:
+    await apply(
+        cache,
+        store.PutObject(POD, orjson.dumps({"kind": "Pod", "apiVersion": "v1", **pod("a", 5)})),
+        store.PutObject(POD, orjson.dumps({"kind": "Pod", "apiVersion": "v1", **pod("a", 3)})),
+        store.PutObject(POD, orjson.dumps({"kind": "Pod", **pod("u", 1, node="")})),
+        store.PutObject(POD, b'{"kind":"Status","code":404}'),
+        store.PutObject(POD, b"not json"),
+    )
+    assert names(cache) == {"a": "5"}
+    assert cache.stats.bad_bodies == 3
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", "../../../../etc/passwd", "%2F", "名前", "x?y=z"])
+async def test_hostile_names_are_exact_and_stay_inside(tmp_path: pathlib.Path, name: str) -> None:
+    root = tmp_path / "cache"
+    s = await store.Store.open(root)
+    try:
+        await apply(
+            s,
+            store.PutObject(POD, orjson.dumps({"kind": "Pod", **pod(name, 1)})),
+            store.PutObject(POD, orjson.dumps({"kind": "Pod", **pod(name + "2", 1)})),
+        )
+        key = keys.object_key(POD, "default", name)
+        assert s.entry(key) is not None
+        body = await s.body(key)
+        assert body is not None and orjson.loads(body)["metadata"]["name"] == name
+        assert await s.body(keys.object_key(POD, "default", name[:-1] or "_")) is None
+    finally:
+        await s.close()
+    assert sorted(p.name for p in root.iterdir()) == [
+        "cache.db",
+        "cache.db-shm",
+        "cache.db-wal",
+    ] or sorted(p.name for p in root.iterdir()) == ["cache.db"]
+    assert not (tmp_path / "etc").exists()
+
+
+async def test_directory_and_files_are_private(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o755)
+    s = await store.Store.open(root)
+    await apply(s, store.PutObject(POD, orjson.dumps({"kind": "Pod", **pod("a", 1)})))
+    try:
+        assert stat.S_IMODE(root.stat().st_mode) == 0o700
+        for file in root.iterdir():
+            assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
+    finally:
+        await s.close()
+
+
+async def test_bulk_and_point_reads_agree(cache: store.Store) -> None:
+    items = [pod(f"p{i:03}", i + 1, ns=f"ns{i % 3}") for i in range(200)]
+    await apply(cache, store.PutList(keys.list_key(POD, "", "", ""), pod_list(500, *items)))
+    wanted = [k for k, _ in cache.objects(POD, "ns1")]
+    bulk = await cache.bodies(wanted, within=keys.ObjectKey(POD, "ns1", ""))
+    point = await cache.bodies(wanted)
+    assert bulk == point and len(bulk) == 67 and all(b is not None for b in bulk)
+    everything = [k for k, _ in cache.objects(POD)]
+    assert len(await cache.bodies(everything, within=keys.ObjectKey(POD, "", ""))) == 200
+
+
+async def test_corrupt_entries_are_skipped_at_load(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "cache"
+    s = await store.Store.open(root)
+    await apply(s, store.PutObject(POD, orjson.dumps({"kind": "Pod", **pod("a", 1)})))
+    await s.close()
+    raw = diskcache.Cache(str(root))
+    raw.set("kubelet/pods.v1.core/default/bad", b"garbage")
+    raw.set("not a key at all", entries.encode_list(entries.ListRecord("1", 1, "Pod", "v1", 0)))
+    raw.close()
+    s = await store.Store.open(root)
+    try:
+        assert names(s) == {"a": "1"}
+        assert sorted(s.corrupt_at_load) == ["kubelet/pods.v1.core/default/bad", "not a key at all"]
+    finally:
+        await s.close()
+
+
+async def test_refuses_jobs_over_the_pending_bound(tmp_path: pathlib.Path) -> None:
+    s = await store.Store.open(tmp_path / "c", max_pending_bytes=1000)
+    try:
+        big = store.PutObject(POD, b"x" * 600)
+        accepted = [s.submit(big) for _ in range(5)]
+        # The first is in flight at once; the second queues; the third would pass the bound.
+        assert accepted[:2] == [True, True] and False in accepted
+        assert s.stats.refused_jobs == accepted.count(False)
+        assert await s.flush(5)
+    finally:
+        await s.close()
+
+
+async def test_documents(cache: store.Store) -> None:
+    key = keys.nonresource_key("/version")
+    await apply(cache, store.PutDocument(key, "application/json", b'{"major":"1"}'))
+    assert await cache.document(key) == ("application/json", b'{"major":"1"}')
+    assert await cache.document(keys.nonresource_key("/api")) is None
