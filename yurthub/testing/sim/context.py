@@ -1,0 +1,46 @@
+"""Per-apiserver context the HTTP handlers share: the state, timing knobs, live streams.
+
+One ``ServerContext`` per ``SimApiserver`` (several may share one ``State``). It
+tracks the handler tasks of long-lived streams (watch, ``logs -f``, exec) so that
+``stop()`` can end them at once instead of waiting for clients to hang up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from aiohttp import web
+
+from yurthub.testing.sim import storage
+
+
+@dataclasses.dataclass(slots=True)
+class ServerContext:
+    state: storage.State
+    # Seconds between BOOKMARK events on idle watches that asked for them.
+    bookmark_interval: float = 60.0
+    # Watch duration when the client sends no timeoutSeconds (real: 30-60 min).
+    default_watch_timeout: float = 1800.0
+    # Largest request body accepted; over it the answer is 413.
+    max_body_bytes: int = 3 * 1024 * 1024
+    # host:port reported in /api serverAddressByClientCIDRs.
+    server_address: str = "127.0.0.1:6443"
+    streams: set[asyncio.Task[object]] = dataclasses.field(default_factory=set)
+
+    def track_stream(self) -> asyncio.Task[object] | None:
+        task = asyncio.current_task()
+        if task is not None:
+            self.streams.add(task)
+        return task
+
+    def untrack_stream(self, task: asyncio.Task[object] | None) -> None:
+        if task is not None:
+            self.streams.discard(task)
+
+    def cancel_streams(self) -> None:
+        for task in list(self.streams):
+            task.cancel()
+
+
+CONTEXT = web.AppKey("simapiserver_context", ServerContext)

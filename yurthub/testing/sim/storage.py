@@ -1,0 +1,1087 @@
+"""The simulated cluster's object store: objects, one global resourceVersion, events, watchers.
+
+``State`` is the etcd of the simulation plus the controllers whose effects a
+client can observe immediately: namespace deletion, garbage collection by
+ownerReferences, finalizers, CRDs starting and stopping to be served, CSR
+signing. Several apiservers may share one ``State`` (two apiservers, one etcd).
+
+Invariants:
+
+- Every write bumps the one global resourceVersion counter and appends exactly
+  one event to a bounded history; a no-op update writes nothing.
+- A stored object is never mutated: a write stores a new ``Stored`` with the
+  object's JSON bytes encoded once, so lists and watches are byte concatenation.
+- All methods are synchronous and run on the event loop thread, so a watcher
+  registered in the same call that snapshots the history misses nothing.
+- Watchers have bounded queues; one that falls behind is closed (the client
+  re-watches), never allowed to grow memory.
+
+Two API levels: the ``*_object`` methods take a ``ResourceType`` and are what the
+HTTP layer calls; ``create``/``get``/``update``/``delete``/``list``/``apply`` take
+plain dicts and resource names for tests that mutate the cluster directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import copy
+import dataclasses
+import logging
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from yurthub import statuses
+from yurthub.cache import selectors
+from yurthub.testing.sim import (
+    auth,
+    conversion,
+    defaulting,
+    errors,
+    objectmeta,
+    paging,
+    pki,
+    podlogs,
+    resources,
+    schemas,
+)
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
+GroupResource = resources.GroupResource
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+CRD_STORAGE: GroupResource = ("apiextensions.k8s.io", "customresourcedefinitions")
+NAMESPACES: GroupResource = ("", "namespaces")
+SERVICEACCOUNTS: GroupResource = ("", "serviceaccounts")
+FIRST_RESOURCE_VERSION = 1000
+DEFAULT_HISTORY_SIZE = 10_000
+DEFAULT_WATCH_QUEUE_SIZE = 10_000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stored:
+    """One object version: the dict (never mutated), its JSON, and what selectors read."""
+
+    obj: dict[str, Any]
+    raw: bytes
+    rv: int
+    labels: Mapping[str, str]
+    fields: Mapping[str, str]
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = self.obj["metadata"]
+        return meta
+
+    @property
+    def uid(self) -> str:
+        return str(self.meta.get("uid", ""))
+
+    @property
+    def deleting(self) -> bool:
+        return bool(self.meta.get("deletionTimestamp"))
+
+    def copy(self) -> dict[str, Any]:
+        """A deep copy the caller may mutate."""
+        out: dict[str, Any] = orjson.loads(self.raw)
+        return out
+
+
+def freeze(resource: str, obj: dict[str, Any], rv: int) -> Stored:
+    meta = obj["metadata"]
+    if rv:
+        meta["resourceVersion"] = str(rv)
+    labels = meta.get("labels") or {}
+    return Stored(
+        obj=obj,
+        raw=orjson.dumps(obj),
+        rv=rv,
+        labels=labels,
+        fields=selectors.field_values(resource, obj),
+    )
+
+
+class Bucket:
+    """The objects of one storage (group, resource), with a lazily sorted key list."""
+
+    __slots__ = ("_sorted", "items")
+
+    def __init__(self) -> None:
+        self.items: dict[Key, Stored] = {}
+        self._sorted: list[Key] | None = None
+
+    def put(self, key: Key, stored: Stored) -> None:
+        if key not in self.items:
+            self._sorted = None
+        self.items[key] = stored
+
+    def remove(self, key: Key) -> None:
+        if self.items.pop(key, None) is not None:
+            self._sorted = None
+
+    def sorted_keys(self) -> list[Key]:
+        if self._sorted is None:
+            self._sorted = sorted(self.items)
+        return self._sorted
+
+
+def keys_in(sorted_keys: list[Key], namespace: str | None, after: Key | None) -> list[Key]:
+    """The slice of ``sorted_keys`` in ``namespace`` (None: all) strictly after ``after``."""
+    lo, hi = 0, len(sorted_keys)
+    if namespace is not None:
+        lo = bisect.bisect_left(sorted_keys, (namespace, ""))
+        hi = bisect.bisect_left(sorted_keys, (namespace + "\x00", ""))
+    if after is not None:
+        lo = max(lo, bisect.bisect_right(sorted_keys, after))
+    return sorted_keys[lo:hi]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Event:
+    type: str
+    storage: GroupResource
+    key: Key
+    obj: Stored
+    prev: Stored | None
+
+    @property
+    def rv(self) -> int:
+        return self.obj.rv
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Filter:
+    """What a list or watch covers: namespace (None: all) and selectors."""
+
+    namespace: str | None = None
+    labels: selectors.LabelSelector = dataclasses.field(default_factory=selectors.LabelSelector)
+    fields: selectors.FieldSelector = dataclasses.field(default_factory=selectors.FieldSelector)
+
+    def matches(self, key: Key, stored: Stored) -> bool:
+        if self.namespace is not None and key[0] != self.namespace:
+            return False
+        return self.labels.matches(stored.labels) and self.fields.matches(stored.fields)
+
+
+class WatcherClosed(Exception):
+    """The watcher ended: it fell behind, its resource stopped being served, or it was closed."""
+
+
+class Watcher:
+    """A bounded queue of events for one watch request."""
+
+    def __init__(self, storage: GroupResource, flt: Filter, limit: int) -> None:
+        self.storage = storage
+        self.filter = flt
+        self._limit = limit
+        self._queue: asyncio.Queue[tuple[str, Event] | None] = asyncio.Queue()
+        self.closed: str | None = None
+
+    def classify(self, event: Event) -> str | None:
+        """The event type this watcher sees for ``event`` (selectors can turn it), or None."""
+        if event.storage != self.storage:
+            return None
+        matches_now = self.filter.matches(event.key, event.obj)
+        if event.type == ADDED:
+            return ADDED if matches_now else None
+        if event.type == DELETED:
+            return DELETED if matches_now else None
+        matched_before = event.prev is not None and self.filter.matches(event.key, event.prev)
+        if matches_now and matched_before:
+            return MODIFIED
+        if matches_now:
+            return ADDED
+        if matched_before:
+            return DELETED
+        return None
+
+    def offer(self, event: Event) -> None:
+        if self.closed is not None:
+            return
+        kind = self.classify(event)
+        if kind is None:
+            return
+        if self._queue.qsize() >= self._limit:
+            self.close("the watcher fell behind")
+            return
+        self._queue.put_nowait((kind, event))
+
+    def close(self, reason: str) -> None:
+        if self.closed is None:
+            self.closed = reason
+            self._queue.put_nowait(None)
+
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    async def next(self) -> tuple[str, Event]:
+        """The next event; raises ``WatcherClosed`` once closed and drained."""
+        item = await self._queue.get()
+        if item is None:
+            raise WatcherClosed(self.closed or "closed")
+        return item
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListResult:
+    items: list[Stored]
+    rv: int
+    continue_token: str | None = None
+    remaining: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WatchStart:
+    """What a new watch sends before live events: synthetic ADDEDs or replayed history."""
+
+    initial: list[tuple[str, Stored]]
+    watcher: Watcher
+    rv: int
+
+
+def _spec_part(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
+def _owner_uids(obj: Mapping[str, Any]) -> list[str]:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    return [str(r.get("uid")) for r in refs if isinstance(r, dict) and r.get("uid")]
+
+
+def _same_ignoring_rv(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    ma = {k: v for k, v in (a.get("metadata") or {}).items() if k != "resourceVersion"}
+    mb = {k: v for k, v in (b.get("metadata") or {}).items() if k != "resourceVersion"}
+    if ma != mb:
+        return False
+    return {k: v for k, v in a.items() if k != "metadata"} == {
+        k: v for k, v in b.items() if k != "metadata"
+    }
+
+
+class State:
+    """The shared cluster state behind one or more simulated apiservers."""
+
+    def __init__(
+        self,
+        *,
+        history_size: int = DEFAULT_HISTORY_SIZE,
+        watch_queue_size: int = DEFAULT_WATCH_QUEUE_SIZE,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.clock = clock
+        self.registry = resources.Registry()
+        self.authority = pki.Authority.create()
+        self.tokens = auth.TokenIssuer()
+        self.admin_token = secrets.token_urlsafe(32)
+        # token -> user, for kubeconfigs written with auth="token" (a --token-auth-file).
+        self.static_tokens: dict[str, auth.User] = {}
+        self.logs = podlogs.LogBook(clock)
+        self.allocator = defaulting.Allocator()
+        self.watch_queue_size = watch_queue_size
+        self._rv = FIRST_RESOURCE_VERSION
+        self._buckets: dict[GroupResource, Bucket] = {}
+        self._history: collections.deque[Event] = collections.deque(maxlen=max(1, history_size))
+        # Watches and continue tokens older than this cannot be served (410 Gone).
+        self._compacted = FIRST_RESOURCE_VERSION
+        self._watchers: set[Watcher] = set()
+        self._by_uid: dict[str, tuple[GroupResource, Key]] = {}
+        self._dependents: dict[str, set[tuple[GroupResource, Key]]] = {}
+
+    # --- basics ----------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    @property
+    def oldest_resource_version(self) -> int:
+        """The oldest resourceVersion a watch or a continue token may still start from."""
+        return self._compacted
+
+    def _bucket(self, storage: GroupResource) -> Bucket:
+        bucket = self._buckets.get(storage)
+        if bucket is None:
+            bucket = Bucket()
+            self._buckets[storage] = bucket
+        return bucket
+
+    def _key(self, rt: resources.ResourceType, namespace: str | None, name: str) -> Key:
+        return ((namespace or "") if rt.namespaced else "", name)
+
+    def _now(self) -> str:
+        return objectmeta.timestamp(self.clock())
+
+    def _commit(
+        self,
+        storage: GroupResource,
+        key: Key,
+        obj: dict[str, Any],
+        kind: str,
+        prev: Stored | None,
+    ) -> Stored:
+        self._rv += 1
+        stored = freeze(storage[1], obj, self._rv)
+        bucket = self._bucket(storage)
+        if kind == DELETED:
+            bucket.remove(key)
+        else:
+            bucket.put(key, stored)
+        self._index(storage, key, prev, None if kind == DELETED else stored)
+        event = Event(kind, storage, key, stored, prev)
+        if len(self._history) == self._history.maxlen:
+            self._compacted = self._history[0].rv
+        self._history.append(event)
+        for watcher in list(self._watchers):
+            watcher.offer(event)
+        return stored
+
+    def _index(
+        self, storage: GroupResource, key: Key, old: Stored | None, new: Stored | None
+    ) -> None:
+        ref = (storage, key)
+        if old is not None:
+            if new is None:
+                self._by_uid.pop(old.uid, None)
+            for uid in _owner_uids(old.obj):
+                deps = self._dependents.get(uid)
+                if deps is not None:
+                    deps.discard(ref)
+                    if not deps:
+                        del self._dependents[uid]
+        if new is not None:
+            self._by_uid[new.uid] = ref
+            for uid in _owner_uids(new.obj):
+                self._dependents.setdefault(uid, set()).add(ref)
+
+    # --- typed API (the HTTP layer) -------------------------------------------------------
+
+    def find(self, rt: resources.ResourceType, namespace: str | None, name: str) -> Stored | None:
+        return self._bucket(rt.storage).items.get(self._key(rt, namespace, name))
+
+    def get_object(self, rt: resources.ResourceType, namespace: str | None, name: str) -> Stored:
+        found = self.find(rt, namespace, name)
+        if found is None:
+            raise errors.not_found(rt.resource, name, rt.group)
+        return found
+
+    def _check_namespace(self, rt: resources.ResourceType, namespace: str) -> None:
+        ns = self._bucket(NAMESPACES).items.get(("", namespace))
+        if ns is None:
+            raise errors.not_found("namespaces", namespace)
+        if ns.deleting:
+            raise errors.ApiError(
+                statuses.failure(
+                    403,
+                    f'{rt.kind.lower()} "{namespace}" is forbidden: unable to create new content '
+                    f"in namespace {namespace} because it is being terminated",
+                    details={"name": namespace, "kind": rt.resource},
+                )
+            )
+
+    def _prepare_body(
+        self, rt: resources.ResourceType, obj: Any, namespace: str | None
+    ) -> dict[str, Any]:
+        if not isinstance(obj, dict):
+            raise errors.bad_request(f"the body of the request is not a {rt.kind} object")
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        if api_version is not None and api_version != rt.api_version:
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) does not match the expected API "
+                f"version ({rt.api_version})"
+            )
+        if kind is not None and kind != rt.kind:
+            raise errors.bad_request(
+                f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})"
+            )
+        meta = obj.get("metadata")
+        if meta is None:
+            meta = {}
+        if not isinstance(meta, dict):
+            raise errors.bad_request("metadata must be an object")
+        # The apiserver's field order: kind, apiVersion, metadata, then the rest.
+        rest = {k: v for k, v in obj.items() if k not in ("kind", "apiVersion", "metadata")}
+        obj.clear()
+        obj.update(kind=rt.kind, apiVersion=rt.api_version, metadata=meta, **rest)
+        if rt.namespaced:
+            body_ns = meta.get("namespace")
+            if namespace is not None and body_ns and body_ns != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on "
+                    "the request"
+                )
+            meta["namespace"] = namespace or body_ns or "default"
+        else:
+            meta.pop("namespace", None)
+        return conversion.to_storage(rt, obj)
+
+    def create_object(
+        self,
+        rt: resources.ResourceType,
+        obj: Any,
+        *,
+        namespace: str | None = None,
+        dry_run: bool = False,
+    ) -> Stored:
+        obj = self._prepare_body(rt, obj, namespace)
+        meta = obj["metadata"]
+        name = meta.get("name")
+        if not name:
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise errors.invalid(
+                    rt.kind, "", "metadata.name: Required value: name or generateName is required"
+                )
+            name = objectmeta.generate_name(str(prefix))
+        name = str(name)
+        meta["name"] = name
+        objectmeta.validate_name(rt, name)
+        objectmeta.validate_metadata(rt, meta, name)
+        if rt.namespaced:
+            self._check_namespace(rt, meta["namespace"])
+        key = self._key(rt, meta.get("namespace"), name)
+        if key in self._bucket(rt.storage).items:
+            raise errors.ApiError(statuses.already_exists(rt.resource, name, rt.group))
+        objectmeta.strip_server_fields(meta)
+        meta["uid"] = objectmeta.new_uid()
+        meta["creationTimestamp"] = self._now()
+        if rt.has_generation:
+            meta["generation"] = 1
+        if rt.custom:
+            schemas.apply(rt, obj)
+        else:
+            defaulting.on_create(rt, obj, self.allocator)
+        if rt.storage == CRD_STORAGE:
+            self._accept_crd(obj)
+        if dry_run:
+            return freeze(rt.resource, obj, 0)
+        if rt.storage == CRD_STORAGE:
+            self.registry.install_crd(obj)
+        stored = self._commit(rt.storage, key, obj, ADDED, None)
+        if rt.storage == NAMESPACES:
+            self._populate_namespace(name)
+        owners = _owner_uids(obj)
+        if owners and not any(uid in self._by_uid for uid in owners):
+            # Every owner is already gone: the garbage collector would remove it at once.
+            self._remove(rt.storage, key, cascade=True)
+        return stored
+
+    def update_object(
+        self,
+        rt: resources.ResourceType,
+        obj: Any,
+        *,
+        namespace: str | None,
+        name: str,
+        subresource: str | None = None,
+        full: bool = False,
+        dry_run: bool = False,
+    ) -> tuple[Stored, bool]:
+        """PUT semantics; returns (stored, created). ``full`` replaces status too (tests)."""
+        if not isinstance(obj, dict):
+            raise errors.bad_request(f"the body of the request is not a {rt.kind} object")
+        body_name = (obj.get("metadata") or {}).get("name") if isinstance(obj, dict) else None
+        if body_name is not None and body_name != name:
+            raise errors.bad_request(
+                f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )
+        key = self._key(rt, namespace, name)
+        old = self._bucket(rt.storage).items.get(key)
+        if old is None:
+            if rt.allow_create_on_update and subresource is None:
+                obj.setdefault("metadata", {})["name"] = name
+                return self.create_object(rt, obj, namespace=namespace, dry_run=dry_run), True
+            raise errors.not_found(rt.resource, name, rt.group)
+        obj = self._prepare_body(rt, obj, namespace)
+        meta = obj["metadata"]
+        objectmeta.validate_metadata(rt, meta, name)
+        self._check_preconditions(rt, old, meta.get("uid"), meta.get("resourceVersion"))
+        new = self._merge_update(rt, old, obj, subresource, full)
+        if rt.custom:
+            schemas.apply(rt, new)
+        defaulting.on_write(rt, new)
+        if rt.storage == ("", "services"):
+            self._keep_cluster_ip(old.obj, new)
+        if rt.has_generation and _spec_part(new) != _spec_part(old.obj):
+            new["metadata"]["generation"] = int(old.meta.get("generation") or 1) + 1
+        if rt.storage == CRD_STORAGE:
+            self._accept_crd(new)
+        if _same_ignoring_rv(new, old.obj):
+            return old, False
+        if dry_run:
+            return freeze(rt.resource, new, 0), False
+        if rt.storage == CRD_STORAGE:
+            self.registry.install_crd(new)
+        stored = self._commit(rt.storage, key, new, MODIFIED, old)
+        if stored.deleting and not stored.meta.get("finalizers"):
+            self._remove(rt.storage, key, cascade=True)
+        return stored, False
+
+    def _check_preconditions(
+        self, rt: resources.ResourceType, old: Stored, uid: Any, rv: Any
+    ) -> None:
+        name = str(old.meta.get("name"))
+        if uid and uid != old.uid:
+            raise errors.ApiError(
+                statuses.conflict(
+                    rt.resource,
+                    name,
+                    rt.group,
+                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                    f"{old.uid}",
+                )
+            )
+        if rv not in (None, "") and str(rv) != str(old.rv):
+            raise errors.ApiError(
+                statuses.conflict(
+                    rt.resource,
+                    name,
+                    rt.group,
+                    "the object has been modified; please apply your changes to the latest "
+                    "version and try again",
+                )
+            )
+
+    @staticmethod
+    def _merge_update(
+        rt: resources.ResourceType,
+        old: Stored,
+        body: dict[str, Any],
+        subresource: str | None,
+        full: bool,
+    ) -> dict[str, Any]:
+        if subresource in ("status", "approval", "finalize"):
+            # Status-like writes keep everything but their own part (ResetObjectMetaForStatus).
+            new = old.copy()
+            if subresource == "status":
+                if "status" in body:
+                    new["status"] = body["status"]
+                else:
+                    new.pop("status", None)
+            elif subresource == "approval":
+                conditions = (body.get("status") or {}).get("conditions")
+                new.setdefault("status", {})["conditions"] = conditions or []
+            else:
+                new.setdefault("spec", {})["finalizers"] = (body.get("spec") or {}).get(
+                    "finalizers"
+                ) or []
+            return new
+        new = body
+        meta = new["metadata"]
+        for field in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "namespace",
+        ):
+            if field in old.meta:
+                meta[field] = old.meta[field]
+            else:
+                meta.pop(field, None)
+        meta["name"] = old.meta["name"]
+        meta.pop("managedFields", None)
+        meta.pop("selfLink", None)
+        if rt.has_status and not full:
+            if "status" in old.obj:
+                new["status"] = copy.deepcopy(old.obj["status"])
+            else:
+                new.pop("status", None)
+        return new
+
+    @staticmethod
+    def _keep_cluster_ip(old: Mapping[str, Any], new: dict[str, Any]) -> None:
+        old_spec = old.get("spec") or {}
+        spec = new.setdefault("spec", {})
+        for field in ("clusterIP", "clusterIPs"):
+            if not spec.get(field) and old_spec.get(field):
+                spec[field] = old_spec[field]
+
+    def delete_object(
+        self,
+        rt: resources.ResourceType,
+        namespace: str | None,
+        name: str,
+        *,
+        preconditions: Mapping[str, Any] | None = None,
+        propagation: str | None = None,
+        dry_run: bool = False,
+    ) -> tuple[Stored, bool]:
+        """DELETE semantics; returns (object, deleted now)."""
+        key = self._key(rt, namespace, name)
+        old = self._bucket(rt.storage).items.get(key)
+        if old is None:
+            raise errors.not_found(rt.resource, name, rt.group)
+        pre = preconditions or {}
+        self._check_preconditions(rt, old, pre.get("uid"), pre.get("resourceVersion"))
+        if propagation not in (None, "Background", "Foreground", "Orphan"):
+            raise errors.bad_request(f"unsupported propagationPolicy {propagation!r}")
+        if dry_run:
+            return old, False
+        if old.deleting:
+            return old, False
+        if rt.storage == NAMESPACES:
+            return self._delete_namespace(old, name)
+        if propagation == "Foreground":
+            self._collect_dependents(old.uid, cascade=True)
+        if old.meta.get("finalizers"):
+            new = old.copy()
+            new["metadata"]["deletionTimestamp"] = self._now()
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
+            stored = self._commit(rt.storage, key, new, MODIFIED, old)
+            if propagation == "Orphan":
+                self._collect_dependents(old.uid, cascade=False)
+            return stored, False
+        return self._remove(rt.storage, key, cascade=propagation != "Orphan"), True
+
+    def _remove(self, storage: GroupResource, key: Key, *, cascade: bool) -> Stored:
+        """Really delete: the DELETED event, then what controllers do about it."""
+        old = self._bucket(storage).items[key]
+        stored = self._commit(storage, key, old.copy(), DELETED, old)
+        if storage == CRD_STORAGE:
+            self._retire_crd(old)
+        elif storage == ("", "services"):
+            ip = (old.obj.get("spec") or {}).get("clusterIP")
+            if ip and ip != "None":
+                self.allocator.release_ip(str(ip))
+        elif storage == ("", "pods"):
+            self.logs.close_pod(key[0], key[1])
+        self._collect_dependents(old.uid, cascade=cascade)
+        if key[0]:
+            ns = self._bucket(NAMESPACES).items.get(("", key[0]))
+            if ns is not None and ns.deleting:
+                self._finish_namespace(ns)
+        return stored
+
+    def _collect_dependents(self, owner_uid: str, *, cascade: bool) -> None:
+        """The garbage collector: delete (or orphan) objects owned by ``owner_uid``."""
+        for storage, key in sorted(self._dependents.get(owner_uid, ())):
+            dep = self._bucket(storage).items.get(key)
+            if dep is None:
+                continue
+            others = [u for u in _owner_uids(dep.obj) if u != owner_uid and u in self._by_uid]
+            if cascade and not others:
+                if dep.deleting:
+                    continue
+                if dep.meta.get("finalizers"):
+                    new = dep.copy()
+                    new["metadata"]["deletionTimestamp"] = self._now()
+                    new["metadata"]["deletionGracePeriodSeconds"] = 0
+                    self._commit(storage, key, new, MODIFIED, dep)
+                else:
+                    self._remove(storage, key, cascade=True)
+            else:
+                new = dep.copy()
+                new["metadata"]["ownerReferences"] = [
+                    r
+                    for r in new["metadata"].get("ownerReferences") or []
+                    if r.get("uid") != owner_uid
+                ]
+                if not new["metadata"]["ownerReferences"]:
+                    del new["metadata"]["ownerReferences"]
+                self._commit(storage, key, new, MODIFIED, dep)
+
+    # --- namespaces ----------------------------------------------------------------------------
+
+    def _delete_namespace(self, old: Stored, name: str) -> tuple[Stored, bool]:
+        new = old.copy()
+        new["metadata"]["deletionTimestamp"] = self._now()
+        new["metadata"]["deletionGracePeriodSeconds"] = 0
+        new.setdefault("status", {})["phase"] = "Terminating"
+        stored = self._commit(NAMESPACES, ("", name), new, MODIFIED, old)
+        # The namespace controller: delete everything inside, then the namespace itself.
+        for storage, bucket in list(self._buckets.items()):
+            if storage == NAMESPACES:
+                continue
+            for key in keys_in(bucket.sorted_keys(), name, None):
+                found = bucket.items.get(key)
+                if found is None:
+                    continue
+                if found.meta.get("finalizers"):
+                    if not found.deleting:
+                        marked = found.copy()
+                        marked["metadata"]["deletionTimestamp"] = self._now()
+                        marked["metadata"]["deletionGracePeriodSeconds"] = 0
+                        self._commit(storage, key, marked, MODIFIED, found)
+                else:
+                    self._remove(storage, key, cascade=True)
+        current = self._bucket(NAMESPACES).items.get(("", name))
+        if current is not None:
+            done = self._finish_namespace(current)
+            if done is not None:
+                return done, True
+        return stored, False
+
+    def _populate_namespace(self, name: str) -> None:
+        """What controllers put in every new namespace: the default SA and the root CA."""
+        sa_type = self.registry.get("", "v1", "serviceaccounts")
+        cm_type = self.registry.get("", "v1", "configmaps")
+        if sa_type is not None and self.find(sa_type, name, "default") is None:
+            self.create_object(
+                sa_type,
+                {"metadata": {"name": "default", "namespace": name}},
+                namespace=name,
+            )
+        if cm_type is not None and self.find(cm_type, name, "kube-root-ca.crt") is None:
+            self.create_object(
+                cm_type,
+                {
+                    "metadata": {
+                        "name": "kube-root-ca.crt",
+                        "namespace": name,
+                        "annotations": {
+                            "kubernetes.io/description": "Contains a CA bundle that can be used "
+                            "to verify the kube-apiserver when using internal endpoints such as "
+                            "the internal service IP or kubernetes.default.svc. No other usage "
+                            "is guaranteed across distributions of Kubernetes clusters."
+                        },
+                    },
+                    "data": {"ca.crt": self.authority.cert_pem.decode()},
+                },
+                namespace=name,
+            )
+
+    def _finish_namespace(self, ns: Stored) -> Stored | None:
+        name = str(ns.meta["name"])
+        for storage, bucket in self._buckets.items():
+            if storage != NAMESPACES and keys_in(bucket.sorted_keys(), name, None):
+                return None
+        if ns.meta.get("finalizers"):
+            return None
+        return self._remove(NAMESPACES, ("", name), cascade=True)
+
+    # --- CRDs ----------------------------------------------------------------------------------
+
+    def _accept_crd(self, crd: dict[str, Any]) -> None:
+        """Validate a CRD and set the status the apiextensions controllers would."""
+        meta, spec = crd["metadata"], crd.get("spec")
+        name = str(meta.get("name"))
+        if not isinstance(spec, dict):
+            raise errors.invalid("CustomResourceDefinition", name, "spec: Required value", "")
+        names = spec.get("names") or {}
+        group, plural, kind = spec.get("group"), names.get("plural"), names.get("kind")
+        problems = []
+        if not group:
+            problems.append("spec.group: Required value")
+        if not plural:
+            problems.append("spec.names.plural: Required value")
+        if not kind:
+            problems.append("spec.names.kind: Required value")
+        if plural and group and name != f"{plural}.{group}":
+            problems.append(
+                f'metadata.name: Invalid value: "{name}": must be spec.names.plural+"."+spec.group'
+            )
+        if spec.get("scope") not in ("Namespaced", "Cluster"):
+            problems.append('spec.scope: Unsupported value: must be "Namespaced" or "Cluster"')
+        versions = spec.get("versions") or []
+        if not versions:
+            problems.append("spec.versions: Required value")
+        elif sum(1 for v in versions if v.get("storage")) != 1:
+            problems.append("spec.versions: Invalid value: must have exactly one storage version")
+        if group and group.endswith(".k8s.io") and not group.endswith(".x-k8s.io"):
+            # The real apiserver wants an api-approved annotation; the sim accepts the group.
+            pass
+        if problems:
+            raise errors.invalid(
+                "CustomResourceDefinition", name, "; ".join(problems), "apiextensions.k8s.io"
+            )
+        clash = self._crd_name_clash(name, str(group), str(plural), kind)
+        if clash:
+            raise errors.invalid("CustomResourceDefinition", name, clash, "apiextensions.k8s.io")
+        now = self._now()
+        accepted = dict(names)
+        accepted.setdefault("singular", str(kind).lower())
+        accepted.setdefault("listKind", f"{kind}List")
+        storage_version = next(str(v.get("name")) for v in versions if v.get("storage"))
+        status = crd.setdefault("status", {})
+        stored_versions = list(status.get("storedVersions") or [])
+        if storage_version not in stored_versions:
+            stored_versions.append(storage_version)
+        crd["status"] = {
+            "acceptedNames": accepted,
+            "conditions": [
+                {
+                    "type": "NamesAccepted",
+                    "status": "True",
+                    "reason": "NoConflicts",
+                    "message": "no conflicts found",
+                    "lastTransitionTime": now,
+                },
+                {
+                    "type": "Established",
+                    "status": "True",
+                    "reason": "InitialNamesAccepted",
+                    "message": "the initial names have been accepted",
+                    "lastTransitionTime": now,
+                },
+            ],
+            "storedVersions": stored_versions,
+        }
+
+    def _crd_name_clash(self, name: str, group: str, plural: str, kind: Any) -> str | None:
+        for rt in self.registry:
+            if rt.group == group and rt.resource == plural and rt.crd_name not in (None, name):
+                return f'spec.names.plural: Invalid value: "{plural}": is already in use'
+            if rt.group == group and not rt.custom and rt.resource == plural:
+                return f'spec.names.plural: Invalid value: "{plural}": is a built-in resource'
+        return None
+
+    def _retire_crd(self, crd: Stored) -> None:
+        name = str(crd.meta["name"])
+        spec = crd.obj.get("spec") or {}
+        storage = (str(spec.get("group", "")), str((spec.get("names") or {}).get("plural", "")))
+        bucket = self._buckets.get(storage)
+        if bucket is not None:
+            for key in list(bucket.sorted_keys()):
+                if key in bucket.items:
+                    self._remove(storage, key, cascade=True)
+            self._buckets.pop(storage, None)
+        self.registry.remove_crd(name)
+        for watcher in list(self._watchers):
+            if watcher.storage == storage:
+                watcher.close(f"the server could not find the requested resource ({name} deleted)")
+
+    # --- lists and watches -----------------------------------------------------------------
+
+    def _snapshot(self, storage: GroupResource, rv: int) -> dict[Key, Stored]:
+        """The bucket as of ``rv``: current objects with later events undone."""
+        if rv < self._compacted:
+            raise errors.expired(
+                "The provided continue parameter is too old to display a consistent list result. "
+                "You can start a new list without the continue parameter."
+            )
+        items = self._bucket(storage).items
+        later = [e for e in self._history if e.rv > rv and e.storage == storage]
+        if not later:
+            return items
+        snap = dict(items)
+        for event in reversed(later):
+            if event.type == ADDED:
+                snap.pop(event.key, None)
+            elif event.prev is not None:
+                snap[event.key] = event.prev
+        return snap
+
+    def list_objects(
+        self,
+        rt: resources.ResourceType,
+        flt: Filter,
+        *,
+        resource_version: str | None = None,
+        resource_version_match: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> ListResult:
+        storage = rt.storage
+        if continue_token:
+            if resource_version not in (None, ""):
+                raise errors.bad_request(
+                    "specifying resource version is not allowed when using continue"
+                )
+            token = paging.decode(continue_token)
+            snap_rv, after = token.rv, token.after
+            items = self._snapshot(storage, snap_rv)
+        else:
+            after = None
+            snap_rv = self._rv
+            items = self._bucket(storage).items
+            if resource_version not in (None, "", "0"):
+                try:
+                    wanted = int(str(resource_version))
+                except ValueError:
+                    raise errors.bad_request(
+                        f"invalid resourceVersion {resource_version!r}: not a number"
+                    ) from None
+                if resource_version_match == "Exact":
+                    items = self._snapshot(storage, wanted)
+                    snap_rv = wanted
+                elif wanted > self._rv:
+                    raise errors.ApiError(
+                        statuses.failure(
+                            504,
+                            f"Too large resource version: {wanted}, current: {self._rv}",
+                            reason="Timeout",
+                            details={
+                                "causes": [
+                                    {
+                                        "reason": "ResourceVersionTooLarge",
+                                        "message": "Too large resource version",
+                                    }
+                                ],
+                                "retryAfterSeconds": 1,
+                            },
+                        )
+                    )
+            elif resource_version == "0":
+                # Served "from the watch cache": any version will do and limit is ignored.
+                limit = None
+        if items is self._bucket(storage).items:
+            keys = self._bucket(storage).sorted_keys()
+        else:
+            keys = sorted(items)
+        keys = keys_in(keys, flt.namespace, after)
+        out: list[Stored] = []
+        last: Key | None = None
+        need_scan = not (flt.labels.empty() and flt.fields.empty())
+        for i, key in enumerate(keys):
+            stored = items[key]
+            if need_scan and not (
+                flt.labels.matches(stored.labels) and flt.fields.matches(stored.fields)
+            ):
+                continue
+            if limit and len(out) >= limit:
+                return ListResult(
+                    out,
+                    snap_rv,
+                    paging.encode(snap_rv, last) if last is not None else None,
+                    None if need_scan else len(keys) - i,
+                )
+            out.append(stored)
+            last = key
+        return ListResult(out, snap_rv)
+
+    def watch(
+        self,
+        rt: resources.ResourceType,
+        flt: Filter,
+        *,
+        resource_version: str | None = None,
+        send_initial_events: bool | None = None,
+    ) -> WatchStart:
+        """Register a watcher; raises a 410 ApiError when ``resource_version`` is too old."""
+        storage = rt.storage
+        watcher = Watcher(storage, flt, self.watch_queue_size)
+        initial: list[tuple[str, Stored]] = []
+        if resource_version in (None, "", "0") or send_initial_events:
+            if send_initial_events is not False:
+                bucket = self._bucket(storage)
+                for key in keys_in(bucket.sorted_keys(), flt.namespace, None):
+                    stored = bucket.items[key]
+                    if flt.matches(key, stored):
+                        initial.append((ADDED, stored))
+        else:
+            try:
+                start = int(str(resource_version))
+            except ValueError:
+                raise errors.bad_request(
+                    f"invalid resourceVersion {resource_version!r}: not a number"
+                ) from None
+            if start < self._compacted:
+                raise errors.expired(f"too old resource version: {start} ({self._compacted + 1})")
+            for event in self._history:
+                if event.rv > start:
+                    kind = watcher.classify(event)
+                    if kind is not None:
+                        initial.append((kind, event.obj))
+        self._watchers.add(watcher)
+        return WatchStart(initial, watcher, self._rv)
+
+    def unwatch(self, watcher: Watcher) -> None:
+        self._watchers.discard(watcher)
+
+    def close_watchers(self, reason: str) -> None:
+        for watcher in list(self._watchers):
+            watcher.close(reason)
+
+    def history_events(self) -> list[Event]:
+        return list(self._history)
+
+    def lookup_service_account(self, namespace: str, name: str) -> str | None:
+        found = self._bucket(SERVICEACCOUNTS).items.get((namespace, name))
+        return found.uid if found is not None else None
+
+    def set_history_size(self, size: int) -> None:
+        """Shrink or grow the event history (tests use a tiny one to provoke 410s)."""
+        events = list(self._history)
+        self._history = collections.deque(events[-size:], maxlen=max(1, size))
+        if len(events) > size:
+            self._compacted = events[-size - 1].rv if size else self._rv
+
+    # --- dict API (tests mutate the cluster directly) -------------------------------------
+
+    def resolve(self, resource: str | resources.ResourceType) -> resources.ResourceType:
+        if isinstance(resource, resources.ResourceType):
+            return resource
+        try:
+            return self.registry.resolve(resource)
+        except KeyError as e:
+            raise errors.not_found(resource, "") from e
+
+    def _type_of(self, obj: Mapping[str, Any]) -> resources.ResourceType:
+        rt = self.registry.for_kind(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+        if rt is None:
+            raise errors.bad_request(
+                f"no kind {obj.get('kind')!r} is registered for version {obj.get('apiVersion')!r}"
+            )
+        return rt
+
+    def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create ``obj`` (its apiVersion/kind say where); returns the stored object."""
+        rt = self._type_of(obj)
+        body = copy.deepcopy(dict(obj))
+        return conversion.from_storage(rt, self.create_object(rt, body).copy())
+
+    def get(
+        self, resource: str | resources.ResourceType, namespace: str | None, name: str
+    ) -> dict[str, Any]:
+        rt = self.resolve(resource)
+        return conversion.from_storage(rt, self.get_object(rt, namespace, name).copy())
+
+    def update(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace an object, status included; conditional only if it carries a resourceVersion."""
+        rt = self._type_of(obj)
+        body = copy.deepcopy(dict(obj))
+        meta = body.get("metadata") or {}
+        stored, _ = self.update_object(
+            rt, body, namespace=meta.get("namespace"), name=str(meta.get("name")), full=True
+        )
+        return conversion.from_storage(rt, stored.copy())
+
+    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create ``obj``, or replace it (unconditionally) when it exists."""
+        rt = self._type_of(obj)
+        meta = obj.get("metadata") or {}
+        if self.find(rt, meta.get("namespace") or "default", str(meta.get("name"))) is None:
+            return self.create(obj)
+        body = copy.deepcopy(dict(obj))
+        body["metadata"].pop("resourceVersion", None)
+        return self.update(body)
+
+    def delete(
+        self,
+        resource: str | resources.ResourceType,
+        namespace: str | None,
+        name: str,
+        *,
+        propagation: str | None = None,
+    ) -> dict[str, Any] | None:
+        """Delete; returns the object if finalizers keep it (deletionTimestamp set), else None."""
+        rt = self.resolve(resource)
+        stored, deleted = self.delete_object(rt, namespace, name, propagation=propagation)
+        return None if deleted else conversion.from_storage(rt, stored.copy())
+
+    def list(
+        self,
+        resource: str | resources.ResourceType,
+        namespace: str | None = None,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> list[dict[str, Any]]:
+        rt = self.resolve(resource)
+        flt = Filter(
+            namespace if rt.namespaced else None,
+            selectors.parse_labels(label_selector),
+            selectors.parse_fields(field_selector),
+        )
+        return [conversion.from_storage(rt, s.copy()) for s in self.list_objects(rt, flt).items]
+
+    def objects(self, resource: str | resources.ResourceType) -> Iterable[Stored]:
+        """Every stored version of ``resource`` (read-only; do not mutate)."""
+        return list(self._bucket(self.resolve(resource).storage).items.values())
