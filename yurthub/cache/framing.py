@@ -230,6 +230,36 @@ def _finish_items(raws: Iterator[bytes], head: ListHead) -> Iterator[ListItem]:
         yield ListItem(item, kind_prefix + (rest if rest[:1] == b"}" else b"," + rest))
 
 
+def table_rows(table: dict[str, Any]) -> list[ListItem]:
+    """The objects inside a decoded Table's rows (full objects or PartialObjectMetadata).
+
+    A Table is a view and is never stored; the objects its rows carry are (``includeObject``
+    decides which: the apiserver's default is PartialObjectMetadata).
+    """
+    if table.get("kind") != "Table":
+        raise BadBody("not a Table")
+    out = []
+    for row in table.get("rows") or ():
+        obj = row.get("object") if isinstance(row, dict) else None
+        if isinstance(obj, dict) and obj:
+            out.append(ListItem(obj, orjson.dumps(obj)))
+    return out
+
+
+def parse_table(body: bytes) -> tuple[ListHead, list[ListItem]]:
+    """A Table list response: its head and the objects of its rows."""
+    table = parse_object(body)
+    meta = table.get("metadata") if isinstance(table.get("metadata"), dict) else {}
+    assert isinstance(meta, dict)
+    head = ListHead(
+        kind="Table",
+        api_version=str(table.get("apiVersion") or ""),
+        resource_version=str(meta.get("resourceVersion") or ""),
+        continue_token=str(meta.get("continue") or ""),
+    )
+    return head, table_rows(table)
+
+
 def parse_object(body: bytes) -> dict[str, Any]:
     try:
         obj = orjson.loads(body)

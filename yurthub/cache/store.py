@@ -41,11 +41,12 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import diskcache
 import diskcache.core
+import orjson
 
 from yurthub.cache import applying, entries, framing, keys
 
@@ -64,6 +65,16 @@ _DISKCACHE_SETTINGS: dict[str, Any] = {
     "sqlite_synchronous": 1,  # NORMAL + WAL: crash-consistent, each commit is atomic
 }
 PAGE_SESSION_TTL = 120.0
+_PARTIAL = "PartialObjectMetadata"
+
+
+def _row_scope(scope: keys.Scope, obj: Mapping[str, Any]) -> keys.Scope:
+    """Where a Table row's object goes: metadata-only rows live in the partial scope."""
+    if obj.get("kind") == _PARTIAL:
+        version = str(obj.get("apiVersion") or "meta.k8s.io/v1").rpartition("/")[2] or "v1"
+        return dataclasses.replace(scope, partial=version)
+    return scope
+
 
 # Offline reads bypass diskcache's per-key get (Python overhead ~8 us per key) and read its
 # documented ``Cache`` table directly, read-only: key (TEXT for str keys), raw, mode, value.
@@ -624,7 +635,14 @@ class _Batch:
 
     def put_object(self, job: PutObject) -> None:
         obj = framing.parse_object(job.body)
-        item = applying.item_from_object(job.scope, obj, job.body, fallback_namespace=job.namespace)
+        if obj.get("kind") == "Table":
+            for row in framing.table_rows(obj):
+                self._put_one(_row_scope(job.scope, row.object), row.object, row.raw, job.namespace)
+            return
+        self._put_one(_row_scope(job.scope, obj), obj, job.body, job.namespace)
+
+    def _put_one(self, scope: keys.Scope, obj: dict[str, Any], body: bytes, namespace: str) -> None:
+        item = applying.item_from_object(scope, obj, body, fallback_namespace=namespace)
         change = applying.apply_object(self.lookup(item.key), item, entries.DIRECT)
         if change is not None:
             self.change(change)
@@ -641,8 +659,21 @@ class _Batch:
                 continue
 
     def put_list(self, job: PutList) -> None:
-        head, parsed = framing.parse_list(job.body)
         list_key = job.list_key
+        # The body says what it is (some servers send a bare application/json for views).
+        head, parsed = framing.parse_list(job.body)
+        if head.kind == "Table":
+            head, rows = framing.parse_table(job.body)
+            # The rows are full objects with includeObject=Object, else metadata only.
+            kind = str(rows[0].object.get("kind", "")) if rows else _PARTIAL
+            head = dataclasses.replace(head, kind=f"{kind}List")
+            parsed = iter(rows)
+        list_key = dataclasses.replace(
+            list_key,
+            scope=_row_scope(
+                list_key.scope, {"kind": head.item_kind, "apiVersion": head.api_version}
+            ),
+        )
         pages = self.store._pages
         now = time.monotonic()
         for stale in [k for k, s in pages.items() if now - s.started > PAGE_SESSION_TTL]:
@@ -696,8 +727,15 @@ class _Batch:
                 continue
             if event.type == "BOOKMARK":
                 last_rv = rv or last_rv
-                kind = str(event.object.get("kind") or kind)
-                api_version = str(event.object.get("apiVersion") or api_version)
+                if event.object.get("kind") not in ("Table", _PARTIAL):
+                    kind = str(event.object.get("kind") or kind)
+                    api_version = str(event.object.get("apiVersion") or api_version)
+                continue
+            if event.object.get("kind") == "Table":
+                self._table_event(list_key, event)
+                continue
+            if event.object.get("kind") == _PARTIAL and not list_key.scope.partial:
+                self._table_event(list_key, event, rows=False)
                 continue
             try:
                 item = applying.item_from_object(
@@ -728,7 +766,22 @@ class _Batch:
             last_rv = rv or last_rv
             if change is not None:
                 self.change(change)
-        self.touch_list(list_key, last_rv, kind, api_version)
+        if kind or last_rv:
+            self.touch_list(list_key, last_rv, kind, api_version)
+
+    def _table_event(
+        self, list_key: keys.ListKey, event: framing.WatchEvent, *, rows: bool = True
+    ) -> None:
+        """A view event (a Table, or metadata only): apply its objects where they belong."""
+        found = (
+            framing.table_rows(event.object)
+            if rows
+            else [framing.ListItem(event.object, event.raw)]
+        )
+        for row in found:
+            row_key = dataclasses.replace(list_key, scope=_row_scope(list_key.scope, row.object))
+            line = orjson.dumps({"type": event.type, "object": row.object})
+            self.watch_lines(WatchLines(row_key, (line,)))
 
     # writing (inside the transaction)
 

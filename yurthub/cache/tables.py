@@ -157,8 +157,12 @@ def table(
     now: float,
     include_object: str = "Metadata",
 ) -> dict[str, Any]:
-    """A ``meta.k8s.io/v1`` Table of ``objects`` (all of one ``resource``)."""
-    pods = resource == "pods"
+    """A ``meta.k8s.io/v1`` Table of ``objects`` (all of one ``resource``).
+
+    Pods get READY/STATUS/RESTARTS only from full objects; metadata-only objects (what kubectl's
+    own Tables carried) give NAME and AGE.
+    """
+    pods = resource == "pods" and all(o.get("kind") != "PartialObjectMetadata" for o in objects)
     rows = []
     for obj in objects:
         meta = _metadata(obj)

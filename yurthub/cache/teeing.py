@@ -21,6 +21,7 @@ compressed body is not interpreted.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Mapping
@@ -76,12 +77,14 @@ class Tee:
             return self._document(info, content_type)
         if not cacheability.is_cacheable_request(info, self._agents.allows):
             return None
-        media = cacheability.storable_media(content_type)
-        if media is None:
+        media = cacheability.classify_media(content_type)
+        if media.representation is cacheability.Representation.OTHER:
             return None
+        # A Table is never stored; the objects its rows carry are (kubectl reads Tables). The
+        # writer tells views from objects by the body's kind, whatever the Content-Type says.
         scope = cacheability.scope_of(info, media)
         if info.verb in ("get", "create", "update", "patch"):
-            return _BodySink(self, store.PutObject(scope, b"", info.namespace), f"{info.verb}")
+            return _BodySink(self, store.PutObject(scope, b"", info.namespace), info.verb)
         if info.verb not in ("list", "watch"):
             return None
         try:
@@ -96,8 +99,8 @@ class Tee:
         if info.verb == "watch":
             return _WatchSink(self, list_key)
         continued = getattr(info, "list_continue", None)
-        job = store.PutList(list_key, b"", None if continued is None else bool(continued))
-        return _BodySink(self, job, "list")
+        page = None if continued is None else bool(continued)
+        return _BodySink(self, store.PutList(list_key, b"", page), "list")
 
     def _document(self, info: requestinfo.RequestInfo, content_type: str) -> _BodySink | None:
         if info.verb != "get" or not _DOCUMENT_PATH.match(info.path):
@@ -157,12 +160,7 @@ class _BodySink:
         if not body:
             return
         job = self._job
-        if isinstance(job, store.PutObject):
-            self._tee.submit(store.PutObject(job.scope, body, job.namespace), self._what)
-        elif isinstance(job, store.PutList):
-            self._tee.submit(store.PutList(job.list_key, body, job.continued), self._what)
-        else:
-            self._tee.submit(store.PutDocument(job.key, job.content_type, body), self._what)
+        self._tee.submit(dataclasses.replace(job, body=body), self._what)
 
     def abort(self, reason: str) -> None:
         # An incomplete body is never applied: a cut list would release objects it still has.

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -163,22 +164,35 @@ class Answerer:
             return None
         return await self._store.body(key)
 
+    def _scopes(
+        self, info: requestinfo.RequestInfo, media: cacheability.MediaType
+    ) -> list[keys.Scope]:
+        """Scopes that can answer, best first: a view is built from full objects when cached,
+        else from the metadata-only objects kubectl's Tables carried."""
+        full = keys.Scope(info.component, info.resource, info.version, info.group)
+        if media.representation is cacheability.Representation.PARTIAL:
+            return [dataclasses.replace(full, partial=media.partial_version), full]
+        if media.representation is cacheability.Representation.TABLE:
+            return [full, dataclasses.replace(full, partial="v1")]
+        return [full]
+
     async def _get(
         self, request: web.Request, info: requestinfo.RequestInfo, reason: seams.LocalReason
     ) -> web.StreamResponse | None:
         media = _requested(info)
-        if media.representation is cacheability.Representation.PARTIAL:
-            stored = await self._read(self._object_key(info, media.partial_version))
-            if stored is not None:
-                return _json(200, stored)
-        body = await self._read(self._object_key(info))
-        if body is None:
+        body = None
+        scope = None
+        for scope in self._scopes(info, media):
+            body = await self._read(keys.object_key(scope, info.namespace, info.name))
+            if body is not None:
+                break
+        if body is None or scope is None:
             if reason is seams.LocalReason.UPSTREAM_ERROR:
                 return None
-            return _json(
-                404, statuses.encode(statuses.not_found(info.resource, info.name, info.group))
-            )
-        if media.representation is cacheability.Representation.OBJECT:
+            return _not_found(info)
+        if media.representation is cacheability.Representation.OBJECT or (
+            media.representation is cacheability.Representation.PARTIAL and scope.partial
+        ):
             return _json(200, body)
         obj = framing.parse_object(body)
         if media.representation is cacheability.Representation.PARTIAL:
@@ -198,9 +212,7 @@ class Answerer:
     ) -> web.StreamResponse:
         body = await self._read(self._object_key(info))
         if body is None:
-            return _json(
-                404, statuses.encode(statuses.not_found(info.resource, info.name, info.group))
-            )
+            return _not_found(info)
         if info.verb == "patch" and info.body_content_type == patching.MERGE_PATCH:
             patch = await _read_json(request)
             patched = patching.merge_patch(framing.parse_object(body), patch)
@@ -224,12 +236,8 @@ class Answerer:
             fields = selectors.parse_fields(info.field_selector)
         except selectors.SelectorError as e:
             return _status(400, str(e))
-        partial = ""
-        if media.representation is cacheability.Representation.PARTIAL:
-            partial = media.partial_version
-        scope = keys.Scope(info.component, info.resource, info.version, info.group, partial)
-        if partial and not self._known(scope, info.namespace):
-            scope = keys.Scope(info.component, info.resource, info.version, info.group)
+        candidates = self._scopes(info, media)
+        scope = next((c for c in candidates if self._known(c, info.namespace)), candidates[0])
         list_key = keys.list_key(scope, info.namespace, labels.canonical(), fields.canonical())
         record = self._store.list_record(list_key)
         chosen = _select(self._store, scope, info.namespace, labels, fields, record, list_key)
@@ -237,12 +245,10 @@ class Answerer:
             if reason is seams.LocalReason.UPSTREAM_ERROR:
                 return None
             if fields.name is None:
-                return _json(
-                    404, statuses.encode(statuses.not_found(info.resource, "", info.group))
-                )
+                return _not_found(info, "")
         if not chosen and info.component == "kubelet" and info.resource == "pods":
             # Reference §3.7: an empty pod list would make kubelet delete every pod.
-            return _json(404, statuses.encode(statuses.not_found(info.resource, "", info.group)))
+            return _not_found(info, "")
         rv = max([e.rv for _, e in chosen] + [record.rv if record is not None else -1])
         resource_version = "" if rv < 0 else str(rv)
         if record is not None and record.rv == rv:
@@ -457,9 +463,7 @@ class Answerer:
         if info.verb == "get":
             body = await self._read(key)
             if body is None:
-                return _json(
-                    404, statuses.encode(statuses.not_found(info.resource, info.name, info.group))
-                )
+                return _not_found(info)
             return _json(200, body)
         if info.verb == "patch":
             return await self._mutation(request, info)
@@ -515,6 +519,11 @@ class _Reply(Exception):
 
 def _status(code: int, message: str, details: statuses.StatusDetails | None = None) -> web.Response:
     return _json(code, statuses.encode(statuses.failure(code, message, details=details)))
+
+
+def _not_found(info: requestinfo.RequestInfo, name: str | None = None) -> web.Response:
+    what = info.name if name is None else name
+    return _json(404, statuses.encode(statuses.not_found(info.resource, what, info.group)))
 
 
 def _json(code: int, body: bytes) -> web.Response:

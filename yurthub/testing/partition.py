@@ -74,6 +74,10 @@ def _reset(writer: asyncio.StreamWriter) -> None:
     writer.transport.abort()
 
 
+class _Stopped(Exception):
+    """The partition is stopping: end this connection."""
+
+
 class _Conn:
     __slots__ = ("client", "upstream")
 
@@ -113,12 +117,14 @@ class Partition:
         self._server: asyncio.Server | None = None
         self._conns: set[_Conn] = set()
         self._handlers: set[asyncio.Task[None]] = set()
+        self._stopping = False
         self.accepted = 0
         """Connections accepted so far (tests assert reconnect counts with it)."""
 
     # --- life cycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._stopping = False
         if self._mode is not Mode.REFUSE:
             await self._listen()
         elif not self.port:
@@ -127,13 +133,20 @@ class Partition:
             await self._unlisten()
 
     async def stop(self) -> None:
+        """Close the listener and end every connection (reset) and its handler."""
+        self._stopping = True
         await self._unlisten()
         for conn in list(self._conns):
             conn.reset()
+        self._wake()
         handlers = list(self._handlers)
-        for task in handlers:
-            task.cancel()
-        await asyncio.gather(*handlers, return_exceptions=True)
+        if handlers:
+            # Handlers end on their own once their sockets are gone; cancelling them would make
+            # asyncio (3.11) log the CancelledError from its connection callback.
+            _, pending = await asyncio.wait(handlers, timeout=2.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def __aenter__(self) -> Partition:
         await self.start()
@@ -180,6 +193,9 @@ class Partition:
             await self._unlisten()
         elif self._server is None:
             await self._listen()
+        self._wake()
+
+    def _wake(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
@@ -197,8 +213,10 @@ class Partition:
         return self.interval - (elapsed % self.interval) + 0.001
 
     async def _gate(self) -> Mode:
-        """Wait while blackholed; the mode to forward under."""
+        """Wait while blackholed; the mode to forward under. Raises ``_Stopped`` at stop."""
         while True:
+            if self._stopping:
+                raise _Stopped
             mode = self.effective()
             if mode is not Mode.BLACKHOLE:
                 return mode
@@ -233,7 +251,7 @@ class Partition:
         except asyncio.CancelledError:
             conn.reset()
             raise
-        except (OSError, asyncio.IncompleteReadError):
+        except (OSError, asyncio.IncompleteReadError, _Stopped):
             conn.reset()
         finally:
             self._conns.discard(conn)
@@ -270,6 +288,6 @@ class Partition:
                     mode = await self._gate()
                 writer.write(data)
                 await writer.drain()
-        except (ConnectionError, OSError):
-            # The other side reset or a mode switch aborted the transports: end both ways.
+        except (ConnectionError, OSError, _Stopped):
+            # The other side reset, a mode switch aborted the transports, or we stop: end both.
             writer.transport.abort()
