@@ -14,7 +14,7 @@ import yaml
 from aiohttp import web
 
 from yurthub import statuses
-from yurthub.testing.sim import errors, negotiation
+from yurthub.testing.sim import errors, negotiation, protobuf
 
 _YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -42,6 +42,8 @@ async def read(request: web.Request, limit: int) -> bytes:
 def decode(raw: bytes, fmt: negotiation.BodyFormat) -> Any:
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
+    if fmt is negotiation.BodyFormat.PROTOBUF:
+        return protobuf.decode(raw)
     if fmt in (negotiation.BodyFormat.YAML, negotiation.BodyFormat.APPLY_PATCH):
         try:
             return yaml.load(raw, Loader=_YamlLoader)  # a safe loader

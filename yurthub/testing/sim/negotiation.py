@@ -134,6 +134,7 @@ class BodyFormat(enum.Enum):
     STRATEGIC_PATCH = "strategic"
     JSON_PATCH = "json-patch"
     APPLY_PATCH = "apply"
+    PROTOBUF = "protobuf"
 
 
 _PATCH_TYPES = {
@@ -162,10 +163,13 @@ def body_format(content_type: str | None, *, patch: bool) -> BodyFormat:
         return BodyFormat.JSON
     if essence in ("application/yaml", "application/x-yaml", "text/yaml"):
         return BodyFormat.YAML
+    if essence == "application/vnd.kubernetes.protobuf":
+        return BodyFormat.PROTOBUF
     raise errors.ApiError(
         statuses.failure(
             415,
             f'the body of the request was in an unknown format ("{essence}") - accepted media '
-            "types include: application/json, application/yaml",
+            "types include: application/json, application/yaml, "
+            "application/vnd.kubernetes.protobuf",
         )
     )
