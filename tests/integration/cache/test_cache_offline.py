@@ -1,0 +1,353 @@
+"""The hub offline, end to end on loopback: simulated apiserver -> partition -> hub + cache.
+
+Reference §4 / §10.2 answers, checked against what the same hub cached while online.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import pathlib
+import time
+from typing import Any
+
+import orjson
+import pytest
+from cache_edge import KUBELET_UA, NODE, Edge, edge_node
+
+from yurthub.testing import partition
+
+PODS = "/api/v1/pods"
+MY_PODS = {"fieldSelector": f"spec.nodeName={NODE}"}
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+
+
+@pytest.fixture
+async def edge(tmp_path: pathlib.Path) -> Any:
+    async with edge_node(tmp_path) as node:
+        yield node
+
+
+def names(body: dict[str, Any]) -> list[str]:
+    return sorted(i["metadata"]["name"] for i in body["items"])
+
+
+async def warm(edge: Edge) -> dict[str, Any]:
+    """What a kubelet reads while online; returns its pod list."""
+    status, pods = await edge.get(PODS, params=MY_PODS)
+    assert status == 200 and pods["items"]
+    assert (await edge.get(f"/api/v1/nodes/{NODE}"))[0] == 200
+    assert (await edge.get("/api/v1/namespaces/kube-system/configmaps"))[0] == 200
+    await edge.flush()
+    assert isinstance(pods, dict)
+    return pods
+
+
+async def test_reads_are_answered_from_cache_offline(edge: Edge) -> None:
+    online = await warm(edge)
+    await edge.cut()
+    status, offline = await edge.get(PODS, params=MY_PODS)
+    assert status == 200
+    assert names(offline) == names(online)
+    assert offline["kind"] == "PodList" and offline["apiVersion"] == "v1"
+    assert int(offline["metadata"]["resourceVersion"]) >= int(online["metadata"]["resourceVersion"])
+    first = online["items"][0]["metadata"]
+    status, pod = await edge.get(f"/api/v1/namespaces/{first['namespace']}/pods/{first['name']}")
+    assert status == 200 and pod["kind"] == "Pod" and pod["metadata"]["name"] == first["name"]
+    status, node = await edge.get(f"/api/v1/nodes/{NODE}")
+    assert status == 200 and node["metadata"]["name"] == NODE
+
+
+async def test_offline_lists_apply_selectors(edge: Edge) -> None:
+    await warm(edge)
+    status, all_cms = await edge.get("/api/v1/namespaces/kube-system/configmaps")
+    assert status == 200
+    await edge.cut()
+    # A selector never listed online: answered by filtering what the component cached.
+    target = all_cms["items"][0]["metadata"]["name"]
+    status, one = await edge.get(
+        "/api/v1/namespaces/kube-system/configmaps",
+        params={"fieldSelector": f"metadata.name={target}"},
+    )
+    assert status == 200 and names(one) == [target]
+    status, none = await edge.get(
+        "/api/v1/namespaces/kube-system/configmaps", params={"labelSelector": "no-such=label"}
+    )
+    assert status == 200 and none["items"] == []
+    status, bad = await edge.get(PODS, params={"labelSelector": "a in (b"})
+    assert status == 400 and bad["kind"] == "Status"
+
+
+async def test_lists_with_different_selectors_coexist(edge: Edge) -> None:
+    await warm(edge)
+    status, other = await edge.get(PODS, params={"fieldSelector": "spec.nodeName=edge-node-2"})
+    assert status == 200 and other["items"]
+    await edge.flush()
+    await edge.cut()
+    mine = (await edge.get(PODS, params=MY_PODS))[1]
+    theirs = (await edge.get(PODS, params={"fieldSelector": "spec.nodeName=edge-node-2"}))[1]
+    assert names(mine) and names(theirs) and not set(names(mine)) & set(names(theirs))
+    assert {p["spec"]["nodeName"] for p in mine["items"]} == {NODE}
+
+
+async def test_never_cached_lists_are_404_except_by_name(edge: Edge) -> None:
+    await edge.cut()
+    status, body = await edge.get("/api/v1/namespaces/default/secrets")
+    assert status == 404 and body["reason"] == "NotFound"
+    status, body = await edge.get(
+        "/api/v1/namespaces/kube-system/configmaps",
+        params={"fieldSelector": "metadata.name=kubernetes-services-endpoint"},
+    )
+    assert status == 200 and body["items"] == []
+    status, body = await edge.get("/api/v1/namespaces/default/pods/nope")
+    assert status == 404
+
+
+async def test_kubelet_empty_pod_list_is_404(edge: Edge) -> None:
+    status, body = await edge.get(PODS, params={"fieldSelector": "spec.nodeName=no-such-node"})
+    assert status == 200 and body["items"] == []
+    await edge.flush()
+    await edge.cut()
+    status, _ = await edge.get(PODS, params={"fieldSelector": "spec.nodeName=no-such-node"})
+    assert status == 404
+
+
+async def test_watch_follows_into_the_cache_and_bookmarks_offline(edge: Edge) -> None:
+    pods = await warm(edge)
+    rv = pods["metadata"]["resourceVersion"]
+    params = {**MY_PODS, "watch": "true", "resourceVersion": rv, "allowWatchBookmarks": "true"}
+    async with edge.session.get(
+        edge.url + PODS, params=params, headers={"User-Agent": KUBELET_UA}
+    ) as resp:
+        assert resp.status == 200
+        created = edge.sim.state.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "late-pod", "namespace": "default"},
+                "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
+            }
+        )
+        async with asyncio.timeout(5):
+            async for line in resp.content:
+                event = orjson.loads(line)
+                if event["object"]["metadata"].get("name") == "late-pod":
+                    break
+    await edge.flush()
+    await edge.cut()
+    _, offline = await edge.get(PODS, params=MY_PODS)
+    assert "late-pod" in names(offline)
+    assert int(offline["metadata"]["resourceVersion"]) >= int(
+        created["metadata"]["resourceVersion"]
+    )
+    # A watch offline: held open, bookmarks carry the list's version, ends at timeoutSeconds.
+    started = time.monotonic()
+    params = {**MY_PODS, "watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": "1"}
+    async with edge.session.get(
+        edge.url + PODS, params=params, headers={"User-Agent": KUBELET_UA}
+    ) as resp:
+        assert resp.status == 200
+        events = [orjson.loads(line) async for line in resp.content if line.strip()]
+    assert 0.9 <= time.monotonic() - started < 3
+    assert events and {e["type"] for e in events} == {"BOOKMARK"}
+    bookmark = events[0]["object"]
+    assert bookmark["kind"] == "Pod" and bookmark["apiVersion"] == "v1"
+    assert bookmark["metadata"]["resourceVersion"] == offline["metadata"]["resourceVersion"]
+
+
+async def test_held_watch_ends_when_the_cloud_is_back(edge: Edge) -> None:
+    await warm(edge)
+    await edge.cut()
+    params = {**MY_PODS, "watch": "true", "timeoutSeconds": "60"}
+
+    async def held() -> float:
+        started = time.monotonic()
+        async with edge.session.get(
+            edge.url + PODS, params=params, headers={"User-Agent": KUBELET_UA}
+        ) as resp:
+            assert resp.status == 200
+            await resp.read()
+        return time.monotonic() - started
+
+    async with asyncio.TaskGroup() as tg:
+        watch = tg.create_task(held(), name="held-watch")
+        await asyncio.sleep(0.5)
+        assert not watch.done()
+        await edge.heal()
+    assert watch.result() < 10
+
+
+async def test_writes_offline(edge: Edge) -> None:
+    await warm(edge)
+    await edge.cut()
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "ev-1", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "x", "namespace": "default"},
+        "reason": "Started",
+    }
+    status, echoed, _ = await edge.request("POST", "/api/v1/namespaces/default/events", body=event)
+    assert status == 201 and echoed == event
+    status, body, _ = await edge.request("DELETE", f"/api/v1/nodes/{NODE}")
+    assert status == 403 and body["reason"] == "Forbidden"
+    assert body["message"] == "delete request is not supported in local cache"
+    status, node, _ = await edge.request(
+        "PATCH",
+        f"/api/v1/nodes/{NODE}",
+        body={"metadata": {"labels": {"set-offline": "yes"}}},
+        content_type="application/merge-patch+json",
+    )
+    assert status == 200 and node["metadata"]["labels"]["set-offline"] == "yes"
+    status, node, _ = await edge.request(
+        "PUT", f"/api/v1/nodes/{NODE}", body={"metadata": {"name": NODE, "labels": {}}}
+    )
+    assert status == 200 and "set-offline" not in node["metadata"].get("labels", {})
+    await edge.flush()
+    status, events = await edge.get(
+        "/api/v1/namespaces/default/events", params={"fieldSelector": "metadata.name=ev-1"}
+    )
+    assert status == 200 and names(events) == ["ev-1"]
+
+
+async def test_offline_service_account_token(edge: Edge) -> None:
+    await edge.cut()
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"audiences": ["api"]},
+    }
+    status, body, _ = await edge.request(
+        "POST", "/api/v1/namespaces/default/serviceaccounts/default/token", body=request
+    )
+    assert status == 201
+    token = body["status"]["token"]
+    assert token.count(".") == 2 and body["status"]["expirationTimestamp"]
+    header = orjson.loads(_b64decode(token.split(".")[1]))
+    assert header["sub"] == "system:serviceaccount:default:default" and header["aud"] == ["api"]
+    assert header["exp"] - header["iat"] == 60
+
+
+def _b64decode(part: str) -> bytes:
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+async def test_non_agents_get_503_offline(edge: Edge) -> None:
+    await edge.cut()
+    status, body = await edge.get("/api/v1/nodes", ua="go-http-client/1.1")
+    assert status == 503 and "cache" in body["message"]
+
+
+async def test_upstream_transport_error_is_answered_from_cache_at_once(edge: Edge) -> None:
+    await warm(edge)
+    await edge.link.set_mode(partition.Mode.REFUSE)  # health has not noticed yet
+    started = time.monotonic()
+    status, body = await edge.get(PODS, params=MY_PODS)
+    assert status == 200 and body["items"]
+    assert time.monotonic() - started < 2
+
+
+async def test_kubectl_offline_gets_tables_and_discovery(edge: Edge) -> None:
+    online = await edge.kubectl("get", "pods", "-A")
+    await edge.kubectl("get", "nodes")
+    await edge.kubectl("version", "-o", "json")
+    await edge.flush()
+    await edge.cut()
+    offline = await edge.kubectl("get", "pods", "-A")
+    assert [line.split()[:2] for line in offline.stdout.splitlines()[1:]] == [
+        line.split()[:2] for line in online.stdout.splitlines()[1:]
+    ]
+    assert "AGE" in offline.stdout.splitlines()[0]
+    nodes = await edge.kubectl("get", "nodes")
+    assert NODE in nodes.stdout.split()
+    # Tables carried metadata only: a full-object read was never cached, so it is not invented.
+    assert (await edge.kubectl("get", "nodes", "-o", "yaml", check=False)).returncode != 0
+    version = await edge.kubectl("version", "-o", "json")
+    assert "serverVersion" in orjson.loads(version.stdout)
+    status, _ = await edge.get("/apis/apps/v1/deployments", ua="kubectl/v1.32.0", accept=TABLE)
+    assert status == 404  # never listed by kubectl
+
+
+async def test_hub_restarted_offline_answers_the_same(edge: Edge) -> None:
+    await warm(edge)
+    await edge.kubectl("get", "pods", "-A")
+    await edge.flush()
+    await edge.cut()
+    before = await edge.get(PODS, params=MY_PODS)
+    table_before = await edge.kubectl("get", "pods", "-A")
+    await edge.restart_hub()
+    assert not edge.healthy()
+    after = await edge.get(PODS, params=MY_PODS)
+    assert after == before
+    table_after = await edge.kubectl("get", "pods", "-A")
+    assert [line.split()[:2] for line in table_after.stdout.splitlines()] == [
+        line.split()[:2] for line in table_before.stdout.splitlines()
+    ]
+
+
+async def test_kubelet_lease_is_answered_locally(edge: Edge) -> None:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}"
+    await asyncio.sleep(1.0)  # the prober renewed the lease in the cloud at least once
+    await edge.flush()
+    status, lease = await edge.get(path)
+    assert status == 200 and lease["metadata"]["name"] == NODE
+    await edge.cut(partition.Mode.REFUSE)
+    await edge.flush()
+    status, lease = await edge.get(path)  # the prober's last renewal, now stable
+    assert status == 200
+    renewed = {**lease, "spec": {**lease["spec"], "renewTime": "2030-01-01T00:00:00.000000Z"}}
+    status, body, _ = await edge.request("PUT", path, body=renewed)
+    assert status == 200 and body["spec"]["renewTime"] == "2030-01-01T00:00:00.000000Z"
+    await edge.flush()
+    status, again = await edge.get(path)
+    assert status == 200 and again["spec"]["renewTime"] == "2030-01-01T00:00:00.000000Z"
+
+
+async def test_cache_agents_from_the_configmap(edge: Edge) -> None:
+    edge.sim.state.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "yurt-hub-cfg",
+                "namespace": "kube-system",
+                "labels": {"openyurt.io/configmap-name": "yurt-hub-cfg"},
+            },
+            "data": {"cache_agents": "virt-handler"},
+        }
+    )
+    async with asyncio.TaskGroup() as tg:
+        follow = tg.create_task(edge.rt.follow_config(edge.url), name="follow-config")
+        async with asyncio.timeout(5):
+            while not edge.rt.agents.allows("virt-handler"):
+                await asyncio.sleep(0.05)
+        assert (await edge.get("/api/v1/nodes", ua="virt-handler/1.0"))[0] == 200
+        follow.cancel()
+    await edge.flush()
+    await edge.cut()
+    await edge.restart_hub()
+    assert not edge.rt.agents.allows("virt-handler")  # until the config is read again
+    async with asyncio.TaskGroup() as tg:
+        follow = tg.create_task(edge.rt.follow_config(edge.url), name="follow-config")
+        async with asyncio.timeout(5):
+            while not edge.rt.agents.allows("virt-handler"):
+                await asyncio.sleep(0.05)
+        status, nodes = await edge.get("/api/v1/nodes", ua="virt-handler/1.0")
+        assert status == 200 and nodes["items"]
+        follow.cancel()
+
+
+async def test_discovery_offline_prefers_what_the_client_accepts(edge: Edge) -> None:
+    aggregated = (
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+    )
+    assert (await edge.get("/apis", accept=aggregated))[0] == 200
+    assert (await edge.get("/apis", accept="application/json"))[0] == 200
+    await edge.flush()
+    await edge.cut()
+    status, body, headers = await edge.request("GET", "/apis", accept=aggregated)
+    assert status == 200 and "apidiscovery.k8s.io" in headers["Content-Type"]
+    status, body, headers = await edge.request("GET", "/apis", accept="application/json")
+    assert status == 200 and body["kind"] == "APIGroupList"
+    status, body, _ = await edge.request("GET", "/apis/never.example.com/v1")
+    assert status == 404 and body["kind"] == "Status"
