@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+pytest_plugins = ["yurthub.testing.fixtures"]
+
 
 @pytest.fixture(autouse=True)
 async def no_leftover_tasks() -> AsyncIterator[None]:
