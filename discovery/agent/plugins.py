@@ -152,7 +152,7 @@ class Plugin(pb_grpc.DevicePluginServicer):
         self.server = self.socket = None
         self.registered = False
         if server is not None:
-            await server.stop(0.5)
+            await stop_server(server, 0.5)
         if path is not None:
             await asyncio.to_thread(path.unlink, missing_ok=True)
             logger.info("device plugin %s stopped", self.resource)
@@ -174,14 +174,19 @@ class Plugin(pb_grpc.DevicePluginServicer):
 
     async def ListAndWatch(self, request: Any, context: Any) -> AsyncIterator[Any]:
         sent: list[tuple[str, str]] | None = None
-        while not self._stopped:
-            changed = self._changed
-            if self._devices != sent:
-                sent = list(self._devices)
-                yield pb.ListAndWatchResponse(
-                    devices=[pb.Device(ID=device_id, health=health) for device_id, health in sent]
-                )
-            await changed.wait()
+        try:
+            while not self._stopped:
+                changed = self._changed
+                if self._devices != sent:
+                    sent = list(self._devices)
+                    yield pb.ListAndWatchResponse(
+                        devices=[pb.Device(ID=i, health=health) for i, health in sent]
+                    )
+                await changed.wait()
+        finally:
+            if not self._stopped:
+                # kubelet hung up on a running plugin: it restarted or dropped us.
+                self.manager.lost_kubelet(self)
 
     async def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no preferred allocation")
@@ -334,6 +339,13 @@ class Manager:
             return None
         return _Named(device, config.broker_properties)
 
+    def lost_kubelet(self, plugin: Plugin) -> None:
+        """kubelet closed a plugin's ListAndWatch: register it again (on a fresh socket if
+        kubelet wiped the old one) at the next tick."""
+        plugin.registered = False
+        plugin.last_attempt = 0.0
+        self._dirty.set()
+
     def cdi_ready(self, key: Key) -> bool:
         return self._cdi.get(key, False)
 
@@ -419,9 +431,14 @@ class Manager:
                 await self._try_register(plugin)
             return
         now = time.monotonic()
+        retry = max(1.0, 5 * self.settings.timings.kubelet_poll)
         for plugin in self._all():
-            if not plugin.registered and now - plugin.last_attempt >= 5.0:
-                await self._try_register(plugin)
+            if plugin.registered or now - plugin.last_attempt < retry:
+                continue
+            if not await asyncio.to_thread(_exists, plugin.socket):
+                await plugin.stop()
+                await plugin.start(self.directory)
+            await self._try_register(plugin)
 
     async def run(self) -> None:
         poll = self.settings.timings.kubelet_poll
@@ -450,3 +467,16 @@ class Manager:
             if key[1] == instance:
                 return key[0]
         return None
+
+
+async def stop_server(server: grpc.aio.Server, grace: float) -> None:
+    """``server.stop`` that keeps a cancellation: grpc's shutdown can swallow the
+    CancelledError delivered while it waits, which would leave our owner running."""
+    await server.stop(grace)
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+def _exists(path: Path | None) -> bool:
+    return path is not None and path.exists()

@@ -28,6 +28,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from discovery.agent import plugins
 from discovery.proto import deviceplugin_v1beta1_pb2 as pb
 from discovery.proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from discovery.proto import podresources_v1_pb2 as pr
@@ -94,8 +95,8 @@ class SimKubelet(pb_grpc.RegistrationServicer):
                 await task
         self.plugins.clear()
         if self._server is not None:
-            await self._server.stop(0)
-            self._server = None
+            server, self._server = self._server, None
+            await plugins.stop_server(server, 0)
         self.socket.unlink(missing_ok=True)
 
     async def restart(self, *, wipe: bool = True, down_for: float = 0.0) -> None:
@@ -218,7 +219,7 @@ class SimPodResources(pr_grpc.PodResourcesListerServicer):
 
     async def __aexit__(self, *exc: object) -> None:
         if self._server is not None:
-            await self._server.stop(0)
+            await plugins.stop_server(self._server, 0)
         self.socket.unlink(missing_ok=True)
 
     async def List(self, request: Any, context: Any) -> Any:
