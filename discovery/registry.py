@@ -62,7 +62,7 @@ import enum
 import logging
 import os
 import stat
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -264,7 +264,7 @@ class DiscoveryRequest:
             await self._changed.wait()
         return self._snapshot
 
-    async def snapshots(self) -> AsyncIterator[Snapshot]:
+    async def snapshots(self) -> AsyncGenerator[Snapshot, None]:
         snapshot = self._snapshot
         yield snapshot
         while True:
@@ -506,7 +506,7 @@ class Registry:
             request._detach(uid)
         logger.info("removed discovery handler %s", uid)
 
-    async def registrations(self) -> AsyncIterator[str]:
+    async def registrations(self) -> AsyncGenerator[str, None]:
         """Handler names as endpoints of theirs register (see the module docstring)."""
         subscription = _Subscription()
         self._subscriptions.add(subscription)
