@@ -151,11 +151,13 @@ class Plugin(pb_grpc.DevicePluginServicer):
         server, path = self.server, self.socket
         self.server = self.socket = None
         self.registered = False
-        if server is not None:
-            await stop_server(server, 0.5)
-        if path is not None:
-            await asyncio.to_thread(path.unlink, missing_ok=True)
-            logger.info("device plugin %s stopped", self.resource)
+        try:
+            if server is not None:
+                await stop_server(server, 0.5)
+        finally:
+            if path is not None:
+                path.unlink(missing_ok=True)
+                logger.info("device plugin %s stopped", self.resource)
 
     async def register(self, directory: Path) -> None:
         self.last_attempt = time.monotonic()
@@ -451,9 +453,7 @@ class Manager:
                 await self._kubelet_tick()
                 await self._sync()
         finally:
-            for plugin in self._all():
-                with contextlib.suppress(Exception):
-                    await plugin.stop()
+            await stop_all(self._all())
             self.instance_plugins.clear()
             self.configuration_plugins.clear()
 
@@ -467,6 +467,20 @@ class Manager:
             if key[1] == instance:
                 return key[0]
         return None
+
+
+async def stop_all(running: Sequence[Plugin]) -> None:
+    """Stop every plugin even while being cancelled; re-raise the cancellation at the end."""
+    cancelled = False
+    for plugin in running:
+        try:
+            await plugin.stop()
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:
+            logger.exception("stopping device plugin %s failed", plugin.resource)
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 async def stop_server(server: grpc.aio.Server, grace: float) -> None:

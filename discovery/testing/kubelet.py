@@ -94,10 +94,12 @@ class SimKubelet(pb_grpc.RegistrationServicer):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.plugins.clear()
-        if self._server is not None:
-            server, self._server = self._server, None
-            await plugins.stop_server(server, 0)
-        self.socket.unlink(missing_ok=True)
+        try:
+            if self._server is not None:
+                server, self._server = self._server, None
+                await plugins.stop_server(server, 0)
+        finally:
+            self.socket.unlink(missing_ok=True)
 
     async def restart(self, *, wipe: bool = True, down_for: float = 0.0) -> None:
         """Like a kubelet restart: registrations forgotten, its socket (and plugins') re-created."""
@@ -218,9 +220,11 @@ class SimPodResources(pr_grpc.PodResourcesListerServicer):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._server is not None:
-            await plugins.stop_server(self._server, 0)
-        self.socket.unlink(missing_ok=True)
+        try:
+            if self._server is not None:
+                await plugins.stop_server(self._server, 0)
+        finally:
+            self.socket.unlink(missing_ok=True)
 
     async def List(self, request: Any, context: Any) -> Any:
         self.calls += 1
