@@ -56,6 +56,8 @@ READ_VERBS = frozenset({"get", "list"})
 class Failure:
     at: float
     """``time.monotonic()`` when it was seen."""
+    started: float
+    """When the failed request was sent (monotonic)."""
     verb: str
     what: str
     error: str
@@ -112,6 +114,8 @@ class KubeletClient:
         self.failures: list[Failure] = []
         self.stalls: list[Stall] = []
         self.watch_starts: collections.Counter[str] = collections.Counter()
+        self.watch_log: list[tuple[float, str]] = []
+        """(monotonic start time, resource) of every watch request."""
         self.lists: collections.Counter[str] = collections.Counter()
         self.pods: dict[str, dict[str, Any]] = {}
         self.services: dict[str, dict[str, Any]] = {}
@@ -122,7 +126,8 @@ class KubeletClient:
     # --- what tests read ---------------------------------------------------------------------
 
     def failures_after(self, at: float, *, reads_only: bool = False) -> list[Failure]:
-        return [f for f in self.failures if f.at >= at and (f.is_read or not reads_only)]
+        """Failures of requests SENT at or after ``at``."""
+        return [f for f in self.failures if f.started >= at and (f.is_read or not reads_only)]
 
     def stalls_after(self, at: float, *, reads_only: bool = False) -> list[Stall]:
         return [s for s in self.stalls if s.at >= at and (s.verb in READ_VERBS or not reads_only)]
@@ -194,7 +199,7 @@ class KubeletClient:
         return status, decoded if isinstance(decoded, dict) else {}
 
     def _record(self, started: float, verb: str, what: str, error: str) -> None:
-        self.failures.append(Failure(time.monotonic(), verb, what, error))
+        self.failures.append(Failure(time.monotonic(), started, verb, what, error))
         logger.debug("kubelet-like %s failed: %s", what, error)
 
     # --- list + watch -------------------------------------------------------------------------
@@ -244,6 +249,7 @@ class KubeletClient:
             params["resourceVersion"] = rv
         self.watch_starts[resource] += 1
         started = time.monotonic()
+        self.watch_log.append((started, resource))
         what = f"WATCH {path}"
         try:
             async with asyncio.timeout(self.request_timeout):
