@@ -69,15 +69,20 @@ async def start_hub(server: str, *extra: str) -> tuple[asyncio.subprocess.Proces
     return proc, fields["proxy"], fields["server"]
 
 
+async def wait_ready(hub_server: str) -> None:
+    async with aiohttp.ClientSession() as s, asyncio.timeout(10):
+        while True:
+            async with s.get(hub_server + "/v1/readyz") as r:
+                if r.status == 200:
+                    return
+            await asyncio.sleep(0.05)
+
+
 async def test_binary_serves_and_stops_on_sigterm(upstream: str) -> None:
     proc, proxy, hub_server = await start_hub(upstream, "--heartbeat-interval-seconds", "1")
     try:
+        await wait_ready(hub_server)
         async with aiohttp.ClientSession() as s:
-            for _ in range(50):
-                async with s.get(hub_server + "/v1/readyz") as r:
-                    if r.status == 200:
-                        break
-                await asyncio.sleep(0.1)
             async with s.get(proxy + "/api/v1/pods") as r:
                 assert r.status == 200
             watch = await s.get(proxy + "/api/v1/pods?watch=1")
@@ -111,8 +116,9 @@ async def test_bad_flags_exit_with_startup_failure() -> None:
 
 
 async def test_second_signal_forces(upstream: str) -> None:
-    proc, proxy, _ = await start_hub(upstream, "--shutdown-grace-seconds", "60")
+    proc, proxy, hub_server = await start_hub(upstream, "--shutdown-grace-seconds", "60")
     try:
+        await wait_ready(hub_server)
 
         async def in_flight(s: aiohttp.ClientSession) -> BaseException | None:
             try:
