@@ -217,6 +217,9 @@ class _Kick:
     def fire(self) -> None:
         self._event.set()
 
+    def clear(self) -> None:
+        self._event.clear()
+
     async def sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
@@ -340,6 +343,8 @@ class DiscoveryRequest:
         backoff = _Backoff(settings.initial_backoff, settings.max_backoff)
         try:
             while True:
+                # A re-registration while a stream was healthy must not skip the next back-off.
+                kick.clear()
                 try:
                     properties = await self.properties()
                     if endpoint.kind is EndpointKind.EMBEDDED:
