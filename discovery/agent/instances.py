@@ -108,6 +108,20 @@ def usage_of(obj: Mapping[str, Any] | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in usage.items() if isinstance(v, str)}
 
 
+def within_capacity(usage: Mapping[str, str], capacity: int) -> dict[str, str]:
+    """Drop slots a shrunk capacity no longer has (Akri left them behind, §5.3 [quirk])."""
+    kept = {}
+    for key, value in usage.items():
+        try:
+            index = naming.slot_index(key)
+        except naming.NamingError:
+            kept[key] = value
+            continue
+        if index < capacity:
+            kept[key] = value
+    return kept
+
+
 def _owners_with(owners: list[Any], owner: Mapping[str, Any]) -> list[Any]:
     """Our Configuration's reference replaces one to an older Configuration of the same name."""
     kept = [
@@ -155,7 +169,7 @@ def join(desired: DesiredInstance, node: str) -> Mutation:
         if node not in nodes:
             nodes.append(node)
         spec["nodes"] = nodes
-        spec["deviceUsage"] = usage_of(current)
+        spec["deviceUsage"] = within_capacity(usage_of(current), desired.capacity)
         meta = updated.setdefault("metadata", {})
         owners = meta.get("ownerReferences") or []
         if not any(isinstance(o, dict) and o.get("uid") == desired.owner["uid"] for o in owners):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -225,7 +225,7 @@ class Reconciler:
     async def run(
         self,
         tg: asyncio.TaskGroup,
-        on_snapshot: Any = None,
+        on_snapshot: Callable[[Key, registry.Snapshot, float], None] | None = None,
     ) -> None:
         """Start the reflectors and workers in ``tg``; returns once both caches are synced."""
         self.requests = discovering.Requests(

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import grpc
 import pytest
 
@@ -195,6 +196,9 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
         )
         assert spec["containerEdits"] == {"env": ["FROM_CONFIG=yes"]}
 
+        count = 'akri_instance_count{configuration="default/cfg",is_shared="true"} 2.0'
+        assert count in agent.metrics.render().decode()
+
         # kubelet sees an Instance plugin and the Configuration plugin.
         instance_name = f"cfg-{digest('foo0')}"
         resource = f"akri.sh/{instance_name}"
@@ -212,6 +216,9 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
         usage = (await instances(sim))[instance_name]["spec"]["deviceUsage"]
         assert usage == {f"{instance_name}-0": "node-a"}
         await kubelet.wait_for_devices(resource, lambda d: d[f"{instance_name}-0"] == "Healthy")
+        assert (
+            f'akri_slot_usage{{instance="{instance_name}"}} 1.0' in agent.metrics.render().decode()
+        )
 
         # Configuration-level allocation claims a slot as C:<vdev>:<node>.
         vdevs = await kubelet.wait_for_devices("akri.sh/cfg", lambda d: len(d) == 2)
@@ -271,8 +278,14 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
         await eventually(config_gone)
         await kubelet.wait_for(lambda: not kubelet.plugins)
         assert not cdi_file.exists()
-        metrics_text = agent.metrics.render().decode()
-        assert "akri_discovery_response_result_total" in metrics_text
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{agent.metrics_port}/metrics") as response,
+        ):
+            metrics_text = await response.text()
+        assert response.status == 200
+        assert 'akri_discovery_response_result_total{configuration="default/cfg"' in metrics_text
+        assert "akri_discovery_response_time_seconds_count" in metrics_text
 
 
 async def test_restart_keeps_instances_untouched(sim: Any, sockdir: Path) -> None:

@@ -189,3 +189,24 @@ def test_request_spec_changes_on_details_or_properties() -> None:
     }
     assert discovering.RequestSpec.of(other) != same
     assert discovering.RequestSpec.of(other).properties == [{"name": "x", "value": "1"}]
+
+
+def test_capacity_change_is_applied_and_dropped_slots_are_forgotten() -> None:
+    shared = devices.Device("my_shared_device")
+    named = discovered.name_devices("my_config", [(shared, True)], "node-a")
+    current = instance(
+        "my_config-4294ea",
+        ["node-a"],
+        cdiName="akri.sh/my_config=4294ea",
+        capacity=3,
+        brokerProperties={"MY_EXTRA_KEY": "value"},
+        shared=True,
+        deviceUsage={"my_config-4294ea-0": "node-a", "my_config-4294ea-2": "node-b"},
+    )
+    current["metadata"]["ownerReferences"] = [dict(instances.owner_reference(CONFIG))]
+    smaller = {**CONFIG, "spec": {**CONFIG["spec"], "capacity": 1}}
+    (desired,) = reconciling.plan(smaller, named, True, [current], "node-a").join
+    decision = instances.join(desired, "node-a")(current)
+    assert isinstance(decision, instances.Replace)
+    assert decision.body["spec"]["capacity"] == 1
+    assert decision.body["spec"]["deviceUsage"] == {"my_config-4294ea-0": "node-a"}
