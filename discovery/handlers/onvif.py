@@ -107,7 +107,11 @@ def candidates(
         if not scopes_pass(scope_filter, match.scopes):
             continue
         for url in match.xaddrs:
-            if urlsplit(url).scheme in ("http", "https"):
+            try:
+                scheme = urlsplit(url).scheme
+            except ValueError:  # e.g. an unbalanced IPv6 bracket from a broken device
+                continue
+            if scheme in ("http", "https"):
                 found.setdefault(url, match.uuid)
     return found
 

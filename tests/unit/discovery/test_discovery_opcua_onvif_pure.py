@@ -148,6 +148,13 @@ def test_scope_filter(scopes: FilterList | None, kept: int) -> None:
     assert len(onvif.candidates(matches, scopes)) == kept
 
 
+def test_only_http_service_urls_are_followed() -> None:
+    match = wsdiscovery.ProbeMatch(
+        "d", ("ftp://10.0.0.1/x", "http://[broken/x", "https://10.0.0.1/s"), (), ()
+    )
+    assert onvif.candidates([match], None) == {"https://10.0.0.1/s": "d"}
+
+
 @pytest.mark.parametrize(
     ("value_filter", "value", "passes"),
     [
