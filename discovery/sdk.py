@@ -238,7 +238,7 @@ class _Latest:
 
 
 class _DiscoveryServicer:
-    """``v0.DiscoveryHandler`` for one handler (duck-typed for the generated registrar)."""
+    """``v0.DiscoveryHandler/Discover`` for one handler (served via ``wire``)."""
 
     def __init__(self, handler: Handler[Any], stream_dropped: asyncio.Event) -> None:
         self._handler = handler
