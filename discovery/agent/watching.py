@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -84,14 +85,21 @@ class Reflector:
                     self.synced.set()
                     logger.debug("listed %d %s at %s", len(listed.items), what, resource_version)
                 self.watching.set()
+                opened = time.monotonic()
+                events = 0
                 async for event in self.api.watch(
                     self.resource, resource_version, self.watch_timeout
                 ):
+                    events += 1
                     backoff = self.backoff_initial
                     if event.type != "BOOKMARK":
                         self._apply_event(event)
                     resource_version = kubeapi.resource_version_of(event.object) or resource_version
                 self.watching.clear()
+                if not events and time.monotonic() - opened < 1.0:
+                    # A server (or proxy) that closes watches at once must not make us spin.
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, self.backoff_cap)
             except kubeapi.Gone:
                 self.watching.clear()
                 logger.info("watch of %s expired; relisting", what)
