@@ -2,16 +2,18 @@
 
     .venv/bin/python bench/proxy.py [--quick]
 
-Upstream: the simulated apiserver (``yurthub.testing.simapiserver``) when it is importable,
-else a small built-in aiohttp apiserver stand-in serving the same shapes (one pod ~3 KB, a
-1,000-pod list, a watch emitting timestamped events). Each runs in its own process; so do the
-hub (``edgehub hub``, so its CPU counters are its own) and nginx (installed with apt-get if
-missing). All traffic stays on 127.0.0.1.
+Upstream: the simulated apiserver (``edgehub sim-apiserver --seed scale:1000``, its plain-HTTP
+port, so no target pays for TLS) unless ``--upstream builtin`` asks for a small aiohttp stand-in
+serving the same shapes. The upstream, the hub (``edgehub hub``, so its CPU counters are its
+own) and nginx (installed with apt-get if missing) each run in their own process. All traffic
+stays on 127.0.0.1.
 
 Measured per target (direct, hub, nginx): GET one pod (sequential latency p50/p99 and
-concurrent throughput), LIST 1,000 pods (latency, throughput), watch-event delivery delay
-(upstream send -> client receive, same CLOCK_MONOTONIC). Plus the hub's CPU time per proxied
-request and its idle RSS.
+concurrent throughput), LIST 1,000 pods (latency, throughput), watch-event delivery delay. For
+the watch, one watch per target is open at the same time on the same objects; the bench changes
+a ConfigMap (simulator) or the stand-in emits events, and each event's arrival is timed from
+the moment it was caused (same CLOCK_MONOTONIC). Plus the hub's CPU time per proxied request
+and its RSS.
 """
 
 from __future__ import annotations
@@ -109,6 +111,66 @@ def serve_upstream(port: int) -> None:
         "*", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}", lease_handler
     )
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+# --- the simulated apiserver as upstream ------------------------------------------------------
+
+SIM_GET = "/api/v1/namespaces/default/pods/scale-0"
+SIM_LIST = "/api/v1/namespaces/default/pods?labelSelector=app%3Dscale"
+SIM_WATCH = "/api/v1/namespaces/default/configmaps?watch=1&fieldSelector=metadata.name%3Dbench"
+BUILTIN_GET = "/api/v1/namespaces/default/pods/pod-0"
+BUILTIN_LIST = "/api/v1/namespaces/default/pods"
+
+
+async def sim_watch_delays(
+    targets: dict[str, str], direct: str, events: int
+) -> dict[str, list[float]]:
+    """One watch per target on ConfigMap default/bench; the bench patches it ``events`` times."""
+    sent: dict[int, int] = {}
+    received: dict[str, dict[int, int]] = {name: {} for name in targets}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            direct + "/api/v1/namespaces/default/configmaps",
+            json={"metadata": {"name": "bench"}, "data": {"seq": "-1"}},
+        ) as r:
+            assert r.status in (201, 409), r.status
+        ready = asyncio.Event()
+        opened = 0
+
+        async def watch(name: str, base: str) -> None:
+            nonlocal opened
+            async with session.get(base + SIM_WATCH) as r:
+                assert r.status == 200, (name, r.status)
+                opened += 1
+                if opened == len(targets):
+                    ready.set()
+                async for line in r.content:
+                    now = time.monotonic_ns()
+                    event = orjson.loads(line)
+                    seq = int(event["object"].get("data", {}).get("seq", "-1"))
+                    if seq >= 0:
+                        received[name][seq] = now
+                    if seq == events - 1:
+                        return
+
+        async with asyncio.TaskGroup() as tg:
+            for name, base in targets.items():
+                tg.create_task(watch(name, base), name=f"bench-watch-{name}")
+            await ready.wait()
+            await asyncio.sleep(0.3)
+            url = direct + "/api/v1/namespaces/default/configmaps/bench"
+            headers = {"Content-Type": "application/merge-patch+json"}
+            for i in range(events):
+                body = orjson.dumps({"data": {"seq": str(i)}})
+                sent[i] = time.monotonic_ns()
+                async with session.patch(url, data=body, headers=headers) as r:
+                    assert r.status == 200, r.status
+                    await r.read()
+                await asyncio.sleep(0.005)
+    return {
+        name: [(got[i] - sent[i]) / 1e6 for i in sorted(got) if i in sent]
+        for name, got in received.items()
+    }
 
 
 # --- processes ---------------------------------------------------------------------------------
@@ -252,15 +314,25 @@ async def watch_delays(session: aiohttp.ClientSession, url: str, events: int) ->
     return delays
 
 
-async def run(quick: bool) -> None:
+async def run(quick: bool, upstream: str) -> None:
     n_get, n_list, n_events = (300, 20, 100) if quick else (2000, 100, 500)
     up_port, hub_port, srv_port, ngx_port = free_port(), free_port(), free_port(), free_port()
     direct = f"http://127.0.0.1:{up_port}"
     targets = {"direct": direct, "hub": f"http://127.0.0.1:{hub_port}"}
     nginx = ensure_nginx()
+    use_sim = upstream == "sim"
+    get_path, list_path = (SIM_GET, SIM_LIST) if use_sim else (BUILTIN_GET, BUILTIN_LIST)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(process([PYTHON, __file__, "--serve-upstream", str(up_port)]))  # type: ignore[arg-type]
-        await wait_http(direct + "/api/v1/namespaces/default/pods/pod-0")
+        workdir = stack.enter_context(tempfile.TemporaryDirectory())
+        if use_sim:
+            upstream_argv = [
+                EDGEHUB, "--log-level", "warning", "sim-apiserver", "--port", "0",
+                "--seed", "scale:1000", "--insecure-port", str(up_port), "--workdir", workdir,
+            ]  # fmt: skip
+        else:
+            upstream_argv = [PYTHON, __file__, "--serve-upstream", str(up_port)]
+        stack.enter_context(process(upstream_argv))  # type: ignore[arg-type]
+        await wait_http(direct + get_path, timeout=60)
         hub = stack.enter_context(
             process(  # type: ignore[arg-type]
                 [
@@ -303,8 +375,8 @@ async def run(quick: bool) -> None:
         hub_cpu: dict[str, float] = {}
         async with aiohttp.ClientSession() as session:
             for name, base in targets.items():
-                get_url = base + "/api/v1/namespaces/default/pods/pod-0"
-                list_url = base + "/api/v1/namespaces/default/pods"
+                get_url = base + get_path
+                list_url = base + list_path
                 await sequential(session, get_url, 50)  # warm-up
                 c0 = cpu_seconds(hub_pid)
                 lat = await sequential(session, get_url, n_get)
@@ -316,7 +388,7 @@ async def run(quick: bool) -> None:
                 list_rps = await throughput(list_url, n_list, 4)
                 if name == "hub":
                     hub_cpu["list"] = (cpu_seconds(hub_pid) - c0) / (2 * n_list)
-                delays = await watch_delays(session, list_url, n_events)
+                delays = [] if use_sim else await watch_delays(session, list_url, n_events)
                 results[name] = {
                     "get_p50": statistics.median(lat) * 1e3,
                     "get_p99": pct(lat, 0.99) * 1e3,
@@ -324,12 +396,20 @@ async def run(quick: bool) -> None:
                     "list_p50": statistics.median(list_lat) * 1e3,
                     "list_p99": pct(list_lat, 0.99) * 1e3,
                     "list_rps": list_rps,
-                    "watch_p50": statistics.median(delays),
-                    "watch_p99": pct(delays, 0.99),
+                    "watch_p50": statistics.median(delays) if delays else 0.0,
+                    "watch_p99": pct(delays, 0.99) if delays else 0.0,
                 }
+            if use_sim:
+                all_delays = await sim_watch_delays(targets, direct, n_events)
+                for name, delays in all_delays.items():
+                    results[name]["watch_p50"] = statistics.median(delays)
+                    results[name]["watch_p99"] = pct(delays, 0.99)
         busy_rss = rss_mb(hub_pid)
 
-    print(f"\nupstream: built-in stand-in (1 pod {len(orjson.dumps(_pod(0)))} B, list of 1000)")
+    if use_sim:
+        print("\nupstream: edgehub sim-apiserver --seed scale:1000 (plain-HTTP port)")
+    else:
+        print(f"\nupstream: built-in stand-in (1 pod {len(orjson.dumps(_pod(0)))} B, list of 1000)")
     print(f"requests: GET x{n_get} (+{n_get} at concurrency 8), LIST x{n_list}, ", end="")
     print(f"watch events {n_events}\n")
     columns = ("GET p50", "GET p99", "GET rps", "LIST p50", "LIST p99", "LIST rps")
@@ -371,12 +451,13 @@ async def run(quick: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer requests")
+    parser.add_argument("--upstream", choices=("sim", "builtin"), default="sim")
     parser.add_argument("--serve-upstream", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
         return
-    asyncio.run(run(args.quick))
+    asyncio.run(run(args.quick, args.upstream))
 
 
 if __name__ == "__main__":
