@@ -177,25 +177,27 @@ def classify(
     connection = headers.get("Connection", "")
     body_content_type = _bare_media_type(headers.get("Content-Type", ""))
     is_upgrade = "upgrade" in _tokens(connection) and bool(headers.get("Upgrade"))
-    non_resource = RequestInfo(
-        method=method,
-        path=path,
-        verb=method.lower(),
-        is_resource_request=False,
-        user_agent=user_agent,
-        accept=accept,
-        body_content_type=body_content_type,
-        is_upgrade=is_upgrade,
-    )
+
+    def non_resource() -> RequestInfo:
+        return RequestInfo(
+            method=method,
+            path=path,
+            verb=method.lower(),
+            is_resource_request=False,
+            user_agent=user_agent,
+            accept=accept,
+            body_content_type=body_content_type,
+            is_upgrade=is_upgrade,
+        )
 
     parts = _split_path(path)
     if len(parts) < 3 or parts[0] not in API_PREFIXES:
-        return non_resource
+        return non_resource()
     api_prefix, parts = parts[0], parts[1:]
     group = ""
     if api_prefix not in GROUPLESS_PREFIXES:
         if len(parts) < 3:
-            return non_resource
+            return non_resource()
         group, parts = parts[0], parts[1:]
     version, parts = parts[0], parts[1:]
 
@@ -307,7 +309,7 @@ def _bare_media_type(value: str) -> str:
 
 
 def _partial_object_metadata(accept: str, verb: str) -> PartialObjectMetadata | None:
-    if verb not in ("get", "list", "watch"):
+    if verb not in ("get", "list", "watch") or "as=" not in accept:
         return None
     ranges = media_ranges(accept)
     if not ranges:
