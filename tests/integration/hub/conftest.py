@@ -52,6 +52,7 @@ class FakeApiserver:
         r.add_get("/api/v1/namespaces/{ns}/configmaps/broken", self._broken)
         r.add_get("/api/v1/namespaces/{ns}/configmaps/slow", self._slow)
         r.add_get("/version", self._version)
+        r.add_route("*", "/api/v1/namespaces/{ns}/secrets/{name}", self._secret)
         return app
 
     async def start(self, port: int = 0) -> None:
@@ -140,6 +141,24 @@ class FakeApiserver:
         self._record(request)
         await asyncio.sleep(float(request.query.get("sleep", "0.5")))
         return web.json_response({"kind": "ConfigMap", "metadata": {"name": "slow"}})
+
+    async def _secret(self, request: web.Request) -> web.StreamResponse:
+        self._record(request)
+        name = request.match_info["name"]
+        if name == "forbidden":
+            body = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"}
+            return web.json_response(body, status=403)
+        if name == "gone" and request.method == "DELETE":
+            return web.Response(status=204)
+        # hop-by-hop headers the hub must not pass on
+        headers = {
+            "Connection": "X-Hop",
+            "X-Hop": "1",
+            "Keep-Alive": "timeout=5",
+            "Audit-Id": "abc",
+            "Content-Type": "application/json",
+        }
+        return web.Response(body=b'{"kind":"Secret"}', headers=headers)
 
     async def _exec_ws(self, request: web.Request) -> web.WebSocketResponse:
         self._record(request)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -281,3 +282,44 @@ async def test_graceful_stop_ends_watches_and_drains(
         watch.release()
         status, body = await slow
         assert status == 200 and body["metadata"]["name"] == "slow"
+
+
+async def test_statuses_and_headers_pass_through(
+    apiserver: FakeApiserver, make_hub: MakeHub
+) -> None:
+    async with make_hub([apiserver.url]) as hub, aiohttp.ClientSession() as s:
+        async with s.get(hub.proxy_url + "/api/v1/namespaces/d/secrets/forbidden") as r:
+            assert r.status == 403
+            assert (await r.json())["message"] == "no"  # upstream Status body untouched
+        async with s.get(hub.proxy_url + "/api/v1/namespaces/d/secrets/x") as r:
+            assert r.status == 200 and await r.read() == b'{"kind":"Secret"}'
+            assert r.headers["Audit-Id"] == "abc"
+            assert "X-Hop" not in r.headers and "Keep-Alive" not in r.headers
+        async with s.head(hub.proxy_url + "/api/v1/namespaces/d/secrets/x") as r:
+            assert r.status == 200 and await r.read() == b""
+        async with s.delete(hub.proxy_url + "/api/v1/namespaces/d/secrets/gone") as r:
+            assert r.status == 204
+
+
+async def test_list_deadline_gives_504(apiserver: FakeApiserver, make_hub: MakeHub) -> None:
+    async with make_hub([apiserver.url]) as hub:
+        # a get with timeout=3s: the hub allows 1 s (YurtHub: 2 s margin); the apiserver takes 2 s
+        url = "/api/v1/namespaces/d/configmaps/slow?sleep=2&timeout=3s"
+        started = asyncio.get_running_loop().time()
+        status, body = await get_json(hub.proxy_url + url)
+        assert status == 504 and body["kind"] == "Status"
+        assert asyncio.get_running_loop().time() - started < 1.8
+
+
+async def test_in_flight_bound_answers_429(apiserver: FakeApiserver, make_hub: MakeHub) -> None:
+    async with make_hub([apiserver.url]) as hub, aiohttp.ClientSession() as s:
+        assert hub.router is not None
+        hub.router._settings = dataclasses.replace(
+            hub.settings, proxy=dataclasses.replace(hub.settings.proxy, max_in_flight=1)
+        )
+        watch = await s.get(hub.proxy_url + "/api/v1/pods?watch=1")
+        try:
+            status, body = await get_json(hub.proxy_url + "/api/v1/pods")
+            assert status == 429 and body["reason"] == "TooManyRequests"
+        finally:
+            watch.close()
