@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import aiohttp
 import yarl
@@ -59,6 +60,7 @@ class RemoteProxy:
         self._metrics = collectors
         self.tee = tee
         self._watches: set[aiohttp.ClientResponse] = set()
+        self._conns: dict[str, Any] = {}
         self._closing = False
 
     def end_watches(self) -> int:
@@ -103,7 +105,7 @@ class RemoteProxy:
             # The request deadline (see requestinfo) covers the whole exchange.
             async with asyncio.timeout(info.deadline):
                 up = await self._send(request, server, out_headers, data, own_identity)
-                with self._tracked(up, info):
+                with self._tracked(up, info, server):
                     return await self._relay(request, info, up, started)
         except TimeoutError as e:
             if not started:
@@ -149,13 +151,22 @@ class RemoteProxy:
             raise UpstreamUnavailable(server, repr(e), retryable=False) from e
 
     @contextlib.contextmanager
-    def _tracked(self, up: aiohttp.ClientResponse, info: requestinfo.RequestInfo) -> Iterator[None]:
+    def _tracked(
+        self, up: aiohttp.ClientResponse, info: requestinfo.RequestInfo, server: str
+    ) -> Iterator[None]:
         watch = info.is_watch
         if watch:
             self._watches.add(up)
+        # node_yurthub_closable_conns_collector: upstream exchanges open per server (host:port).
+        conns = self._conns.get(server)
+        if conns is None:
+            conns = self._metrics.closable_conns.labels(server.split("://", 1)[-1])
+            self._conns[server] = conns
+        conns.inc()
         try:
             yield
         finally:
+            conns.dec()
             if watch:
                 self._watches.discard(up)
             up.release()

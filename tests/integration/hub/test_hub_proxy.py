@@ -194,6 +194,8 @@ async def test_readiness_gate_until_first_probe(
                 text = await r.text()
         assert f'node_yurthub_server_healthy_status{{server="{apiserver.url}"}} 1.0' in text
         assert "node_yurthub_request_duration_seconds_bucket" in text
+        host_port = apiserver.url.removeprefix("http://")
+        assert f'node_yurthub_closable_conns_collector{{server="{host_port}"}} 0.0' in text
 
 
 async def test_websocket_upgrade_passes_through(
