@@ -185,6 +185,8 @@ async def test_readiness_gate_until_first_probe(
         async with aiohttp.ClientSession() as s, s.get(hub.server_url + "/v1/readyz") as r:
             assert r.status == 500 and "initial-health-probe" in await r.text()
         await hub.health.initial_probe_done.wait()
+        status, _ = await get_json(hub.proxy_url + "/api/v1/pods")
+        assert status == 200
         async with aiohttp.ClientSession() as s:
             async with s.get(hub.server_url + "/v1/readyz") as r:
                 assert r.status == 200
