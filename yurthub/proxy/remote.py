@@ -188,25 +188,32 @@ class RemoteProxy:
         try:
             await resp.prepare(request)
             started.append(resp)
-            try:
-                async for chunk in up.content.iter_any():
-                    await resp.write(chunk)
-                    traffic += len(chunk)
-                    if sink is not None:
-                        sink.feed(chunk)
-            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:
-                if info.is_watch:
-                    # Upstream closed mid-stream (or the hub ended the watch): a clean end
-                    # makes the client re-watch; nothing to tell it beyond that.
-                    log.debug("watch %s ended by upstream: %r", info.path, e)
-                else:
-                    log.warning("upstream broke mid-body for %s: %r", info.describe(), e)
+            chunks = up.content.iter_any().__aiter__()
+            while True:
+                # Only the upstream read is guarded here: a failed write to the client raises
+                # ConnectionResetError (aiohttp's also subclasses ClientConnectionError) and
+                # is handled below as "client went away".
+                try:
+                    chunk = await chunks.__anext__()
+                except StopAsyncIteration:
+                    break
+                except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:
                     if sink is not None:
                         sink.abort("upstream broke mid-body")
                         sink = None
+                    if info.is_watch:
+                        # Upstream closed mid-stream (or the hub ended the watch): a clean
+                        # end makes the client re-watch; nothing to tell it beyond that.
+                        log.debug("watch %s ended by upstream: %r", info.path, e)
+                        break
+                    log.warning("upstream broke mid-body for %s: %r", info.describe(), e)
                     if request.transport is not None:
                         request.transport.close()
                     return resp
+                await resp.write(chunk)
+                traffic += len(chunk)
+                if sink is not None:
+                    sink.feed(chunk)
             if sink is not None and info.is_watch and self._closing:
                 sink.abort("hub shutting down")
                 sink = None

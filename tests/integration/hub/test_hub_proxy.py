@@ -79,6 +79,7 @@ async def test_watch_events_arrive_one_by_one(apiserver: FakeApiserver, make_hub
         path, sink = tee.sinks[-1]
         assert path == "/api/v1/pods"
         assert b"".join(sink.chunks) == b"".join(received)
+        assert sink.aborted and not sink.finished  # the upstream broke the stream
         # the hub stays healthy afterwards
         status, _ = await get_json(hub.proxy_url + "/api/v1/pods")
         assert status == 200
