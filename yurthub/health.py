@@ -258,6 +258,11 @@ class HealthChecker:
                 )
                 if attempt + 1 < self._hb.failed_retry and isinstance(e, _ProbeFailed):
                     await asyncio.sleep(CONFLICT_BACKOFF[min(attempt, len(CONFLICT_BACKOFF) - 1)])
+            except Exception:
+                # A malformed answer or a bug must cost one failed probe, never the prober task
+                # (its death would take the hub's TaskGroup down with it).
+                log.exception("heartbeat via %s failed unexpectedly", server)
+                return False
         return False
 
     async def _renew(self, server: str) -> None:
