@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 import aiohttp
 import orjson
@@ -172,10 +173,12 @@ async def sim_watch_delays(
         for name, got in received.items()
     }
     # Per event, how much later than the direct watch each proxied watch got it.
+    reference = received["direct"]
     for name, got in received.items():
         if name != "direct":
-            base = received["direct"]
-            delays[f"{name}-vs-direct"] = [(got[i] - base[i]) / 1e6 for i in got if i in base]
+            delays[f"{name}-vs-direct"] = [
+                (got[i] - reference[i]) / 1e6 for i in got if i in reference
+            ]
     return delays
 
 
@@ -204,8 +207,8 @@ async def wait_http(url: str, timeout: float = 20) -> None:
 
 
 @contextlib.contextmanager
-def process(args: list[str], **kw: object) -> object:
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
+def process(args: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield proc
     finally:
@@ -337,10 +340,10 @@ async def run(quick: bool, upstream: str) -> None:
             ]  # fmt: skip
         else:
             upstream_argv = [PYTHON, __file__, "--serve-upstream", str(up_port)]
-        stack.enter_context(process(upstream_argv))  # type: ignore[arg-type]
+        stack.enter_context(process(upstream_argv))
         await wait_http(direct + get_path, timeout=60)
         hub = stack.enter_context(
-            process(  # type: ignore[arg-type]
+            process(
                 [
                     EDGEHUB,
                     "--log-level",
@@ -370,11 +373,11 @@ async def run(quick: bool, upstream: str) -> None:
             tmp = stack.enter_context(tempfile.TemporaryDirectory())
             conf = pathlib.Path(tmp) / "nginx.conf"
             conf.write_text(NGINX_CONF.format(tmp=tmp, upstream=up_port, port=ngx_port))
-            stack.enter_context(process([nginx, "-c", str(conf), "-p", tmp]))  # type: ignore[arg-type]
+            stack.enter_context(process([nginx, "-c", str(conf), "-p", tmp]))
             targets["nginx"] = f"http://127.0.0.1:{ngx_port}"
             await wait_http(targets["nginx"] + "/api/v1/namespaces/default/pods/pod-0")
         await asyncio.sleep(1.0)
-        hub_pid = hub.pid  # type: ignore[attr-defined]
+        hub_pid = hub.pid
         idle_rss = rss_mb(hub_pid)
 
         results: dict[str, dict[str, float]] = {name: {} for name in targets}
@@ -424,32 +427,32 @@ async def run(quick: bool, upstream: str) -> None:
     print(f"watch events {n_events}\n")
     columns = ("GET p50", "GET p99", "GET rps", "LIST p50", "LIST p99", "LIST rps")
     print(f"{'target':8} " + " ".join(f"{c:>9}" for c in columns) + "  watch p50  watch p99")
-    for name, r in results.items():
+    for name, row in results.items():
         print(
-            f"{name:8} {r['get_p50']:8.3f}ms {r['get_p99']:8.3f}ms {r['get_rps']:9.0f} "
-            f"{r['list_p50']:8.2f}ms {r['list_p99']:8.2f}ms {r['list_rps']:9.1f} "
-            f"{r['watch_p50']:9.3f}ms {r['watch_p99']:9.3f}ms"
+            f"{name:8} {row['get_p50']:8.3f}ms {row['get_p99']:8.3f}ms {row['get_rps']:9.0f} "
+            f"{row['list_p50']:8.2f}ms {row['list_p99']:8.2f}ms {row['list_rps']:9.1f} "
+            f"{row['watch_p50']:9.3f}ms {row['watch_p99']:9.3f}ms"
         )
     d = results["direct"]
     for name in ("hub", "nginx"):
         if name not in results:
             print(f"{name}: not available")
             continue
-        r = results[name]
+        row = results[name]
         print(f"\nadded by {name} ({name} - direct):")
         print(
-            f"  GET  p50 {r['get_p50'] - d['get_p50']:+.3f} ms  p99 "
-            f"{r['get_p99'] - d['get_p99']:+.3f} ms  throughput ratio "
-            f"{r['get_rps'] / d['get_rps']:.2f}"
+            f"  GET  p50 {row['get_p50'] - d['get_p50']:+.3f} ms  p99 "
+            f"{row['get_p99'] - d['get_p99']:+.3f} ms  throughput ratio "
+            f"{row['get_rps'] / d['get_rps']:.2f}"
         )
         print(
-            f"  LIST p50 {r['list_p50'] - d['list_p50']:+.3f} ms  p99 "
-            f"{r['list_p99'] - d['list_p99']:+.3f} ms  throughput ratio "
-            f"{r['list_rps'] / d['list_rps']:.2f}"
+            f"  LIST p50 {row['list_p50'] - d['list_p50']:+.3f} ms  p99 "
+            f"{row['list_p99'] - d['list_p99']:+.3f} ms  throughput ratio "
+            f"{row['list_rps'] / d['list_rps']:.2f}"
         )
         print(
-            f"  watch delay p50 {r['watch_p50'] - d['watch_p50']:+.3f} ms  p99 "
-            f"{r['watch_p99'] - d['watch_p99']:+.3f} ms"
+            f"  watch delay p50 {row['watch_p50'] - d['watch_p50']:+.3f} ms  p99 "
+            f"{row['watch_p99'] - d['watch_p99']:+.3f} ms"
         )
     for name, (p50, p99) in relative.items():
         print(f"{name}, per event (same events, watches open side by side): ", end="")
