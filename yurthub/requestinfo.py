@@ -269,6 +269,23 @@ def classify(
     )
 
 
+# --- pool scope (reference §2.4; the multiplexer that serves it is a later issue) --------------
+
+DEFAULT_POOL_SCOPE_RESOURCES = frozenset({"/v1/services", "discovery.k8s.io/v1/endpointslices"})
+
+
+def pool_scope(info: RequestInfo, resources: frozenset[str], node_name: str) -> tuple[bool, bool]:
+    """(is pool scoped, forwarded by this hub's own multiplexer) for a request.
+
+    Only list/watch of a ``group/version/resource`` in ``resources`` is pool scoped; a request
+    is "forwarded" when its User-Agent is exactly ``multiplexer-proxy-<node_name>``.
+    """
+    if not info.is_resource_request or info.verb not in ("list", "watch"):
+        return False, False
+    gvr = f"{info.group}/{info.version}/{info.resource}"
+    return gvr in resources, info.user_agent == f"multiplexer-proxy-{node_name}"
+
+
 # --- Accept / media types ---------------------------------------------------------------------
 
 

@@ -142,3 +142,15 @@ def test_settings_require_node_and_servers() -> None:
 
 def test_cache_agents() -> None:
     assert settings.parse_cache_agents(" Foo, bar,foo,, * ") == ("foo", "bar", "*")
+
+
+# §10.3 util_test (:236): lb modes
+@pytest.mark.parametrize("mode", ["rr", "priority"])
+def test_lb_modes_valid(mode: str) -> None:
+    assert settings.LbMode(mode).value == mode
+
+
+@pytest.mark.parametrize("mode", ["", "illegal", "consistent-hashing"])
+def test_lb_modes_invalid(mode: str) -> None:
+    with pytest.raises(ValueError):
+        settings.LbMode(mode)

@@ -338,3 +338,19 @@ def test_undecodable_user_agent_and_path_become_replacement_chars() -> None:
     assert info.component == "kub\ufffdelet"
     assert info.namespace == "d\ufffd"
     info.user_agent.encode("utf-8")  # no surrogates left
+
+
+# §10.3 (proxy/util:63) pool scope, services + endpointslices configured, node "foo"
+@pytest.mark.parametrize(
+    ("ua", "url", "want"),
+    [
+        ("kubelet", "/api/v1/services", (True, False)),
+        ("flanneld/0.11.0", "/api/v1/nodes/mynode", (False, False)),
+        ("multiplexer-proxy-foo", "/api/v1/services", (True, True)),
+        ("kube-proxy", "/apis/discovery.k8s.io/v1/endpointslices?watch=1", (True, False)),
+        ("kube-proxy", "/api/v1/namespaces/default/services/kubernetes", (False, False)),
+    ],
+)
+def test_pool_scope(ua: str, url: str, want: tuple[bool, bool]) -> None:
+    info = classify("GET", url, ua)
+    assert requestinfo.pool_scope(info, requestinfo.DEFAULT_POOL_SCOPE_RESOURCES, "foo") == want
