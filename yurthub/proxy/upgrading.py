@@ -8,11 +8,11 @@ handshake to the apiserver and then copy bytes both ways until either side close
    ordinary requests;
 2. read the response head (bounded). Not 101: relay it as an ordinary response (Status errors
    such as 403 must reach kubectl). 101: answer the client 101 with the upstream's headers;
-3. take the client connection over from aiohttp (``set_parser`` feeds a ``StreamReader``, as
-   aiohttp's own WebSocket support does) and pump both directions; when one direction ends the
-   other is cancelled and both connections are closed.
+3. take the client connection over from aiohttp (``set_parser`` feeds a bounded buffer, as
+   aiohttp's own WebSocket support does with its reader) and pump both directions; when one
+   direction ends the other is cancelled and both connections are closed.
 
-Backpressure both ways: ``StreamReader`` pauses the client transport past its limit, and each
+Backpressure both ways: the client buffer pauses the client transport past its limit, and each
 write awaits ``drain``. Dangers: aiohttp's ``set_parser`` is typed for its WebSocket reader; the
 object passed here implements the two methods it calls (``feed_data``, ``feed_eof``).
 """
@@ -20,13 +20,14 @@ object passed here implements the two methods it calls (``feed_data``, ``feed_eo
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import ssl
 import urllib.parse
 from typing import Any, cast
 
-from aiohttp import streams, web
+from aiohttp import web
 
 from yurthub import requestinfo
 from yurthub.proxy import headers, remote
@@ -39,17 +40,53 @@ _PUMP_CHUNK = 65536
 
 
 class _RawFeed:
-    """What aiohttp's protocol calls once a parser is set on an upgraded connection."""
+    """Client bytes of an upgraded connection, bounded.
 
-    def __init__(self, reader: streams.StreamReader) -> None:
-        self._reader = reader
+    aiohttp calls ``feed_data``/``feed_eof`` once a parser is set on the connection. Past
+    ``_HIGH`` buffered bytes the client transport stops reading (TCP backpressure), and resumes
+    when the pump has taken the buffer below ``_LOW``. (aiohttp's own ``StreamReader`` cannot be
+    used here: its flow control pauses the HTTP parser, which is idle on an upgraded
+    connection.)
+    """
+
+    _HIGH = 4 * _PUMP_CHUNK
+    _LOW = _PUMP_CHUNK
+
+    def __init__(self, transport: asyncio.Transport | None) -> None:
+        self._transport = transport
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._size = 0
+        self._eof = False
+        self._paused = False
+        self._ready = asyncio.Event()
 
     def feed_data(self, data: bytes) -> tuple[bool, bytes]:
-        self._reader.feed_data(data)
+        if data:
+            self._chunks.append(data)
+            self._size += len(data)
+            self._ready.set()
+            if self._size > self._HIGH and not self._paused and self._transport is not None:
+                self._paused = True
+                self._transport.pause_reading()
         return False, b""
 
     def feed_eof(self) -> None:
-        self._reader.feed_eof()
+        self._eof = True
+        self._ready.set()
+
+    async def read(self) -> bytes:
+        """The next buffered bytes; b"" at EOF."""
+        while not self._chunks:
+            if self._eof:
+                return b""
+            self._ready.clear()
+            await self._ready.wait()
+        data = self._chunks.popleft()
+        self._size -= len(data)
+        if self._paused and self._size < self._LOW and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+        return data
 
 
 async def forward(
@@ -161,13 +198,12 @@ async def _pump(
     up_reader: asyncio.StreamReader,
     up_writer: asyncio.StreamWriter,
 ) -> None:
-    loop = asyncio.get_running_loop()
-    client_reader = streams.StreamReader(request.protocol, _PUMP_CHUNK, loop=loop)
-    request.protocol.set_parser(cast(Any, _RawFeed(client_reader)))
+    feed = _RawFeed(request.transport)
+    request.protocol.set_parser(cast(Any, feed))
 
     async def client_to_upstream() -> None:
         while True:
-            data = await client_reader.readany()
+            data = await feed.read()
             if not data:
                 break
             up_writer.write(data)
