@@ -9,7 +9,7 @@ the ``v0.Registration`` server and one task group for every stream::
             "default/my-config", "debugEcho", details_text, properties=resolve_properties
         )
         async for snapshot in request.snapshots():
-            ...  # snapshot.devices: tuple[DiscoveredDevice, ...]; snapshot.invalid_details
+            ...  # snapshot.devices, snapshot.reported, snapshot.invalid_details
         await reg.stop_request("default/my-config")
 
 API (all methods are called from the event loop that entered :func:`running`):
@@ -70,7 +70,7 @@ from urllib.parse import urlsplit
 import grpc
 import grpc.aio
 
-from discovery import details, devices, sdk, wire
+from discovery import details, devices, grpcserving, sdk, wire
 from discovery.proto import discovery_pb2
 
 logger = logging.getLogger(__name__)
@@ -127,6 +127,10 @@ class Snapshot:
     devices: tuple[DiscoveredDevice, ...] = ()
     endpoints: tuple[str, ...] = ()
     """uids of the endpoints this request currently queries (streaming or retrying)."""
+    reported: frozenset[str] = frozenset()
+    """uids of the endpoints that delivered at least one device list on their current stream
+    (an empty list counts). Tells "reported nothing" from "has not reported yet": a stream
+    that ends or fails leaves this set until its next stream delivers a list."""
     invalid_details: str | None = None
     """Set when a handler rejected the details (gRPC INVALID_ARGUMENT); report it on the
     Configuration. Not retried until the request is replaced."""
@@ -281,6 +285,7 @@ class DiscoveryRequest:
             version=self._snapshot.version + 1,
             devices=merge(self._lists),
             endpoints=tuple(sorted(self._tasks)),
+            reported=frozenset(self._lists),
             invalid_details=self._invalid,
             errors=dict(sorted(self._errors.items())),
         )
@@ -334,9 +339,10 @@ class DiscoveryRequest:
     async def _stop(self) -> None:
         self._stopped = True
         tasks = [t for uid in list(self._tasks) if (t := self._detach(uid)) is not None]
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if tasks:
+            # wait(), not ``await task`` under suppress(CancelledError): that would also swallow
+            # a cancellation of the task calling _stop.
+            await asyncio.wait(tasks)
 
     async def _stream(self, endpoint: Endpoint, kick: _Kick) -> None:
         settings = self._registry.settings
@@ -632,9 +638,11 @@ async def _serving(settings: RegistrySettings) -> AsyncGenerator[Registry, None]
                 logger.info("discovery handler registration served on %s", socket_path)
             yield registry
         finally:
-            if server is not None:
-                await server.stop(1.0)
-            if socket_path is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    socket_path.unlink()
-            await registry._close()
+            try:
+                if server is not None:
+                    await grpcserving.stop(server, 1.0)
+            finally:
+                if socket_path is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        socket_path.unlink()
+                await registry._close()

@@ -43,7 +43,7 @@ from typing import Any, Protocol, TypeVar
 import grpc
 import grpc.aio
 
-from discovery import details, devices, handlers, wire
+from discovery import details, devices, grpcserving, handlers, wire
 from discovery.proto import discovery_pb2
 
 logger = logging.getLogger(__name__)
@@ -352,11 +352,13 @@ async def serve(
         await _keep_registered(handler, endpoint, settings, stream_dropped)
     finally:
         servicer.closing = True
-        await server.stop(settings.shutdown_grace)
-        if endpoint.socket_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                endpoint.socket_path.unlink()
-        logger.info("discovery handler %s stopped", handler.name)
+        try:
+            await grpcserving.stop(server, settings.shutdown_grace)
+        finally:
+            if endpoint.socket_path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    endpoint.socket_path.unlink()
+            logger.info("discovery handler %s stopped", handler.name)
 
 
 # --------------------------------------------------------------------------- registration

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import grpc
 import grpc.aio
 
+from discovery import grpcserving
 from discovery.agent import (
     cdi,
     discovered,
@@ -153,7 +154,7 @@ class Plugin(pb_grpc.DevicePluginServicer):
         self.registered = False
         try:
             if server is not None:
-                await stop_server(server, 0.5)
+                await grpcserving.stop(server, 0.5)
         finally:
             if path is not None:
                 path.unlink(missing_ok=True)
@@ -480,15 +481,6 @@ async def stop_all(running: Sequence[Plugin]) -> None:
         except Exception:
             logger.exception("stopping device plugin %s failed", plugin.resource)
     if cancelled:
-        raise asyncio.CancelledError
-
-
-async def stop_server(server: grpc.aio.Server, grace: float) -> None:
-    """``server.stop`` that keeps a cancellation: grpc's shutdown can swallow the
-    CancelledError delivered while it waits, which would leave our owner running."""
-    await server.stop(grace)
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
         raise asyncio.CancelledError
 
 

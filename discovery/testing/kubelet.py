@@ -28,7 +28,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from discovery.agent import plugins
+from discovery import grpcserving
 from discovery.proto import deviceplugin_v1beta1_pb2 as pb
 from discovery.proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from discovery.proto import podresources_v1_pb2 as pr
@@ -90,14 +90,13 @@ class SimKubelet(pb_grpc.RegistrationServicer):
             if plugin.task is not None:
                 plugin.task.cancel()
         tasks = [p.task for p in self.plugins.values() if p.task is not None]
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if tasks:
+            await asyncio.wait(tasks)  # never swallows a cancellation of our own task
         self.plugins.clear()
         try:
             if self._server is not None:
                 server, self._server = self._server, None
-                await plugins.stop_server(server, 0)
+                await grpcserving.stop(server, 0)
         finally:
             self.socket.unlink(missing_ok=True)
 
@@ -222,7 +221,7 @@ class SimPodResources(pr_grpc.PodResourcesListerServicer):
     async def __aexit__(self, *exc: object) -> None:
         try:
             if self._server is not None:
-                await plugins.stop_server(self._server, 0)
+                await grpcserving.stop(self._server, 0)
         finally:
             self.socket.unlink(missing_ok=True)
 
