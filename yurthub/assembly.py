@@ -1,0 +1,68 @@
+"""The hub assembled with its disk cache: what ``edgehub hub`` and the demo run.
+
+``server.Hub`` knows nothing of the cache beyond the seams (``proxy/seams.py``); the cache
+runtime knows nothing of listeners. This module plugs one into the other, in the one order
+that is safe:
+
+1. open the cache (index loaded off the loop) — offline answers work from the first request;
+2. start the hub with the cache's tee and local answerer; the heartbeat's Lease is stored as
+   kubelet's lease;
+3. tell the local answerer how to see cloud health (held offline watches end when it returns);
+4. follow the ``yurt-hub-cfg`` ConfigMap through the hub's own proxy (so it is cached too).
+
+Teardown runs in reverse: stop following, stop the hub (phased), close the cache (queued
+writes flushed, bounded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator
+
+from yurthub import server, settings
+from yurthub.cache import runtime
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Node:
+    """A running hub and the cache behind it."""
+
+    hub: server.Hub
+    cache: runtime.CacheRuntime
+
+
+@contextlib.asynccontextmanager
+async def running(
+    hub_settings: settings.HubSettings, *, force: asyncio.Event | None = None
+) -> AsyncIterator[Node]:
+    """Run the hub with its cache for the duration of the ``async with`` body.
+
+    Enter and exit from the same task (the hub's TaskGroup belongs to it). ``force``, when set
+    during teardown, cuts the graceful phase short (a second signal).
+    """
+    cache = await runtime.open(hub_settings)
+    try:
+        hub = server.Hub(hub_settings, tee=cache.tee, local=cache.local)
+        hub.on_lease = cache.on_lease
+        await hub.start()
+        checker = hub.health
+        assert checker is not None  # set by start()
+        cache.cloud_healthy = checker.any_healthy
+        try:
+            async with asyncio.TaskGroup() as tg:
+                follower = tg.create_task(
+                    cache.follow_config(hub.proxy_url), name="cache-agents-config"
+                )
+                try:
+                    yield Node(hub=hub, cache=cache)
+                finally:
+                    follower.cancel()
+        finally:
+            await hub.stop(force=force)
+    finally:
+        await cache.close()
