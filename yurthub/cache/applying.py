@@ -102,11 +102,20 @@ def item_from_object(
     return Item(keys.object_key(scope, namespace, name), entry, body)
 
 
-def apply_object(current: entries.Entry | None, item: Item, owner: str) -> Change | None:
-    """Store one object for ``owner`` (a list key string or ``entries.DIRECT``)."""
+def apply_object(
+    current: entries.Entry | None, item: Item, owner: str, *, same_version_differs: bool = False
+) -> Change | None:
+    """Store one object for ``owner`` (a list key string or ``entries.DIRECT``).
+
+    The same resourceVersion means the same object, so it is not rewritten, unless
+    ``same_version_differs``: a body the hub made itself offline (kubelet's lease renewal keeps
+    the version it was given).
+    """
     if current is None:
         return Write(item.key, item.entry.with_owners(frozenset((owner,))), item.body)
     owners = current.owners | {owner}
+    if 0 <= item.entry.rv == current.rv and owner in current.owners and not same_version_differs:
+        return None  # the same version, already claimed: nothing to write
     if is_newer_or_same(item.entry, current):
         return Write(item.key, item.entry.with_owners(owners), item.body)
     if owners != current.owners:

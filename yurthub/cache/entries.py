@@ -65,11 +65,19 @@ class Entry:
     owners: frozenset[str]
     size: int
     """Body bytes."""
-    created: str = ""
-    """``metadata.creationTimestamp``: Table AGE without decoding."""
 
     def with_owners(self, owners: frozenset[str]) -> Entry:
-        return dataclasses.replace(self, owners=owners)
+        # Not dataclasses.replace: this runs once per object of every list (hot path).
+        return Entry(
+            self.resource_version,
+            self.rv,
+            self.kind,
+            self.api_version,
+            self.labels,
+            self.fields,
+            owners,
+            self.size,
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -106,13 +114,12 @@ def entry_from_object(
     return Entry(
         resource_version=rv,
         rv=parse_rv(rv),
-        kind=str(obj.get("kind") or ""),
-        api_version=str(obj.get("apiVersion") or ""),
+        kind=sys.intern(str(obj.get("kind") or "")),
+        api_version=sys.intern(str(obj.get("apiVersion") or "")),
         labels=_intern_map(labels if isinstance(labels, Mapping) else None),
         fields=_intern_map(fields) or {},
         owners=owners,
         size=size,
-        created=str(meta.get("creationTimestamp") or ""),
     )
 
 
@@ -157,8 +164,6 @@ def encode_object(entry: Entry, body: bytes) -> bytes:
         header["l"] = entry.labels
     if entry.fields:
         header["f"] = entry.fields
-    if entry.created:
-        header["c"] = entry.created
     return _pack(header, body)
 
 
@@ -192,13 +197,12 @@ def _entry(header: Mapping[str, Any], size: int) -> Entry:
         entry = Entry(
             resource_version=rv,
             rv=parse_rv(rv),
-            kind=str(header["k"]),
-            api_version=str(header["av"]),
+            kind=sys.intern(str(header["k"])),
+            api_version=sys.intern(str(header["av"])),
             labels=_intern_map(header.get("l")),
             fields=_intern_map(header.get("f")) or {},
             owners=frozenset(sys.intern(o) for o in owners),
             size=size,
-            created=str(header.get("c", "")),
         )
     except (KeyError, TypeError, AttributeError) as e:
         raise CorruptEntry(f"entry header misses fields: {e}") from e

@@ -101,10 +101,54 @@ def _object_slice(line: bytes, kind: str, members: int) -> bytes | None:
     return body[len(prefix) : -1].strip()
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class ListItem:
-    object: dict[str, Any]
-    raw: bytes
+    """One list item: its identity at once, its decoded form and final bytes on demand.
+
+    A relist mostly repeats what the cache holds; the writer compares name and
+    resourceVersion first and decodes only the items that changed.
+    """
+
+    name: str
+    namespace: str
+    resource_version: str
+    source: bytes
+    """The item's bytes as received."""
+    head: ListHead | None = None
+    """Set when the item lacks kind/apiVersion: they come from the list."""
+    decoded: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, obj: dict[str, Any], raw: bytes) -> ListItem:
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        assert isinstance(meta, dict)
+        return cls(
+            str(meta.get("name") or ""),
+            str(meta.get("namespace") or ""),
+            str(meta.get("resourceVersion") or ""),
+            raw,
+            None,
+            obj,
+        )
+
+    @property
+    def object(self) -> dict[str, Any]:
+        if self.decoded is None:
+            obj = orjson.loads(self.source)
+            if self.head is not None:
+                obj.setdefault("kind", self.head.item_kind)
+                obj.setdefault("apiVersion", self.head.api_version)
+            self.decoded = obj
+        return self.decoded
+
+    @property
+    def raw(self) -> bytes:
+        if self.head is None:
+            return self.source
+        # Splice kind/apiVersion in front of the item's own members: no re-encode.
+        prefix = orjson.dumps({"kind": self.head.item_kind, "apiVersion": self.head.api_version})
+        rest = self.source[1:].lstrip()
+        return prefix[:-1] + (rest if rest[:1] == b"}" else b"," + rest)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -136,7 +180,7 @@ def parse_list(body: bytes) -> tuple[ListHead, Iterator[ListItem]]:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
         raise BadBody(f"list body is not UTF-8: {e}") from e
-    spans: list[tuple[int, int]] = []
+    spans: list[_Span] = []
     head: dict[str, Any] = {}
     try:
         pos = _skip(text, 0)
@@ -180,12 +224,64 @@ def parse_list(body: bytes) -> tuple[ListHead, Iterator[ListItem]]:
         resource_version=str(meta.get("resourceVersion") or ""),
         continue_token=str(meta.get("continue") or ""),
     )
-    if text.isascii():
-        raws: Iterator[bytes] = (body[start:end] for start, end in spans)
-    else:
-        # str offsets are not byte offsets here; re-encoding a slice gives back the same bytes.
-        raws = (text[start:end].encode("utf-8") for start, end in spans)
-    return list_head, _finish_items(raws, list_head)
+    ascii_only = text.isascii()
+
+    def items() -> Iterator[ListItem]:
+        for start, end, name, namespace, rv, typed in spans:
+            # str offsets are byte offsets only for ASCII; else re-encoding the slice gives back
+            # the same bytes.
+            raw = body[start:end] if ascii_only else text[start:end].encode("utf-8")
+            if typed is True:
+                yield ListItem(name, namespace, rv, raw)
+            elif typed is False:
+                yield ListItem(name, namespace, rv, raw, list_head)
+            else:
+                yield _half_typed(name, namespace, rv, raw, list_head)
+
+    return list_head, items()
+
+
+_Span = tuple[int, int, str, str, str, bool | None]
+"""(start, end, name, namespace, resourceVersion, typed): typed is True with kind and
+apiVersion, False with neither, None with only one of them."""
+
+
+def _half_typed(name: str, namespace: str, rv: str, raw: bytes, head: ListHead) -> ListItem:
+    # Complete and re-encode: splicing would duplicate the member it has.
+    decoded = orjson.loads(raw)
+    decoded.setdefault("kind", head.item_kind)
+    decoded.setdefault("apiVersion", head.api_version)
+    return ListItem(name, namespace, rv, orjson.dumps(decoded), None, decoded)
+
+
+_PEEK = 64 << 10
+_CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"]*)"')
+
+
+def is_whole_list(body: bytes) -> bool:
+    """True when the list's metadata (before its items) shows no ``continue`` token.
+
+    A cheap look at the head so a queued list can be dropped for a newer one of the same list;
+    anything it cannot tell (metadata after the items, a huge head) answers False.
+    """
+    head = body[:_PEEK]
+    meta = head.find(b'"metadata"')
+    items = head.find(b'"items"')
+    if meta < 0 or (0 <= items < meta):
+        return False
+    end = items if items >= 0 else len(head)
+    if items < 0 and len(body) > _PEEK:
+        return False
+    match = _CONTINUE.search(head, meta, end)
+    return match is None or not match.group(1)
+
+
+def _typed(kind: bool, api_version: bool) -> bool | None:
+    if kind and api_version:
+        return True
+    if not kind and not api_version:
+        return False
+    return None
 
 
 def _skip(text: str, pos: int) -> int:
@@ -193,7 +289,7 @@ def _skip(text: str, pos: int) -> int:
     return match.end() if match else pos
 
 
-def _items(text: str, pos: int, out: list[tuple[int, int]]) -> int:
+def _items(text: str, pos: int, out: list[_Span]) -> int:
     pos = _skip(text, pos + 1)
     if text[pos : pos + 1] == "]":
         return pos + 1
@@ -202,7 +298,19 @@ def _items(text: str, pos: int, out: list[tuple[int, int]]) -> int:
         item, pos = _DECODER.raw_decode(text, pos)
         if not isinstance(item, dict):
             raise BadBody("list item is not an object")
-        out.append((start, pos))
+        meta = item.get("metadata")
+        if not isinstance(meta, dict):
+            meta = {}
+        out.append(
+            (
+                start,
+                pos,
+                str(meta.get("name") or ""),
+                str(meta.get("namespace") or ""),
+                str(meta.get("resourceVersion") or ""),
+                _typed("kind" in item, "apiVersion" in item),
+            )
+        )
         pos = _skip(text, pos)
         sep = text[pos : pos + 1]
         pos = _skip(text, pos + 1)
@@ -210,24 +318,6 @@ def _items(text: str, pos: int, out: list[tuple[int, int]]) -> int:
             return pos
         if sep != ",":
             raise BadBody("list items have a malformed separator")
-
-
-def _finish_items(raws: Iterator[bytes], head: ListHead) -> Iterator[ListItem]:
-    kind_prefix = orjson.dumps({"kind": head.item_kind, "apiVersion": head.api_version})[:-1]
-    for raw in raws:
-        item = orjson.loads(raw)
-        has_kind, has_version = "kind" in item, "apiVersion" in item
-        if has_kind and has_version:
-            yield ListItem(item, raw)
-            continue
-        item.setdefault("kind", head.item_kind)
-        item.setdefault("apiVersion", head.api_version)
-        if has_kind or has_version:
-            yield ListItem(item, orjson.dumps(item))
-            continue
-        # Splice kind/apiVersion in front of the item's own members: no re-encode.
-        rest = raw[1:].lstrip()
-        yield ListItem(item, kind_prefix + (rest if rest[:1] == b"}" else b"," + rest))
 
 
 def table_rows(table: dict[str, Any]) -> list[ListItem]:
@@ -242,7 +332,7 @@ def table_rows(table: dict[str, Any]) -> list[ListItem]:
     for row in table.get("rows") or ():
         obj = row.get("object") if isinstance(row, dict) else None
         if isinstance(obj, dict) and obj:
-            out.append(ListItem(obj, orjson.dumps(obj)))
+            out.append(ListItem.of(obj, orjson.dumps(obj)))
     return out
 
 

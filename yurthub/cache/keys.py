@@ -26,6 +26,8 @@ are SQLite strings, never file paths, so nothing here can escape the cache direc
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 import urllib.parse
 
 CORE_GROUP = "core"
@@ -34,6 +36,7 @@ META_GROUP = "meta.k8s.io"
 
 # Characters that would change a key's shape, plus what an operator's terminal should not see.
 _RESERVED = frozenset("%/?;")
+_RESERVED_RE = re.compile(r"[%/?;]")
 
 
 class BadKey(ValueError):
@@ -42,7 +45,8 @@ class BadKey(ValueError):
 
 def escape(segment: str) -> str:
     """One key segment with reserved, control and unencodable characters as ``%XX``."""
-    if segment.isascii() and segment.isprintable() and not any(c in _RESERVED for c in segment):
+    # Hot path (every key of every offline list): a C-level check for the common case.
+    if segment.isascii() and segment.isprintable() and _RESERVED_RE.search(segment) is None:
         return segment
     out: list[str] = []
     for ch in segment:
@@ -90,6 +94,11 @@ class Scope:
     """API group; empty for the core group (rendered ``core``)."""
     partial: str = ""
     """``v1``/``v1beta1`` for PartialObjectMetadata answers, else empty."""
+    text: str = dataclasses.field(init=False, repr=False, compare=False, hash=False)
+    """The rendered prefix, computed once (every key of every offline list starts with it)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", self._render())
 
     @property
     def namespaced_keys(self) -> bool:
@@ -97,6 +106,9 @@ class Scope:
         return self.resource != "namespaces"
 
     def prefix(self) -> str:
+        return self.text
+
+    def _render(self) -> str:
         group = self.group or CORE_GROUP
         gvr = f"{escape(self.resource)}.{escape(self.version)}.{escape(group)}"
         if self.partial:
@@ -117,8 +129,8 @@ class ObjectKey:
 
     def __str__(self) -> str:
         if self.namespace:
-            return f"{self.scope.prefix()}/{escape(self.namespace)}/{escape(self.name)}"
-        return f"{self.scope.prefix()}/{escape(self.name)}"
+            return f"{self.scope.text}/{escape(self.namespace)}/{escape(self.name)}"
+        return f"{self.scope.text}/{escape(self.name)}"
 
 
 def object_key(scope: Scope, namespace: str, name: str) -> ObjectKey:
@@ -146,6 +158,9 @@ class ListKey:
         return not self.namespace or self.namespace == namespace
 
     def __str__(self) -> str:
+        return _list_text(self)
+
+    def _render(self) -> str:
         base = self.scope.prefix()
         if self.namespace and self.scope.namespaced_keys:
             base = f"{base}/{escape(self.namespace)}"
@@ -155,6 +170,12 @@ class ListKey:
         if self.field_selector:
             query.append(("fieldSelector", self.field_selector))
         return f"{base}?{urllib.parse.urlencode(query, quote_via=urllib.parse.quote)}"
+
+
+# Lists are few and rendered for every object write: remember their strings.
+@functools.lru_cache(maxsize=4096)
+def _list_text(list_key: ListKey) -> str:
+    return list_key._render()
 
 
 def list_key(scope: Scope, namespace: str, label_selector: str, field_selector: str) -> ListKey:
@@ -214,8 +235,9 @@ def parse_object_key(key: str) -> ObjectKey:
     raise BadKey(f"{key!r} has {len(rest)} segments after the resource")
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_list_key(key: str) -> ListKey:
-    """The inverse of ``str(ListKey)``."""
+    """The inverse of ``str(ListKey)`` (memoised: owners are parsed per object write)."""
     base, sep, query = key.partition("?")
     if not sep or is_nonresource_key(key):
         raise BadKey(f"{key!r} is not a list key")

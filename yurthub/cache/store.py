@@ -33,6 +33,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import ctypes
+import ctypes.util
 import dataclasses
 import logging
 import os
@@ -41,7 +43,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import diskcache
@@ -63,6 +65,10 @@ _DISKCACHE_SETTINGS: dict[str, Any] = {
     "size_limit": 1 << 62,
     "disk_min_file_size": _INLINE_LIMIT,
     "sqlite_synchronous": 1,  # NORMAL + WAL: crash-consistent, each commit is atomic
+    # Memory: no mmap (touched pages would count as the hub's RSS) and a 4 MiB page cache; the
+    # index answers the questions, SQLite only serves bodies.
+    "sqlite_mmap_size": 0,
+    "sqlite_cache_size": 1024,
 }
 PAGE_SESSION_TTL = 120.0
 _PARTIAL = "PartialObjectMetadata"
@@ -84,6 +90,31 @@ _SELECT_IN = "SELECT key, mode, value FROM Cache WHERE key IN ({}) AND raw = 1"
 _IN_CHUNK = 500
 _RANGE_READ_MIN = 64
 _MODE_RAW = diskcache.core.MODE_RAW
+
+
+_TRIM_AFTER = 4 << 20
+
+
+def _load_trim() -> Callable[[], object] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return lambda: trim(0)
+
+
+_MALLOC_TRIM = _load_trim()
+
+
+def trim_heap() -> None:
+    """Give freed heap back to the OS after a big list (glibc keeps it otherwise).
+
+    A 10,000-pod list is decoded item by item; the thousands of freed ~2 KB blocks stay mapped
+    by glibc's malloc and the hub's RSS would keep the high-water mark for good.
+    """
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM()
 
 
 def _raw_body(mode: int, value: bytes | None) -> bytes | None:
@@ -112,6 +143,8 @@ class Stats:
     """Responses the cache could not interpret (not JSON, wrong shape)."""
     dropped_responses: int = 0
     """Responses whose caching the tee gave up (over a size bound, queue full)."""
+    superseded_lists: int = 0
+    """Queued lists dropped because a newer whole list of the same key came in."""
     error_keys: set[str] = dataclasses.field(default_factory=set)
     """Keys whose last write failed (YurtHub's "error keys")."""
     last_error: str = ""
@@ -128,6 +161,8 @@ class PutObject:
     body: bytes
     namespace: str = ""
     """Request namespace, used when the object does not name its own."""
+    local: bool = False
+    """Made by the hub offline (kubelet's lease renewal): may differ at the same version."""
 
     @property
     def size(self) -> int:
@@ -428,6 +463,8 @@ class Store:
         if self._closed:
             return False
         size = job.size
+        if isinstance(job, PutList):
+            self._drop_superseded(job)
         if self._pending_bytes + size > self._max_pending and self._pending:
             self.stats.refused_jobs += 1
             return False
@@ -435,6 +472,25 @@ class Store:
         self._pending_bytes += size
         self._kick()
         return True
+
+    def _drop_superseded(self, job: PutList) -> None:
+        """A whole list makes a queued whole list of the same key pointless: drop that one.
+
+        Back-to-back lists (a client relisting, kubectl in a loop) otherwise queue tens of MB
+        each and cost a parse each, for a state the newest one replaces anyway.
+        """
+        if job.continued is True or not framing.is_whole_list(job.body):
+            return
+        for queued in list(self._pending):
+            if (
+                isinstance(queued, PutList)
+                and queued.list_key == job.list_key
+                and queued.continued is not True
+                and framing.is_whole_list(queued.body)
+            ):
+                self._pending.remove(queued)
+                self._pending_bytes -= queued.size
+                self.stats.superseded_lists += 1
 
     def _kick(self) -> None:
         if self._in_flight is not None or not self._pending or self._closed:
@@ -537,6 +593,9 @@ class Store:
         except (sqlite3.Error, OSError, diskcache.Timeout) as e:
             outcome.error = f"{type(e).__name__}: {e}"
             self._pages.clear()
+        if sum(job.size for job in batch) > _TRIM_AFTER:
+            del batch, batch_state
+            trim_heap()
         return outcome
 
 
@@ -639,21 +698,47 @@ class _Batch:
             for row in framing.table_rows(obj):
                 self._put_one(_row_scope(job.scope, row.object), row.object, row.raw, job.namespace)
             return
-        self._put_one(_row_scope(job.scope, obj), obj, job.body, job.namespace)
+        self._put_one(_row_scope(job.scope, obj), obj, job.body, job.namespace, job.local)
 
-    def _put_one(self, scope: keys.Scope, obj: dict[str, Any], body: bytes, namespace: str) -> None:
+    def _put_one(
+        self,
+        scope: keys.Scope,
+        obj: dict[str, Any],
+        body: bytes,
+        namespace: str,
+        local: bool = False,
+    ) -> None:
         item = applying.item_from_object(scope, obj, body, fallback_namespace=namespace)
-        change = applying.apply_object(self.lookup(item.key), item, entries.DIRECT)
+        change = applying.apply_object(
+            self.lookup(item.key), item, entries.DIRECT, same_version_differs=local
+        )
         if change is not None:
             self.change(change)
 
     def _items(
-        self, list_key: keys.ListKey, parsed: Iterable[framing.ListItem]
+        self, list_key: keys.ListKey, parsed: Iterable[framing.ListItem], seen: set[keys.ObjectKey]
     ) -> Iterator[applying.Item]:
+        """Items that may change the cache; unchanged ones only go into ``seen``.
+
+        A relist mostly repeats what is stored: same name, same resourceVersion, same claim.
+        Those are recognised without decoding the object.
+        """
+        owner = str(list_key)
+        scope = list_key.scope
         for item in parsed:
+            if item.name:
+                key = keys.object_key(scope, item.namespace or list_key.namespace, item.name)
+                current = self.lookup(key)
+                if (
+                    current is not None
+                    and owner in current.owners
+                    and 0 <= entries.parse_rv(item.resource_version) == current.rv
+                ):
+                    seen.add(key)
+                    continue
             try:
                 yield applying.item_from_object(
-                    list_key.scope, item.object, item.raw, fallback_namespace=list_key.namespace
+                    scope, item.object, item.raw, fallback_namespace=list_key.namespace
                 )
             except applying.NotStorable:
                 continue
@@ -679,13 +764,15 @@ class _Batch:
         for stale in [k for k, s in pages.items() if now - s.started > PAGE_SESSION_TTL]:
             del pages[stale]
         session = pages.get(list_key)
-        items = list(self._items(list_key, parsed))
+        unchanged: set[keys.ObjectKey] = set()
+        items = list(self._items(list_key, parsed, unchanged))
         later_page = job.continued is True or (job.continued is None and session is not None)
         if head.continue_token:
             # One page of a chunked list: store its items, release nothing until the last page.
             if not later_page or session is None:
                 session = pages[list_key] = _PageSession(set(), now)
             session.names.update(item.key for item in items)
+            session.names.update(unchanged)
             for item in items:
                 change = applying.apply_object(self.lookup(item.key), item, str(list_key))
                 if change is not None:
@@ -700,11 +787,11 @@ class _Batch:
             covered = items
             if later_page and session is not None:
                 del pages[list_key]
-                keep = session.names
-                previous = [k for k in self.members(list_key) if k not in keep]
+                keep = session.names | unchanged
             else:
                 pages.pop(list_key, None)
-                previous = self.members(list_key)
+                keep = unchanged
+            previous = [k for k in self.members(list_key) if k not in keep]
             list_rv = entries.parse_rv(head.resource_version)
             for change in applying.replace_list(self.lookup, previous, covered, list_key, list_rv):
                 self.change(change)
@@ -776,7 +863,7 @@ class _Batch:
         found = (
             framing.table_rows(event.object)
             if rows
-            else [framing.ListItem(event.object, event.raw)]
+            else [framing.ListItem.of(event.object, event.raw)]
         )
         for row in found:
             row_key = dataclasses.replace(list_key, scope=_row_scope(list_key.scope, row.object))
@@ -849,23 +936,35 @@ class _Loaded:
 
 
 def _load_index(cache: diskcache.Cache) -> _Loaded:
+    """Every entry's header (bodies are decoded only to check their header's framing).
+
+    One read-only scan of diskcache's table instead of a ``get`` per key: the restart-to-first-
+    answer time is mostly this.
+    """
     loaded = _Loaded([], [], [], [])
-    for key in cache.iterkeys():
-        if not isinstance(key, str):
-            loaded.corrupt.append(repr(key))
-            continue
-        value = cache.get(key)
-        if value is None:
-            continue
-        try:
-            if keys.is_nonresource_key(key):
-                entries.decode_document(value)
-                loaded.documents.append(key)
-            elif keys.is_list_key(key):
-                loaded.lists.append((keys.parse_list_key(key), entries.decode_list(value)))
-            else:
-                loaded.objects.append((keys.parse_object_key(key), entries.decode_header(value)))
-        except (entries.CorruptEntry, keys.BadKey) as e:
-            logger.warning("skipping corrupt cache entry %r: %s", key, e)
-            loaded.corrupt.append(key)
+    uri = (pathlib.Path(cache.directory) / DB_FILES[0]).resolve().as_uri() + "?mode=ro"
+    con = sqlite3.connect(uri, uri=True)
+    try:
+        for key, raw, mode, value in con.execute("SELECT key, raw, mode, value FROM Cache"):
+            if not raw or not isinstance(key, str):
+                loaded.corrupt.append(repr(key))
+                continue
+            if mode != _MODE_RAW or value is None:
+                value = cache.get(key)
+                if value is None:
+                    continue
+            try:
+                if keys.is_nonresource_key(key):
+                    entries.decode_document(value)
+                    loaded.documents.append(key)
+                elif keys.is_list_key(key):
+                    loaded.lists.append((keys.parse_list_key(key), entries.decode_list(value)))
+                else:
+                    entry = entries.decode_header(value)
+                    loaded.objects.append((keys.parse_object_key(key), entry))
+            except (entries.CorruptEntry, keys.BadKey) as e:
+                logger.warning("skipping corrupt cache entry %r: %s", key, e)
+                loaded.corrupt.append(key)
+    finally:
+        con.close()
     return loaded

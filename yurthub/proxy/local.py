@@ -265,7 +265,8 @@ class Answerer:
         ):
             kind = self._kind(scope, record, chosen)
             api_version = f"meta.k8s.io/{scope.partial}" if scope.partial else _api_version(info)
-            return _json(200, _list_body(f"{kind}List", api_version, resource_version, bodies))
+            head = _list_head(f"{kind}List", api_version, resource_version)
+            return await _stream_list(request, head, bodies)
         objects = [framing.parse_object(b) for b in bodies]
         if media.representation is cacheability.Representation.PARTIAL:
             view = tables.partial_list(objects, resource_version, media.partial_version)
@@ -479,7 +480,7 @@ class Answerer:
             )
         # kubelet's renewal is what the cloud would have stored: keep it so a later GET agrees.
         scope = keys.Scope(info.component, info.resource, info.version, info.group)
-        self._store.submit(store.PutObject(scope, body, info.namespace))
+        self._store.submit(store.PutObject(scope, body, info.namespace, local=True))
         return _json(201 if info.verb == "create" else 200, body)
 
     # --- non-resource documents -----------------------------------------------------------------
@@ -568,17 +569,19 @@ def _select(
     """The objects a list answers with: the exact list's members, else a filtered scan."""
     owner = str(list_key) if record is not None else None
     name = fields.name
-    chosen = []
     if name is not None and namespace:
         key = keys.object_key(scope, namespace, name)
         found = cache.entry(key)
         candidates = [] if found is None else [(key, found)]
     else:
         candidates = list(cache.objects(scope, namespace))
+    if owner is None and labels.empty() and fields.empty():
+        return candidates
+    chosen = []
     for key, entry in candidates:
         if owner is not None and owner not in entry.owners:
             continue
-        if not labels.matches(entry.labels or {}):
+        if not labels.empty() and not labels.matches(entry.labels or {}):
             continue
         if not fields.empty() and not fields.matches(_fields(key, entry)):
             continue
@@ -595,11 +598,42 @@ def _fields(key: keys.ObjectKey, entry: entries.Entry) -> dict[str, str]:
     }
 
 
-def _list_body(kind: str, api_version: str, resource_version: str, items: list[bytes]) -> bytes:
+def _list_head(kind: str, api_version: str, resource_version: str) -> bytes:
     head = orjson.dumps(
         {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": resource_version}}
     )
-    return b"".join((head[:-1], b',"items":[', b",".join(items), b"]}"))
+    return head[:-1] + b',"items":['
+
+
+def _list_body(kind: str, api_version: str, resource_version: str, items: list[bytes]) -> bytes:
+    return b"".join((_list_head(kind, api_version, resource_version), b",".join(items), b"]}"))
+
+
+LIST_WRITE_ITEMS = 512
+"""Items per write of a streamed list: no second copy of a 10,000-pod list in memory."""
+
+
+async def _stream_list(
+    request: web.Request, head: bytes, bodies: list[bytes]
+) -> web.StreamResponse:
+    """A list response written in slices of stored bodies (never joined into one buffer)."""
+    if len(bodies) <= LIST_WRITE_ITEMS:
+        return _json(200, b"".join((head, b",".join(bodies), b"]}")))
+    resp = web.StreamResponse(status=200)
+    resp.headers["Content-Type"] = JSON
+    resp.content_length = (
+        len(head) + sum(len(b) for b in bodies) + max(0, len(bodies) - 1) + len(b"]}")
+    )
+    await resp.prepare(request)
+    await resp.write(head)
+    for start in range(0, len(bodies), LIST_WRITE_ITEMS):
+        piece = b",".join(bodies[start : start + LIST_WRITE_ITEMS])
+        await resp.write(piece if start == 0 else b"," + piece)
+    await resp.write(b"]}")
+    await resp.write_eof()
+    bodies.clear()
+    await asyncio.get_running_loop().run_in_executor(None, store.trim_heap)
+    return resp
 
 
 def _document_keys(path: str, accept: str) -> list[str]:

@@ -34,11 +34,13 @@ async def test_kill_9_twenty_times(tmp_path: pathlib.Path) -> None:
             cwd=WRITER.parent,
         )
         assert proc.stdout is not None
-        async with asyncio.timeout(30):
-            assert (await proc.stdout.readline()).strip() == b"ready"
-        await asyncio.sleep(rng.uniform(0.0, 0.3))
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
+        try:
+            async with asyncio.timeout(30):
+                assert (await proc.stdout.readline()).strip() == b"ready"
+            await asyncio.sleep(rng.uniform(0.0, 0.3))
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
         assert proc.returncode == -signal.SIGKILL
 
         con = verifying.connect(cache)
@@ -70,9 +72,11 @@ def test_verify_command_on_the_killed_cache(tmp_path: pathlib.Path) -> None:
     )
     assert proc.stdout is not None
     with proc.stdout:
-        assert proc.stdout.readline().strip() == b"ready"
-        proc.kill()
-        proc.wait()
+        try:
+            assert proc.stdout.readline().strip() == b"ready"
+        finally:
+            proc.kill()
+            proc.wait()
     edgehub = pathlib.Path(sys.executable).with_name("edgehub")
     done = subprocess.run(
         [str(edgehub), "cache", "verify", "--disk-cache-path", str(cache)],

@@ -199,3 +199,13 @@ def test_namespaces_objects_have_no_namespace_level() -> None:
     obj = {"kind": "Namespace", "metadata": {"name": "kube-system", "resourceVersion": "1"}}
     it = applying.item_from_object(scope, obj, b"{}", fallback_namespace="kube-system")
     assert str(it.key) == "kubelet/namespaces.v1.core/kube-system"
+
+
+def test_same_version_already_claimed_is_not_rewritten_unless_made_locally() -> None:
+    index = Index()
+    index.put(item("p1", 5), str(ALL))
+    assert applying.apply_object(index.lookup(item("p1", 5).key), item("p1", 5), str(ALL)) is None
+    change = applying.apply_object(
+        index.lookup(item("p1", 5).key), item("p1", 5), str(ALL), same_version_differs=True
+    )
+    assert isinstance(change, applying.Write) and change.body is not None

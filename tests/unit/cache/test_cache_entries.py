@@ -17,7 +17,6 @@ def make_entry() -> entries.Entry:
         fields={"spec.nodeName": "n1"},
         owners=frozenset({"", "kubelet/pods.v1.core?"}),
         size=2,
-        created="2026-01-01T00:00:00Z",
     )
 
 

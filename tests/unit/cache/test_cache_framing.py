@@ -119,3 +119,31 @@ def test_bad_lists(body: bytes) -> None:
     with pytest.raises(framing.BadBody):
         _, items = framing.parse_list(body)
         list(items)
+
+
+@pytest.mark.parametrize(
+    ("body", "whole"),
+    [
+        (
+            b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}',
+            True,
+        ),
+        (b'{"kind":"PodList","metadata":{"continue":"abc"},"items":[]}', False),
+        (b'{"kind":"PodList","metadata":{"continue":""},"items":[]}', True),
+        (b'{"items":[],"metadata":{}}', False),  # metadata after items: cannot tell
+        (b'{"kind":"PodList"}', False),
+    ],
+)
+def test_is_whole_list(body: bytes, whole: bool) -> None:
+    assert framing.is_whole_list(body) is whole
+
+
+def test_list_items_know_their_identity_without_decoding() -> None:
+    body = orjson.dumps(
+        {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [_pod("a")]}
+    )
+    _, items = framing.parse_list(body)
+    (item,) = list(items)
+    assert (item.name, item.namespace, item.resource_version) == ("a", "default", "3")
+    assert item.decoded is None  # not decoded until asked
+    assert item.object["kind"] == "Pod"
