@@ -1,0 +1,179 @@
+"""The installed ``edgehub cache`` and ``edgehub partition`` commands."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import pathlib
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+
+import aiohttp
+import diskcache
+import orjson
+import pytest
+
+from yurthub.cache import keys, store
+
+EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
+POD = keys.Scope("kubelet", "pods", "v1")
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EDGEHUB, *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+async def cache_dir(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "cache"
+    s = await store.Store.open(path)
+    items = [
+        {
+            "metadata": {"name": name, "namespace": "default", "resourceVersion": str(i + 1)},
+            "spec": {"nodeName": "n1"},
+        }
+        for i, name in enumerate(["web-1", "a/b", "ünï"])
+    ]
+    body = orjson.dumps(
+        {
+            "kind": "PodList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": "9"},
+            "items": items,
+        }
+    )
+    s.submit(store.PutList(keys.list_key(POD, "", "", "spec.nodeName=n1"), body))
+    s.submit(
+        store.PutDocument(keys.nonresource_key("/version"), "application/json", b'{"major":"1"}')
+    )
+    assert await s.flush(5)
+    await s.close()
+    return path
+
+
+def test_ls_get_stats_verify(cache_dir: pathlib.Path) -> None:
+    listed = run("cache", "ls", "--disk-cache-path", str(cache_dir))
+    assert listed.returncode == 0, listed.stderr
+    assert "kubelet/pods.v1.core/default/web-1 rv=1 owners=1" in listed.stdout
+    assert "kubelet/pods.v1.core/default/a%2Fb" in listed.stdout
+    assert "kubelet/pods.v1.core?fieldSelector=spec.nodeName%3Dn1 rv=9 members=3" in listed.stdout
+    only = run("cache", "ls", "--disk-cache-path", str(cache_dir), "/")
+    assert only.stdout.split() == ["document", only.stdout.split()[1], "/version"]
+
+    got = run(
+        "cache", "get", "--disk-cache-path", str(cache_dir), "kubelet/pods.v1.core/default/a%2Fb"
+    )
+    assert got.returncode == 0 and orjson.loads(got.stdout)["metadata"]["name"] == "a/b"
+    got = run("cache", "get", "--disk-cache-path", str(cache_dir), "/version")
+    assert orjson.loads(got.stdout) == {"major": "1"}
+    record = run(
+        "cache",
+        "get",
+        "--disk-cache-path",
+        str(cache_dir),
+        "kubelet/pods.v1.core?fieldSelector=spec.nodeName%3Dn1",
+    )
+    assert orjson.loads(record.stdout)["members"] == 3
+
+    stats = run("cache", "stats", "--disk-cache-path", str(cache_dir))
+    assert "objects:   3" in stats.stdout and "kubelet/pods.v1.core" in stats.stdout
+
+    verified = run("cache", "verify", "--disk-cache-path", str(cache_dir))
+    assert verified.returncode == 0 and verified.stdout.startswith(
+        "ok: 3 objects, 1 lists, 1 documents"
+    )
+
+
+def test_verify_reports_problems_and_exits_1(cache_dir: pathlib.Path) -> None:
+    raw = diskcache.Cache(str(cache_dir))
+    raw.set("kubelet/pods.v1.core/default/web-1", b"EHC1garbage")
+    raw.close()
+    done = run("cache", "verify", "--disk-cache-path", str(cache_dir))
+    assert done.returncode == 1
+    assert "PROBLEM kubelet/pods.v1.core/default/web-1" in done.stdout
+    assert "members" in done.stdout  # the list record no longer matches its objects
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("cache", "verify", "--disk-cache-path", "/nonexistent/cache"), 3, "holds no cache"),
+        (("cache", "get", "KEY-NOT-THERE"), None, "no entry"),
+        (("partition", "--upstream", "10.0.0.1:443"), 3, "not a loopback address"),
+        (("partition", "--upstream", "nonsense"), 3, "is not HOST:PORT"),
+    ],
+)
+def test_bad_input_is_one_clear_line(
+    cache_dir: pathlib.Path, args: tuple[str, ...], code: int | None, message: str
+) -> None:
+    if args[1] == "get":
+        args = (*args[:2], "--disk-cache-path", str(cache_dir), *args[2:])
+    done = run(*args)
+    assert done.returncode == (code if code is not None else 1)
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+@contextlib.asynccontextmanager
+async def echo_server() -> AsyncIterator[int]:
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while data := await reader.read(1024):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_partition_command_switches_modes(tmp_path: pathlib.Path) -> None:
+    async with echo_server() as port:
+        proc = await asyncio.create_subprocess_exec(
+            EDGEHUB,
+            "partition",
+            "--upstream",
+            f"127.0.0.1:{port}",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None and proc.stdin is not None
+        try:
+            async with asyncio.timeout(20):
+                line = (await proc.stdout.readline()).decode()
+            assert line.startswith("partition listening=")
+            listen = line.split("listening=")[1].split()[0]
+            control = line.split("control=")[1].split()[0]
+            host, lport = listen.rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(lport))
+            writer.write(b"ping")
+            async with asyncio.timeout(2):
+                assert await reader.readexactly(4) == b"ping"
+            writer.close()
+            async with aiohttp.ClientSession() as session:
+                async with session.put(f"{control}/mode", params={"mode": "refuse"}) as resp:
+                    assert resp.status == 200 and (await resp.json())["mode"] == "refuse"
+                with pytest.raises(ConnectionRefusedError):
+                    await asyncio.open_connection(host, int(lport))
+                async with session.put(f"{control}/mode", params={"mode": "sideways"}) as resp:
+                    assert resp.status == 400
+                proc.stdin.write(b"latency 0.3\n")
+                await proc.stdin.drain()
+                async with asyncio.timeout(5):
+                    state = orjson.loads(await proc.stdout.readline())
+                assert state["mode"] == "latency" and state["latency"] == 0.3
+                async with session.get(f"{control}/mode") as resp:
+                    assert (await resp.json())["mode"] == "latency"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(10):
+                await proc.wait()
+            proc.stdin.close()
+    assert proc.returncode == 0
