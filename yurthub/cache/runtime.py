@@ -5,6 +5,7 @@ Usage (``edgehub hub``, tests, the demo)::
     rt = await cache.runtime.open(settings)          # opens the disk cache, loads the index
     hub = server.Hub(settings, tee=rt.tee, local=rt.local)
     hub.on_lease = rt.on_lease                         # the prober's Lease becomes kubelet's
+    rt.attach_metrics(hub.metrics)                     # error keys + node_yurthub_cache_*
     await hub.start()
     rt.cloud_healthy = hub.health.any_healthy          # held watches end when the cloud is back
     tg.create_task(rt.follow_config(hub.proxy_url), name="cache-agents")   # yurt-hub-cfg
@@ -23,8 +24,8 @@ from collections.abc import Mapping
 
 import aiohttp
 
-from yurthub import settings
-from yurthub.cache import agents, keys, store, teeing
+from yurthub import metrics, settings
+from yurthub.cache import agents, keys, metering, store, teeing
 from yurthub.proxy import local
 
 logger = logging.getLogger(__name__)
@@ -78,16 +79,15 @@ class CacheRuntime:
                 self.agents, session, proxy_url, namespace=self.settings.cache.config_namespace
             )
 
-    def metrics(self) -> dict[str, int]:
-        """Counters for the hub's ``/metrics`` (names in the report; the hub owns the registry)."""
+    def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:
+        """Expose the cache on the hub's ``/metrics``: YurtHub's ``error_keys_count`` gauge and
+        the ``node_yurthub_cache_*`` families (``metering``), read at scrape time."""
         stats = self.store.stats
-        return {
-            "error_keys_count": len(stats.error_keys),
-            "cache_write_failures_total": stats.write_failures,
-            "cache_dropped_responses_total": stats.dropped_responses + stats.refused_jobs,
-            "cache_bad_bodies_total": stats.bad_bodies,
-            "cache_objects": len(self.store),
-        }
+        hub_metrics.error_keys_count.set_function(lambda: len(stats.error_keys))
+        hub_metrics.error_keys_persistency_status.set(1)
+        hub_metrics.registry.register(
+            metering.CacheCollector(self.store, lambda: len(self.store.list_records()))
+        )
 
     async def close(self) -> None:
         """End held watches, write what is queued (bounded), close the database."""

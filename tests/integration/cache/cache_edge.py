@@ -48,6 +48,7 @@ class Edge:
         self.rt = await runtime.open(self.hub_settings)
         self.hub = server.Hub(self.hub_settings, tee=self.rt.tee, local=self.rt.local)
         self.hub.on_lease = self.rt.on_lease
+        self.rt.attach_metrics(self.hub.metrics)
         await self.hub.start()
         assert self.hub.health is not None
         self.rt.cloud_healthy = self.hub.health.any_healthy

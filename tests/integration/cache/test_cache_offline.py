@@ -351,3 +351,18 @@ async def test_discovery_offline_prefers_what_the_client_accepts(edge: Edge) -> 
     assert status == 200 and body["kind"] == "APIGroupList"
     status, body, _ = await edge.request("GET", "/apis/never.example.com/v1")
     assert status == 404 and body["kind"] == "Status"
+
+
+async def test_cache_metrics_on_the_hub_server(edge: Edge) -> None:
+    await warm(edge)
+    async with edge.session.get(edge.hub.server_url + "/metrics") as resp:
+        text = await resp.text()
+    values = {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith(("node_yurthub_cache_", "node_yurthub_error_keys_count"))
+    }
+    assert values["node_yurthub_cache_objects"] >= 3
+    assert values["node_yurthub_cache_lists"] >= 2
+    assert values["node_yurthub_error_keys_count"] == 0
+    assert values["node_yurthub_cache_write_failures_total"] == 0

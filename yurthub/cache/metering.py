@@ -1,0 +1,64 @@
+"""The cache's Prometheus metrics, collected on scrape from ``store.Stats``.
+
+Registered on the hub's own registry (``yurthub.metrics.Metrics.registry``) by
+``runtime.CacheRuntime.attach_metrics``; nothing is registered globally. Names follow the hub's
+``node_yurthub_`` prefix; ``node_yurthub_error_keys_count`` is YurtHub's gauge (keys whose last
+write failed), fed by the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from yurthub.cache import store
+
+PREFIX = "node_yurthub_cache_"
+
+
+class CacheCollector:
+    """A custom collector: reads the counters when scraped, holds no state of its own."""
+
+    def __init__(self, cache: store.Store, lists: Callable[[], int]) -> None:
+        self._store = cache
+        self._lists = lists
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._store.stats
+        yield GaugeMetricFamily(
+            f"{PREFIX}objects", "Objects in the disk cache.", value=len(self._store)
+        )
+        yield GaugeMetricFamily(
+            f"{PREFIX}lists",
+            "Lists (component, resource, namespace, selector) cached.",
+            value=self._lists(),
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}write_failures",
+            "Cache writes lost to disk errors (full disk, I/O); online traffic is unaffected.",
+            value=stats.write_failures,
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}dropped_responses",
+            "Responses whose caching was given up (over a size bound or the write queue full).",
+            value=stats.dropped_responses + stats.refused_jobs,
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}bad_bodies",
+            "Response bodies the cache could not interpret (not JSON, unexpected shape).",
+            value=stats.bad_bodies,
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}superseded_lists",
+            "Queued lists skipped because a newer whole list of the same key arrived.",
+            value=stats.superseded_lists,
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}write_batches",
+            "Transactions committed by the cache writer.",
+            value=stats.batches,
+        )
