@@ -117,9 +117,17 @@ def _handlers(value: str, enable_debug_echo: bool) -> tuple[str, ...]:
 )
 @click.option(
     "--settle-seconds",
-    default=2.0,
+    default=30.0,
     type=click.FloatRange(min=0),
-    help="Silence after which a fresh discovery request's empty list is believed.",
+    help="Silence after which a handler endpoint that sent no device list counts as empty "
+    "(a fallback for Akri handlers that send nothing when they find nothing).",
+)
+@click.option(
+    "--registration-window-seconds",
+    default=20.0,
+    type=click.FloatRange(min=0),
+    help="After start, keep Instances of vanished devices this long: handlers may still be "
+    "re-registering with the restarted agent.",
 )
 @click.option(
     "--requeue-seconds",
@@ -142,6 +150,7 @@ def command(
     reclaim_interval: float,
     reclaim_grace: float,
     settle_seconds: float,
+    registration_window_seconds: float,
     requeue_seconds: float,
 ) -> None:
     """Run the discovery agent: Configurations -> Instances, device plugins, CDI specs."""
@@ -168,6 +177,7 @@ def command(
             reclaim_interval=reclaim_interval,
             reclaim_grace=reclaim_grace,
             settle=settle_seconds,
+            registration_window=registration_window_seconds,
             requeue=requeue_seconds,
         ),
     )

@@ -5,14 +5,28 @@ Configuration, follows each request's snapshots in an owned task (every
 change re-queues the Configuration), and tracks a ``Health`` per request.
 
 Trust rule (fixes reference §4 step 5 [quirk]): Instances are only removed
-for devices that a *trusted* snapshot no longer lists. A request becomes
-settled when its endpoints are all streaming without error and they either
-reported a device or stayed silent for ``settle`` seconds — so a restarted
-agent never deletes Instances before its handlers re-reported them. A
-settled request that degrades (a stream failed, the handler went away) is
-trusted again only when healthy, or after ``degraded_grace`` seconds, so a
-crashing handler's restart does not churn brokers but a handler that is
-really gone still releases its devices.
+for devices that a *trusted* snapshot no longer lists; joining needs no trust.
+A request is *healthy* when it has endpoints, none failing, and every one of
+them has been heard from: it delivered a list on its current stream
+(``Snapshot.reported``; an empty list counts) or stayed silent for ``settle``
+seconds. A healthy request *settles* (once and for all) as soon as the
+registration window after the agent's start has passed. A settled request that
+is unhealthy (a stream failed, a new endpoint has not reported yet) is trusted
+again when healthy, or after ``degraded_grace`` seconds, so a crashing
+handler's restart does not churn brokers but a handler that is really gone
+still releases its devices.
+
+Why each wait remains, so an agent restart never deletes Instances that still exist:
+  * ``settle`` (silent endpoints): Akri's own handlers send nothing when their
+    first pass finds nothing (they only send changes against an initially
+    empty list), so silence must eventually mean "empty". It is long (30 s) and
+    only a fallback: every endpoint that reports is believed at once.
+  * ``registration_window`` (endpoints that have not re-registered yet): after
+    a restart the agent cannot know that a second endpoint of the same handler
+    name exists until it registers again (Akri handlers notice the restart on
+    their next 10 s tick, then retry every 10 s). Without the window, the first
+    endpoint's report would remove the second one's devices. It is 0 when the
+    agent serves no registration socket (embedded handlers only).
 """
 
 from __future__ import annotations
@@ -56,22 +70,43 @@ class RequestSpec:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class TrustTimings:
+    """The waits of the trust rule (see the module docstring), in seconds."""
+
+    settle: float
+    """Silence after which an attached endpoint counts as having reported an empty list."""
+    degraded_grace: float
+    """How long an unhealthy settled request (or rejected details) keeps vanished Instances."""
+    registrations_until: float = 0.0
+    """Monotonic time before which no request settles (agent start + registration window)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Health:
     started: float
-    attached_since: float | None = None
+    attached: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    """When each endpoint of the current snapshot was first seen attached (never mutated)."""
     settled: bool = False
     degraded_since: float | None = None
 
 
-def observe(health: Health, snapshot: registry.Snapshot, now: float, settle: float) -> Health:
-    attached = health.attached_since
-    if attached is None and snapshot.endpoints:
-        attached = now
-    healthy = bool(snapshot.endpoints) and not snapshot.errors and snapshot.invalid_details is None
-    settled = health.settled or (
-        healthy and (bool(snapshot.devices) or (attached is not None and now - attached >= settle))
+def observe(
+    health: Health, snapshot: registry.Snapshot, now: float, timings: TrustTimings
+) -> Health:
+    attached = {uid: health.attached.get(uid, now) for uid in snapshot.endpoints}
+    heard_from_all = all(
+        uid in snapshot.reported or now - since >= timings.settle for uid, since in attached.items()
     )
-    degraded = None if healthy else (health.degraded_since or now)
+    healthy = (
+        bool(snapshot.endpoints)
+        and not snapshot.errors
+        and snapshot.invalid_details is None
+        and heard_from_all
+    )
+    settled = health.settled or (healthy and now >= timings.registrations_until)
+    degraded = None
+    if not healthy:
+        degraded = now if health.degraded_since is None else health.degraded_since
     return Health(health.started, attached, settled, degraded)
 
 
@@ -83,15 +118,35 @@ def trusted(health: Health, snapshot: registry.Snapshot, now: float, grace: floa
     return snapshot.invalid_details is not None and now - health.started >= grace
 
 
-def recheck_in(health: Health, now: float, settle: float, grace: float) -> float | None:
-    """When trust could change without a new snapshot (a timer must re-queue the key)."""
-    if not health.settled and health.attached_since is not None:
-        return max(0.0, health.attached_since + settle - now)
-    if health.degraded_since is not None:
-        return max(0.0, health.degraded_since + grace - now)
+def recheck_in(
+    health: Health, snapshot: registry.Snapshot, now: float, timings: TrustTimings
+) -> float | None:
+    """Seconds until trust could change without a new snapshot (a timer must re-queue the
+    key then), or ``None``. Only future instants count: one already past is reflected in
+    ``health``, and returning 0 for it would re-queue the key in a busy loop."""
+    # A failing endpoint is unhealthy until it reports, silent or not: no settle timer for it.
+    waits = [
+        timings.settle - (now - since)
+        for uid, since in health.attached.items()
+        if uid not in snapshot.reported
+        and uid not in snapshot.errors
+        and not now - since >= timings.settle
+    ]
     if not health.settled:
-        return max(0.0, health.started + grace - now)
-    return None
+        # Healthy (not degraded) and waiting only for the registration window to pass.
+        if health.degraded_since is None and now < timings.registrations_until:
+            waits.append(timings.registrations_until - now)
+        if (
+            snapshot.invalid_details is not None
+            and not now - health.started >= timings.degraded_grace
+        ):
+            waits.append(timings.degraded_grace - (now - health.started))
+    elif (
+        health.degraded_since is not None
+        and not now - health.degraded_since >= timings.degraded_grace
+    ):
+        waits.append(timings.degraded_grace - (now - health.degraded_since))
+    return min(waits, default=None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -123,8 +178,7 @@ class Requests:
         tg: asyncio.TaskGroup,
         on_change: Callable[[Key], None],
         *,
-        settle: float,
-        degraded_grace: float,
+        timings: TrustTimings,
         on_snapshot: Callable[[Key, registry.Snapshot, float], None] | None = None,
     ) -> None:
         self.registry = reg
@@ -132,8 +186,7 @@ class Requests:
         self.tg = tg
         self.on_change = on_change
         self.on_snapshot = on_snapshot
-        self.settle = settle
-        self.degraded_grace = degraded_grace
+        self.timings = timings
         self._tracked: dict[Key, _Tracked] = {}
 
     def is_registered(self, handler: str) -> bool:
@@ -165,7 +218,7 @@ class Requests:
         async for snapshot in tracked.request.snapshots():
             now = time.monotonic()
             tracked.snapshot = snapshot
-            tracked.health = observe(tracked.health, snapshot, now, self.settle)
+            tracked.health = observe(tracked.health, snapshot, now, self.timings)
             if self.on_snapshot is not None and not first:
                 self.on_snapshot(key, snapshot, now - started)
             first = False
@@ -189,11 +242,11 @@ class Requests:
             return None
         now = time.monotonic()
         snapshot = tracked.snapshot
-        tracked.health = observe(tracked.health, snapshot, now, self.settle)
+        tracked.health = observe(tracked.health, snapshot, now, self.timings)
         return View(
             devices=tuple((d.device, d.shared) for d in snapshot.devices),
-            trusted=trusted(tracked.health, snapshot, now, self.degraded_grace),
-            recheck_in=recheck_in(tracked.health, now, self.settle, self.degraded_grace),
+            trusted=trusted(tracked.health, snapshot, now, self.timings.degraded_grace),
+            recheck_in=recheck_in(tracked.health, snapshot, now, self.timings),
             invalid_details=snapshot.invalid_details,
             errors=snapshot.errors,
         )

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -228,13 +229,19 @@ class Reconciler:
         on_snapshot: Callable[[Key, registry.Snapshot, float], None] | None = None,
     ) -> None:
         """Start the reflectors and workers in ``tg``; returns once both caches are synced."""
+        timings = self.settings.timings
+        # Without a registration socket every endpoint is embedded and already registered.
+        window = timings.registration_window if self.settings.discovery_handlers_dir else 0.0
         self.requests = discovering.Requests(
             self.registry,
             self.api,
             tg,
             self._on_request_change,
-            settle=self.settings.timings.settle,
-            degraded_grace=self.settings.timings.degraded_grace,
+            timings=discovering.TrustTimings(
+                settle=timings.settle,
+                degraded_grace=timings.degraded_grace,
+                registrations_until=time.monotonic() + window,
+            ),
             on_snapshot=on_snapshot,
         )
         tg.create_task(self.configurations.run(), name="watch configurations")

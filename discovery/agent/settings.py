@@ -41,10 +41,17 @@ class Timings:
     watch_backoff_initial: float = 0.5
     watch_backoff_cap: float = 30.0
     """Reconnect back-off of the Configuration/Instance watches."""
-    settle: float = 2.0
-    """A fresh discovery request that has attached endpoints but reported no device for this
-    long is taken at its word (empty). Before that, no Instance is removed: an agent restart
-    must not delete Instances whose devices simply have not been re-reported yet."""
+    settle: float = 30.0
+    """An attached handler endpoint that has sent no device list for this long counts as
+    reporting an empty one. Only a fallback: an endpoint that reports (even an empty list) is
+    believed at once. Needed because Akri's own handlers send nothing when their first pass
+    finds nothing; long, because until then a slow first pass (OPC UA: 3 s per unreachable
+    URL) must not pass for "no devices" and delete Instances after an agent restart."""
+    registration_window: float = 20.0
+    """After the agent starts, no Instance is removed for this long: a second endpoint of a
+    handler name may not have re-registered yet (Akri handlers notice a restarted agent on
+    their next 10 s tick and retry every 10 s; ours within 0.25 s). Not applied when no
+    registration socket is served."""
     degraded_grace: float = 30.0
     """While a request is degraded (a stream failed, no endpoint), vanished devices keep
     their Instances this long, so a handler restart does not restart brokers."""

@@ -129,6 +129,7 @@ def agent_args(sim: Any, base: Path, *extra: str) -> list[str]:
         "--metrics-address=127.0.0.1",
         "--metrics-port=0",
         "--settle-seconds=0.5",
+        "--registration-window-seconds=0.5",
         *extra,
     ]
 

@@ -3,17 +3,19 @@
 Covers reference §9 acceptance behaviour end to end: Instances with Akri's names, OFFLINE/ONLINE,
 plugins registering, Allocate content and the RV-guarded claim, the reclaimer, Configuration
 deletion, and the failure cases of the issue (late handler, missing ConfigMap, restart without
-churn, two nodes sharing a device, racing Allocate, apiserver outage).
+churn even with a slow first list or a late second endpoint, two nodes sharing a device, racing
+Allocate, apiserver outage).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ import aiohttp
 import grpc
 import pytest
 
-from discovery import sdk
+from discovery import devices, sdk
 from discovery.agent import running, settings
 from discovery.handlers import debug_echo
 from discovery.testing import kubelet as sim_kubelet
@@ -103,7 +105,13 @@ async def _served(server: Any) -> bool:
 
 
 def agent_settings(
-    sim: Any, base: Path, node: str, *, embedded: bool = True, availability: Path | None = None
+    sim: Any,
+    base: Path,
+    node: str,
+    *,
+    embedded: bool = True,
+    availability: Path | None = None,
+    **timings: Any,
 ) -> settings.AgentSettings:
     return settings.AgentSettings(
         node_name=node,
@@ -122,16 +130,20 @@ def agent_settings(
         cdi_dir=base / "cdi",
         metrics_address="127.0.0.1",
         metrics_port=0,
-        timings=settings.Timings(
-            backoff_initial=0.1,
-            backoff_cap=1.0,
-            watch_backoff_initial=0.1,
-            watch_backoff_cap=0.5,
-            settle=0.3,
-            degraded_grace=1.0,
-            reclaim_interval=0.2,
-            reclaim_grace=0.6,
-            kubelet_poll=0.05,
+        timings=dataclasses.replace(
+            settings.Timings(
+                backoff_initial=0.1,
+                backoff_cap=1.0,
+                watch_backoff_initial=0.1,
+                watch_backoff_cap=0.5,
+                settle=0.3,
+                registration_window=0.3,
+                degraded_grace=1.0,
+                reclaim_interval=0.2,
+                reclaim_grace=0.6,
+                kubelet_poll=0.05,
+            ),
+            **timings,
         ),
     )
 
@@ -414,3 +426,105 @@ async def test_apiserver_outage_is_survived(sim: Any, sockdir: Path) -> None:
             return not await instances(sim)
 
         await eventually(none, within=15.0)
+
+
+class Scripted:
+    """A shared handler named ``scripted`` whose list the test sets; the first list of every
+    stream comes ``delay`` seconds late (a slow first discovery pass)."""
+
+    name = "scripted"
+    shared = True
+
+    def __init__(self, ids: list[str], delay: float = 0.0) -> None:
+        self.ids = ids
+        self.delay = delay
+
+    def parse_details(self, text: str) -> str:
+        return text
+
+    async def discover(
+        self, details: str, properties: Mapping[str, bytes]
+    ) -> AsyncGenerator[list[devices.Device], None]:
+        await asyncio.sleep(self.delay)
+        while True:
+            yield [devices.Device(i) for i in self.ids]
+            await asyncio.sleep(3600)
+
+
+def serve_scripted(
+    tg: asyncio.TaskGroup, handler: Scripted, base: Path, socket: str
+) -> asyncio.Task[None]:
+    serve_settings = sdk.ServeSettings(
+        directory=base / "akri", socket_path=base / socket, registration_retry=0.1
+    )
+    return tg.create_task(sdk.serve(handler, serve_settings), name=f"scripted on {socket}")
+
+
+async def versions(sim: Any) -> dict[str, tuple[str, str]]:
+    return {
+        n: (i["metadata"]["uid"], i["metadata"]["resourceVersion"])
+        for n, i in (await instances(sim)).items()
+    }
+
+
+async def test_restart_waits_for_a_slow_first_list_then_trusts_it_at_once(
+    sim: Any, sockdir: Path
+) -> None:
+    await kubectl(sim, "apply", "-f", "-", stdin=configuration("cfg", "scripted", ""))
+    handler = Scripted(["kept", "vanished"])
+    async with asyncio.TaskGroup() as tg:
+        serving = serve_scripted(tg, handler, sockdir, "scripted.sock")
+        # settle is long: only the handler's report may make the agent remove anything.
+        async with node(sim, sockdir, "node-a", embedded=False, settle=30.0):
+
+            async def two() -> bool:
+                return len(await instances(sim)) == 2
+
+            await eventually(two)
+            before = await versions(sim)
+        # While the agent is down, one device goes; the next first pass takes 1.5 s.
+        handler.ids, handler.delay = ["kept"], 1.5
+        async with node(sim, sockdir, "node-a", embedded=False, settle=30.0):
+            # Re-registered and streaming, silent for longer than the registration window
+            # and the old 0.3 s settle: nothing may be removed yet.
+            await asyncio.sleep(0.8)
+            assert await versions(sim) == before
+            kept = f"cfg-{digest('kept')}"
+
+            async def only_kept() -> bool:
+                return set(await instances(sim)) == {kept}
+
+            # The report is believed at once, long before the 30 s settle.
+            await eventually(only_kept, within=5.0)
+            assert (await versions(sim))[kept] == before[kept]
+        serving.cancel()
+
+
+async def test_late_second_endpoint_keeps_its_instances_within_the_registration_window(
+    sim: Any, sockdir: Path
+) -> None:
+    await kubectl(sim, "apply", "-f", "-", stdin=configuration("cfg", "scripted", ""))
+    first, second = Scripted(["from-a"]), Scripted(["from-b"])
+    window = {"settle": 30.0, "registration_window": 2.5}
+    async with asyncio.TaskGroup() as tg:
+        serving_a = serve_scripted(tg, first, sockdir, "a.sock")
+        serving_b = serve_scripted(tg, second, sockdir, "b.sock")
+        async with node(sim, sockdir, "node-a", embedded=False, **window):
+
+            async def both() -> bool:
+                return len(await instances(sim)) == 2
+
+            await eventually(both)
+            before = await versions(sim)
+        serving_b.cancel()
+        await asyncio.wait([serving_b])
+        async with node(sim, sockdir, "node-a", embedded=False, **window):
+            # Only endpoint a is back and has reported; b re-registers later, inside the
+            # window: its Instance must survive (without the window it would be removed).
+            await asyncio.sleep(1.0)
+            assert await versions(sim) == before
+            serving_b = serve_scripted(tg, second, sockdir, "b.sock")
+            await asyncio.sleep(2.5)  # past the window, both endpoints reported
+            assert await versions(sim) == before
+        serving_a.cancel()
+        serving_b.cancel()

@@ -1,5 +1,5 @@
 """Pure reconcile decisions: Instance content (§9 case 2), leave/delete (§9 cases 6, 7),
-trust of a discovery request (§4 step 5 quirk fix) and the capped back-off (§9 case 5)."""
+request specs and the capped back-off (§9 case 5). Trust: test_agent_trust.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from discovery import devices, registry
+from discovery import devices
 from discovery.agent import discovered, discovering, instances, reconciling
 
 CONFIG: dict[str, Any] = {
@@ -131,47 +131,6 @@ def test_backoff_doubles_from_one_second_and_is_capped() -> None:
     assert delays[:4] == [1.0, 2.0, 4.0, 8.0]
     assert delays[-1] == 300.0
     assert max(delays) == 300.0
-
-
-def snap(**kw: Any) -> registry.Snapshot:
-    return registry.Snapshot(version=1, **kw)
-
-
-DEVICE = registry.DiscoveredDevice(devices.Device("d"), True, "h@e")
-
-
-def test_request_trust_waits_for_a_real_list() -> None:
-    h = discovering.Health(started=0.0)
-    # No handler attached yet: nothing is trusted, however long we wait.
-    h = discovering.observe(h, snap(), 100.0, settle=2.0)
-    assert not discovering.trusted(h, snap(), 100.0, grace=30.0)
-    # Attached but silent: trusted only after the settle time.
-    h = discovering.observe(h, snap(endpoints=("h@e",)), 101.0, settle=2.0)
-    assert not discovering.trusted(h, snap(endpoints=("h@e",)), 101.0, grace=30.0)
-    assert discovering.recheck_in(h, 101.0, 2.0, 30.0) == 2.0
-    h = discovering.observe(h, snap(endpoints=("h@e",)), 103.5, settle=2.0)
-    assert discovering.trusted(h, snap(endpoints=("h@e",)), 103.5, grace=30.0)
-
-
-def test_request_with_devices_settles_at_once_and_degrades_with_grace() -> None:
-    h = discovering.Health(started=0.0)
-    healthy = snap(endpoints=("h@e",), devices=(DEVICE,))
-    h = discovering.observe(h, healthy, 1.0, settle=2.0)
-    assert discovering.trusted(h, healthy, 1.0, grace=30.0)
-    failed = snap(endpoints=("h@e",), errors={"h@e": "stream ended"})
-    h = discovering.observe(h, failed, 5.0, settle=2.0)
-    assert not discovering.trusted(h, failed, 20.0, grace=30.0)
-    assert discovering.trusted(h, failed, 35.0, grace=30.0)
-    h = discovering.observe(h, healthy, 36.0, settle=2.0)
-    assert h.degraded_since is None
-
-
-def test_invalid_details_trusted_after_grace_even_unsettled() -> None:
-    h = discovering.Health(started=0.0)
-    invalid = snap(invalid_details="bad")
-    h = discovering.observe(h, invalid, 1.0, settle=2.0)
-    assert not discovering.trusted(h, invalid, 10.0, grace=30.0)
-    assert discovering.trusted(h, invalid, 31.0, grace=30.0)
 
 
 def test_request_spec_changes_on_details_or_properties() -> None:
