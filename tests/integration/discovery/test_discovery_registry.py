@@ -275,3 +275,51 @@ async def test_the_same_request_is_idempotent(reg: registry.Registry) -> None:
     assert two is not one and reg.get_request("k") is two
     await reg.stop_request("k")
     assert reg.get_request("k") is None
+
+
+@dataclasses.dataclass
+class Silent:
+    """An Akri-style handler that sends nothing while it finds nothing."""
+
+    shared: bool = True
+    name: str = "fixed"
+
+    def parse_details(self, text: str) -> dict[str, Any]:
+        return {}
+
+    async def discover(
+        self, parsed: dict[str, Any], properties: Mapping[str, bytes]
+    ) -> AsyncGenerator[list[devices.Device], None]:
+        await asyncio.Event().wait()
+        yield []
+
+
+async def test_reported_tells_an_empty_list_from_no_list_yet(
+    reg: registry.Registry, sock_dir: Path
+) -> None:
+    empty, silent = sock_dir / "empty.sock", sock_dir / "silent.sock"
+    empty_uid, silent_uid = f"fixed@{empty}", f"fixed@{silent}"
+    async with asyncio.TaskGroup() as tg:
+        servers = [
+            tg.create_task(
+                sdk.serve(h, sdk.ServeSettings(sock_dir, socket_path=path)), name=f"serve {path}"
+            )
+            for h, path in ((Fixed([]), empty), (Silent(), silent))
+        ]
+        request = reg.request("ns/cfg", "fixed", "")
+        # An empty first list is a change worth publishing: the agent may now trust it.
+        snapshot = await _until(
+            request, lambda s: len(s.endpoints) == 2 and empty_uid in s.reported
+        )
+        assert snapshot.reported == {empty_uid}
+        assert silent_uid in snapshot.endpoints and snapshot.devices == ()
+
+        # A failed stream is no longer "reported" until its next stream delivers a list.
+        request = reg.request("ns/cfg", "fixed", "fail: true")
+        snapshot = await _until(request, lambda s: empty_uid in s.errors)
+        assert empty_uid not in snapshot.reported
+        snapshot = await _until(request, lambda s: empty_uid in s.reported)
+        assert empty_uid not in snapshot.errors
+        await reg.stop_request("ns/cfg")
+        for server in servers:
+            server.cancel()
