@@ -4,8 +4,9 @@
 
 Processes (all on 127.0.0.1): the simulated apiserver (``edgehub sim-apiserver``, plain-HTTP
 port), the partition injector (``edgehub partition``) in front of it, and a hub with its cache
-(this file with ``--serve-hub``: the hub wired to ``yurthub.cache.runtime`` the way
-``edgehub hub`` is meant to be), each in its own process so RSS and CPU are their own.
+(this file with ``--serve-hub``: ``yurthub.assembly.running``, the hub wired to its cache as
+``edgehub hub`` runs it, with the bench's heartbeat settings), each in its own process so RSS
+and CPU are their own.
 
 Measured:
 
@@ -31,7 +32,6 @@ import os
 import pathlib
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,9 +53,7 @@ READY = "EDGEHUB_HUB_READY"
 
 
 async def serve_hub(server: str, cache: pathlib.Path, interval: float, timeout: float) -> None:
-    from yurthub import server as hub_server
-    from yurthub import settings
-    from yurthub.cache import runtime
+    from yurthub import assembly, settings
 
     hub_settings = settings.HubSettings(
         node_name=NODE,
@@ -66,19 +64,12 @@ async def serve_hub(server: str, cache: pathlib.Path, interval: float, timeout: 
         ),
         cache=settings.CacheSettings(disk_cache_path=cache),
     )
-    rt = await runtime.open(hub_settings)
-    hub = hub_server.Hub(hub_settings, tee=rt.tee, local=rt.local)
-    hub.on_lease = rt.on_lease
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    await hub.start()
-    assert hub.health is not None
-    rt.cloud_healthy = hub.health.any_healthy
-    print(f"{READY} proxy={hub.proxy_url} server={hub.server_url}", flush=True)
-    await stop.wait()
-    await hub.stop(grace=1.0)
-    await rt.close()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    # The hub wired to its cache exactly as ``edgehub hub`` runs it (yurthub.assembly).
+    async with assembly.running(hub_settings) as node:
+        print(f"{READY} proxy={node.hub.proxy_url} server={node.hub.server_url}", flush=True)
+        await stop.wait()
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -145,7 +136,7 @@ async def timed_list(
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def series(
@@ -253,6 +244,7 @@ async def bench(seed: str, runs: int) -> None:
             async with asyncio.timeout(120):
                 while await cached_objects(cache) < count:
                     await asyncio.sleep(0.2)
+            await asyncio.sleep(2)  # let the writer finish the queued relists (steady state)
             async with session.get(f"{insecure}/api/v1/namespaces/default/pods/scale-1") as resp:
                 sample = orjson.loads(await resp.read())
             idle_rss = rss_mb(hub.pid)
@@ -303,7 +295,8 @@ async def bench(seed: str, runs: int) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
     def row(name: str, times: list[float]) -> str:
-        return f"  {name:<28} p50 {pct(times, 0.5) * 1000:8.1f} ms   p99 {pct(times, 0.99) * 1000:8.1f} ms"
+        p50, p99 = pct(times, 0.5) * 1000, pct(times, 0.99) * 1000
+        return f"  {name:<28} p50 {p50:8.1f} ms   p99 {p99:8.1f} ms"
 
     print(f"LIST of {count} pods ({runs} runs each, seed {seed})")
     print(row("direct (apiserver)", direct))
@@ -319,7 +312,8 @@ async def bench(seed: str, runs: int) -> None:
     print(f"  first full LIST after restart:          {restart_list * 1000:.1f} ms")
     print(f"hub RSS with {count} pods cached:          {rss:.1f} MB   (target <= 120 MB)")
     print(
-        f"  before going offline: {idle_rss:.1f} MB; restarted hub after one LIST: {restart_rss:.1f} MB"
+        f"  before going offline: {idle_rss:.1f} MB; "
+        f"restarted hub after one LIST: {restart_rss:.1f} MB"
     )
     print(f"watch-event ingest into the cache:        {rate:,.0f} events/s   (target >= 5,000)")
     print(

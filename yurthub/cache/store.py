@@ -85,7 +85,9 @@ def _row_scope(scope: keys.Scope, obj: Mapping[str, Any]) -> keys.Scope:
 # Offline reads bypass diskcache's per-key get (Python overhead ~8 us per key) and read its
 # documented ``Cache`` table directly, read-only: key (TEXT for str keys), raw, mode, value.
 # Values in MODE_RAW rows are our bytes as given to ``Cache.set``.
-_SELECT_RANGE = "SELECT key, mode, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1"
+_SELECT_RANGE = (
+    "SELECT key, mode, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1 ORDER BY key"
+)
 _SELECT_IN = "SELECT key, mode, value FROM Cache WHERE key IN ({}) AND raw = 1"
 _IN_CHUNK = 500
 _RANGE_READ_MIN = 64
@@ -120,7 +122,7 @@ def trim_heap() -> None:
 def _raw_body(mode: int, value: bytes | None) -> bytes | None:
     if mode != _MODE_RAW or value is None:
         return None
-    return entries.body_of(bytes(value))
+    return entries.body_of(value)
 
 
 class StoreError(OSError):
@@ -374,6 +376,15 @@ class Store:
             return bool(namespaces.get(namespace))
         return True
 
+    def count(self, scope: keys.Scope, namespace: str = "") -> int:
+        """Objects of ``scope`` (in ``namespace`` when given)."""
+        namespaces = self._objects.get(scope)
+        if not namespaces:
+            return 0
+        if namespace and scope.namespaced_keys:
+            return len(namespaces.get(namespace) or ())
+        return sum(len(names) for names in namespaces.values())
+
     def list_record(self, list_key: keys.ListKey) -> entries.ListRecord | None:
         return self._lists.get(list_key)
 
@@ -403,6 +414,32 @@ class Store:
                 prefix += keys.escape(within.namespace) + "/"
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, self._read_bodies, wanted, prefix)
+
+    async def all_bodies(self, within: keys.ObjectKey) -> list[bytes]:
+        """Every stored body of ``within``'s scope (and namespace, when set), in key order.
+
+        For a list that answers with everything in its range (the usual offline list): one
+        range scan and no per-key work. A body written after the caller looked at the index is
+        included too (it is newer, not wrong).
+        """
+        prefix = within.scope.prefix() + "/"
+        if within.namespace:
+            prefix += keys.escape(within.namespace) + "/"
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, self._read_range, prefix)
+
+    def _read_range(self, prefix: str) -> list[bytes]:
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        out: list[bytes] = []
+        for key, mode, value in self._reader_connection().execute(_SELECT_RANGE, (prefix, upper)):
+            body = _raw_body(mode, value)
+            if body is None:
+                stored = self._cache.get(key)
+                if stored is None:
+                    continue
+                body = entries.body_of(stored)
+            out.append(body)
+        return out
 
     def _read_bodies(self, wanted: list[str], prefix: str | None) -> list[bytes | None]:
         if not wanted:

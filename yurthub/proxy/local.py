@@ -253,13 +253,12 @@ class Answerer:
         resource_version = "" if rv < 0 else str(rv)
         if record is not None and record.rv == rv:
             resource_version = record.resource_version
-        bodies = [
-            b
-            for b in await self._store.bodies(
-                (k for k, _ in chosen), within=_within(scope, info.namespace)
-            )
-            if b is not None
-        ]
+        within = _within(scope, info.namespace)
+        if chosen and len(chosen) == self._store.count(scope, info.namespace):
+            bodies = await self._store.all_bodies(within)  # everything in range: one scan
+        else:
+            found = await self._store.bodies((k for k, _ in chosen), within=within)
+            bodies = [b for b in found if b is not None]
         if media.representation is cacheability.Representation.OBJECT or (
             media.representation is cacheability.Representation.PARTIAL and scope.partial
         ):
@@ -627,8 +626,9 @@ async def _stream_list(
     await resp.prepare(request)
     await resp.write(head)
     for start in range(0, len(bodies), LIST_WRITE_ITEMS):
-        piece = b",".join(bodies[start : start + LIST_WRITE_ITEMS])
-        await resp.write(piece if start == 0 else b"," + piece)
+        if start:
+            await resp.write(b",")
+        await resp.write(b",".join(bodies[start : start + LIST_WRITE_ITEMS]))
     await resp.write(b"]}")
     await resp.write_eof()
     bodies.clear()
