@@ -366,3 +366,14 @@ async def test_cache_metrics_on_the_hub_server(edge: Edge) -> None:
     assert values["node_yurthub_cache_lists"] >= 2
     assert values["node_yurthub_error_keys_count"] == 0
     assert values["node_yurthub_cache_write_failures_total"] == 0
+
+
+async def test_chunked_kubectl_list_is_cached_whole(edge: Edge) -> None:
+    online = await edge.kubectl("get", "pods", "-A", "--chunk-size=3")
+    assert len(online.stdout.splitlines()) > 5  # several pages
+    await edge.flush()
+    await edge.cut()
+    offline = await edge.kubectl("get", "pods", "-A")
+    assert [line.split()[:2] for line in offline.stdout.splitlines()[1:]] == [
+        line.split()[:2] for line in online.stdout.splitlines()[1:]
+    ]
