@@ -1,6 +1,8 @@
 """Running a hub as a process: signals and phased shutdown.
 
-``run(settings)`` starts the hub, prints one machine-readable line with the bound addresses
+``run(settings)`` starts the hub with its disk cache (``assembly.running``), then any
+companions (e.g. the discovery agent of ``edgehub hub --enable-discovery``, which talks to the
+cloud through this hub), prints one machine-readable line with the bound addresses
 (``EDGEHUB_HUB_READY proxy=<url> server=<url>``; port 0 picks free ports and tests parse this),
 and waits for SIGTERM/SIGINT. The first signal stops gracefully (``Hub.stop``: stop accepting,
 end watches, in-flight get ``shutdown_grace``); a second one forces: the grace wait ends at once
@@ -10,19 +12,25 @@ and whatever is still running is cancelled.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from yurthub import server, settings
+from yurthub import assembly, settings
 
 log = logging.getLogger(__name__)
 
 READY_LINE_PREFIX = "EDGEHUB_HUB_READY"
 
+Companion = Callable[[assembly.Node], contextlib.AbstractAsyncContextManager[Any]]
+"""Something that runs beside the hub for as long as it runs, given the running node; entered
+after the hub is up and left before it stops."""
 
-async def run(hub_settings: settings.HubSettings) -> None:
-    hub = server.Hub(hub_settings)
+
+async def run(hub_settings: settings.HubSettings, companions: Sequence[Companion] = ()) -> None:
     stop = asyncio.Event()
     force = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -39,11 +47,14 @@ async def run(hub_settings: settings.HubSettings) -> None:
     for signum in signals:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        await hub.start()
-        print(f"{READY_LINE_PREFIX} proxy={hub.proxy_url} server={hub.server_url}", flush=True)
-        sys.stdout.flush()
-        await stop.wait()
-        await hub.stop(force=force)
+        async with contextlib.AsyncExitStack() as stack:
+            node = await stack.enter_async_context(assembly.running(hub_settings, force=force))
+            for companion in companions:
+                await stack.enter_async_context(companion(node))
+            hub = node.hub
+            print(f"{READY_LINE_PREFIX} proxy={hub.proxy_url} server={hub.server_url}", flush=True)
+            sys.stdout.flush()
+            await stop.wait()
     finally:
         for signum in signals:
             loop.remove_signal_handler(signum)

@@ -8,12 +8,17 @@ with ``cli.EXIT_STARTUP_FAILURE`` and one clear line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib.metadata
+import os
 import pathlib
 
 import click
 
 from edgehub import cli
-from yurthub import kubeconfigs, lifecycle, requestinfo, settings
+from yurthub import assembly, kubeconfigs, lifecycle, requestinfo, settings
+
+AGENT_COMPONENT = "edgehub-agent"
 
 
 def _duration(value: str) -> float:
@@ -53,20 +58,102 @@ def _duration(value: str) -> float:
     help="Kubeconfig with the hub's identity (client certificate or token) and cluster CA.",
 )
 @click.option("--shutdown-grace-seconds", default=10.0, type=click.FloatRange(min=0))
+@click.option(
+    "--enable-discovery/--no-enable-discovery",
+    default=False,
+    help="Also run the device-discovery agent in this process; its API traffic goes through "
+    "this hub (and so keeps working from the cache while the cloud is away).",
+)
+@click.option(
+    "--discovery-handlers-directory",
+    type=click.Path(file_okay=False, path_type=pathlib.Path),
+    default=pathlib.Path("/var/lib/akri"),
+    envvar=["DISCOVERY_HANDLERS_DIRECTORY", "EDGEHUB_DISCOVERY_HANDLERS_DIRECTORY"],
+    help="With --enable-discovery: where agent-registration.sock is served.",
+)
+@click.option(
+    "--embedded-handlers",
+    default="",
+    help="With --enable-discovery: handlers run in-process (debugEcho,udev,opcua,onvif).",
+)
+@click.option(
+    "--device-plugins-dir",
+    type=click.Path(file_okay=False, path_type=pathlib.Path),
+    default=pathlib.Path("/var/lib/kubelet/device-plugins"),
+    help="With --enable-discovery: kubelet's device-plugin directory.",
+)
+@click.option(
+    "--pod-resources-socket",
+    type=click.Path(dir_okay=False, path_type=pathlib.Path),
+    default=pathlib.Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+    help="With --enable-discovery: kubelet's pod-resources socket (slot reclaimer).",
+)
+@click.option(
+    "--cdi-dir",
+    type=click.Path(file_okay=False, path_type=pathlib.Path),
+    default=pathlib.Path("/var/run/cdi"),
+    help="With --enable-discovery: where CDI spec files are written.",
+)
 def command(**opts: object) -> None:
     """Run the hub: an offline-capable proxy in front of kube-apiserver."""
     try:
         hub_settings = build_settings(opts)
+        companions: list[lifecycle.Companion] = []
+        if opts["enable_discovery"]:
+            companions.append(_discovery_companion(opts, hub_settings.node_name))
         if hub_settings.upstream.kubeconfig is not None:
             kubeconfigs.load(hub_settings.upstream.kubeconfig)  # fail fast, clear message
     except (settings.ConfigError, kubeconfigs.KubeconfigError, click.BadParameter) as e:
         click.echo(f"edgehub hub: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
     try:
-        asyncio.run(lifecycle.run(hub_settings))
+        asyncio.run(lifecycle.run(hub_settings, companions))
     except OSError as e:  # port in use, address not available
         click.echo(f"edgehub hub: cannot start: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
+
+
+def _discovery_companion(opts: dict[str, object], node_name: str) -> lifecycle.Companion:
+    """The discovery agent, run beside the hub and talking to the cloud through it."""
+    # Imported here: a hub without discovery does not pay for grpc and the handlers.
+    from discovery.agent import running as agent_running
+    from discovery.agent import settings as agent_settings
+
+    handlers = tuple(h.strip() for h in str(opts["embedded_handlers"]).split(",") if h.strip())
+    unknown = sorted(set(handlers) - set(agent_settings.EMBEDDED_HANDLERS))
+    if unknown:
+        raise click.BadParameter(f"unknown embedded handlers: {', '.join(unknown)}")
+
+    def companion(node: assembly.Node) -> contextlib.AbstractAsyncContextManager[object]:
+        def path(key: str) -> pathlib.Path:
+            value = opts[key]
+            assert isinstance(value, pathlib.Path)
+            return value
+
+        return agent_running.running(
+            agent_settings.AgentSettings(
+                node_name=node_name,
+                kube=agent_settings.KubeSettings(
+                    url=node.hub.proxy_url, user_agent=f"{AGENT_COMPONENT}/{_version()}"
+                ),
+                discovery_handlers_dir=path("discovery_handlers_directory"),
+                embedded_handlers=handlers,
+                handler_environ=dict(os.environ),
+                device_plugins_dir=path("device_plugins_dir"),
+                pod_resources_socket=path("pod_resources_socket"),
+                cdi_dir=path("cdi_dir"),
+                metrics_port=None,
+            )
+        )
+
+    return companion
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("edgehub")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0"
 
 
 def build_settings(opts: dict[str, object]) -> settings.HubSettings:
@@ -110,6 +197,8 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
         ),
         cache=settings.CacheSettings(
             disk_cache_path=pathlib.Path(s("disk_cache_path")),
-            cache_agents=settings.parse_cache_agents(s("cache_agents")),
+            cache_agents=settings.parse_cache_agents(s("cache_agents"))
+            # The embedded agent must keep working offline: its answers are cached.
+            + ((AGENT_COMPONENT,) if opts.get("enable_discovery") else ()),
         ),
     )

@@ -110,8 +110,11 @@ class Router:
         return child
 
     def _from_hub_itself(self, info: requestinfo.RequestInfo) -> bool:
+        # The hub's own clients (config follower, multiplexer) identify as component
+        # ``yurthub``/``edgehub`` exactly: ``edgehub-agent`` is a client like any other and must
+        # wait for readiness (it got 404s from an empty cache before the first probe).
         ua = info.user_agent
-        return ua == self._own_multiplexer_ua or ua.startswith(("yurthub", "edgehub"))
+        return ua == self._own_multiplexer_ua or info.component in ("yurthub", "edgehub")
 
     async def _route(
         self, request: web.Request, info: requestinfo.RequestInfo
