@@ -2,7 +2,10 @@
 
 Turns Configurations (akri.sh/v0) into Instances, serves a kubelet device
 plugin per Instance and per Configuration, writes CDI specs and reclaims
-unused slots. Flags keep Akri's environment names (``AGENT_NODE_NAME``,
+unused slots. In a Pod without ``--kubeconfig`` it authenticates with its
+ServiceAccount token (re-read as kubelet rotates it), against
+``--server-addr`` when given (the hub's proxy, so it keeps working offline)
+or ``$KUBERNETES_SERVICE_HOST``. Flags keep Akri's environment names (``AGENT_NODE_NAME``,
 ``DISCOVERY_HANDLERS_DIRECTORY``, ``METRICS_PORT``, ``ENABLE_DEBUG_ECHO``,
 ``DEBUG_ECHO_INSTANCES_SHARED``) besides the ``EDGEHUB_*`` ones.
 SIGTERM/SIGINT stop it cleanly (plugins and sockets removed, exit 0); a
@@ -16,6 +19,7 @@ import importlib.metadata
 import logging
 import os
 import signal
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -40,6 +44,14 @@ def _handlers(value: str, enable_debug_echo: bool) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def _service_host(environ: Mapping[str, str]) -> str | None:
+    host = environ.get("KUBERNETES_SERVICE_HOST", "")
+    port = environ.get("KUBERNETES_SERVICE_PORT", "443")
+    if not host:
+        return None
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
 @click.command("agent", context_settings=cli.COMMAND_CONTEXT)
 @click.option(
     "--node-name",
@@ -57,7 +69,15 @@ def _handlers(value: str, enable_debug_echo: bool) -> tuple[str, ...]:
 @click.option(
     "--server-addr",
     default=None,
-    help="Apiserver (or hub proxy) URL; overrides the kubeconfig's server.",
+    help="Apiserver (or hub proxy, http://127.0.0.1:10261) URL; overrides the server of the "
+    "kubeconfig or of the Pod's ServiceAccount.",
+)
+@click.option(
+    "--service-account-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=settings.SERVICE_ACCOUNT_DIR,
+    help="In a Pod without --kubeconfig: the ServiceAccount token and ca.crt used as "
+    "credentials (the server is $KUBERNETES_SERVICE_HOST unless --server-addr is given).",
 )
 @click.option(
     "--discovery-handlers-directory",
@@ -139,6 +159,7 @@ def command(
     node_name: str,
     kubeconfig: Path | None,
     server_addr: str | None,
+    service_account_dir: Path,
     discovery_handlers_directory: Path,
     embedded_handlers: str,
     enable_debug_echo: bool,
@@ -154,8 +175,13 @@ def command(
     requeue_seconds: float,
 ) -> None:
     """Run the discovery agent: Configurations -> Instances, device plugins, CDI specs."""
-    if kubeconfig is None and server_addr is None:
-        click.echo("error: give --kubeconfig or --server-addr", err=True)
+    service_account = None
+    if kubeconfig is None and (service_account_dir / "token").is_file():
+        service_account = settings.ServiceAccount(
+            directory=service_account_dir, server=_service_host(os.environ)
+        )
+    if kubeconfig is None and server_addr is None and service_account is None:
+        click.echo("error: give --kubeconfig or --server-addr (or run in a Pod)", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE)
     if kubeconfig is not None and not kubeconfig.is_file():
         click.echo(f"error: kubeconfig {kubeconfig} does not exist", err=True)
@@ -163,7 +189,10 @@ def command(
     agent_settings = settings.AgentSettings(
         node_name=node_name,
         kube=settings.KubeSettings(
-            url=server_addr, kubeconfig=kubeconfig, user_agent=f"edgehub-agent/{_version()}"
+            url=server_addr,
+            kubeconfig=kubeconfig,
+            service_account=service_account,
+            user_agent=f"edgehub-agent/{_version()}",
         ),
         discovery_handlers_dir=discovery_handlers_directory,
         embedded_handlers=_handlers(embedded_handlers, enable_debug_echo),

@@ -21,6 +21,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import exceptions as k8s_exceptions
+
+from discovery.agent import settings
 
 logger = logging.getLogger(__name__)
 
@@ -96,13 +99,16 @@ class WatchEvent:
 
 
 async def connect(
-    url: str | None, kubeconfig: Path | None, user_agent: str
+    url: str | None,
+    kubeconfig: Path | None,
+    user_agent: str,
+    service_account: settings.ServiceAccount | None = None,
 ) -> k8s_client.ApiClient:
-    """An ApiClient for ``url`` (e.g. the hub's proxy) and/or a kubeconfig.
+    """An ApiClient for ``url`` (e.g. the hub's proxy) and/or credentials.
 
-    With both, the kubeconfig supplies credentials and ``url`` replaces its
-    server; with only ``url``, requests are anonymous (a local proxy
-    authenticates on our behalf).
+    Credentials come from the kubeconfig, else from the ServiceAccount; ``url``
+    replaces their server. With only ``url``, requests are anonymous (a local
+    proxy authenticates on our behalf).
     """
     configuration = k8s_client.Configuration()
     if kubeconfig is not None:
@@ -112,6 +118,15 @@ async def connect(
             )
         except (OSError, k8s_config.ConfigException, ValueError) as e:
             raise KubeError(f"cannot load kubeconfig {kubeconfig}: {e}") from e
+    elif service_account is not None:
+        if url is None and service_account.server is None:
+            raise KubeError("in a Pod without KUBERNETES_SERVICE_HOST: give the apiserver URL")
+        token = _ServiceAccountToken(service_account)
+        await asyncio.to_thread(token.read)
+        configuration.host = service_account.server or ""
+        configuration.ssl_ca_cert = str(service_account.directory / "ca.crt")
+        configuration.api_key["BearerToken"] = token.value
+        configuration.refresh_api_key_hook = token.refresh
     elif url is None:
         raise KubeError("neither an apiserver URL nor a kubeconfig was given")
     if url is not None:
@@ -119,6 +134,42 @@ async def connect(
     api_client = k8s_client.ApiClient(configuration)
     api_client.user_agent = user_agent
     return api_client
+
+
+class _ServiceAccountToken:
+    """The projected ServiceAccount token, re-read every ``token_reload`` seconds.
+
+    ``refresh`` runs as kubernetes_asyncio's ``refresh_api_key_hook``, synchronously before a
+    request: the re-read is one small tmpfs file once a minute, so it stays on the loop. A
+    failed re-read keeps the previous token (it is still valid for a while) and logs why.
+    """
+
+    def __init__(self, account: settings.ServiceAccount) -> None:
+        self._account = account
+        self._path = account.directory / "token"
+        self.value = ""
+        self._read_at = 0.0
+
+    def read(self) -> None:
+        try:
+            token = self._path.read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise KubeError(f"cannot read the ServiceAccount token {self._path}: {e}") from e
+        if not token:
+            raise KubeError(f"the ServiceAccount token {self._path} is empty")
+        self.value = f"Bearer {token}"
+        self._read_at = time.monotonic()
+
+    def refresh(self, configuration: Any) -> None:
+        if time.monotonic() - self._read_at < self._account.token_reload:
+            return
+        try:
+            self.read()
+        except KubeError as e:
+            logger.warning("keeping the previous ServiceAccount token: %s", e)
+            self._read_at = time.monotonic()
+            return
+        configuration.api_key["BearerToken"] = self.value
 
 
 def _error(e: BaseException, what: str) -> KubeError:

@@ -8,12 +8,17 @@
 * ``akri_slot_usage{instance}`` / ``akri_slot_capacity{instance}``: held and total
   capacity slots of each Instance plugin on this node.
 
-``serve`` exposes ``GET /metrics`` with aiohttp (``METRICS_PORT``, default 8080 as Akri).
+``serve`` exposes ``GET /metrics`` with aiohttp (``METRICS_PORT``, default 8080 as Akri), plus
+the probes of the DaemonSet: ``GET /healthz`` (200 while the event loop answers: liveness) and
+``GET /readyz`` (200 once the agent's caches are synced, else 503: readiness). Liveness does
+not depend on the apiserver on purpose: an agent waiting for an unreachable cloud is not
+helped by being restarted.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import prometheus_client
 from aiohttp import web
@@ -95,16 +100,29 @@ class Metrics:
         return data
 
 
-async def serve(metrics: Metrics, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Start ``GET /metrics``; returns the runner (the caller cleans it up) and the bound port."""
+async def serve(
+    metrics: Metrics, host: str, port: int, ready: Callable[[], bool] = lambda: True
+) -> tuple[web.AppRunner, int]:
+    """Start ``GET /metrics``, ``/healthz`` and ``/readyz``; returns the runner (the caller
+    cleans it up) and the bound port."""
 
     async def handle(request: web.Request) -> web.Response:
         return web.Response(
             body=metrics.render(), headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST}
         )
 
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(request: web.Request) -> web.Response:
+        if ready():
+            return web.Response(text="ok")
+        return web.Response(status=503, text="not ready: caches not synced")
+
     app = web.Application()
     app.router.add_get("/metrics", handle)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

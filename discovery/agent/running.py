@@ -22,8 +22,6 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from aiohttp import web
-
 from discovery import registry, sdk
 from discovery.agent import (
     events,
@@ -114,7 +112,9 @@ class Agent:
             stack.push_async_callback(api_client.close)
             api = kubeapi.KubeApi(api_client, s.kube.request_timeout)
             if s.metrics_port is not None:
-                runner, self.metrics_port = await _serve_metrics(self.metrics, s)
+                runner, self.metrics_port = await metrics.serve(
+                    self.metrics, s.metrics_address, s.metrics_port, lambda: self.ready
+                )
                 stack.push_async_callback(runner.cleanup)
             reg = await stack.enter_async_context(
                 registry.running(registry.RegistrySettings(directory=s.discovery_handlers_dir))
@@ -153,15 +153,11 @@ class Agent:
 
 async def _connect(s: settings.AgentSettings) -> Any:
     try:
-        return await kubeapi.connect(s.kube.url, s.kube.kubeconfig, s.kube.user_agent)
+        return await kubeapi.connect(
+            s.kube.url, s.kube.kubeconfig, s.kube.user_agent, s.kube.service_account
+        )
     except kubeapi.KubeError as e:
         raise StartupError(str(e)) from e
-
-
-async def _serve_metrics(
-    m: metrics.Metrics, s: settings.AgentSettings
-) -> tuple[web.AppRunner, int]:
-    return await metrics.serve(m, s.metrics_address, s.metrics_port or 0)
 
 
 @contextlib.asynccontextmanager

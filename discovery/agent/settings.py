@@ -12,15 +12,31 @@ from collections.abc import Mapping
 from pathlib import Path
 
 EMBEDDED_HANDLERS = ("debugEcho", "udev", "opcua", "onvif")
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServiceAccount:
+    """A Pod's ServiceAccount credentials: ``token`` and ``ca.crt`` in ``directory``."""
+
+    directory: Path = SERVICE_ACCOUNT_DIR
+    server: str | None = None
+    """``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``; ``KubeSettings.url``
+    (e.g. the hub's proxy) takes precedence."""
+    token_reload: float = 60.0
+    """Seconds between re-reads of the token file: kubelet rotates the projected token
+    (valid 1 h, replaced at 80 %), so a token read once would expire."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class KubeSettings:
     url: str | None = None
-    """Apiserver URL. Set to the hub's proxy URL when embedded in ``edgehub hub`` (API traffic
-    then works offline from the hub's cache); ``None`` takes the kubeconfig's server."""
+    """Apiserver URL. Set to the hub's proxy URL (``http://127.0.0.1:10261``) so API traffic
+    keeps working offline from the hub's cache; ``None`` takes the credentials' server."""
     kubeconfig: Path | None = None
     """Credentials (and the server, unless ``url`` is set)."""
+    service_account: ServiceAccount | None = None
+    """Credentials when there is no kubeconfig (the agent runs in a Pod)."""
     user_agent: str = "edgehub-agent/0.0.0"
     """Sent on every request; the hub classifies and caches per component by it."""
     request_timeout: float = 30.0

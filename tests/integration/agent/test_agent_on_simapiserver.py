@@ -150,9 +150,11 @@ def agent_settings(
 
 @contextlib.asynccontextmanager
 async def node(
-    sim: Any, base: Path, name: str, **kw: Any
+    sim: Any, base: Path, name: str, kube: settings.KubeSettings | None = None, **kw: Any
 ) -> AsyncIterator[tuple[running.Agent, sim_kubelet.SimKubelet, sim_kubelet.SimPodResources]]:
     s = agent_settings(sim, base, name, **kw)
+    if kube is not None:
+        s = dataclasses.replace(s, kube=kube)
     async with (
         sim_kubelet.SimKubelet(s.device_plugins_dir) as kubelet,
         sim_kubelet.SimPodResources(base / "pr.sock") as pods,
@@ -295,7 +297,10 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
             session.get(f"http://127.0.0.1:{agent.metrics_port}/metrics") as response,
         ):
             metrics_text = await response.text()
-        assert response.status == 200
+            assert response.status == 200
+            for probe in ("/healthz", "/readyz"):
+                async with session.get(f"http://127.0.0.1:{agent.metrics_port}{probe}") as r:
+                    assert r.status == 200, probe
         assert 'akri_discovery_response_result_total{configuration="default/cfg"' in metrics_text
         assert "akri_discovery_response_time_seconds_count" in metrics_text
 
@@ -505,7 +510,7 @@ async def test_late_second_endpoint_keeps_its_instances_within_the_registration_
 ) -> None:
     await kubectl(sim, "apply", "-f", "-", stdin=configuration("cfg", "scripted", ""))
     first, second = Scripted(["from-a"]), Scripted(["from-b"])
-    window = {"settle": 30.0, "registration_window": 2.5}
+    window: dict[str, Any] = {"settle": 30.0, "registration_window": 2.5}
     async with asyncio.TaskGroup() as tg:
         serving_a = serve_scripted(tg, first, sockdir, "a.sock")
         serving_b = serve_scripted(tg, second, sockdir, "b.sock")
@@ -528,3 +533,30 @@ async def test_late_second_endpoint_keeps_its_instances_within_the_registration_
             assert await versions(sim) == before
         serving_a.cancel()
         serving_b.cancel()
+
+
+async def test_service_account_credentials_follow_token_rotation(sim: Any, sockdir: Path) -> None:
+    await kubectl(sim, "create", "serviceaccount", "edgehub-agent", "-n", "default")
+    account = sockdir / "serviceaccount"
+    account.mkdir()
+    (account / "ca.crt").write_bytes(sim.ca_pem)
+    # kubelet-style rotation: the first token expires soon, its successor replaces the file.
+    first = sim.service_account_token("default", "edgehub-agent", expiration_seconds=2)
+    (account / "token").write_text(first)
+    kube = settings.KubeSettings(
+        service_account=settings.ServiceAccount(
+            directory=account, server=sim.url, token_reload=0.2
+        ),
+        user_agent="edgehub-agent/test",
+    )
+    async with node(sim, sockdir, "node-a", kube=kube):
+        (account / "token").write_text(sim.service_account_token("default", "edgehub-agent"))
+        await asyncio.sleep(2.5)  # the first token has expired by now
+        await kubectl(
+            sim, "apply", "-f", "-", stdin=configuration("cfg", "debugEcho", "descriptions: [sa]")
+        )
+
+        async def created() -> bool:
+            return list(await instances(sim)) == [f"cfg-{digest('sa')}"]
+
+        await eventually(created)
