@@ -12,6 +12,11 @@ that is safe:
 
 Teardown runs in reverse: stop following, stop the hub (phased), close the cache (queued
 writes flushed, bounded).
+
+A cache that cannot be opened (permissions, a corrupt database, a full disk at start) does not
+keep the node from working online: the hub then runs as a plain proxy, logs it as an error and
+reports ``node_yurthub_error_keys_persistency_status 0``. Nothing is deleted automatically;
+``edgehub cache verify`` tells the operator what is wrong.
 """
 
 from __future__ import annotations
@@ -23,17 +28,17 @@ import logging
 from collections.abc import AsyncIterator
 
 from yurthub import server, settings
-from yurthub.cache import runtime
+from yurthub.cache import runtime, store
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Node:
-    """A running hub and the cache behind it."""
+    """A running hub and the cache behind it (None when the cache could not be opened)."""
 
     hub: server.Hub
-    cache: runtime.CacheRuntime
+    cache: runtime.CacheRuntime | None
 
 
 @contextlib.asynccontextmanager
@@ -45,24 +50,41 @@ async def running(
     Enter and exit from the same task (the hub's TaskGroup belongs to it). ``force``, when set
     during teardown, cuts the graceful phase short (a second signal).
     """
-    cache = await runtime.open(hub_settings)
     try:
-        hub = server.Hub(hub_settings, tee=cache.tee, local=cache.local)
-        hub.on_lease = cache.on_lease
+        cache: runtime.CacheRuntime | None = await runtime.open(hub_settings)
+    except store.StoreError as e:
+        log.error(
+            "disk cache %s cannot be opened, running WITHOUT offline answers: %s",
+            hub_settings.cache.disk_cache_path,
+            e,
+        )
+        cache = None
+    try:
+        if cache is None:
+            hub = server.Hub(hub_settings)
+            hub.metrics.error_keys_persistency_status.set(0)
+        else:
+            hub = server.Hub(hub_settings, tee=cache.tee, local=cache.local)
+            hub.on_lease = cache.on_lease
+            cache.attach_metrics(hub.metrics)
         await hub.start()
         checker = hub.health
         assert checker is not None  # set by start()
-        cache.cloud_healthy = checker.any_healthy
         try:
             async with asyncio.TaskGroup() as tg:
-                follower = tg.create_task(
-                    cache.follow_config(hub.proxy_url), name="cache-agents-config"
-                )
+                follower = None
+                if cache is not None:
+                    cache.cloud_healthy = checker.any_healthy
+                    follower = tg.create_task(
+                        cache.follow_config(hub.proxy_url), name="cache-agents-config"
+                    )
                 try:
                     yield Node(hub=hub, cache=cache)
                 finally:
-                    follower.cancel()
+                    if follower is not None:
+                        follower.cancel()
         finally:
             await hub.stop(force=force)
     finally:
-        await cache.close()
+        if cache is not None:
+            await cache.close()

@@ -135,6 +135,11 @@ class RequestInfo:
     deadline: float | None = None
     """Seconds the hub allows this request (see module docstring); None = no hub deadline."""
     resource_version: str = ""
+    list_continue: str | None = None
+    """``continue`` token of a list page; None when the request carried none (a first or
+    only page). The cache assembles a chunked list from its pages by this."""
+    limit: int | None = None
+    """``limit`` query parameter, when given."""
     allow_watch_bookmarks: bool = False
     is_upgrade: bool = False
     """``Connection: upgrade`` (exec/attach/port-forward over SPDY or WebSocket)."""
@@ -261,6 +266,8 @@ def classify(
         timeout_seconds=timeout_seconds,
         deadline=deadline,
         resource_version=_last(params, "resourceVersion"),
+        list_continue=params["continue"][-1] if params.get("continue") else None,
+        limit=_int_param(params, "limit"),
         allow_watch_bookmarks=_bool_param(params, "allowWatchBookmarks"),
         user_agent=user_agent,
         accept=accept,

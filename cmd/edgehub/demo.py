@@ -385,7 +385,7 @@ async def _stay_up(out: Progress, cast: dict[str, Any]) -> None:
         f"kubectl --kubeconfig {cast['admin']} get akrii                  # straight to the cloud"
     )
     out.cmd(f"curl -s {node.hub.server_url}/v1/readyz; curl -s {node.hub.server_url}/metrics")
-    out.cmd(f"edgehub cache ls --disk-cache-path {node.cache.settings.cache.disk_cache_path}")
+    out.cmd(f"edgehub cache ls --disk-cache-path {node.hub.settings.cache.disk_cache_path}")
     out.info("Press Ctrl-C to stop (type 'cut' or 'heal' + Enter to switch the link).")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -98,9 +98,9 @@ class Tee:
             return None
         if info.verb == "watch":
             return _WatchSink(self, list_key)
-        continued = getattr(info, "list_continue", None)
-        page = None if continued is None else bool(continued)
-        return _BodySink(self, store.PutList(list_key, b"", page), "list")
+        # A request with a continue token is a later page; without one it is a first page or a
+        # whole list (the store tells them apart by the response's own continue token).
+        return _BodySink(self, store.PutList(list_key, b"", bool(info.list_continue)), "list")
 
     def _document(self, info: requestinfo.RequestInfo, content_type: str) -> _BodySink | None:
         if info.verb != "get" or not _DOCUMENT_PATH.match(info.path):

@@ -354,3 +354,16 @@ def test_undecodable_user_agent_and_path_become_replacement_chars() -> None:
 def test_pool_scope(ua: str, url: str, want: tuple[bool, bool]) -> None:
     info = classify("GET", url, ua)
     assert requestinfo.pool_scope(info, requestinfo.DEFAULT_POOL_SCOPE_RESOURCES, "foo") == want
+
+
+def test_list_paging_parameters() -> None:
+    from multidict import CIMultiDict
+
+    first = requestinfo.classify("GET", "/api/v1/pods", {"limit": "500"}, CIMultiDict())
+    assert (first.limit, first.list_continue) == (500, None)
+    later = requestinfo.classify(
+        "GET", "/api/v1/pods", {"limit": "500", "continue": "abc"}, CIMultiDict()
+    )
+    assert (later.limit, later.list_continue) == (500, "abc")
+    with pytest.raises(requestinfo.BadRequestError):
+        requestinfo.classify("GET", "/api/v1/pods", {"limit": "-1"}, CIMultiDict())

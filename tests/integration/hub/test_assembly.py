@@ -1,0 +1,78 @@
+"""``assembly.running``: the hub with its cache, and without one when the cache cannot open."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+
+import aiohttp
+
+from yurthub import assembly, settings
+from yurthub.testing import simapiserver
+
+KUBELET = {"User-Agent": "kubelet/v1.32.4"}
+
+
+def hub_settings(sim: simapiserver.SimApiserver, cache_path: pathlib.Path) -> settings.HubSettings:
+    identity = sim.write_kubeconfig(cache_path.parent / "id.kubeconfig")
+    return settings.HubSettings(
+        node_name="edge-node-1",
+        upstream=settings.UpstreamSettings(servers=(sim.url,), kubeconfig=identity),
+        listen=settings.ListenSettings(serve_port=0, proxy_port=0),
+        heartbeat=settings.HeartbeatSettings(interval=1.0, timeout=1.0),
+        cache=settings.CacheSettings(disk_cache_path=cache_path),
+    )
+
+
+async def wait_ready(node: assembly.Node) -> None:
+    async with aiohttp.ClientSession() as http:
+        for _ in range(100):
+            async with http.get(f"{node.hub.server_url}/v1/readyz") as resp:
+                if resp.status == 200:
+                    return
+            await asyncio.sleep(0.05)
+    raise AssertionError("hub never became ready")
+
+
+async def scrape(node: assembly.Node) -> str:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{node.hub.server_url}/metrics") as resp,
+    ):
+        return await resp.text()
+
+
+async def test_with_cache_lists_are_cached_and_metrics_exposed(
+    sim_apiserver: simapiserver.SimApiserver, tmp_path: pathlib.Path
+) -> None:
+    cfg = hub_settings(sim_apiserver, tmp_path / "cache")
+    async with assembly.running(cfg) as node:
+        assert node.cache is not None
+        await wait_ready(node)
+        async with (
+            aiohttp.ClientSession(headers=KUBELET) as http,
+            http.get(f"{node.hub.proxy_url}/api/v1/namespaces/default/pods") as resp,
+        ):
+            assert resp.status == 200
+            await resp.read()
+        text = await scrape(node)
+        assert "node_yurthub_error_keys_persistency_status 1.0" in text
+        assert "node_yurthub_cache_objects" in text
+
+
+async def test_unopenable_cache_degrades_to_plain_proxy(
+    sim_apiserver: simapiserver.SimApiserver, tmp_path: pathlib.Path
+) -> None:
+    blocker = tmp_path / "cache"
+    blocker.write_text("not a directory")  # the cache path is a regular file
+    async with assembly.running(hub_settings(sim_apiserver, blocker)) as node:
+        assert node.cache is None
+        await wait_ready(node)
+        async with (
+            aiohttp.ClientSession(headers=KUBELET) as http,
+            http.get(f"{node.hub.proxy_url}/api/v1/namespaces/default/pods") as resp,
+        ):
+            assert resp.status == 200
+            body = await resp.json()
+        assert body["kind"] == "PodList"
+        assert "node_yurthub_error_keys_persistency_status 0.0" in await scrape(node)
