@@ -199,6 +199,9 @@ class SimApiserver:
         # Long-lived streams would hold shutdown up: end them now, clients see EOF.
         self._ctx.cancel_streams()
         await runner.cleanup()
+        # Idle keep-alive clients would hold TLS connections open until they hang up.
+        self._ctx.abort_connections()
+        await asyncio.sleep(0)
         if self._own_workdir and self._own_state:
             # Files are rewritten by the next start(); a throwaway dir is not left behind.
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -409,6 +412,13 @@ class SimApiserverThread:
                 loop.close()
                 return
             loop.run_forever()
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            # Closed transports finish closing on the next iterations; a closed loop would
+            # leave them (and their sockets) for the garbage collector to complain about.
+            loop.run_until_complete(asyncio.sleep(0.05))
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 

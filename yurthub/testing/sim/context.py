@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import weakref
 
 from aiohttp import web
 
@@ -27,6 +28,11 @@ class ServerContext:
     # host:port reported in /api serverAddressByClientCIDRs.
     server_address: str = "127.0.0.1:6443"
     streams: set[asyncio.Task[object]] = dataclasses.field(default_factory=set)
+    # Every connection seen, so stop() can drop the ones a graceful TLS close would leave
+    # waiting for an idle client's close_notify.
+    transports: weakref.WeakSet[asyncio.BaseTransport] = dataclasses.field(
+        default_factory=weakref.WeakSet
+    )
 
     def track_stream(self) -> asyncio.Task[object] | None:
         task = asyncio.current_task()
@@ -41,6 +47,12 @@ class ServerContext:
     def cancel_streams(self) -> None:
         for task in list(self.streams):
             task.cancel()
+
+    def abort_connections(self) -> None:
+        for transport in list(self.transports):
+            if isinstance(transport, asyncio.Transport):
+                transport.abort()
+        self.transports.clear()
 
 
 CONTEXT = web.AppKey("simapiserver_context", ServerContext)

@@ -93,6 +93,8 @@ USER_KEY = web.RequestKey("simapiserver_user", auth.User)
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     ctx = request.app[context.CONTEXT]
+    if request.transport is not None:
+        ctx.transports.add(request.transport)
     if not _is_secure(request):
         request[USER_KEY] = auth.ADMIN
         return await handler(request)
