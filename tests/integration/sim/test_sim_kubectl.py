@@ -97,8 +97,13 @@ def test_get_table_json_yaml_and_raw(kubectl: fixtures.Kubectl) -> None:
 
 def test_api_resources_lists_builtins(kubectl: fixtures.Kubectl) -> None:
     out = kubectl("api-resources", "-o", "name").stdout.split()
-    for name in ("pods", "leases.coordination.k8s.io", "endpointslices.discovery.k8s.io",
-                 "certificatesigningrequests.certificates.k8s.io", "customresourcedefinitions.apiextensions.k8s.io"):  # fmt: skip
+    for name in (
+        "pods",
+        "leases.coordination.k8s.io",
+        "endpointslices.discovery.k8s.io",
+        "certificatesigningrequests.certificates.k8s.io",
+        "customresourcedefinitions.apiextensions.k8s.io",
+    ):
         assert name in out
 
 
@@ -130,8 +135,10 @@ def test_create_apply_patch_label_annotate_delete(
     manifest["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:1.27"  # type: ignore[index]
     path.write_text(yaml.safe_dump(manifest))
     assert "configured" in kubectl("apply", "-f", str(path)).stdout
-    kubectl("patch", "deploy", "flow", "--type=strategic",
-            "-p", '{"spec":{"template":{"spec":{"containers":[{"name":"side","image":"busybox:2"}]}}}}')  # fmt: skip
+    side = {
+        "spec": {"template": {"spec": {"containers": [{"name": "side", "image": "busybox:2"}]}}}
+    }
+    kubectl("patch", "deploy", "flow", "--type=strategic", "-p", json.dumps(side))
     kubectl(
         "patch",
         "deploy",
