@@ -8,11 +8,15 @@ import pathlib
 from collections.abc import Iterator
 from typing import Any
 
-import kubernetes
+import kubernetes as typed_kubernetes
 import kubernetes_asyncio
 import pytest
 
 from yurthub.testing import simapiserver
+
+# The sync client's generated annotations make every field Optional and every body a model
+# class; the tests check values at run time, so they use it untyped.
+kubernetes: Any = typed_kubernetes
 
 WIDGET_CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",
@@ -49,7 +53,7 @@ def sync_sim(tmp_path: pathlib.Path) -> Iterator[simapiserver.SimApiserverThread
 
 
 @pytest.fixture
-def core(sync_sim: simapiserver.SimApiserverThread) -> Iterator[kubernetes.client.CoreV1Api]:
+def core(sync_sim: simapiserver.SimApiserverThread) -> Iterator[Any]:
     api = kubernetes.config.new_client_from_config(config_file=str(sync_sim.sim.kubeconfig_path))
     try:
         yield kubernetes.client.CoreV1Api(api)
@@ -57,7 +61,7 @@ def core(sync_sim: simapiserver.SimApiserverThread) -> Iterator[kubernetes.clien
         api.close()
 
 
-def test_sync_list_paging_and_conflict(core: kubernetes.client.CoreV1Api) -> None:
+def test_sync_list_paging_and_conflict(core: Any) -> None:
     pods = core.list_pod_for_all_namespaces()
     assert len(pods.items) >= 10 and int(pods.metadata.resource_version) > 0
     first = core.list_namespaced_pod("default", limit=2)
@@ -83,7 +87,7 @@ def test_sync_list_paging_and_conflict(core: kubernetes.client.CoreV1Api) -> Non
 
 
 def test_sync_watch_stream_with_bookmarks(
-    sync_sim: simapiserver.SimApiserverThread, core: kubernetes.client.CoreV1Api
+    sync_sim: simapiserver.SimApiserverThread, core: Any
 ) -> None:
     rv = core.list_namespaced_config_map("default").metadata.resource_version
     sync_sim.call(
@@ -114,9 +118,7 @@ def test_sync_watch_stream_with_bookmarks(
     assert seen[-1][0] == "BOOKMARK"
 
 
-def test_sync_expired_watch_is_410(
-    sync_sim: simapiserver.SimApiserverThread, core: kubernetes.client.CoreV1Api
-) -> None:
+def test_sync_expired_watch_is_410(sync_sim: simapiserver.SimApiserverThread, core: Any) -> None:
     old = core.list_namespaced_config_map("default").metadata.resource_version
     for i in range(30):
         sync_sim.call(
