@@ -197,6 +197,7 @@ class SimApiserver:
         if runner is None:
             return
         # Long-lived streams would hold shutdown up: end them now, clients see EOF.
+        self._ctx.close_watchers("the apiserver is shutting down")
         self._ctx.cancel_streams()
         await runner.cleanup()
         # Idle keep-alive clients would hold TLS connections open until they hang up.

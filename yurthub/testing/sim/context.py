@@ -1,8 +1,9 @@
 """Per-apiserver context the HTTP handlers share: the state, timing knobs, live streams.
 
 One ``ServerContext`` per ``SimApiserver`` (several may share one ``State``). It
-tracks the handler tasks of long-lived streams (watch, ``logs -f``, exec) so that
-``stop()`` can end them at once instead of waiting for clients to hang up.
+tracks long-lived streams so that ``stop()`` ends them at once instead of waiting
+for clients to hang up: open watches are closed (the client sees the stream end,
+as on an apiserver's graceful shutdown), ``logs -f`` and exec handlers are cancelled.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ class ServerContext:
     max_body_bytes: int = 3 * 1024 * 1024
     # host:port reported in /api serverAddressByClientCIDRs.
     server_address: str = "127.0.0.1:6443"
+    # Log-follow and exec handler tasks: cancelled on stop().
     streams: set[asyncio.Task[object]] = dataclasses.field(default_factory=set)
+    # Open watches: closed on stop(), so their streams end cleanly (final chunk written).
+    watchers: set[storage.Watcher] = dataclasses.field(default_factory=set)
     # Every connection seen, so stop() can drop the ones a graceful TLS close would leave
     # waiting for an idle client's close_notify.
     transports: weakref.WeakSet[asyncio.BaseTransport] = dataclasses.field(
@@ -43,6 +47,10 @@ class ServerContext:
     def untrack_stream(self, task: asyncio.Task[object] | None) -> None:
         if task is not None:
             self.streams.discard(task)
+
+    def close_watchers(self, reason: str) -> None:
+        for watcher in list(self.watchers):
+            watcher.close(reason)
 
     def cancel_streams(self) -> None:
         for task in list(self.streams):

@@ -147,8 +147,8 @@ async def watch(
         await response.write_eof()
         return response
 
-    task = ctx.track_stream()
     watcher = start.watcher
+    ctx.watchers.add(watcher)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + duration
     try:
@@ -169,7 +169,7 @@ async def watch(
         log.debug("watch client disconnected: %s", e)
     finally:
         ctx.state.unwatch(watcher)
-        ctx.untrack_stream(task)
+        ctx.watchers.discard(watcher)
     with contextlib.suppress(ConnectionResetError, RuntimeError):
         await response.write_eof()
     return response
