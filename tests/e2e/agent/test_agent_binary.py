@@ -218,3 +218,31 @@ async def test_bad_flags_exit_3(base: Path) -> None:
     _, err = await proc.communicate()
     assert proc.returncode == 3
     assert b"--kubeconfig" in err
+
+
+async def test_in_a_pod_the_service_account_authenticates(sim: Any, base: Path) -> None:
+    # What the DaemonSet gives the agent: no kubeconfig, a ServiceAccount directory and
+    # KUBERNETES_SERVICE_HOST/PORT (here the simulator).
+    await kubectl(sim, "create", "serviceaccount", "edgehub-agent", "-n", "default")
+    account = base / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(sim.service_account_token("default", "edgehub-agent"))
+    (account / "ca.crt").write_bytes(sim.ca_pem)
+    args = [
+        a
+        for a in agent_args(sim, base, "--embedded-handlers=debugEcho")
+        if not a.startswith("--kubeconfig=")
+    ]
+    env = {
+        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": str(sim.port),
+        "EDGEHUB_SERVICE_ACCOUNT_DIR": str(account),
+        "DEBUG_ECHO_AVAILABILITY_FILE": str(base / "availability"),
+    }
+    await kubectl(sim, "apply", "-f", "-", stdin=config("cfg", "debugEcho", "descriptions: [p]"))
+    async with process(*args, env=env):
+
+        async def created() -> bool:
+            return list(await instances(sim)) == [f"cfg-{digest('p')}"]
+
+        await eventually(created)
