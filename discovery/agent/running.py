@@ -9,9 +9,10 @@ for it to unwind (plugins stopped and their sockets removed, registry socket
 removed, API client closed). A crash of any part ends the supervisor, and
 the error is raised from ``stop`` (or ``wait``).
 
-Embedding (``edgehub hub --enable-discovery``): build ``AgentSettings`` with
-``KubeSettings(url=<hub proxy URL>)`` so every API call goes through the hub
-and keeps working from its cache while the cloud is away.
+Behind the hub: build ``AgentSettings`` with ``KubeSettings(url=<hub proxy
+URL>)`` (the DaemonSet passes ``--server-addr=http://127.0.0.1:10261`` and its
+ServiceAccount token) so every API call goes through the hub and keeps working
+from its cache while the cloud is away.
 """
 
 from __future__ import annotations
