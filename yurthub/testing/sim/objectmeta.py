@@ -116,6 +116,13 @@ def validate_metadata(rt: resources.ResourceType, meta: dict[str, Any], name: st
                 )
 
 
+def drop_empty(meta: dict[str, Any]) -> None:
+    """Empty maps and lists a Go client never sends (``omitempty``) are not stored either."""
+    for field in ("labels", "annotations", "finalizers", "ownerReferences"):
+        if field in meta and not meta[field]:
+            del meta[field]
+
+
 def strip_server_fields(meta: dict[str, Any]) -> None:
     """Fields a client may send but the server owns on create."""
     for field in (

@@ -807,6 +807,10 @@ class _Demo:
                 }
             )
 
+    def _uid(self, kind: str, namespace: str, name: str) -> str:
+        found = self.state.get(kind.lower() + "s", namespace, name)
+        return str(found["metadata"]["uid"])
+
     def event(
         self,
         namespace: str,
@@ -827,6 +831,7 @@ class _Demo:
                     "kind": kind,
                     "namespace": namespace,
                     "name": name,
+                    "uid": self._uid(kind, namespace, name),
                     "apiVersion": "v1",
                 },
                 "reason": reason,

@@ -442,6 +442,7 @@ class State:
         meta["name"] = name
         objectmeta.validate_name(rt, name)
         objectmeta.validate_metadata(rt, meta, name)
+        objectmeta.drop_empty(meta)
         if rt.namespaced:
             self._check_namespace(rt, meta["namespace"])
         key = self._key(rt, meta.get("namespace"), name)
@@ -502,6 +503,7 @@ class State:
         objectmeta.validate_metadata(rt, meta, name)
         self._check_preconditions(rt, old, meta.get("uid"), meta.get("resourceVersion"))
         new = self._merge_update(rt, old, obj, subresource, full)
+        objectmeta.drop_empty(new["metadata"])
         if rt.custom:
             schemas.apply(rt, new)
         defaulting.on_write(rt, new)
