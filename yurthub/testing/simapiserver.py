@@ -44,6 +44,7 @@ from typing import Any, Literal, Self, TypeVar
 from aiohttp import web
 
 from yurthub.testing.sim import (
+    auditing,
     auth,
     context,
     handlers,
@@ -331,6 +332,18 @@ class SimApiserver:
         return ctx
 
     # --- cluster conveniences ---------------------------------------------------------------
+
+    def audit_log(self) -> list[auditing.Record]:
+        """Requests this apiserver answered, oldest first (bounded; see ``clear_audit_log``).
+
+        Each record has user, groups, verb, group/version/resource/subresource,
+        namespace, name, path, HTTP code and User-Agent; ``record.rbac`` gives the
+        (verb, apiGroup, resource) an RBAC rule must allow.
+        """
+        return self._ctx.audit.records()
+
+    def clear_audit_log(self) -> None:
+        self._ctx.audit.clear()
 
     def append_log(self, namespace: str, pod: str, container: str, line: str) -> None:
         """Add a container log line; ``logs -f`` followers receive it at once."""

@@ -431,3 +431,29 @@ async def test_exec_channel_protocol(
     assert (
         status["reason"] == "NonZeroExitCode" and status["details"]["causes"][0]["message"] == "5"
     )
+
+
+async def test_audit_log_records_who_asked_for_what(
+    sim_apiserver: simapiserver.SimApiserver, http: aiohttp.ClientSession
+) -> None:
+    sim_apiserver.clear_audit_log()
+    async with http.get(
+        "/api/v1/namespaces/default/pods?limit=1", headers={"User-Agent": "probe/1.0"}
+    ):
+        pass
+    async with http.get(
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/edge-node-1"
+    ):
+        pass
+    async with http.get("/api/v1/namespaces/default/configmaps/missing"):
+        pass
+    first, second, third = sim_apiserver.audit_log()
+    assert (first.user, first.verb, first.resource, first.code) == (
+        "kubernetes-admin",
+        "list",
+        "pods",
+        200,
+    )
+    assert first.user_agent == "probe/1.0" and first.namespace == "default"
+    assert second.rbac == ("get", "coordination.k8s.io", "leases") and second.name == "edge-node-1"
+    assert (third.verb, third.code) == ("get", 404)

@@ -14,7 +14,7 @@ import weakref
 
 from aiohttp import web
 
-from yurthub.testing.sim import storage
+from yurthub.testing.sim import auditing, storage
 
 
 @dataclasses.dataclass(slots=True)
@@ -32,6 +32,7 @@ class ServerContext:
     streams: set[asyncio.Task[object]] = dataclasses.field(default_factory=set)
     # Open watches: closed on stop(), so their streams end cleanly (final chunk written).
     watchers: set[storage.Watcher] = dataclasses.field(default_factory=set)
+    audit: auditing.AuditLog = dataclasses.field(default_factory=auditing.AuditLog)
     # Every connection seen, so stop() can drop the ones a graceful TLS close would leave
     # waiting for an idle client's close_notify.
     transports: weakref.WeakSet[asyncio.BaseTransport] = dataclasses.field(

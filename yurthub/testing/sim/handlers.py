@@ -6,7 +6,8 @@ Middlewares, outermost first:
 1. errors: an ``ApiError`` becomes its Status; any aiohttp HTTP error becomes a
    Status with the same code; an unexpected exception is logged and answered
    with a 500 Status (never a traceback on the wire).
-2. authentication: client certificate, admin token or ServiceAccount token;
+2. audit: one ``auditing.Record`` per request (user, verb, resource, code).
+3. authentication: client certificate, admin token or ServiceAccount token;
    otherwise 401. ``/healthz``, ``/livez``, ``/readyz`` and ``/version`` are open
    (the apiserver's anonymous public-info role). The insecure listener, when
    enabled, treats every caller as the admin.
@@ -22,6 +23,7 @@ from aiohttp import web
 
 from yurthub import statuses
 from yurthub.testing.sim import (
+    auditing,
     auth,
     bodies,
     context,
@@ -67,6 +69,15 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if e.status < 400:
             raise
         return bodies.status_response(statuses.failure(e.status, e.reason or "error"))
+    except ConnectionResetError:
+        # The client went away (aiohttp's write errors derive from it): nobody to answer.
+        raise
+    except Exception:
+        # A bug in the sim: the client gets a Status, the test log gets the traceback.
+        log.exception("internal error serving %s %s", request.method, request.path)
+        return bodies.status_response(
+            statuses.failure(500, "Internal error occurred: the simulated apiserver failed")
+        )
 
 
 def _peer_subject(request: web.Request) -> tuple[str, list[str]] | None:
@@ -88,6 +99,41 @@ def _is_secure(request: web.Request) -> bool:
 
 
 USER_KEY = web.RequestKey("simapiserver_user", auth.User)
+
+
+@web.middleware
+async def audit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Record the request once its status is known (errors included: this runs outside them)."""
+    try:
+        response = await handler(request)
+    except errors.ApiError as e:
+        _audit(request, e.code)
+        raise
+    _audit(request, response.status)
+    return response
+
+
+def _audit(request: web.Request, code: int) -> None:
+    user = request.get(USER_KEY)
+    parsed = paths.parse(request.path)
+    resource = parsed if isinstance(parsed, paths.ResourcePath) else None
+    watch = crud.flag(request.query, "watch") is True
+    request.app[context.CONTEXT].audit.append(
+        auditing.Record(
+            user=user.name if user is not None else "",
+            groups=user.groups if user is not None else (),
+            verb=auditing.verb_of(request.method, resource, watch),
+            path=request.path,
+            code=code,
+            user_agent=request.headers.get("User-Agent", ""),
+            group=resource.group if resource else "",
+            version=resource.version if resource else "",
+            resource=resource.resource if resource else "",
+            subresource=(resource.subresource or "") if resource else "",
+            namespace=(resource.namespace or "") if resource else "",
+            name=(resource.name or "") if resource else "",
+        )
+    )
 
 
 @web.middleware
@@ -274,7 +320,8 @@ async def fallback(request: web.Request) -> web.StreamResponse:
 def build_app(ctx: context.ServerContext) -> web.Application:
     # The body limit is enforced by bodies.read (413 as a Status), not by aiohttp.
     app = web.Application(
-        middlewares=[error_middleware, auth_middleware], client_max_size=ctx.max_body_bytes + 1
+        middlewares=[error_middleware, audit_middleware, auth_middleware],
+        client_max_size=ctx.max_body_bytes + 1,
     )
     app[context.CONTEXT] = ctx
     for prefix in ("healthz", "livez", "readyz"):
