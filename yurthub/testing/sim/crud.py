@@ -8,11 +8,12 @@ is mostly one ``bytes.join``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 from aiohttp import web
+from multidict import MultiMapping
 
 from yurthub import statuses
 from yurthub.cache import selectors
@@ -52,10 +53,9 @@ def int_param(query: Mapping[str, str], name: str) -> int | None:
     return number
 
 
-def dry_run(query: Mapping[str, str], options: Mapping[str, Any] | None = None) -> bool:
-    values = list(query.getall("dryRun", [])) if hasattr(query, "getall") else []
-    if not values and query.get("dryRun"):
-        values = [str(query["dryRun"])]
+def dry_run(query: MultiMapping[str], options: Mapping[str, Any] | None = None) -> bool:
+    """``dryRun=All`` (query, repeatable, or DeleteOptions); anything else is a 400."""
+    values = list(query.getall("dryRun", []))
     if options is not None:
         values += [str(v) for v in options.get("dryRun") or ()]
     for v in values:
@@ -449,7 +449,3 @@ async def delete_collection(
     return bodies.respond(
         encode_list(rt, listing, negotiation.Negotiated(), now=ctx.state.clock(), include="Object")
     )
-
-
-def objects_bytes(rt: resources.ResourceType, items: Iterable[storage.Stored]) -> list[bytes]:
-    return [conversion.encode(rt, s.obj, s.raw) for s in items]

@@ -370,7 +370,7 @@ class State:
             raise errors.not_found(rt.resource, name, rt.group)
         return found
 
-    def _check_namespace(self, rt: resources.ResourceType, namespace: str) -> None:
+    def _check_namespace(self, rt: resources.ResourceType, namespace: str, name: str) -> None:
         ns = self._bucket(NAMESPACES).items.get(("", namespace))
         if ns is None:
             raise errors.not_found("namespaces", namespace)
@@ -378,9 +378,9 @@ class State:
             raise errors.ApiError(
                 statuses.failure(
                     403,
-                    f'{rt.kind.lower()} "{namespace}" is forbidden: unable to create new content '
-                    f"in namespace {namespace} because it is being terminated",
-                    details={"name": namespace, "kind": rt.resource},
+                    f'{rt.resource} "{name}" is forbidden: unable to create new content in '
+                    f"namespace {namespace} because it is being terminated",
+                    details={"name": name, "kind": rt.resource},
                 )
             )
 
@@ -444,7 +444,7 @@ class State:
         objectmeta.validate_metadata(rt, meta, name)
         objectmeta.drop_empty(meta)
         if rt.namespaced:
-            self._check_namespace(rt, meta["namespace"])
+            self._check_namespace(rt, meta["namespace"], name)
         key = self._key(rt, meta.get("namespace"), name)
         if key in self._bucket(rt.storage).items:
             raise errors.ApiError(statuses.already_exists(rt.resource, name, rt.group))
@@ -786,9 +786,6 @@ class State:
             problems.append("spec.versions: Required value")
         elif sum(1 for v in versions if v.get("storage")) != 1:
             problems.append("spec.versions: Invalid value: must have exactly one storage version")
-        if group and group.endswith(".k8s.io") and not group.endswith(".x-k8s.io"):
-            # The real apiserver wants an api-approved annotation; the sim accepts the group.
-            pass
         if problems:
             raise errors.invalid(
                 "CustomResourceDefinition", name, "; ".join(problems), "apiextensions.k8s.io"

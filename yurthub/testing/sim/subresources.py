@@ -29,7 +29,6 @@ from yurthub.testing.sim import (
     auth,
     bodies,
     context,
-    conversion,
     crud,
     errors,
     objectmeta,
@@ -347,7 +346,3 @@ async def review(
             "reason": "the simulated apiserver allows every authenticated user everything",
         }
     return bodies.respond(answer, status=201)
-
-
-def encode_stored(rt: resources.ResourceType, stored: storage.Stored) -> bytes:
-    return conversion.encode(rt, stored.obj, stored.raw)
