@@ -318,5 +318,20 @@ def test_apply_crd_then_custom_resource(kubectl: fixtures.Kubectl, tmp_path: pat
     (tmp_path / "cr.yaml").write_text(yaml.safe_dump(cr))
     kubectl("apply", "-f", str(tmp_path / "cr.yaml"))
     assert kubectl("get", "gadget", "g1", "-o", "jsonpath={.spec.color}").stdout == "blue"
+    typo = {**cr, "spec": {"colour": "green"}}
+    (tmp_path / "typo.yaml").write_text(yaml.safe_dump(typo))
+    crd_strict = {**crd}
+    version = {**crd["spec"]["versions"][0]}  # type: ignore[index]
+    version["schema"] = {
+        "openAPIV3Schema": {
+            "type": "object",
+            "properties": {"spec": {"type": "object", "properties": {"color": {"type": "string"}}}},
+        }
+    }
+    crd_strict["spec"] = {**crd["spec"], "versions": [version]}  # type: ignore[dict-item]
+    (tmp_path / "crd.yaml").write_text(yaml.safe_dump(crd_strict))
+    kubectl("apply", "-f", str(tmp_path / "crd.yaml"))
+    refused = kubectl("apply", "-f", str(tmp_path / "typo.yaml"), check=False)
+    assert refused.returncode == 1 and 'unknown field "spec.colour"' in refused.stderr
     kubectl("delete", "crd", "gadgets.example.com")
     assert kubectl("get", "gadgets", check=False).returncode != 0

@@ -329,3 +329,28 @@ def test_events_k8s_io_shares_core_storage() -> None:
     converted = state.get(rt, "default", "e1")
     assert converted["apiVersion"] == "events.k8s.io/v1"
     assert converted["note"] == "hello" and converted["regarding"] == {"kind": "Pod", "name": "p"}
+
+
+@pytest.mark.parametrize(
+    ("mode", "outcome"),
+    [("Strict", "error"), ("Warn", "warned"), (None, "warned"), ("Ignore", "silent")],
+)
+def test_field_validation_of_pruned_fields(mode: str | None, outcome: str) -> None:
+    state = _state()
+    state.create(CRD)
+    rt = state.registry.get("example.com", "v1", "widgets")
+    assert rt is not None
+    warnings: list[str] = []
+    body = {"metadata": {"name": "w"}, "spec": {"size": 1, "typo": True}}
+    if outcome == "error":
+        with pytest.raises(errors.ApiError) as e:
+            state.create_object(
+                rt, body, namespace="default", field_validation=mode, warnings=warnings
+            )
+        assert e.value.code == 400 and 'unknown field "spec.typo"' in str(e.value)
+        return
+    stored = state.create_object(
+        rt, body, namespace="default", field_validation=mode, warnings=warnings
+    )
+    assert stored.obj["spec"] == {"size": 1}
+    assert warnings == (['unknown field "spec.typo"'] if outcome == "warned" else [])

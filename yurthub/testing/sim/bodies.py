@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import multidict
 import orjson
 import yaml
 from aiohttp import web
@@ -65,13 +66,22 @@ def respond(
     status: int = 200,
     as_yaml: bool = False,
     content_type: str = "application/json",
+    warnings: list[str] | None = None,
 ) -> web.Response:
-    """A response from pre-encoded JSON bytes or a JSON-able value (YAML if asked)."""
+    """A response from pre-encoded JSON bytes or a JSON-able value (YAML if asked).
+
+    ``warnings`` become ``Warning: 299 - "..."`` headers, which kubectl prints.
+    """
+    headers = multidict.CIMultiDict({"Content-Type": content_type})
+    for text in warnings or ():
+        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+        headers.add("Warning", f'299 - "{escaped}"')
     if as_yaml:
         value = orjson.loads(body) if isinstance(body, bytes) else body
-        return web.Response(body=dump_yaml(value), status=status, content_type="application/yaml")
+        headers["Content-Type"] = "application/yaml"
+        return web.Response(body=dump_yaml(value), status=status, headers=headers)
     data = body if isinstance(body, bytes) else orjson.dumps(body)
-    return web.Response(body=data, status=status, headers={"Content-Type": content_type})
+    return web.Response(body=data, status=status, headers=headers)
 
 
 def status_response(status: statuses.Status) -> web.Response:

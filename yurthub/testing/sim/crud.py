@@ -64,6 +64,19 @@ def dry_run(query: MultiMapping[str], options: Mapping[str, Any] | None = None) 
     return bool(values)
 
 
+def field_validation(query: Mapping[str, str]) -> str | None:
+    """``fieldValidation``: Ignore, Warn (the default) or Strict (what kubectl sends)."""
+    value = query.get("fieldValidation")
+    if value in (None, ""):
+        return None
+    if value not in ("Ignore", "Warn", "Strict"):
+        raise errors.bad_request(
+            f'fieldValidation: Unsupported value: "{value}": supported values: "Ignore", '
+            '"Strict", "Warn"'
+        )
+    return value
+
+
 def list_filter(
     rt: resources.ResourceType, rp: paths.ResourcePath, query: Mapping[str, str]
 ) -> storage.Filter:
@@ -204,11 +217,20 @@ async def create(
 ) -> web.StreamResponse:
     neg = negotiation.negotiate(request.headers.get("Accept"))
     obj = await read_object(ctx, request)
+    warnings: list[str] = []
     stored = ctx.state.create_object(
-        rt, obj, namespace=rp.namespace, dry_run=dry_run(request.query)
+        rt,
+        obj,
+        namespace=rp.namespace,
+        dry_run=dry_run(request.query),
+        field_validation=field_validation(request.query),
+        warnings=warnings,
     )
     return bodies.respond(
-        conversion.encode(rt, stored.obj, stored.raw), status=201, as_yaml=neg.yaml
+        conversion.encode(rt, stored.obj, stored.raw),
+        status=201,
+        as_yaml=neg.yaml,
+        warnings=warnings,
     )
 
 
@@ -221,6 +243,7 @@ async def update(
     neg = negotiation.negotiate(request.headers.get("Accept"))
     obj = await read_object(ctx, request)
     assert rp.name is not None
+    warnings: list[str] = []
     stored, created = ctx.state.update_object(
         rt,
         obj,
@@ -228,11 +251,14 @@ async def update(
         name=rp.name,
         subresource=rp.subresource,
         dry_run=dry_run(request.query),
+        field_validation=field_validation(request.query),
+        warnings=warnings,
     )
     return bodies.respond(
         conversion.encode(rt, stored.obj, stored.raw),
         status=201 if created else 200,
         as_yaml=neg.yaml,
+        warnings=warnings,
     )
 
 
@@ -278,15 +304,27 @@ async def patch(
     document = bodies.decode(raw, fmt)
     assert rp.name is not None
     is_dry = dry_run(request.query)
+    validation = field_validation(request.query)
+    warnings: list[str] = []
     existing = ctx.state.find(rt, rp.namespace, rp.name)
     if existing is None:
         if fmt is not negotiation.BodyFormat.APPLY_PATCH or rp.subresource is not None:
             raise errors.not_found(rt.resource, rp.name, rt.group)
         if isinstance(document, dict):
             document.setdefault("metadata", {}).setdefault("name", rp.name)
-        stored = ctx.state.create_object(rt, document, namespace=rp.namespace, dry_run=is_dry)
+        stored = ctx.state.create_object(
+            rt,
+            document,
+            namespace=rp.namespace,
+            dry_run=is_dry,
+            field_validation=validation,
+            warnings=warnings,
+        )
         return bodies.respond(
-            conversion.encode(rt, stored.obj, stored.raw), status=201, as_yaml=neg.yaml
+            conversion.encode(rt, stored.obj, stored.raw),
+            status=201,
+            as_yaml=neg.yaml,
+            warnings=warnings,
         )
     if rp.subresource == "scale":
         return await _patch_scale(ctx, rt, rp, existing, fmt, document, is_dry)
@@ -307,8 +345,12 @@ async def patch(
         name=rp.name,
         subresource=rp.subresource,
         dry_run=is_dry,
+        field_validation=validation,
+        warnings=warnings,
     )
-    return bodies.respond(conversion.encode(rt, stored.obj, stored.raw), as_yaml=neg.yaml)
+    return bodies.respond(
+        conversion.encode(rt, stored.obj, stored.raw), as_yaml=neg.yaml, warnings=warnings
+    )
 
 
 def scale_of(rt: resources.ResourceType, stored: storage.Stored) -> dict[str, Any]:

@@ -427,7 +427,10 @@ class State:
         *,
         namespace: str | None = None,
         dry_run: bool = False,
+        field_validation: str | None = None,
+        warnings: list[str] | None = None,
     ) -> Stored:
+        """Create; ``warnings`` collects what a ``Warning`` header should say."""
         obj = self._prepare_body(rt, obj, namespace)
         meta = obj["metadata"]
         name = meta.get("name")
@@ -454,7 +457,7 @@ class State:
         if rt.has_generation:
             meta["generation"] = 1
         if rt.custom:
-            schemas.apply(rt, obj)
+            self._validate_fields(schemas.apply(rt, obj), field_validation, warnings)
         else:
             defaulting.on_create(rt, obj, self.allocator)
         if rt.storage == CRD_STORAGE:
@@ -482,6 +485,8 @@ class State:
         subresource: str | None = None,
         full: bool = False,
         dry_run: bool = False,
+        field_validation: str | None = None,
+        warnings: list[str] | None = None,
     ) -> tuple[Stored, bool]:
         """PUT semantics; returns (stored, created). ``full`` replaces status too (tests)."""
         if not isinstance(obj, dict):
@@ -496,7 +501,15 @@ class State:
         if old is None:
             if rt.allow_create_on_update and subresource is None:
                 obj.setdefault("metadata", {})["name"] = name
-                return self.create_object(rt, obj, namespace=namespace, dry_run=dry_run), True
+                created = self.create_object(
+                    rt,
+                    obj,
+                    namespace=namespace,
+                    dry_run=dry_run,
+                    field_validation=field_validation,
+                    warnings=warnings,
+                )
+                return created, True
             raise errors.not_found(rt.resource, name, rt.group)
         obj = self._prepare_body(rt, obj, namespace)
         meta = obj["metadata"]
@@ -505,7 +518,7 @@ class State:
         new = self._merge_update(rt, old, obj, subresource, full)
         objectmeta.drop_empty(new["metadata"])
         if rt.custom:
-            schemas.apply(rt, new)
+            self._validate_fields(schemas.apply(rt, new), field_validation, warnings)
         defaulting.on_write(rt, new)
         if rt.storage == ("", "services"):
             self._keep_cluster_ip(old.obj, new)
@@ -523,6 +536,19 @@ class State:
         if stored.deleting and not stored.meta.get("finalizers"):
             self._remove(rt.storage, key, cascade=True)
         return stored, False
+
+    @staticmethod
+    def _validate_fields(
+        pruned: list[str], field_validation: str | None, warnings: list[str] | None
+    ) -> None:
+        if not pruned:
+            return
+        mode = field_validation or "Warn"
+        if mode == "Strict":
+            unknown = ", ".join(f'unknown field "{p}"' for p in pruned)
+            raise errors.bad_request(f"strict decoding error: {unknown}")
+        if mode == "Warn" and warnings is not None:
+            warnings.extend(f'unknown field "{p}"' for p in pruned)
 
     def _check_preconditions(
         self, rt: resources.ResourceType, old: Stored, uid: Any, rv: Any
