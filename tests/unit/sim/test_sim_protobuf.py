@@ -100,3 +100,14 @@ def test_undecodable_bodies_are_clear_415s(body: bytes, fragment: str) -> None:
         protobuf.decode(body)
     assert e.value.code == 415
     assert fragment in str(e.value)
+
+
+def test_delete_options_from_a_go_client() -> None:
+    body = envelope("v1", "DeleteOptions", f(1, 0) + f(2, f(1, "uid-1")) + f(4, "Orphan"))
+    assert protobuf.decode(body) == {
+        "kind": "DeleteOptions",
+        "apiVersion": "v1",
+        "gracePeriodSeconds": 0,
+        "preconditions": {"uid": "uid-1"},
+        "propagationPolicy": "Orphan",
+    }

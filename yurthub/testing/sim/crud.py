@@ -410,12 +410,15 @@ def set_scale(
     return bodies.respond(scale_of(rt, stored))
 
 
-def _delete_options(raw: bytes, query: Mapping[str, str]) -> dict[str, Any]:
+def _delete_options(request: web.Request, raw: bytes) -> dict[str, Any]:
+    """DeleteOptions from the body (JSON or, from Go clients, protobuf) and the query."""
+    query = request.query
     options: dict[str, Any] = {}
     if raw.strip():
+        fmt = negotiation.body_format(request.headers.get("Content-Type"), patch=False)
         try:
-            decoded = orjson.loads(raw)
-        except orjson.JSONDecodeError as e:
+            decoded = bodies.decode(raw, fmt)
+        except errors.ApiError as e:
             raise errors.bad_request(f"couldn't decode DeleteOptions: {e}") from e
         if not isinstance(decoded, dict):
             raise errors.bad_request("DeleteOptions must be a JSON object")
@@ -446,7 +449,7 @@ async def delete(
 ) -> web.StreamResponse:
     neg = negotiation.negotiate(request.headers.get("Accept"))
     raw = await bodies.read(request, ctx.max_body_bytes)
-    options = _delete_options(raw, request.query)
+    options = _delete_options(request, raw)
     assert rp.name is not None
     stored, deleted = ctx.state.delete_object(
         rt,
@@ -470,7 +473,7 @@ async def delete_collection(
     if "deletecollection" not in rt.verbs:
         raise errors.method_not_allowed(f"deletecollection is not supported on {rt.qualified}")
     raw = await bodies.read(request, ctx.max_body_bytes)
-    options = _delete_options(raw, request.query)
+    options = _delete_options(request, raw)
     result = ctx.state.list_objects(rt, list_filter(rt, rp, request.query))
     gone: list[storage.Stored] = []
     for s in result.items:
