@@ -256,7 +256,12 @@ class HealthChecker:
                     self._hb.failed_retry,
                     e or type(e).__name__,
                 )
-                if attempt + 1 < self._hb.failed_retry and isinstance(e, _ProbeFailed):
+                if not isinstance(e, _ProbeFailed):
+                    # No answer at all (refused, reset, timed out): retrying the same dead route
+                    # only multiplies the detection time by --heartbeat-failed-retry. Retries are
+                    # for answers that say "try again" (a lease conflict, a 5xx).
+                    return False
+                if attempt + 1 < self._hb.failed_retry:
                     await asyncio.sleep(CONFLICT_BACKOFF[min(attempt, len(CONFLICT_BACKOFF) - 1)])
             except Exception:
                 # A malformed answer or a bug must cost one failed probe, never the prober task

@@ -70,3 +70,23 @@ async def test_transport_error_probes_at_once(make_hub: MakeHub) -> None:
             await api.start()
     finally:
         await api.stop()
+
+
+async def test_blackholed_server_fails_one_timeout_not_failed_retry_of_them(
+    apiserver: FakeApiserver, make_hub: MakeHub
+) -> None:
+    from yurthub.testing import partition
+
+    host, port = apiserver.url.removeprefix("http://").split(":")
+    async with partition.Partition(host, int(port)) as link:
+        url = f"http://{link.address}"
+        async with make_hub([url], interval=0.2, timeout=0.5, failed_retry=3) as hub:
+            assert hub.health.is_healthy(url)
+            await link.set_mode(partition.Mode.BLACKHOLE)
+            loop = asyncio.get_running_loop()
+            cut = loop.time()
+            async with asyncio.timeout(5):
+                while hub.health._states[url].healthy:
+                    await asyncio.sleep(0.02)
+            # one interval + one timeout (+ slack); three timeouts would be >= 1.5 s
+            assert loop.time() - cut < 1.2
