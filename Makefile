@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint unit bench proto clean
+.PHONY: demo test lint bench proto readme clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ bench: $(STAMP)
 # Regenerate the committed gRPC stubs from discovery/proto/*.proto.
 proto: $(STAMP)
 	$(BIN)/python -m discovery.proto.generate
+
+# Regenerate the README's CLI reference from the commands' own --help.
+readme: $(STAMP)
+	$(BIN)/python -m edgehub.clidoc
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,24 @@
+"""The README's CLI reference is generated from the commands themselves and must be current."""
+
+from __future__ import annotations
+
+import pathlib
+
+from edgehub import clidoc
+
+README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_cli_reference_is_current() -> None:
+    assert clidoc.update(README, check=True), "README CLI reference is stale: run `make readme`"
+
+
+def test_readme_shows_the_two_commands_first() -> None:
+    head = README.read_text().split("\n## ", 1)[0]
+    assert "make demo" in head and "make test" in head
+
+
+def test_reference_covers_every_command() -> None:
+    text = README.read_text()
+    for name in ("hub", "agent", "handler", "discover", "cache", "partition", "sim-apiserver"):
+        assert f"### `edgehub {name}`" in text
