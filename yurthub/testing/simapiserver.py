@@ -102,12 +102,15 @@ class SimApiserver:
         history_size: int = storage.DEFAULT_HISTORY_SIZE,
         default_watch_timeout: float = 1800.0,
         serving_names: Iterable[str] = (),
+        simulate_kubelets: bool = True,
     ) -> None:
         """``seed`` is ``demo``, ``none`` or ``scale:N``; it only applies to a new state.
 
         ``insecure_port``: also serve plain HTTP there (0 picks a port), no auth.
         ``bookmark_interval``: seconds between BOOKMARKs on idle watches that ask for them.
         ``history_size``: watch events kept for resuming (older resourceVersions get 410).
+        ``simulate_kubelets``: new pods are scheduled and become Running at once
+        (``sim.podlifecycle``); off, they stay Pending as with no nodes at all.
         """
         self.host = host
         self._requested_port = port
@@ -115,7 +118,9 @@ class SimApiserver:
         self._seed = seeding.parse(seed)
         self._own_state = state is None
         self.state: storage.State = (
-            state if state is not None else storage.State(history_size=history_size)
+            state
+            if state is not None
+            else storage.State(history_size=history_size, simulate_kubelets=simulate_kubelets)
         )
         self._seeded = not self._own_state
         self._own_workdir = workdir is None

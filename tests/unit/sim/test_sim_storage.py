@@ -354,3 +354,49 @@ def test_field_validation_of_pruned_fields(mode: str | None, outcome: str) -> No
     )
     assert stored.obj["spec"] == {"size": 1}
     assert warnings == (['unknown field "spec.typo"'] if outcome == "warned" else [])
+
+
+def _node(name: str, *, ready: bool = True, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"podCIDR": "10.244.7.0/24"},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "addresses": [{"type": "InternalIP", "address": "127.0.9.9"}],
+        },
+    }
+
+
+def _pod(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "i"}], **spec},
+    }
+
+
+def test_simulated_kubelets_schedule_and_start_pods() -> None:
+    state = _state()
+    state.create(_node("n-ready", pool="a"))
+    state.create(_node("n-down", ready=False, pool="b"))
+    created = state.create(_pod("p1"))
+    assert created["status"]["phase"] == "Pending", "the create answer is the Pending pod"
+    running = state.get("pods", "default", "p1")
+    assert running["spec"]["nodeName"] == "n-ready" and running["status"]["phase"] == "Running"
+    assert running["status"]["podIP"].startswith("10.244.7.")
+    assert running["status"]["containerStatuses"][0]["ready"] is True
+    types = [e.type for e in state.history_events() if e.key == ("default", "p1")]
+    assert types == ["ADDED", "MODIFIED", "MODIFIED"]
+    state.create(_pod("p2", nodeSelector={"pool": "b"}))
+    pending = state.get("pods", "default", "p2")
+    assert pending["status"]["phase"] == "Pending"
+    assert pending["status"]["conditions"][0]["reason"] == "Unschedulable"
+    state.create(_pod("p3", nodeName="n-down"))
+    assert state.get("pods", "default", "p3")["status"]["phase"] == "Pending"
+    quiet = _state(simulate_kubelets=False)
+    quiet.create(_node("n"))
+    quiet.create(_pod("p"))
+    assert "nodeName" not in quiet.get("pods", "default", "p")["spec"]

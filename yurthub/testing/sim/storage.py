@@ -46,6 +46,7 @@ from yurthub.testing.sim import (
     objectmeta,
     paging,
     pki,
+    podlifecycle,
     podlogs,
     resources,
     schemas,
@@ -59,6 +60,8 @@ ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 CRD_STORAGE: GroupResource = ("apiextensions.k8s.io", "customresourcedefinitions")
 NAMESPACES: GroupResource = ("", "namespaces")
 SERVICEACCOUNTS: GroupResource = ("", "serviceaccounts")
+PODS: GroupResource = ("", "pods")
+NODES: GroupResource = ("", "nodes")
 FIRST_RESOURCE_VERSION = 1000
 DEFAULT_HISTORY_SIZE = 10_000
 DEFAULT_WATCH_QUEUE_SIZE = 10_000
@@ -273,8 +276,13 @@ class State:
         history_size: int = DEFAULT_HISTORY_SIZE,
         watch_queue_size: int = DEFAULT_WATCH_QUEUE_SIZE,
         clock: Callable[[], float] = time.time,
+        simulate_kubelets: bool = True,
     ) -> None:
+        """``simulate_kubelets``: new Pending pods are scheduled and started (podlifecycle)."""
         self.clock = clock
+        self.simulate_kubelets = simulate_kubelets
+        self._node_load: collections.Counter[str] = collections.Counter()
+        self._pod_ips = 0
         self.registry = resources.Registry()
         self.authority = pki.Authority.create()
         self.tokens = auth.TokenIssuer()
@@ -469,6 +477,8 @@ class State:
         stored = self._commit(rt.storage, key, obj, ADDED, None)
         if rt.storage == NAMESPACES:
             self._populate_namespace(name)
+        elif rt.storage == PODS and self.simulate_kubelets:
+            self._run_pod(key)
         owners = _owner_uids(obj)
         if owners and not any(uid in self._by_uid for uid in owners):
             # Every owner is already gone: the garbage collector would remove it at once.
@@ -745,6 +755,32 @@ class State:
             if done is not None:
                 return done, True
         return stored, False
+
+    def _run_pod(self, key: Key) -> None:
+        """The scheduler and kubelet, instantly: bind a Pending pod and start it."""
+        pod = self._bucket(PODS).items[key]
+        if (pod.obj.get("status") or {}).get("phase") != "Pending" or pod.deleting:
+            return
+        nodes = {str(s.meta["name"]): s.obj for s in self._bucket(NODES).items.values()}
+        now = self._now()
+        node_name = (pod.obj.get("spec") or {}).get("nodeName")
+        if not node_name:
+            node_name = podlifecycle.pick_node(pod.obj, nodes.values(), self._node_load)
+            if node_name is None:
+                self._commit(
+                    PODS, key, podlifecycle.unschedulable(pod.obj, len(nodes), now), MODIFIED, pod
+                )
+                return
+            pod = self._commit(
+                PODS, key, podlifecycle.bound(pod.obj, node_name, now), MODIFIED, pod
+            )
+        self._node_load[str(node_name)] += 1
+        node = nodes.get(str(node_name))
+        if node is None or not podlifecycle.node_ready(node):
+            return
+        self._pod_ips += 1
+        ip = podlifecycle.pod_ip(node, self._pod_ips)
+        self._commit(PODS, key, podlifecycle.running(pod.obj, node, ip, now), MODIFIED, pod)
 
     def _populate_namespace(self, name: str) -> None:
         """What controllers put in every new namespace: the default SA and the root CA."""
