@@ -253,11 +253,16 @@ def test_logs_and_logs_follow(
         proc.communicate()
 
 
-def test_exec_over_websocket(kubectl: fixtures.Kubectl) -> None:
+def test_exec_over_websocket(
+    sim: simapiserver.SimApiserverThread, kubectl: fixtures.Kubectl
+) -> None:
     pod = kubectl("get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}").stdout
-    hello = kubectl("exec", pod, "-v=6", "--", "echo", "hello", "edge")
+    sim.call(sim.sim.clear_audit_log)
+    hello = kubectl("exec", pod, "--", "echo", "hello", "edge")
     assert hello.stdout == "hello edge\n"
-    assert "SPDY" not in hello.stderr and "fallback" not in hello.stderr.lower()
+    execs = [r for r in sim.call(sim.sim.audit_log) if r.subresource == "exec"]
+    # A WebSocket upgrade is a GET answered 101; the SPDY fallback would be a POST.
+    assert [(r.verb, r.code) for r in execs] == [("get", 101)]
     assert kubectl("exec", pod, "--", "hostname").stdout.strip() == pod
     failed = kubectl("exec", pod, "--", "sh", "-c", "echo oops >&2; exit 3", check=False)
     assert failed.returncode == 3
