@@ -54,6 +54,12 @@ class Allocator:
             }
         )
 
+    def reserve_port(self, port: int) -> None:
+        self._used_ports.add(port)
+
+    def release_port(self, port: int) -> None:
+        self._used_ports.discard(port)
+
     def node_port(self) -> int:
         for _ in range(2768):
             candidate = self._next_port
@@ -142,8 +148,11 @@ def _service(obj: dict[str, Any], alloc: Allocator) -> None:
             continue
         port.setdefault("protocol", "TCP")
         port.setdefault("targetPort", port.get("port"))
-        if kind in ("NodePort", "LoadBalancer") and not port.get("nodePort"):
-            port["nodePort"] = alloc.node_port()
+        if kind in ("NodePort", "LoadBalancer"):
+            if port.get("nodePort"):
+                alloc.reserve_port(int(port["nodePort"]))
+            else:
+                port["nodePort"] = alloc.node_port()
     if kind in ("NodePort", "LoadBalancer"):
         spec.setdefault("externalTrafficPolicy", "Cluster")
     obj.setdefault("status", {"loadBalancer": {}})

@@ -685,9 +685,13 @@ class State:
         if storage == CRD_STORAGE:
             self._retire_crd(old)
         elif storage == ("", "services"):
-            ip = (old.obj.get("spec") or {}).get("clusterIP")
+            spec = old.obj.get("spec") or {}
+            ip = spec.get("clusterIP")
             if ip and ip != "None":
                 self.allocator.release_ip(str(ip))
+            for port in spec.get("ports") or ():
+                if isinstance(port, dict) and isinstance(port.get("nodePort"), int):
+                    self.allocator.release_port(port["nodePort"])
         elif storage == ("", "pods"):
             self.logs.close_pod(key[0], key[1])
         self._collect_dependents(old.uid, cascade=cascade)
