@@ -6,11 +6,13 @@ Middlewares, outermost first:
 1. errors: an ``ApiError`` becomes its Status; any aiohttp HTTP error becomes a
    Status with the same code; an unexpected exception is logged and answered
    with a 500 Status (never a traceback on the wire).
-2. audit: one ``auditing.Record`` per request (user, verb, resource, code).
-3. authentication: client certificate, admin token or ServiceAccount token;
+2. authentication: client certificate, admin token or ServiceAccount token;
    otherwise 401. ``/healthz``, ``/livez``, ``/readyz`` and ``/version`` are open
    (the apiserver's anonymous public-info role). The insecure listener, when
    enabled, treats every caller as the admin.
+
+Every answer is recorded in the apiserver's audit log when its headers go out
+(``on_response_prepare``), so streams are recorded when they start.
 """
 
 from __future__ import annotations
@@ -101,16 +103,14 @@ def _is_secure(request: web.Request) -> bool:
 USER_KEY = web.RequestKey("simapiserver_user", auth.User)
 
 
-@web.middleware
-async def audit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Record the request once its status is known (errors included: this runs outside them)."""
-    try:
-        response = await handler(request)
-    except errors.ApiError as e:
-        _audit(request, e.code)
-        raise
-    _audit(request, response.status)
-    return response
+async def audit(request: web.BaseRequest, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: one record per request when its status line goes out.
+
+    Headers go out first for every answer, errors and streams included, so a watch
+    or an exec session is recorded when it starts, not when it ends.
+    """
+    if isinstance(request, web.Request):
+        _audit(request, response.status)
 
 
 def _audit(request: web.Request, code: int) -> None:
@@ -320,10 +320,11 @@ async def fallback(request: web.Request) -> web.StreamResponse:
 def build_app(ctx: context.ServerContext) -> web.Application:
     # The body limit is enforced by bodies.read (413 as a Status), not by aiohttp.
     app = web.Application(
-        middlewares=[error_middleware, audit_middleware, auth_middleware],
+        middlewares=[error_middleware, auth_middleware],
         client_max_size=ctx.max_body_bytes + 1,
     )
     app[context.CONTEXT] = ctx
+    app.on_response_prepare.append(audit)
     for prefix in ("healthz", "livez", "readyz"):
         app.router.add_get(f"/{prefix}", health)
         app.router.add_get(f"/{prefix}/{{check:.*}}", health)
