@@ -16,6 +16,9 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
   once kubelet has been silent for ``kubelet_health_grace_period`` probes fail without contacting
   the server, so the node goes NotReady in the cloud when kubelet dies. Open before kubelet's
   first lease request.
+- A probe whose credentials are rejected (HTTP 401, a refused TLS handshake) asks the upstream
+  client to re-check the hub's identity files at once and, if a rotated identity was loaded,
+  retries with it: kubelet rotating the certificate under the hub never costs a probe.
 - Beyond YurtHub: ``report_transport_error(server)`` marks a healthy server *suspect* (skipped by
   the balancer) and wakes the prober to probe it at once. Success clears the suspicion (a
   one-off network blip costs nothing); failure makes it unhealthy. A dead apiserver is left
@@ -135,6 +138,14 @@ class _ProbeFailed(Exception):
     pass
 
 
+class _CredentialsRejected(_ProbeFailed):
+    """HTTP 401: the apiserver did not accept the hub's identity."""
+
+
+def _rejected_credentials(error: BaseException) -> bool:
+    return isinstance(error, _CredentialsRejected) or upstream.is_tls_failure(error)
+
+
 class HealthChecker:
     def __init__(
         self,
@@ -242,13 +253,24 @@ class HealthChecker:
                 server,
             )
             return False
-        for attempt in range(self._hb.failed_retry):
+        rotated = False
+        attempt = 0
+        while attempt < self._hb.failed_retry:
+            used = self._client.identity
             try:
                 await self._renew(server)
                 return True
             except asyncio.CancelledError:
                 raise
             except (_ProbeFailed, aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
+                if not rotated and _rejected_credentials(e):
+                    # Rejected credentials may just be rotated ones we have not loaded yet: one
+                    # extra attempt (not counted) with the reloaded identity, if there is one.
+                    await self._client.check_identity()
+                    if self._client.identity is not used:
+                        rotated = True
+                        log.info("heartbeat via %s: retrying with the rotated identity", server)
+                        continue
                 log.debug(
                     "heartbeat via %s attempt %d/%d failed: %s",
                     server,
@@ -263,6 +285,7 @@ class HealthChecker:
                     return False
                 if attempt + 1 < self._hb.failed_retry:
                     await asyncio.sleep(CONFLICT_BACKOFF[min(attempt, len(CONFLICT_BACKOFF) - 1)])
+                attempt += 1
             except Exception:
                 # A malformed answer or a bug must cost one failed probe, never the prober task
                 # (its death would take the hub's TaskGroup down with it).
@@ -334,6 +357,8 @@ class HealthChecker:
             timeout=aiohttp.ClientTimeout(total=self._hb.timeout),
             allow_redirects=False,
         ) as resp:
+            if resp.status == 401:
+                raise _CredentialsRejected(f"{method} {path}: HTTP 401")
             raw = await resp.content.read(_MAX_LEASE_BYTES)
             try:
                 decoded = orjson.loads(raw) if raw else {}

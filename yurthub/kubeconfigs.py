@@ -9,6 +9,16 @@ Produces two ``ssl.SSLContext``s: ``with_identity`` presents the client certific
 verifies the server the same way but presents none (used for requests that carry their own
 Bearer token: a presented client certificate would win the apiserver's authentication).
 
+Rotation: an ``Identity`` remembers every file it was read from as a ``FileId`` (resolved path,
+device, inode, mtime, size, taken from the open file). ``changed(identity.files)`` is the cheap
+test ``proxy/upstream.py`` runs every few seconds: kubelet rotating
+``kubelet-client-current.pem`` swaps a symlink (the resolved path changes), a rewritten token
+file changes inode or mtime. ``load`` is strict so that a half-written or mismatched file fails
+instead of replacing a working identity: PEM that does not parse, a key that does not match its
+certificate, an empty token file are all ``KubeconfigError``. ``carry_over`` keeps the old
+``SSLContext`` objects when their material did not change, so pooled connections that need no
+new credentials survive a token rotation.
+
 Blocking file I/O: call at startup (or through an executor). Inline key material must be
 written to a file for ``ssl``; it goes to a 0600 temporary file that is removed at once.
 Never log the token or key; errors name the file and the field, not the value.
@@ -19,17 +29,74 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import datetime
+import enum
+import hashlib
 import os
 import pathlib
 import ssl
 import tempfile
+from collections.abc import Iterable
 from typing import Any
 
 import yaml
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+# A kubeconfig, certificate, key or token file is a few KiB; anything this big is not one.
+MAX_FILE_BYTES = 1 << 20
+EXPIRY_WARNING = datetime.timedelta(hours=24)
 
 
 class KubeconfigError(ValueError):
     """The kubeconfig is missing, unreadable or incomplete (message names file and field)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FileId:
+    """A file as it was when read; any field differing later means "read it again"."""
+
+    path: pathlib.Path
+    """As the kubeconfig names it (relative names resolved against its directory)."""
+    target: str
+    """``realpath`` of ``path``: changes when a symlink (kubelet's ``*-current.pem``) is swapped."""
+    device: int
+    inode: int
+    mtime_ns: int
+    size: int
+
+
+def file_id(path: pathlib.Path) -> FileId | None:
+    """``path`` as it is now; ``None`` when it cannot be stat'ed (missing, no permission)."""
+    try:
+        target = os.path.realpath(path)
+        st = os.stat(path)
+    except OSError:
+        return None
+    return FileId(path, target, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def changed(files: Iterable[FileId]) -> bool:
+    """Whether any of ``files`` differs from the moment it was read (blocking: a few stats)."""
+    return any(file_id(f.path) != f for f in files)
+
+
+class Expiry(enum.Enum):
+    VALID = "valid"
+    EXPIRING = "expiring"
+    """Expires within ``EXPIRY_WARNING``."""
+    EXPIRED = "expired"
+
+
+def expiry(
+    not_after: datetime.datetime | None,
+    now: datetime.datetime,
+    warn_within: datetime.timedelta = EXPIRY_WARNING,
+) -> Expiry:
+    """Where a client certificate valid until ``not_after`` stands at ``now`` (pure)."""
+    if not_after is None or not_after - now > warn_within:
+        return Expiry.VALID
+    return Expiry.EXPIRED if not_after <= now else Expiry.EXPIRING
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,13 +112,50 @@ class Identity:
     token: str = ""
     """Bearer token of the hub, "" when it authenticates by certificate."""
     has_client_cert: bool = False
+    files: tuple[FileId, ...] = ()
+    """Every file this identity was read from (the kubeconfig first)."""
+    subject: str = ""
+    """The client certificate's common name (the user the apiserver sees), "" without one."""
+    not_after: datetime.datetime | None = None
+    """When the client certificate expires (UTC); ``None`` without one."""
+    trust_digest: bytes = b""
+    """Digest of how the server is verified (CA material, insecure flag): equal digests mean
+    ``bare`` can be reused as is."""
+    cert_digest: bytes = b""
+    """Digest of the client certificate and key: equal (with ``trust_digest``) means
+    ``with_identity`` can be reused as is."""
 
     def auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
+    def describe(self) -> str:
+        """For log lines: who the apiserver will see (never the token or key)."""
+        parts = []
+        if self.has_client_cert:
+            until = self.not_after.isoformat() if self.not_after else "?"
+            parts.append(f"client certificate CN={self.subject!r} valid until {until}")
+        if self.token:
+            parts.append("bearer token")
+        return ", ".join(parts) or "anonymous"
+
     def __repr__(self) -> str:  # never show the token
         token = "***" if self.token else ""
         return f"Identity(server={self.server!r}, cert={self.has_client_cert}, token={token!r})"
+
+
+def carry_over(old: Identity, new: Identity) -> Identity:
+    """``new``, reusing ``old``'s TLS contexts where their material is unchanged.
+
+    Connections are pooled per context object, so a token rotation (same certificate, same CA)
+    keeps every pooled connection, and a certificate rotation keeps the Bearer-token ones.
+    """
+    if not old.trust_digest or new.trust_digest != old.trust_digest:
+        return new
+    bare = old.bare
+    with_identity = new.with_identity
+    if new.cert_digest == old.cert_digest:
+        with_identity = old.with_identity
+    return dataclasses.replace(new, bare=bare, with_identity=with_identity)
 
 
 def anonymous() -> Identity:
@@ -60,11 +164,32 @@ def anonymous() -> Identity:
     return Identity(server="", with_identity=ctx, bare=ctx)
 
 
+class _Reader:
+    """Reads files whole (bounded) and remembers each one's ``FileId`` from the open file."""
+
+    def __init__(self) -> None:
+        self.files: list[FileId] = []
+
+    def read(self, path: pathlib.Path) -> bytes:
+        """Raises ``OSError`` (``ValueError`` when larger than ``MAX_FILE_BYTES``)."""
+        target = os.path.realpath(path)
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise ValueError(f"larger than {MAX_FILE_BYTES} bytes")
+        self.files.append(FileId(path, target, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size))
+        return data
+
+
 def load(path: pathlib.Path) -> Identity:
+    reader = _Reader()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = reader.read(path).decode("utf-8")
     except OSError as e:
         raise KubeconfigError(f"kubeconfig {path}: cannot read: {e.strerror}") from e
+    except ValueError as e:  # too big, or not UTF-8
+        raise KubeconfigError(f"kubeconfig {path}: cannot read: {e}") from e
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -80,29 +205,43 @@ def load(path: pathlib.Path) -> Identity:
     if not server:
         raise KubeconfigError(f"kubeconfig {path}: cluster has no server")
 
-    bare = _server_context(cluster, base, path)
-    with_identity = _server_context(cluster, base, path)
-    cert = _material(user, "client-certificate", base, path)
-    key = _material(user, "client-key", base, path)
+    trust = _trust(cluster, base, path, reader)
+    bare = _server_context(trust, path)
+    with_identity = _server_context(trust, path)
+    cert = _material(user, "client-certificate", base, path, reader)
+    key = _material(user, "client-key", base, path, reader)
     if (cert is None) != (key is None):
         raise KubeconfigError(f"kubeconfig {path}: client certificate and key must both be set")
+    subject, not_after, cert_digest = "", None, b""
     if cert is not None and key is not None:
+        subject, not_after = _leaf(cert, path)
         _load_cert_chain(with_identity, cert, key, path)
+        cert_digest = _digest(cert, key)
 
     token = str(user.get("token", "") or "")
     token_file = user.get("tokenFile") or user.get("token-file")
     if not token and token_file:
         token_path = _resolve(str(token_file), base)
         try:
-            token = token_path.read_text(encoding="utf-8").strip()
+            token = reader.read(token_path).decode("utf-8").strip()
         except OSError as e:
             raise KubeconfigError(f"kubeconfig {path}: tokenFile {token_path}: {e.strerror}") from e
+        except ValueError as e:
+            raise KubeconfigError(f"kubeconfig {path}: tokenFile {token_path}: {e}") from e
+        if not token:
+            # Half-written, or truncated by a failed rotation: never fall back to anonymous.
+            raise KubeconfigError(f"kubeconfig {path}: tokenFile {token_path} is empty")
     return Identity(
         server=server,
         with_identity=with_identity,
         bare=bare,
         token=token,
         has_client_cert=cert is not None,
+        files=tuple(reader.files),
+        subject=subject,
+        not_after=not_after,
+        trust_digest=_digest(b"insecure" if trust[0] else b"verify", trust[1] or b""),
+        cert_digest=cert_digest,
     )
 
 
@@ -134,7 +273,7 @@ def _resolve(name: str, base: pathlib.Path) -> pathlib.Path:
 
 
 def _material(
-    section: dict[str, Any], field: str, base: pathlib.Path, path: pathlib.Path
+    section: dict[str, Any], field: str, base: pathlib.Path, path: pathlib.Path, reader: _Reader
 ) -> bytes | None:
     data = section.get(f"{field}-data")
     if data:
@@ -146,21 +285,51 @@ def _material(
     if name:
         file = _resolve(str(name), base)
         try:
-            return file.read_bytes()
+            return reader.read(file)
         except OSError as e:
             raise KubeconfigError(f"kubeconfig {path}: {field} {file}: {e.strerror}") from e
+        except ValueError as e:
+            raise KubeconfigError(f"kubeconfig {path}: {field} {file}: {e}") from e
     return None
 
 
-def _server_context(
-    cluster: dict[str, Any], base: pathlib.Path, path: pathlib.Path
-) -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
+def _digest(*parts: bytes) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.digest()
+
+
+def _trust(
+    cluster: dict[str, Any], base: pathlib.Path, path: pathlib.Path, reader: _Reader
+) -> tuple[bool, bytes | None]:
+    """(insecure-skip-tls-verify, CA material or None for the system CAs)."""
     if cluster.get("insecure-skip-tls-verify"):
+        return True, None
+    return False, _material(cluster, "certificate-authority", base, path, reader)
+
+
+def _leaf(cert: bytes, path: pathlib.Path) -> tuple[str, datetime.datetime]:
+    """(common name, not-after) of the first certificate; a truncated PEM fails here."""
+    try:
+        chain = x509.load_pem_x509_certificates(cert)
+    except ValueError as e:
+        raise KubeconfigError(f"kubeconfig {path}: client-certificate is not PEM: {e}") from e
+    leaf = chain[0]
+    names = leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    common_name = names[0].value if names else ""
+    cn = common_name.decode("utf-8", "replace") if isinstance(common_name, bytes) else common_name
+    return cn, leaf.not_valid_after_utc
+
+
+def _server_context(trust: tuple[bool, bytes | None], path: pathlib.Path) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    insecure, ca = trust
+    if insecure:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
         return ctx
-    ca = _material(cluster, "certificate-authority", base, path)
     if ca is not None:
         try:
             ctx.load_verify_locations(cadata=ca.decode("ascii"))

@@ -15,7 +15,9 @@ Usage (tests, the demo, the CLI)::
     hub.proxy_url, hub.server_url
     await hub.stop()           # phased: stop accepting, end watches, drain, cancel, close
 
-``start`` and ``stop`` must be awaited by the same task: it owns the hub's TaskGroup.
+``start`` and ``stop`` must be awaited by the same task: it owns the hub's TaskGroup, whose tasks
+are the health checker and, when the identity comes from ``--kubeconfig``, the identity follower
+(``Upstream.follow_identity``: rotated certificates and token files are picked up while running).
 
 The cache plugs in through ``tee`` / ``local`` (``proxy/seams.py``) and ``hub.on_lease``.
 """
@@ -89,15 +91,21 @@ class Hub:
         tee: seams.Tee | None = None,
         local: seams.LocalAnswerer | None = None,
         identity: kubeconfigs.Identity | None = None,
+        identity_check_interval: float = upstream.CHECK_INTERVAL,
     ) -> None:
+        """``identity``: use this one (fixed) instead of loading ``--kubeconfig``.
+        ``identity_check_interval``: seconds between checks of the kubeconfig's files for a
+        rotated identity (tests shorten it)."""
         self.settings = hub_settings
         self.metrics = metrics.Metrics()
         self.readiness = readiness.Readiness()
         self._tee = tee
         self._local = local
         self._identity = identity
+        self._identity_check_interval = identity_check_interval
         self._stack = contextlib.AsyncExitStack()
         self._health_task: asyncio.Task[None] | None = None
+        self._identity_task: asyncio.Task[None] | None = None
         self._proxy_runner: web.BaseRunner | None = None
         self._server_runner: web.AppRunner | None = None
         self.proxy_url = ""
@@ -105,6 +113,7 @@ class Hub:
         self.health: health.HealthChecker | None = None
         self.router: routing.Router | None = None
         self.remote: remote.RemoteProxy | None = None
+        self.upstream: upstream.Upstream | None = None
         self._stopping = False
 
     # --- wiring for the cache engineer's runtime ---
@@ -126,18 +135,26 @@ class Hub:
     async def start(self) -> None:
         s = self.settings
         identity = self._identity
+        followed = None
         if identity is None:
             if s.upstream.kubeconfig is not None:
                 loop = asyncio.get_running_loop()
                 identity = await loop.run_in_executor(None, kubeconfigs.load, s.upstream.kubeconfig)
+                followed = s.upstream.kubeconfig
             else:
                 log.warning(
                     "no --kubeconfig: the hub has no identity of its own; requests without a "
                     "Bearer token and the node-lease heartbeat go out anonymous"
                 )
                 identity = kubeconfigs.anonymous()
-        client = upstream.Upstream(s.upstream, identity)
+        client = upstream.Upstream(
+            s.upstream,
+            identity,
+            kubeconfig=followed,
+            check_interval=self._identity_check_interval,
+        )
         await client.start()
+        self.upstream = client
         self._stack.push_async_callback(client.close)
         self.health = health.HealthChecker(s, client, self.metrics)
         self.health.on_lease = self._pending_on_lease
@@ -157,6 +174,7 @@ class Hub:
         )
         tg = await self._stack.enter_async_context(asyncio.TaskGroup())
         self._health_task = tg.create_task(checker.run(), name="health-checker")
+        self._identity_task = tg.create_task(client.follow_identity(), name="identity-follower")
         try:
             await self._start_listeners()
         except BaseException:
@@ -164,8 +182,7 @@ class Hub:
             raise
 
     async def _abort_start(self) -> None:
-        if self._health_task is not None:
-            self._health_task.cancel()
+        self._cancel_tasks()
         await self._cleanup_runners()
         await self._stack.aclose()
 
@@ -226,9 +243,13 @@ class Hub:
                 async with asyncio.timeout(grace):
                     await _first(*waiters)
         await self._cleanup_runners()
-        if self._health_task is not None:
-            self._health_task.cancel()
+        self._cancel_tasks()
         await self._stack.aclose()
+
+    def _cancel_tasks(self) -> None:
+        for task in (self._health_task, self._identity_task):
+            if task is not None:
+                task.cancel()
 
     async def _cleanup_runners(self) -> None:
         for runner in (self._proxy_runner, self._server_runner):

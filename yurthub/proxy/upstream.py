@@ -3,34 +3,138 @@
 One ``Upstream`` per hub (never module-level). Both the remote proxy and the heartbeat prober
 use it, so a probe sees the same TLS setup and pool as real traffic.
 
+Identity rotation (``follow_identity``, run as one task by the hub when its identity comes from
+``--kubeconfig``): every ``check_interval`` seconds (10 s, YurtHub's transport manager period)
+the files the identity was read from are stat'ed in the executor (``kubeconfigs.changed``);
+a TLS failure or a 401 on a request made with the hub's own credentials wakes the check at
+once (at most once per ``MIN_RECHECK_GAP``). A change is loaded in the executor and, if it loads,
+swapped in: new requests read ``identity`` / ``ssl_for`` / ``identity_headers`` afresh, so they
+use it at once. Pooled connections are keyed by the ``SSLContext`` object, so no new request
+can reuse a connection that presented the old certificate; the connector closes those idle ones
+at once and closes busy ones (an open watch) when their exchange ends instead of pooling them.
+A new file that does not load (half-written, unparsable, key not matching the certificate, an
+empty token file, an already expired certificate) leaves the working identity in place; it is
+logged once and tried again at every check until it loads.
+
+Requests that carry their own Bearer token use the ``bare`` context, which a certificate
+rotation leaves untouched (``kubeconfigs.carry_over``).
+
 Dangers: every open watch holds a pooled connection until it ends, so ``pool_limit`` bounds
 concurrent watches; the aiohttp client keeps connections per (host, port, ssl context), so the
 Bearer-token requests (bare TLS context) never reuse a connection that presented the hub's client
-certificate.
+certificate. ``_RotatingConnector`` relies on two aiohttp connector internals (``_conns``,
+``_release``); ``tests/integration/hub/test_hub_identity_rotation.py`` pins that behaviour.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import datetime
+import logging
+import pathlib
 import ssl
+import time
+import types
+import weakref
+from collections.abc import Callable, Mapping
 
 import aiohttp
+from aiohttp import client_proto, client_reqrep
 
 from yurthub import kubeconfigs, settings
 
+log = logging.getLogger(__name__)
 
-class Upstream:
-    def __init__(self, upstream: settings.UpstreamSettings, identity: kubeconfigs.Identity) -> None:
-        self.settings = upstream
-        self.identity = identity
-        self._session: aiohttp.ClientSession | None = None
+CHECK_INTERVAL = 10.0
+"""Seconds between checks of the identity's files (YurtHub's transport manager: 10 s)."""
+MIN_RECHECK_GAP = 1.0
+"""Auth failures wake the check at most this often: a burst of 401s costs one stat round."""
 
-    async def start(self) -> None:
-        connector = aiohttp.TCPConnector(
-            limit=self.settings.pool_limit,
-            limit_per_host=self.settings.pool_limit_per_host,
-            keepalive_timeout=self.settings.keepalive_timeout,
+
+class _RotatingConnector(aiohttp.TCPConnector):
+    """A ``TCPConnector`` that can retire a TLS context: its idle connections are closed at
+    once, its busy ones when released (never pooled again)."""
+
+    def __init__(self, upstream: settings.UpstreamSettings) -> None:
+        super().__init__(
+            limit=upstream.pool_limit,
+            limit_per_host=upstream.pool_limit_per_host,
+            keepalive_timeout=upstream.keepalive_timeout,
             enable_cleanup_closed=False,
         )
+        self._retired: weakref.WeakSet[ssl.SSLContext] = weakref.WeakSet()
+
+    def retire(self, context: ssl.SSLContext) -> int:
+        """Stop pooling connections made with ``context``; returns how many idle ones closed."""
+        self._retired.add(context)
+        closed = 0
+        for key in [k for k in self._conns if k.ssl is context]:
+            for protocol, _ in self._conns.pop(key):
+                protocol.close()
+                closed += 1
+        return closed
+
+    def _release(
+        self,
+        key: client_reqrep.ConnectionKey,
+        protocol: client_proto.ResponseHandler,
+        *,
+        should_close: bool = False,
+    ) -> None:
+        retired = isinstance(key.ssl, ssl.SSLContext) and key.ssl in self._retired
+        super()._release(key, protocol, should_close=should_close or retired)
+
+
+def is_tls_failure(error: BaseException) -> bool:
+    """Whether ``error`` (or what it was raised from) is a TLS failure: a handshake the
+    server refused (expired or unknown client certificate) or a server we cannot verify."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLError | aiohttp.ClientSSLError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+class Upstream:
+    def __init__(
+        self,
+        upstream: settings.UpstreamSettings,
+        identity: kubeconfigs.Identity,
+        *,
+        kubeconfig: pathlib.Path | None = None,
+        check_interval: float = CHECK_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``kubeconfig``: where ``identity`` came from; ``follow_identity`` reloads it from
+        there. ``None``: the identity is fixed."""
+        self.settings = upstream
+        self.identity = identity
+        self.reloads = 0
+        """Identities swapped in since start (tests and logs)."""
+        self._kubeconfig = kubeconfig
+        self._check_interval = check_interval
+        self._clock = clock
+        self._session: aiohttp.ClientSession | None = None
+        self._connector: _RotatingConnector | None = None
+        self._recheck = asyncio.Event()
+        self._check_lock = asyncio.Lock()
+        self._rejected = ""
+        self._expiry = kubeconfigs.Expiry.VALID
+
+    async def start(self) -> None:
+        connector = _RotatingConnector(self.settings)
+        traces = []
+        if self._kubeconfig is not None:
+            # Only a rotatable identity pays for the per-request trace callbacks.
+            trace = aiohttp.TraceConfig()
+            trace.on_request_end.append(self._on_request_end)
+            trace.on_request_exception.append(self._on_request_exception)
+            traces.append(trace)
+        self._connector = connector
         self._session = aiohttp.ClientSession(
             connector=connector,
             auto_decompress=False,
@@ -39,12 +143,15 @@ class Upstream:
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
+            trace_configs=traces,
         )
+        self._note_expiry(announce=True)
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+            self._connector = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -60,3 +167,139 @@ class Upstream:
 
     def identity_headers(self) -> dict[str, str]:
         return self.identity.auth_headers()
+
+    # --- identity rotation ---
+
+    def recheck_soon(self, why: str) -> None:
+        """Check the identity's files now (rate-limited): an upstream rejected our credentials."""
+        if self._kubeconfig is None or self._recheck.is_set():
+            return
+        log.debug("re-checking the hub identity at once: %s", why)
+        self._recheck.set()
+
+    async def follow_identity(self) -> None:
+        """Until cancelled: reload the identity when its files change. Owned by the hub's
+        TaskGroup; a failing check is logged and costs nothing else."""
+        if self._kubeconfig is None:
+            return
+        last = self._clock()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._check_interval):
+                    await self._recheck.wait()
+            gap = MIN_RECHECK_GAP - (self._clock() - last)
+            if gap > 0 and self._recheck.is_set():
+                await asyncio.sleep(gap)
+            self._recheck.clear()
+            last = self._clock()
+            try:
+                await self.check_identity()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A bug here must not end the task: the hub would lose rotation silently.
+                log.exception("checking the hub identity failed unexpectedly")
+
+    async def check_identity(self) -> bool:
+        """Reload the identity if its files changed; True when a new one is now in use."""
+        if self._kubeconfig is None:
+            return False
+        async with self._check_lock:
+            loop = asyncio.get_running_loop()
+            current = self.identity
+            if not await loop.run_in_executor(None, kubeconfigs.changed, current.files):
+                self._note_expiry()
+                return False
+            try:
+                candidate = await loop.run_in_executor(None, kubeconfigs.load, self._kubeconfig)
+                candidate = self._acceptable(current, candidate)
+            except kubeconfigs.KubeconfigError as e:
+                self._reject(str(e))
+                self._note_expiry()
+                return False
+            self._rejected = ""
+            self._use(kubeconfigs.carry_over(current, candidate))
+            return True
+
+    def _acceptable(
+        self, current: kubeconfigs.Identity, candidate: kubeconfigs.Identity
+    ) -> kubeconfigs.Identity:
+        now = datetime.datetime.now(datetime.UTC)
+        expired = kubeconfigs.Expiry.EXPIRED
+        if (
+            kubeconfigs.expiry(candidate.not_after, now) is expired
+            and kubeconfigs.expiry(current.not_after, now) is not expired
+        ):
+            raise kubeconfigs.KubeconfigError(
+                f"kubeconfig {self._kubeconfig}: the new client certificate "
+                f"(CN={candidate.subject!r}) expired at {candidate.not_after}"
+            )
+        return candidate
+
+    def _reject(self, error: str) -> None:
+        if error == self._rejected:
+            log.debug("new hub credentials still not usable: %s", error)
+            return
+        self._rejected = error
+        log.error(
+            "new hub credentials are not usable, keeping the current identity (%s); "
+            "retrying every %gs: %s",
+            self.identity.describe(),
+            self._check_interval,
+            error,
+        )
+
+    def _use(self, new: kubeconfigs.Identity) -> None:
+        old, self.identity = self.identity, new
+        self.reloads += 1
+        closed = 0
+        if self._connector is not None:
+            for context in {old.with_identity, old.bare} - {new.with_identity, new.bare}:
+                closed += self._connector.retire(context)
+        log.info(
+            "hub identity reloaded from %s: %s (closed %d idle connections of the old one)",
+            self._kubeconfig,
+            new.describe(),
+            closed,
+        )
+        self._note_expiry(announce=True)
+
+    def _note_expiry(self, *, announce: bool = False) -> None:
+        """Warn when the client certificate expires within a day or has expired: on load, and
+        when a running identity crosses into either state."""
+        identity = self.identity
+        state = kubeconfigs.expiry(identity.not_after, datetime.datetime.now(datetime.UTC))
+        if state is not kubeconfigs.Expiry.VALID and (announce or state is not self._expiry):
+            log.warning(
+                "the hub's client certificate (CN=%r) %s at %s; %s",
+                identity.subject,
+                "has expired" if state is kubeconfigs.Expiry.EXPIRED else "expires",
+                identity.not_after,
+                "it is reloaded as soon as its file is rotated"
+                if self._kubeconfig is not None
+                else "restart the hub with a new one",
+            )
+        self._expiry = state
+
+    async def _on_request_end(
+        self,
+        session: aiohttp.ClientSession,
+        context: types.SimpleNamespace,
+        params: aiohttp.TraceRequestEndParams,
+    ) -> None:
+        if params.response.status == 401 and self._own_credentials(params.headers):
+            self.recheck_soon(f"HTTP 401 from {params.url.host}")
+
+    async def _on_request_exception(
+        self,
+        session: aiohttp.ClientSession,
+        context: types.SimpleNamespace,
+        params: aiohttp.TraceRequestExceptionParams,
+    ) -> None:
+        if is_tls_failure(params.exception):
+            self.recheck_soon(f"TLS failure towards {params.url.host}")
+
+    def _own_credentials(self, headers: Mapping[str, str]) -> bool:
+        """Whether a request went out with the hub's credentials, not a client's token."""
+        auth = headers.get("Authorization", "")
+        return not auth or auth == self.identity.auth_headers().get("Authorization")
