@@ -353,6 +353,7 @@ async def test_csr_approval_is_signed_by_the_sim_ca(
     ca = x509.load_pem_x509_certificate(sim_apiserver.ca_pem)
     cert.verify_directly_issued_by(ca)
     assert cert.subject == subject
+    assert signed["spec"]["username"] == "kubernetes-admin", "the requestor is recorded"
 
 
 async def test_dry_run_apply_patch_scale_and_deletecollection(http: aiohttp.ClientSession) -> None:

@@ -14,7 +14,7 @@ import weakref
 
 from aiohttp import web
 
-from yurthub.testing.sim import auditing, storage
+from yurthub.testing.sim import auditing, auth, storage
 
 
 @dataclasses.dataclass(slots=True)
@@ -65,3 +65,5 @@ class ServerContext:
 
 
 CONTEXT = web.AppKey("simapiserver_context", ServerContext)
+# The authenticated caller, set by the authentication middleware.
+USER = web.RequestKey("simapiserver_user", auth.User)

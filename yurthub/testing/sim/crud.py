@@ -31,6 +31,7 @@ from yurthub.testing.sim import (
 )
 
 TRUE = frozenset({"true", "1", "True"})
+CSR_STORAGE = ("certificates.k8s.io", "certificatesigningrequests")
 
 
 def flag(query: Mapping[str, str], name: str) -> bool | None:
@@ -217,6 +218,14 @@ async def create(
 ) -> web.StreamResponse:
     neg = negotiation.negotiate(request.headers.get("Accept"))
     obj = await read_object(ctx, request)
+    if rt.storage == CSR_STORAGE and isinstance(obj, dict) and context.USER in request:
+        # The apiserver records who asked, whatever the body claims.
+        user = request[context.USER]
+        spec = obj.setdefault("spec", {})
+        if isinstance(spec, dict):
+            spec.update(username=user.name, groups=list(user.groups))
+            if user.uid:
+                spec["uid"] = user.uid
     warnings: list[str] = []
     stored = ctx.state.create_object(
         rt,

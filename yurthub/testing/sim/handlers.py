@@ -100,9 +100,6 @@ def _is_secure(request: web.Request) -> bool:
     return transport is not None and transport.get_extra_info("ssl_object") is not None
 
 
-USER_KEY = web.RequestKey("simapiserver_user", auth.User)
-
-
 async def audit(request: web.BaseRequest, response: web.StreamResponse) -> None:
     """``on_response_prepare``: one record per request when its status line goes out.
 
@@ -114,7 +111,7 @@ async def audit(request: web.BaseRequest, response: web.StreamResponse) -> None:
 
 
 def _audit(request: web.Request, code: int) -> None:
-    user = request.get(USER_KEY)
+    user = request.get(context.USER)
     parsed = paths.parse(request.path)
     resource = parsed if isinstance(parsed, paths.ResourcePath) else None
     watch = crud.flag(request.query, "watch") is True
@@ -142,7 +139,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if request.transport is not None:
         ctx.transports.add(request.transport)
     if not _is_secure(request):
-        request[USER_KEY] = auth.ADMIN
+        request[context.USER] = auth.ADMIN
         return await handler(request)
     state = ctx.state
     user = auth.authenticate(
@@ -156,10 +153,10 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if user is None:
         path = request.path.rstrip("/") or "/"
         if path in PUBLIC_PATHS or path.split("/")[1:2] in (["healthz"], ["livez"], ["readyz"]):
-            request[USER_KEY] = auth.User("system:anonymous", ("system:unauthenticated",))
+            request[context.USER] = auth.User("system:anonymous", ("system:unauthenticated",))
             return await handler(request)
         raise errors.ApiError(statuses.failure(401, "Unauthorized"))
-    request[USER_KEY] = user
+    request[context.USER] = user
     return await handler(request)
 
 
@@ -248,7 +245,7 @@ async def api(request: web.Request) -> web.StreamResponse:
     if rt.virtual:
         if request.method != "POST" or parsed.name is not None:
             raise errors.method_not_allowed(f"only create is supported on {rt.qualified}")
-        return await subresources.review(ctx, request, rt, request[USER_KEY])
+        return await subresources.review(ctx, request, rt, request[context.USER])
     return await _dispatch(ctx, request, rt, parsed)
 
 
