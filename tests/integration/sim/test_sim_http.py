@@ -458,3 +458,29 @@ async def test_audit_log_records_who_asked_for_what(
     assert first.user_agent == "probe/1.0" and first.namespace == "default"
     assert second.rbac == ("get", "coordination.k8s.io", "leases") and second.name == "edge-node-1"
     assert (third.verb, third.code) == ("get", 404)
+
+
+async def test_create_ignores_status_where_a_subresource_owns_it(
+    http: aiohttp.ClientSession,
+) -> None:
+    status = {"replicas": 9, "readyReplicas": 9}
+    deploy = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "with-status"},
+        "spec": {
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {"metadata": {"labels": {"a": "b"}}},
+        },
+        "status": status,
+    }
+    async with http.post("/apis/apps/v1/namespaces/default/deployments", json=deploy) as resp:
+        assert "status" not in await resp.json()
+    node = {
+        "metadata": {"name": "n9"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    async with http.post("/api/v1/nodes", json=node) as resp:
+        assert (await resp.json())["status"] == node["status"], (
+            "kubelets post node status with the node"
+        )

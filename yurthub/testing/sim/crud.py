@@ -65,6 +65,16 @@ def dry_run(query: MultiMapping[str], options: Mapping[str, Any] | None = None) 
     return bool(values)
 
 
+# Kinds with a status subresource whose create keeps the status sent (kubelets post it).
+KEEPS_STATUS_ON_CREATE = frozenset({("", "nodes"), ("", "namespaces")})
+
+
+def drop_status_on_create(rt: resources.ResourceType, obj: Any) -> None:
+    """A create through the API ignores ``status`` where a status subresource owns it."""
+    if rt.has_status and rt.storage not in KEEPS_STATUS_ON_CREATE and isinstance(obj, dict):
+        obj.pop("status", None)
+
+
 def field_validation(query: Mapping[str, str]) -> str | None:
     """``fieldValidation``: Ignore, Warn (the default) or Strict (what kubectl sends)."""
     value = query.get("fieldValidation")
@@ -226,6 +236,7 @@ async def create(
             spec.update(username=user.name, groups=list(user.groups))
             if user.uid:
                 spec["uid"] = user.uid
+    drop_status_on_create(rt, obj)
     warnings: list[str] = []
     stored = ctx.state.create_object(
         rt,
@@ -321,6 +332,7 @@ async def patch(
             raise errors.not_found(rt.resource, rp.name, rt.group)
         if isinstance(document, dict):
             document.setdefault("metadata", {}).setdefault("name", rp.name)
+        drop_status_on_create(rt, document)
         stored = ctx.state.create_object(
             rt,
             document,
