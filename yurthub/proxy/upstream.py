@@ -5,16 +5,17 @@ use it, so a probe sees the same TLS setup and pool as real traffic.
 
 Identity rotation (``follow_identity``, run as one task by the hub when its identity comes from
 ``--kubeconfig``): every ``check_interval`` seconds (10 s, YurtHub's transport manager period)
-the files the identity was read from are stat'ed in the executor (``kubeconfigs.changed``);
-a TLS failure or a 401 on a request made with the hub's own credentials wakes the check at
-once (at most once per ``MIN_RECHECK_GAP``). A change is loaded in the executor and, if it loads,
-swapped in: new requests read ``identity`` / ``ssl_for`` / ``identity_headers`` afresh, so they
-use it at once. Pooled connections are keyed by the ``SSLContext`` object, so no new request
-can reuse a connection that presented the old certificate; the connector closes those idle ones
-at once and closes busy ones (an open watch) when their exchange ends instead of pooling them.
-A new file that does not load (half-written, unparsable, key not matching the certificate, an
-empty token file, an already expired certificate) leaves the working identity in place; it is
-logged once and tried again at every check until it loads.
+the files the identity was read from are stat'ed in the executor (``kubeconfigs.changed``).
+A failure that may be the apiserver refusing the hub's own credentials (HTTP 401, a TLS error,
+see ``is_tls_failure`` for how TLS 1.3 shows a refused certificate) wakes the check at once, at
+most once per ``MIN_RECHECK_GAP``. A change is loaded in the executor and, if it loads, swapped
+in: new requests read ``identity`` / ``ssl_for`` / ``identity_headers`` afresh, so they use it
+at once. Pooled connections are keyed by the ``SSLContext`` object, so no new request can reuse
+a connection that presented the old certificate; the connector closes those idle ones at once
+and closes busy ones (an open watch) when their exchange ends instead of pooling them. A new
+file that does not load (half-written, unparsable, key not matching the certificate, an empty
+token file, an already expired certificate) leaves the working identity in place; it is logged
+once and tried again at every check until it loads.
 
 Requests that carry their own Bearer token use the ``bare`` context, which a certificate
 rotation leaves untouched (``kubeconfigs.carry_over``).
@@ -87,12 +88,20 @@ class _RotatingConnector(aiohttp.TCPConnector):
 
 
 def is_tls_failure(error: BaseException) -> bool:
-    """Whether ``error`` (or what it was raised from) is a TLS failure: a handshake the
-    server refused (expired or unknown client certificate) or a server we cannot verify."""
+    """Whether ``error`` (or what it was raised from) may be the apiserver refusing our TLS
+    credentials, or a server we cannot verify.
+
+    With TLS 1.3 the server checks the client certificate after the client considers the
+    handshake done, so an expired or unknown certificate shows up only as the server closing
+    the connection without an answer (``ServerDisconnectedError``, no SSL error attached). That
+    is also what a stale keep-alive connection looks like; a false alarm costs one stat round.
+    """
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         if isinstance(current, ssl.SSLError | aiohttp.ClientSSLError):
+            return True
+        if isinstance(current, aiohttp.ServerDisconnectedError):
             return True
         seen.add(id(current))
         current = current.__cause__ or current.__context__
