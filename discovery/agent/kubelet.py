@@ -13,7 +13,6 @@ portable and costs nothing at 1 s.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
+from discovery.agent import naming
 from discovery.proto import deviceplugin_v1beta1_pb2 as pb
 from discovery.proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 
@@ -29,24 +29,31 @@ logger = logging.getLogger(__name__)
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
-# sun_path is 108 bytes on Linux; keep room for the directory.
-_MAX_SOCKET_PATH = 107
 
 
 class RegistrationFailed(Exception):
     pass
 
 
+class SocketPathError(OSError):
+    """The device-plugins directory leaves no room for a plugin socket name."""
+
+
 def socket_path(directory: Path, plugin_name: str, now: float | None = None) -> Path:
-    """``<dir>/<plugin>-<unix seconds>.sock`` (Akri's name), shortened with a hash when the
-    result would not fit a Unix socket path (Instance names may be 253 characters)."""
+    """``<dir>/<plugin>-<unix seconds>.sock`` (Akri's name), shortened so that the whole path
+    fits a Unix socket (``naming.plugin_socket_name``); ``SocketPathError`` naming the
+    directory when even the shortest name does not fit."""
     seconds = int(time.time() if now is None else now)
-    path = directory / f"{plugin_name}-{seconds}.sock"
-    if len(os.fsencode(path)) <= _MAX_SOCKET_PATH:
-        return path
-    digest = hashlib.blake2b(plugin_name.encode(), digest_size=6).hexdigest()
-    room = _MAX_SOCKET_PATH - len(os.fsencode(directory / f"-{digest}-{seconds}.sock"))
-    return directory / f"{plugin_name[: max(room, 0)]}-{digest}-{seconds}.sock"
+    room = naming.SOCKET_PATH_MAX - len(os.fsencode(directory)) - 1  # the "/" after it
+    name = naming.plugin_socket_name(plugin_name, seconds, room)
+    if name is None:
+        raise SocketPathError(
+            f"device-plugins directory {directory} is too long for a Unix socket: "
+            f"{len(os.fsencode(directory))} bytes leave {max(room, 0)} for a socket name, "
+            f"plugins need {naming.SOCKET_NAME_MIN} (paths are limited to "
+            f"{naming.SOCKET_PATH_MAX} bytes)"
+        )
+    return directory / name
 
 
 async def register(

@@ -9,6 +9,10 @@ the old Akri vectors still hold.
 Danger: Kubernetes does not validate an extended-resource name against these
 rules; a very long Configuration name yields resource names kubelet rejects.
 That is the same as Akri and is surfaced by the registration error.
+
+Plugin socket names are Akri's too unless the path would not fit a Unix socket
+(``plugin_socket_name``): then they are shortened, never to nothing readable
+unless the directory leaves no room for it.
 """
 
 from __future__ import annotations
@@ -61,6 +65,36 @@ def split_cdi_name(name: str) -> tuple[str, str]:
     if not sep or not slash or prefix != AKRI_PREFIX or not configuration or not digest:
         raise NamingError(f"not an Akri CDI device name: {name!r}")
     return configuration, digest
+
+
+SOCKET_PATH_MAX = 107
+"""Bytes of a Unix socket path: ``sun_path`` is 108 bytes on Linux, one is the final NUL."""
+_SOCKET_SUFFIX = ".sock"
+_SOCKET_DIGEST_BYTES = 5
+SOCKET_NAME_MIN = 2 * _SOCKET_DIGEST_BYTES + len(_SOCKET_SUFFIX)
+"""Shortest plugin socket name (``<digest>.sock``): a directory must leave this much room."""
+
+
+def plugin_socket_name(plugin_name: str, seconds: int, room: int) -> str | None:
+    """The socket file name of a device plugin started at ``seconds``, in at most ``room`` bytes.
+
+    Akri's ``<plugin>-<unix seconds>.sock`` when it fits. Otherwise ``<prefix>-<digest>.sock``:
+    the digest (BLAKE2b of Akri's name, 5 bytes) keeps names unique per plugin and per start,
+    the prefix is as much of the plugin name as fits so ``ls`` still tells sockets apart. With
+    no room for a prefix, ``<digest>.sock``; with less than ``SOCKET_NAME_MIN`` bytes, ``None``.
+    """
+    full = f"{plugin_name}-{seconds}{_SOCKET_SUFFIX}"
+    if len(full.encode()) <= room:
+        return full
+    if room < SOCKET_NAME_MIN:
+        return None
+    digest = hashlib.blake2b(full.encode(), digest_size=_SOCKET_DIGEST_BYTES).hexdigest()
+    # "-" between prefix and digest; a cut name never ends in a separator ("cfg--1a2b...").
+    space = room - SOCKET_NAME_MIN - 1
+    prefix = plugin_name.encode()[: max(space, 0)].decode("utf-8", "ignore").rstrip("-.")
+    if not prefix:
+        return f"{digest}{_SOCKET_SUFFIX}"
+    return f"{prefix}-{digest}{_SOCKET_SUFFIX}"
 
 
 def resource_name(plugin_name: str) -> str:

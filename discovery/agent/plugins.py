@@ -18,6 +18,16 @@ starting and stopping gRPC servers never races with itself. The same loop
 polls kubelet's socket: when kubelet restarts, every plugin is restarted on a
 fresh socket and registered again.
 
+Failure containment: a plugin that cannot be served (its socket cannot be
+bound: directory unwritable or too long, grpc refusing) or that kubelet will
+not register stays in the manager as *failed*: logged once per distinct
+error, a Warning Event on its Instance (the Configuration for a
+Configuration plugin), retried with the agent's capped back-off
+(``Timings.backoff_initial``/``backoff_cap``, reset when kubelet restarts).
+Every other plugin and the reconcile loop carry on; nothing a plugin does
+can end ``run``. Events go out through a bounded queue drained by their own
+task, so an unreachable apiserver never stalls convergence.
+
 Dangers: kubelet calls Allocate with a short deadline; the claim is one
 apiserver round trip (more on conflicts). When the apiserver is unreachable,
 Allocate fails rather than handing out a slot nobody recorded.
@@ -29,6 +39,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -41,6 +52,7 @@ from discovery import grpcserving
 from discovery.agent import (
     cdi,
     discovered,
+    events,
     instances,
     kubeapi,
     kubelet,
@@ -54,6 +66,16 @@ from discovery.proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]
+
+START_FAILED = "DevicePluginFailed"
+"""Event reason: the plugin's gRPC server could not be started."""
+REGISTRATION_FAILED = "DevicePluginRegistrationFailed"
+"""Event reason: kubelet did not accept the plugin's registration."""
+_EVENT_QUEUE = 64
+
+
+class PluginStartFailed(Exception):
+    """A device plugin's server could not be started; the message names the path and why."""
 
 
 class Metrics(Protocol):
@@ -96,8 +118,13 @@ def _response(allocations: Sequence[cdi.Allocation], with_cdi: bool) -> Any:
 
 
 def _prepare_socket(path: Path) -> None:
+    """Create the directory, drop a stale socket, and bind once ourselves: grpc reports a
+    failed bind only as "Failed to bind", an ``OSError`` here says why (EACCES, EROFS...)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.bind(str(path))
+    path.unlink()
 
 
 class Plugin(pb_grpc.DevicePluginServicer):
@@ -110,7 +137,11 @@ class Plugin(pb_grpc.DevicePluginServicer):
         self.socket: Path | None = None
         self.server: grpc.aio.Server | None = None
         self.registered = False
-        self.last_attempt = 0.0
+        self.retry_at = 0.0
+        """``time.monotonic()`` before which a failed start or registration is not retried."""
+        self.backoff: float | None = None
+        self.failure: tuple[str, str] | None = None
+        """(Event reason, message) of the current failure, ``None`` while healthy."""
         self._devices: list[tuple[str, str]] = []
         self._changed = asyncio.Event()
         self._stopped = False
@@ -134,15 +165,31 @@ class Plugin(pb_grpc.DevicePluginServicer):
     # -- lifecycle
 
     async def start(self, directory: Path) -> None:
+        """Serve on a fresh socket in ``directory``; ``PluginStartFailed`` says why not."""
         self._stopped = False
         self.registered = False
-        path = kubelet.socket_path(directory, self.name)
-        await asyncio.to_thread(_prepare_socket, path)
+        try:
+            path = kubelet.socket_path(directory, self.name)
+            await asyncio.to_thread(_prepare_socket, path)
+        except kubelet.SocketPathError as e:
+            raise PluginStartFailed(f"cannot serve device plugin {self.resource}: {e}") from e
+        except OSError as e:
+            raise PluginStartFailed(
+                f"cannot serve device plugin {self.resource} in {directory}: {e.strerror or e}"
+            ) from e
         server = grpc.aio.server()
         pb_grpc.add_DevicePluginServicer_to_server(self, server)  # type: ignore[no-untyped-call]
-        if server.add_insecure_port(f"unix:{path}") == 0:
-            raise OSError(f"cannot listen on {path}")
-        await server.start()
+        try:
+            if server.add_insecure_port(f"unix:{path}") == 0:
+                raise OSError(f"cannot listen on {path}")
+            await server.start()
+        except BaseException as e:
+            await grpcserving.stop(server, None)
+            if isinstance(e, RuntimeError | OSError):
+                raise PluginStartFailed(
+                    f"cannot serve device plugin {self.resource} on {path}: {e}"
+                ) from e
+            raise
         self.server, self.socket = server, path
         logger.info("device plugin %s serving on %s", self.resource, path)
 
@@ -161,7 +208,6 @@ class Plugin(pb_grpc.DevicePluginServicer):
                 logger.info("device plugin %s stopped", self.resource)
 
     async def register(self, directory: Path) -> None:
-        self.last_attempt = time.monotonic()
         if self.socket is None:
             return
         await kubelet.register(directory, self.socket, self.resource)
@@ -293,7 +339,9 @@ class Manager:
         agent_settings: settings.AgentSettings,
         api: kubeapi.KubeApi,
         metrics: Metrics,
+        recorder: events.Recorder | None = None,
     ) -> None:
+        """``recorder``: where failure Events go (``None``: logged only)."""
         self.settings = agent_settings
         self.node = agent_settings.node_name
         self.directory = agent_settings.device_plugins_dir
@@ -306,6 +354,8 @@ class Manager:
         self.configuration_plugins: dict[Key, ConfigurationPlugin] = {}
         self._dirty = asyncio.Event()
         self._socket = kubelet.SocketWatch(self.directory)
+        self.recorder = recorder
+        self._events: asyncio.Queue[tuple[dict[str, Any], str, str]] = asyncio.Queue(_EVENT_QUEUE)
 
     # -- inputs (synchronous, from the reconciler and the Instance reflector)
 
@@ -346,7 +396,7 @@ class Manager:
         """kubelet closed a plugin's ListAndWatch: register it again (on a fresh socket if
         kubelet wiped the old one) at the next tick."""
         plugin.registered = False
-        plugin.last_attempt = 0.0
+        plugin.retry_at = 0.0
         self._dirty.set()
 
     def cdi_ready(self, key: Key) -> bool:
@@ -393,9 +443,9 @@ class Manager:
             if plugin is None:
                 plugin = InstancePlugin(self, key[0], key[1], configuration)
                 plugin.update(obj)
-                await plugin.start(self.directory)
+                # Kept even when it cannot be served: the kubelet tick retries it.
                 self.instance_plugins[key] = plugin
-                await self._try_register(plugin)
+                await self._serve(plugin)
             else:
                 plugin.update(obj)
             used = sum(1 for s in plugin.slots if s is not None)
@@ -408,55 +458,160 @@ class Manager:
             if config_plugin is None:
                 config_plugin = ConfigurationPlugin(self, key[0], key[1])
                 config_plugin.update(members)
-                await config_plugin.start(self.directory)
                 self.configuration_plugins[key] = config_plugin
-                await self._try_register(config_plugin)
+                await self._serve(config_plugin)
             else:
                 config_plugin.update(members)
 
     def _all(self) -> list[Plugin]:
         return [*self.instance_plugins.values(), *self.configuration_plugins.values()]
 
+    async def _serve(self, plugin: Plugin) -> None:
+        """Start ``plugin`` and register it with kubelet; failures are contained."""
+        try:
+            await plugin.start(self.directory)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            # PluginStartFailed, or anything grpc raises that we did not foresee: either way
+            # this plugin only, never the manager (its death would end the agent).
+            self._failed(plugin, START_FAILED, str(e))
+            return
+        if plugin.failure is not None and plugin.failure[0] == START_FAILED:
+            self._recovered(plugin)
+        await self._try_register(plugin)
+
     async def _try_register(self, plugin: Plugin) -> None:
-        if not self._socket.present:
+        if not self._socket.present or plugin.server is None:
             return
         try:
             await plugin.register(self.directory)
-        except (kubelet.RegistrationFailed, OSError) as e:
-            logger.warning("%s", e)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self._failed(plugin, REGISTRATION_FAILED, str(e))
+            return
+        if plugin.failure is not None:
+            self._recovered(plugin)
+
+    def _failed(self, plugin: Plugin, reason: str, message: str) -> None:
+        timings = self.settings.timings
+        # The reconciler's back-off: seed doubled, capped.
+        plugin.backoff = min((plugin.backoff or timings.backoff_initial) * 2, timings.backoff_cap)
+        plugin.retry_at = time.monotonic() + plugin.backoff
+        if plugin.failure == (reason, message):
+            logger.debug("%s (again; next attempt in %.1fs)", message, plugin.backoff)
+            return
+        plugin.failure = (reason, message)
+        logger.warning(
+            "%s; other plugins carry on, retrying with back-off (first in %.1fs)",
+            message,
+            plugin.backoff,
+        )
+        target = self._event_target(plugin)
+        if self.recorder is not None and target is not None:
+            try:
+                self._events.put_nowait((target, reason, message))
+            except asyncio.QueueFull:
+                logger.debug("event queue full; not posting %s for %s", reason, plugin.resource)
+
+    def _recovered(self, plugin: Plugin) -> None:
+        assert plugin.failure is not None
+        reason, _ = plugin.failure
+        logger.info("device plugin %s works again", plugin.resource)
+        plugin.failure = None
+        plugin.backoff = None
+        target = self._event_target(plugin)
+        if self.recorder is not None and target is not None:
+            # Let the same failure be reported again should it come back.
+            self.recorder.clear(target, reason)
+
+    def _event_target(self, plugin: Plugin) -> dict[str, Any] | None:
+        """The Instance of an Instance plugin; the Configuration (as named by its Instances'
+        owner reference) of a Configuration plugin."""
+        if isinstance(plugin, InstancePlugin):
+            return self._objects.get((plugin.namespace, plugin.name))
+        assert isinstance(plugin, ConfigurationPlugin)
+        for (namespace, _), obj in sorted(self._objects.items()):
+            if namespace != plugin.namespace:
+                continue
+            if instances.spec_of(obj).get("configurationName") != plugin.name:
+                continue
+            for owner in (obj.get("metadata") or {}).get("ownerReferences") or []:
+                if isinstance(owner, dict) and owner.get("kind") == "Configuration":
+                    return {
+                        "apiVersion": owner.get("apiVersion", naming.API_GROUP_VERSION),
+                        "kind": "Configuration",
+                        "metadata": {
+                            "name": owner.get("name", plugin.name),
+                            "namespace": namespace,
+                            "uid": owner.get("uid", ""),
+                        },
+                    }
+            return obj
+        return None
+
+    async def _post_events(self) -> None:
+        assert self.recorder is not None
+        while True:
+            target, reason, message = await self._events.get()
+            try:
+                await self.recorder.post(target, "Warning", reason, message)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # Best effort (events.Recorder already swallows API errors): never lose the task.
+                logger.debug("posting event %s failed", reason, exc_info=True)
 
     async def _kubelet_tick(self) -> None:
         if self._socket.changed():
             logger.info("kubelet socket (re)appeared; restarting and re-registering plugins")
             for plugin in self._all():
                 await plugin.stop()
-                await plugin.start(self.directory)
-                await self._try_register(plugin)
+                # kubelet restarting is when an operator's fix takes effect: retry at once.
+                plugin.retry_at, plugin.backoff = 0.0, None
+                await self._serve(plugin)
             return
         now = time.monotonic()
-        retry = max(1.0, 5 * self.settings.timings.kubelet_poll)
         for plugin in self._all():
-            if plugin.registered or now - plugin.last_attempt < retry:
+            if plugin.registered or now < plugin.retry_at:
+                continue
+            if plugin.server is None:
+                await self._serve(plugin)
+                continue
+            if not self._socket.present:
                 continue
             if not await asyncio.to_thread(_exists, plugin.socket):
+                # kubelet wiped its directory: serve on a fresh socket before registering.
                 await plugin.stop()
-                await plugin.start(self.directory)
+                await self._serve(plugin)
+                continue
             await self._try_register(plugin)
 
     async def run(self) -> None:
-        poll = self.settings.timings.kubelet_poll
         try:
-            while True:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(poll):
-                        await self._dirty.wait()
-                self._dirty.clear()
-                await self._kubelet_tick()
-                await self._sync()
+            async with asyncio.TaskGroup() as tg:
+                if self.recorder is not None:
+                    tg.create_task(self._post_events(), name="device plugin events")
+                await self._converge()
         finally:
             await stop_all(self._all())
             self.instance_plugins.clear()
             self.configuration_plugins.clear()
+
+    async def _converge(self) -> None:
+        poll = self.settings.timings.kubelet_poll
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(poll):
+                    await self._dirty.wait()
+            self._dirty.clear()
+            await self._kubelet_tick()
+            await self._sync()
+
+    def failed_plugins(self) -> dict[str, str]:
+        """Resource name -> the error of every plugin that is not working right now."""
+        return {p.resource: p.failure[1] for p in self._all() if p.failure is not None}
 
     # -- for the slot reclaimer
 

@@ -7,7 +7,9 @@ reclaimer and the metrics endpoint. ``start`` returns once the caches are
 synced and plugins can be served; ``stop`` cancels the supervisor and waits
 for it to unwind (plugins stopped and their sockets removed, registry socket
 removed, API client closed). A crash of any part ends the supervisor, and
-the error is raised from ``stop`` (or ``wait``).
+the error is raised from ``stop`` (or ``wait``) — which is why the plugin
+manager contains a plugin's failure to start or register (``plugins``): one
+unservable device must not take discovery down for every other.
 
 Behind the hub: build ``AgentSettings`` with ``KubeSettings(url=<hub proxy
 URL>)`` (the DaemonSet passes ``--server-addr=http://127.0.0.1:10261`` and its
@@ -127,7 +129,9 @@ class Agent:
                 except (sdk.HandlerNotFoundError, ValueError) as e:
                     raise StartupError(f"embedded handler {name}: {e}") from e
                 reg.register_embedded(handler)
-            manager = plugins.Manager(s, api, self.metrics)
+            # One recorder: its repeat suppression then covers every Event the agent posts.
+            recorder = events.Recorder(api, s.node_name)
+            manager = plugins.Manager(s, api, self.metrics, recorder)
             self.plugins = manager
             reconciler = reconciling.Reconciler(
                 s,
@@ -135,7 +139,7 @@ class Agent:
                 reg,
                 manager,
                 self.metrics,
-                events.Recorder(api, s.node_name),
+                recorder,
                 on_instance_event=manager.on_instance_event,
             )
             self.reconciler = reconciler
