@@ -1,6 +1,10 @@
 """Seed clusters: ``none``, ``demo`` (a small realistic edge cluster) and ``scale:N``.
 
-``demo``: namespaces default, kube-system, kube-public, kube-node-lease; nodes
+``none``: what every apiserver creates at start: namespaces default, kube-system,
+kube-public, kube-node-lease (each with its default ServiceAccount and
+kube-root-ca.crt ConfigMap) and the ``default/kubernetes`` service (10.96.0.1:443).
+
+``demo``: all of ``none``, and nodes
 edge-node-1 and edge-node-2 (node pool ``edge-pool``) and cloud-node-1
 (``cloud-pool``, control plane), Ready, with InternalIPs 127.0.1.1-3; a kube-proxy
 DaemonSet with one pod per node; coredns (Deployment, ReplicaSet, two pods) and
@@ -101,8 +105,10 @@ def parse(text: str) -> Seed:
 
 
 def apply(state: storage.State, seed: Seed) -> None:
+    demo = _Demo(state)
+    demo.bootstrap()
     if seed.demo:
-        _Demo(state).build()
+        demo.build()
     if seed.scale:
         scale_pods(state, seed.scale)
 
@@ -198,10 +204,31 @@ class _Demo:
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         return self.state.create(obj)
 
-    def build(self) -> None:
+    def bootstrap(self) -> None:
+        """What every apiserver creates at start: the system namespaces, default/kubernetes."""
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
-            if self.state.registry.get("", "v1", "namespaces") and not self._exists(ns):
+            if not self._exists(ns):
                 self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        if not any(s.meta.get("name") == "kubernetes" for s in self.state.objects("services")):
+            self.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "metadata": {
+                        "name": "kubernetes",
+                        "namespace": "default",
+                        "labels": {"component": "apiserver", "provider": "kubernetes"},
+                    },
+                    "spec": {
+                        "clusterIP": "10.96.0.1",
+                        "ports": [
+                            {"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}
+                        ],
+                    },
+                }
+            )
+
+    def build(self) -> None:
         for index, (name, pool, ip, edge) in enumerate(NODES):
             self.node(index, name, pool, ip, edge)
             self.lease(name)
@@ -658,23 +685,8 @@ class _Demo:
             self.state.logs.append("default", pod_name, "reader", f"reading /dev/ttyUSB0 on {node}")
 
     def kubernetes_service(self) -> None:
-        svc = self.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {
-                    "name": "kubernetes",
-                    "namespace": "default",
-                    "labels": {"component": "apiserver", "provider": "kubernetes"},
-                },
-                "spec": {
-                    "clusterIP": "10.96.0.1",
-                    "ports": [
-                        {"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}
-                    ],
-                },
-            }
-        )
+        """Endpoints of ``default/kubernetes`` (made by bootstrap): the control-plane node."""
+        svc = self.state.get("services", "default", "kubernetes")
         self.create(
             {
                 "apiVersion": "v1",
