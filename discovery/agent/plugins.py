@@ -204,7 +204,12 @@ class Plugin(pb_grpc.DevicePluginServicer):
                 await grpcserving.stop(server, 0.5)
         finally:
             if path is not None:
-                path.unlink(missing_ok=True)
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as e:
+                    # A read-only directory must not turn a stop into a crash of the manager;
+                    # a stale socket is harmless (the next start or kubelet removes it).
+                    logger.warning("device plugin %s: cannot remove %s: %s", self.resource, path, e)
                 logger.info("device plugin %s stopped", self.resource)
 
     async def register(self, directory: Path) -> None:

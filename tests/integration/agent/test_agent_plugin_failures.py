@@ -1,0 +1,374 @@
+"""A device plugin that cannot be served or registered is contained, over real Unix sockets.
+
+The plugin manager runs with a simulated kubelet (real gRPC) and posts its Events to the
+simulated apiserver. Covered: a long real directory (names shortened to fit, still readable),
+an unwritable directory (the new plugin fails, the others keep serving, the failure is logged
+once, an Event is posted once, retries back off and succeed once the directory is fixed), a
+registration kubelet refuses, and the whole agent outliving a directory too long for any socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import json
+import logging
+import os
+import subprocess
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from discovery import devices
+from discovery.agent import discovered, events, kubeapi, metrics, naming, plugins, running
+from discovery.agent import settings as agent_settings
+from discovery.testing import kubelet as sim_kubelet
+from yurthub.testing import simapiserver
+
+NODE = "node-a"
+CONFIG = "akri-debug-echo"
+REPO = Path(__file__).resolve().parents[3]
+CRDS = [
+    REPO / "manifests/crds/configurations.akri.sh.yaml",
+    REPO / "manifests/crds/instances.akri.sh.yaml",
+]
+FAST = agent_settings.Timings(backoff_initial=0.05, backoff_cap=0.2, kubelet_poll=0.05)
+
+
+def instance(name: str, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": naming.API_GROUP_VERSION,
+        "kind": "Instance",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": uid,
+            "resourceVersion": "1",
+            "ownerReferences": [
+                {
+                    "apiVersion": naming.API_GROUP_VERSION,
+                    "kind": "Configuration",
+                    "name": CONFIG,
+                    "uid": "config-uid",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "configurationName": CONFIG,
+            "cdiName": f"akri.sh/{CONFIG}={naming.instance_digest(name)}",
+            "capacity": 1,
+            "nodes": [NODE],
+            "deviceUsage": {},
+            "shared": True,
+        },
+    }
+
+
+def named_devices(*ids: str) -> dict[str, discovered.NamedDevice]:
+    found = [(devices.Device(i, {"DEV": i}), True) for i in ids]
+    return dict(discovered.name_devices(CONFIG, found, NODE))
+
+
+async def eventually(check: Callable[[], bool], within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+@contextlib.contextmanager
+def unwritable(directory: Path) -> Iterator[None]:
+    """``directory`` refuses new entries, for root too (the immutable flag), else by mode."""
+    if os.geteuid() == 0:
+        done = subprocess.run(["chattr", "+i", str(directory)], capture_output=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"cannot make a directory immutable here: {done.stderr!r}")
+        undo = ["chattr", "-i", str(directory)]
+    else:
+        directory.chmod(0o500)
+        undo = []
+    try:
+        probe = directory / "probe"
+        with pytest.raises(OSError):
+            probe.touch()
+        yield
+    finally:
+        if undo:
+            subprocess.run(undo, check=True)
+        else:
+            directory.chmod(0o700)
+
+
+@pytest.fixture
+async def sim(tmp_path: Path) -> AsyncIterator[simapiserver.SimApiserver]:
+    async with simapiserver.SimApiserver(workdir=tmp_path / "sim", seed="none") as server:
+        yield server
+
+
+@pytest.fixture
+async def api(sim: simapiserver.SimApiserver) -> AsyncIterator[kubeapi.KubeApi]:
+    client = await kubeapi.connect(None, Path(sim.kubeconfig_path), "edgehub-agent/test")
+    try:
+        yield kubeapi.KubeApi(client, request_timeout=5.0)
+    finally:
+        await client.close()
+
+
+def warnings_about(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and text in r.getMessage()
+    ]
+
+
+def events_for(sim: simapiserver.SimApiserver, reason: str) -> list[dict[str, Any]]:
+    return [e for e in sim.state.list("events", "default") if e.get("reason") == reason]
+
+
+@contextlib.asynccontextmanager
+async def manager_running(
+    directory: Path, api: kubeapi.KubeApi | None, reject: Callable[[str], str | None] | None = None
+) -> AsyncIterator[tuple[plugins.Manager, sim_kubelet.SimKubelet]]:
+    s = agent_settings.AgentSettings(node_name=NODE, device_plugins_dir=directory, timings=FAST)
+    if api is None:
+        from kubernetes_asyncio import client as k8s_client
+
+        offline = k8s_client.ApiClient(k8s_client.Configuration(host="http://127.0.0.1:9"))
+        api_used = kubeapi.KubeApi(offline, request_timeout=1.0)
+        recorder = None
+    else:
+        offline = None
+        api_used = api
+        recorder = events.Recorder(api, NODE)
+    manager = plugins.Manager(s, api_used, metrics.Metrics(), recorder)
+    try:
+        async with (
+            sim_kubelet.SimKubelet(directory, reject=reject) as kubelet,
+            asyncio.TaskGroup() as tg,
+        ):
+            task = tg.create_task(manager.run(), name="plugins under test")
+            try:
+                yield manager, kubelet
+                assert not task.done(), "the plugin manager must outlive plugin failures"
+            finally:
+                task.cancel()
+    finally:
+        if offline is not None:
+            await offline.close()
+
+
+async def test_long_directory_gets_short_readable_socket_names(sockdir: Path) -> None:
+    # 84 bytes, like the pytest tmp path of the original failure; kubelet.sock still fits.
+    directory = sockdir / "d"
+    directory = Path(str(directory) + "x" * (84 - len(os.fsencode(directory))))
+    assert len(os.fsencode(directory)) == 84
+    named = named_devices("dev0")
+    (name,) = named
+    async with manager_running(directory, None) as (manager, kubelet):
+        manager.set_devices(("default", CONFIG), named, {})
+        manager.on_instance_event("ADDED", instance(name, "uid-0"))
+        await kubelet.wait_for_devices(f"akri.sh/{name}")
+        await kubelet.wait_for_devices(f"akri.sh/{CONFIG}")
+        endpoints = dict(kubelet.registrations)
+        for resource in (f"akri.sh/{name}", f"akri.sh/{CONFIG}"):
+            endpoint = endpoints[resource]
+            assert len(os.fsencode(directory / endpoint)) <= naming.SOCKET_PATH_MAX
+            assert endpoint.startswith("akri-d"), endpoint
+        assert endpoints[f"akri.sh/{name}"] != endpoints[f"akri.sh/{CONFIG}"]
+        assert manager.failed_plugins() == {}
+
+
+async def test_unwritable_directory_fails_one_plugin_and_spares_the_rest(
+    sockdir: Path,
+    api: kubeapi.KubeApi,
+    sim: simapiserver.SimApiserver,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="discovery.agent.plugins")
+    directory = sockdir / "dp"
+    named = named_devices("dev0", "dev1")
+    first, second = sorted(named)
+    async with manager_running(directory, api) as (manager, kubelet):
+        manager.set_devices(("default", CONFIG), {first: named[first]}, {})
+        manager.on_instance_event("ADDED", instance(first, "uid-first"))
+        await kubelet.wait_for_devices(f"akri.sh/{first}")
+
+        with unwritable(directory):
+            manager.set_devices(("default", CONFIG), named, {})
+            manager.on_instance_event("ADDED", instance(second, "uid-second"))
+            resource = f"akri.sh/{second}"
+            await eventually(lambda: resource in manager.failed_plugins())
+            await asyncio.sleep(1.0)  # several retries at the 0.2 s cap
+
+            message = manager.failed_plugins()[resource]
+            assert str(directory) in message and "cannot serve device plugin" in message
+            assert len(warnings_about(caplog, f"cannot serve device plugin {resource}")) == 1
+            await eventually(lambda: len(events_for(sim, plugins.START_FAILED)) == 1)
+            (event,) = events_for(sim, plugins.START_FAILED)
+            assert event["involvedObject"]["name"] == second
+            assert event["involvedObject"]["uid"] == "uid-second"
+            assert event["type"] == "Warning" and str(directory) in event["message"]
+
+            # The plugin already serving carries on: its device updates still reach kubelet.
+            assert f"akri.sh/{first}" not in manager.failed_plugins()
+            updated = instance(first, "uid-first")
+            updated["spec"]["deviceUsage"] = {f"{first}-0": "node-b"}
+            manager.on_instance_event("MODIFIED", updated)
+            await kubelet.wait_for_devices(
+                f"akri.sh/{first}", lambda d: d == {f"{first}-0": "Unhealthy"}
+            )
+            assert resource not in kubelet.plugins
+
+            # A plugin stopping cannot remove its socket here either: still not a crash.
+            manager.on_instance_event("DELETED", instance(first, "uid-first"))
+            await eventually(
+                lambda: bool(warnings_about(caplog, f"akri.sh/{first}: cannot remove"))
+            )
+            assert f"akri.sh/{first}" not in kubelet.plugins
+
+        # Fixed: the next retry (back-off capped at 0.2 s) serves and registers it.
+        await kubelet.wait_for_devices(resource, within=2.0)
+        assert manager.failed_plugins() == {}
+        assert any("works again" in r.getMessage() for r in caplog.records)
+        assert len(events_for(sim, plugins.START_FAILED)) == 1
+
+
+async def test_refused_registration_is_contained_and_retried_with_backoff(
+    sockdir: Path,
+    api: kubeapi.KubeApi,
+    sim: simapiserver.SimApiserver,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    named = named_devices("dev0", "dev1")
+    first, second = sorted(named)
+    refused = f"akri.sh/{second}"
+    attempts: list[float] = []
+    refusing = True
+
+    def reject(resource: str) -> str | None:
+        if resource == refused and refusing:
+            attempts.append(time.monotonic())
+            return "no room for more extended resources"
+        return None
+
+    async with manager_running(sockdir / "dp", api, reject) as (manager, kubelet):
+        manager.set_devices(("default", CONFIG), named, {})
+        for name in (first, second):
+            manager.on_instance_event("ADDED", instance(name, f"uid-{name}"))
+        await kubelet.wait_for_devices(f"akri.sh/{first}")
+        await kubelet.wait_for_devices(f"akri.sh/{CONFIG}", lambda d: len(d) == 2)
+        await eventually(lambda: len(attempts) >= 4)
+
+        gaps = [b - a for a, b in itertools.pairwise(attempts)]
+        assert gaps[0] >= 0.09 and all(g >= 0.19 for g in gaps[2:]), gaps  # 0.1, 0.2, 0.2...
+        assert len(warnings_about(caplog, "no room for more extended resources")) == 1
+        await eventually(lambda: len(events_for(sim, plugins.REGISTRATION_FAILED)) == 1)
+        (event,) = events_for(sim, plugins.REGISTRATION_FAILED)
+        assert event["involvedObject"]["name"] == second
+        assert "no room for more extended resources" in event["message"]
+
+        refusing = False
+        await kubelet.wait_for_devices(refused, within=2.0)
+        assert manager.failed_plugins() == {}
+
+
+# --- the whole agent -------------------------------------------------------------------------
+
+
+async def kubectl(sim: simapiserver.SimApiserver, *args: str, stdin: str | None = None) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        "/usr/bin/kubectl",
+        f"--kubeconfig={sim.kubeconfig_path}",
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else None,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate(stdin.encode() if stdin is not None else None)
+    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {err.decode()}"
+    return out.decode()
+
+
+def debug_echo_configuration(name: str, *descriptions: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": naming.API_GROUP_VERSION,
+            "kind": "Configuration",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "discoveryHandler": {
+                    "name": "debugEcho",
+                    "discoveryDetails": f"descriptions: [{', '.join(descriptions)}]",
+                },
+                "capacity": 1,
+            },
+        }
+    )
+
+
+async def until(check: Callable[[], Awaitable[bool]], within: float = 15.0) -> None:
+    deadline = time.monotonic() + within
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.1)
+
+
+async def test_agent_outlives_a_directory_too_long_for_any_socket(
+    sim: simapiserver.SimApiserver, sockdir: Path
+) -> None:
+    for crd in CRDS:
+        await kubectl(sim, "apply", "-f", str(crd))
+    directory = sockdir / ("d" * (100 - len(os.fsencode(sockdir)) - 1))
+    assert len(os.fsencode(directory)) == 100  # leaves 6 bytes: no socket name fits
+    s = agent_settings.AgentSettings(
+        node_name=NODE,
+        kube=agent_settings.KubeSettings(
+            kubeconfig=Path(sim.kubeconfig_path), user_agent="edgehub-agent/test"
+        ),
+        discovery_handlers_dir=sockdir / "akri",
+        embedded_handlers=("debugEcho",),
+        handler_environ={
+            "DEBUG_ECHO_INSTANCES_SHARED": "true",
+            "DEBUG_ECHO_AVAILABILITY_FILE": str(sockdir / "availability"),
+            "DEBUG_ECHO_POLL_SECONDS": "0.05",
+        },
+        device_plugins_dir=directory,
+        pod_resources_socket=None,
+        cdi_dir=sockdir / "cdi",
+        metrics_port=None,
+        timings=dataclasses.replace(
+            FAST, settle=0.3, registration_window=0.3, watch_backoff_initial=0.1
+        ),
+    )
+    async with running.running(s) as agent:
+        await kubectl(sim, "apply", "-f", "-", stdin=debug_echo_configuration("one", "foo0"))
+
+        async def failure_event() -> bool:
+            return bool(events_for(sim, plugins.START_FAILED))
+
+        await until(failure_event)
+        event = events_for(sim, plugins.START_FAILED)[0]
+        assert event["involvedObject"]["kind"] in ("Instance", "Configuration")
+        assert str(directory) in event["message"] and "too long" in event["message"]
+
+        # The reconcile loop is alive: a second Configuration still gets its Instance.
+        await kubectl(sim, "apply", "-f", "-", stdin=debug_echo_configuration("two", "bar0"))
+
+        async def both_configurations() -> bool:
+            listed = json.loads(await kubectl(sim, "get", "akrii", "-o", "json"))
+            return {i["spec"]["configurationName"] for i in listed["items"]} == {"one", "two"}
+
+        await until(both_configurations)
+        assert agent.ready
+        assert agent.plugins is not None
+        assert all("too long" in m for m in agent.plugins.failed_plugins().values())
+        assert len(agent.plugins.failed_plugins()) == 4  # two Instance, two Configuration
