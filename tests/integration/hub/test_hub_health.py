@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
-from conftest import FakeApiserver
+from hubfakes import FakeApiserver
 
 MakeHub = Callable[..., Any]
 

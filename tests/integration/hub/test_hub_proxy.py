@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from conftest import FakeApiserver, RecordingTee, ScriptedLocal
+from hubfakes import FakeApiserver, RecordingTee, ScriptedLocal
 
 MakeHub = Callable[..., Any]
 

@@ -1,0 +1,242 @@
+"""Loopback fixtures for the hub: a small scriptable apiserver and a hub runner.
+
+``FakeApiserver`` is a real aiohttp server on 127.0.0.1:0 that speaks just enough of the
+apiserver for the proxy paths the simulated apiserver cannot script (mid-body closes, stalled
+events, header echo); the kubectl/kubernetes-client tests use ``yurthub.testing``'s simulator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from yurthub import server, settings
+from yurthub.proxy import seams
+
+LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+
+
+class FakeApiserver:
+    def __init__(self) -> None:
+        self.events: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.seen_headers: list[dict[str, str]] = []
+        self.lease_puts = 0
+        self.lease_delay = 0.0
+        self.requests = 0
+        self.lease: dict[str, Any] | None = None
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        r = app.router
+        r.add_get(LEASE_PATH + "/{name}", self._lease_get)
+        r.add_put(LEASE_PATH + "/{name}", self._lease_put)
+        r.add_post(LEASE_PATH, self._lease_post)
+        r.add_get("/api/v1/nodes/{name}", self._node)
+        r.add_get("/api/v1/pods", self._pods)
+        r.add_get("/api/v1/namespaces/{ns}/pods", self._pods)
+        r.add_post("/api/v1/namespaces/{ns}/pods", self._echo_body)
+        r.add_get("/api/v1/namespaces/{ns}/pods/{name}/exec", self._exec_ws)
+        r.add_get("/api/v1/namespaces/{ns}/configmaps/broken", self._broken)
+        r.add_get("/api/v1/namespaces/{ns}/configmaps/slow", self._slow)
+        r.add_get("/version", self._version)
+        r.add_route("*", "/api/v1/namespaces/{ns}/secrets/{name}", self._secret)
+        return app
+
+    async def start(self, port: int = 0) -> None:
+        self._runner = web.AppRunner(
+            self.app(), access_log=None, shutdown_timeout=0.1, handler_cancellation=True
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port or self.port, reuse_address=True)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def _record(self, request: web.Request) -> None:
+        self.requests += 1
+        self.seen_headers.append(dict(request.headers))
+
+    async def _lease_get(self, request: web.Request) -> web.Response:
+        await asyncio.sleep(self.lease_delay)
+        if self.lease is None:
+            return web.json_response({"kind": "Status", "code": 404}, status=404)
+        return web.json_response(self.lease)
+
+    async def _lease_post(self, request: web.Request) -> web.Response:
+        self.lease = await request.json()
+        self.lease["metadata"]["resourceVersion"] = "1"
+        return web.json_response(self.lease, status=201)
+
+    async def _lease_put(self, request: web.Request) -> web.Response:
+        await asyncio.sleep(self.lease_delay)
+        self.lease_puts += 1
+        self.lease = await request.json()
+        return web.json_response(self.lease)
+
+    async def _node(self, request: web.Request) -> web.Response:
+        self._record(request)
+        return web.json_response({"kind": "Node", "metadata": {"name": "n1", "uid": "u1"}})
+
+    async def _version(self, request: web.Request) -> web.Response:
+        self._record(request)
+        return web.json_response({"gitVersion": "v1.32.0"})
+
+    async def _pods(self, request: web.Request) -> web.StreamResponse:
+        self._record(request)
+        if request.query.get("watch") in ("1", "true"):
+            resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+            await resp.prepare(request)
+            while True:
+                event = await self.events.get()
+                if event is None:  # scripted mid-stream close
+                    if request.transport is not None:
+                        request.transport.close()
+                    return resp
+                await resp.write(event)
+        return web.Response(
+            body=orjson.dumps(
+                {"kind": "PodList", "metadata": {"resourceVersion": "5"}, "items": []}
+            ),
+            content_type="application/json",
+        )
+
+    async def _echo_body(self, request: web.Request) -> web.StreamResponse:
+        self._record(request)
+        resp = web.StreamResponse(status=201, headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        async for chunk in request.content.iter_any():
+            await resp.write(chunk)
+        await resp.write_eof()
+        return resp
+
+    async def _broken(self, request: web.Request) -> web.StreamResponse:
+        self._record(request)
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.content_length = 1000
+        await resp.prepare(request)
+        await resp.write(b'{"kind":"ConfigMap",')
+        await asyncio.sleep(0.05)
+        if request.transport is not None:
+            request.transport.close()
+        return resp
+
+    async def _slow(self, request: web.Request) -> web.Response:
+        self._record(request)
+        await asyncio.sleep(float(request.query.get("sleep", "0.5")))
+        return web.json_response({"kind": "ConfigMap", "metadata": {"name": "slow"}})
+
+    async def _secret(self, request: web.Request) -> web.StreamResponse:
+        self._record(request)
+        name = request.match_info["name"]
+        if name == "forbidden":
+            body = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"}
+            return web.json_response(body, status=403)
+        if name == "gone" and request.method == "DELETE":
+            return web.Response(status=204)
+        # hop-by-hop headers the hub must not pass on
+        headers = {
+            "Connection": "X-Hop",
+            "X-Hop": "1",
+            "Keep-Alive": "timeout=5",
+            "Audit-Id": "abc",
+            "Content-Type": "application/json",
+        }
+        return web.Response(body=b'{"kind":"Secret"}', headers=headers)
+
+    async def _exec_ws(self, request: web.Request) -> web.WebSocketResponse:
+        self._record(request)
+        ws = web.WebSocketResponse(protocols=("v5.channel.k8s.io",))
+        await ws.prepare(request)
+        async for msg in ws:
+            await ws.send_bytes(b"echo:" + msg.data)
+        return ws
+
+
+@dataclasses.dataclass
+class RecordingSink:
+    chunks: list[bytes] = dataclasses.field(default_factory=list)
+    finished: bool = False
+    aborted: str = ""
+
+    def feed(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+
+    async def finish(self) -> None:
+        self.finished = True
+
+    def abort(self, reason: str) -> None:
+        self.aborted = reason
+
+
+class RecordingTee:
+    def __init__(self) -> None:
+        self.sinks: list[tuple[str, RecordingSink]] = []
+
+    def open(self, info: Any, status: int, headers: Any) -> seams.TeeSink | None:
+        sink = RecordingSink()
+        self.sinks.append((info.path, sink))
+        return sink
+
+
+class ScriptedLocal:
+    """A LocalAnswerer answering 200 ``{"local": reason}`` for the reasons it is told to."""
+
+    def __init__(self, reasons: set[str]) -> None:
+        self.reasons = reasons
+        self.calls: list[tuple[str, str]] = []
+
+    async def answer(
+        self, request: web.Request, info: Any, *, reason: str
+    ) -> web.StreamResponse | None:
+        self.calls.append((info.path, reason))
+        if reason not in self.reasons:
+            return None
+        return web.json_response({"local": reason})
+
+
+def hub_settings(servers: list[str], **heartbeat: Any) -> settings.HubSettings:
+    hb = {"interval": 0.3, "timeout": 1.0, "healthy_threshold": 1} | heartbeat
+    return settings.HubSettings(
+        node_name="n1",
+        upstream=settings.UpstreamSettings(servers=tuple(servers), connect_timeout=1.0),
+        listen=settings.ListenSettings(serve_port=0, proxy_port=0),
+        heartbeat=settings.HeartbeatSettings(**hb),
+        proxy=settings.ProxySettings(shutdown_grace=2.0),
+    )
+
+
+@contextlib.asynccontextmanager
+async def running_hub(
+    servers: list[str],
+    *,
+    tee: seams.Tee | None = None,
+    local: seams.LocalAnswerer | None = None,
+    wait_ready: bool = True,
+    **heartbeat: Any,
+) -> AsyncIterator[server.Hub]:
+    hub = server.Hub(hub_settings(servers, **heartbeat), tee=tee, local=local)
+    await hub.start()
+    try:
+        if wait_ready:
+            assert hub.health is not None
+            async with asyncio.timeout(5):
+                await hub.health.initial_probe_done.wait()
+        yield hub
+    finally:
+        await hub.stop()
