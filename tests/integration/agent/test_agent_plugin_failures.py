@@ -200,6 +200,7 @@ async def test_unwritable_directory_fails_one_plugin_and_spares_the_rest(
         manager.set_devices(("default", CONFIG), {first: named[first]}, {})
         manager.on_instance_event("ADDED", instance(first, "uid-first"))
         await kubelet.wait_for_devices(f"akri.sh/{first}")
+        await kubelet.wait_for_devices(f"akri.sh/{CONFIG}")
 
         with unwritable(directory):
             manager.set_devices(("default", CONFIG), named, {})
