@@ -23,7 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from yurthub import server, settings
+from yurthub import health, kubeconfigs, metrics, server, settings
+from yurthub.proxy import upstream
 from yurthub.testing import simapiserver
 
 NODE = "edge-node-1"
@@ -126,12 +127,14 @@ async def get_as_hub(
         return resp.status
 
 
-def hub_settings(sim: simapiserver.SimApiserver, kubeconfig: pathlib.Path) -> settings.HubSettings:
+def hub_settings(
+    sim: simapiserver.SimApiserver, kubeconfig: pathlib.Path, heartbeat: float = 0.5
+) -> settings.HubSettings:
     return settings.HubSettings(
         node_name=NODE,
         upstream=settings.UpstreamSettings(servers=(sim.url,), kubeconfig=kubeconfig),
         listen=settings.ListenSettings(serve_port=0, proxy_port=0),
-        heartbeat=settings.HeartbeatSettings(interval=0.5, timeout=2.0),
+        heartbeat=settings.HeartbeatSettings(interval=heartbeat, timeout=2.0),
     )
 
 
@@ -142,9 +145,14 @@ async def sim(tmp_path: pathlib.Path) -> AsyncIterator[simapiserver.SimApiserver
 
 
 async def started(
-    sim: simapiserver.SimApiserver, kubeconfig: pathlib.Path, check_interval: float
+    sim: simapiserver.SimApiserver,
+    kubeconfig: pathlib.Path,
+    check_interval: float,
+    heartbeat: float = 0.5,
 ) -> server.Hub:
-    hub = server.Hub(hub_settings(sim, kubeconfig), identity_check_interval=check_interval)
+    hub = server.Hub(
+        hub_settings(sim, kubeconfig, heartbeat), identity_check_interval=check_interval
+    )
     await hub.start()
     assert hub.health is not None
     await hub.health.initial_probe_done.wait()
@@ -284,8 +292,9 @@ async def test_token_file_rotation_and_a_401_recheck_at_once(
     token_file.write_text(token_a + "\n")
     kubeconfig = tmp_path / "hub.conf"
     write_kubeconfig(kubeconfig, sim, {"tokenFile": "token"})
-    # Periodic checks are far away: only a rejected request can trigger the reload here.
-    hub = await started(sim, kubeconfig, check_interval=3600)
+    # Periodic checks and heartbeats are far away: only the rejected proxied request can
+    # trigger the reload here.
+    hub = await started(sim, kubeconfig, check_interval=3600, heartbeat=3600)
     try:
         assert hub.upstream is not None and hub.health is not None
         assert hub.health.any_healthy()
@@ -348,3 +357,34 @@ async def test_expired_certificate_warns_and_a_refused_handshake_reloads_at_once
         assert users_seen(sim) == ["system:node:fresh"]
     finally:
         await hub.stop()
+
+
+async def test_heartbeat_meeting_a_rotated_token_retries_at_once(
+    sim: simapiserver.SimApiserver, tmp_path: pathlib.Path
+) -> None:
+    token_file = tmp_path / "token"
+    token_a = sim.issue_token("token-user-a", ["system:nodes"])
+    token_file.write_text(token_a)
+    kubeconfig = tmp_path / "hub.conf"
+    write_kubeconfig(kubeconfig, sim, {"tokenFile": "token"})
+    s = hub_settings(sim, kubeconfig)
+    client = upstream.Upstream(
+        s.upstream, kubeconfigs.load(kubeconfig), kubeconfig=kubeconfig, check_interval=3600
+    )
+    await client.start()
+    try:
+        # Rotated and revoked before the first probe, with no identity follower running.
+        replace_atomically(token_file, sim.issue_token("token-user-b", ["system:nodes"]).encode())
+        del sim.state.static_tokens[token_a]
+        checker = health.HealthChecker(s, client, metrics.Metrics())
+        async with asyncio.TaskGroup() as tg:
+            prober = tg.create_task(checker.run(), name="prober under test")
+            await checker.initial_probe_done.wait()
+            prober.cancel()
+        assert checker.any_healthy(), "the first probe must succeed with the reloaded token"
+        assert client.reloads == 1
+        leases = [(r.code, r.user) for r in sim.audit_log() if r.resource == "leases"]
+        assert leases[0][0] == 401, leases  # the revoked token
+        assert leases[-1] == (200, "token-user-b") or leases[-1] == (201, "token-user-b"), leases
+    finally:
+        await client.close()
