@@ -324,17 +324,22 @@ def _leaf(cert: bytes, path: pathlib.Path) -> tuple[str, datetime.datetime]:
 
 
 def _server_context(trust: tuple[bool, bytes | None], path: pathlib.Path) -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
     insecure, ca = trust
     if insecure:
+        ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
         return ctx
-    if ca is not None:
-        try:
-            ctx.load_verify_locations(cadata=ca.decode("ascii"))
-        except (ssl.SSLError, UnicodeDecodeError, ValueError) as e:
-            raise KubeconfigError(f"kubeconfig {path}: certificate-authority is not PEM") from e
+    if ca is None:
+        return ssl.create_default_context()
+    # The kubeconfig's CA is the only trust root, as in kubectl/client-go: the system store
+    # would also accept any public CA's certificate for the apiserver's name (and loading it
+    # is most of what a reload costs).
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        ctx.load_verify_locations(cadata=ca.decode("ascii"))
+    except (ssl.SSLError, UnicodeDecodeError, ValueError) as e:
+        raise KubeconfigError(f"kubeconfig {path}: certificate-authority is not PEM") from e
     return ctx
 
 
