@@ -7,15 +7,18 @@ the user's client certificate and key (inline ``-data`` or files) and/or token (
 
 Produces two ``ssl.SSLContext``s: ``with_identity`` presents the client certificate; ``bare``
 verifies the server the same way but presents none (used for requests that carry their own
-Bearer token: a presented client certificate would win the apiserver's authentication).
+Bearer token: a presented client certificate would win the apiserver's authentication). A
+kubeconfig CA is the only trust root (as in kubectl); without one the system store is used.
 
 Rotation: an ``Identity`` remembers every file it was read from as a ``FileId`` (resolved path,
 device, inode, mtime, size, taken from the open file). ``changed(identity.files)`` is the cheap
 test ``proxy/upstream.py`` runs every few seconds: kubelet rotating
 ``kubelet-client-current.pem`` swaps a symlink (the resolved path changes), a rewritten token
-file changes inode or mtime. ``load`` is strict so that a half-written or mismatched file fails
-instead of replacing a working identity: PEM that does not parse, a key that does not match its
-certificate, an empty token file are all ``KubeconfigError``. ``carry_over`` keeps the old
+file changes inode or mtime. Blind spot: a same-size rewrite in place within one filesystem
+timestamp tick; kubelet and Secret/ConfigMap volumes replace files, never rewrite them.
+``load`` is strict so that a half-written or mismatched file fails instead of replacing a
+working identity: PEM that does not parse, a key that does not match its certificate, an empty
+token file are all ``KubeconfigError``. ``carry_over`` keeps the old
 ``SSLContext`` objects when their material did not change, so pooled connections that need no
 new credentials survive a token rotation.
 
