@@ -54,6 +54,9 @@ from yurthub.cache import applying, entries, framing, keys
 
 logger = logging.getLogger(__name__)
 
+# Seconds between two "cache write failed" warnings of a flapping disk.
+WARN_EVERY = 300.0
+
 DB_FILES = ("cache.db", "cache.db-wal", "cache.db-shm")
 # Everything stays inside SQLite: no value is large enough to be pushed to a side file (an
 # object is at most ~1.5 MB in etcd; discovery documents are smaller).
@@ -259,6 +262,7 @@ class Store:
         self._idle.set()
         self._closed = False
         self._failing = False
+        self._warned_at: float | None = None
 
     # --- life cycle --------------------------------------------------------------------------
 
@@ -572,14 +576,22 @@ class Store:
                 self.stats.error_keys.update(str(k) for k in outcome.objects)
             if not self._failing:
                 self._failing = True
-                logger.warning(
-                    "cache write failed, the cache falls behind (online traffic is unaffected): %s",
-                    outcome.error,
-                )
+                now = time.monotonic()
+                # A nearly full disk flaps (small batches fit, big ones fail): one warning per
+                # WARN_EVERY, the rest is counted (node_yurthub_cache_write_failures_total).
+                if self._warned_at is None or now - self._warned_at >= WARN_EVERY:
+                    self._warned_at = now
+                    logger.warning(
+                        "cache write failed, the cache falls behind "
+                        "(online traffic is unaffected): %s",
+                        outcome.error,
+                    )
+                else:
+                    logger.debug("cache write failed again: %s", outcome.error)
             return
         if self._failing:
             self._failing = False
-            logger.info("cache writes succeed again")
+            logger.debug("cache writes succeed again")
         self.stats.jobs_applied += outcome.jobs
         for key, entry in outcome.objects.items():
             if self.stats.error_keys:
