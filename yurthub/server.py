@@ -91,18 +91,14 @@ class Hub:
         tee: seams.Tee | None = None,
         local: seams.LocalAnswerer | None = None,
         identity: kubeconfigs.Identity | None = None,
-        identity_check_interval: float = upstream.CHECK_INTERVAL,
     ) -> None:
-        """``identity``: use this one (fixed) instead of loading ``--kubeconfig``.
-        ``identity_check_interval``: seconds between checks of the kubeconfig's files for a
-        rotated identity (tests shorten it)."""
+        """``identity``: use this one (fixed) instead of loading ``--kubeconfig``."""
         self.settings = hub_settings
         self.metrics = metrics.Metrics()
         self.readiness = readiness.Readiness()
         self._tee = tee
         self._local = local
         self._identity = identity
-        self._identity_check_interval = identity_check_interval
         self._stack = contextlib.AsyncExitStack()
         self._health_task: asyncio.Task[None] | None = None
         self._identity_task: asyncio.Task[None] | None = None
@@ -151,7 +147,7 @@ class Hub:
             s.upstream,
             identity,
             kubeconfig=followed,
-            check_interval=self._identity_check_interval,
+            check_interval=s.upstream.identity_check_interval,
         )
         await client.start()
         self.upstream = client

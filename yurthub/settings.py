@@ -63,6 +63,10 @@ class UpstreamSettings:
     """Per-apiserver connection cap (0 = only ``pool_limit``)."""
     keepalive_timeout: float = 30.0
     """Seconds an idle upstream connection is kept (YurtHub: 30 s keepalive)."""
+    identity_check_interval: float = 10.0
+    """Seconds between checks of the kubeconfig's files (client certificate, key, token) for a
+    rotated identity, as YurtHub's transport manager does; a 401 or a refused handshake also
+    triggers a check at once."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -128,11 +128,16 @@ async def get_as_hub(
 
 
 def hub_settings(
-    sim: simapiserver.SimApiserver, kubeconfig: pathlib.Path, heartbeat: float = 0.5
+    sim: simapiserver.SimApiserver,
+    kubeconfig: pathlib.Path,
+    heartbeat: float = 0.5,
+    check_interval: float = 10.0,
 ) -> settings.HubSettings:
     return settings.HubSettings(
         node_name=NODE,
-        upstream=settings.UpstreamSettings(servers=(sim.url,), kubeconfig=kubeconfig),
+        upstream=settings.UpstreamSettings(
+            servers=(sim.url,), kubeconfig=kubeconfig, identity_check_interval=check_interval
+        ),
         listen=settings.ListenSettings(serve_port=0, proxy_port=0),
         heartbeat=settings.HeartbeatSettings(interval=heartbeat, timeout=2.0),
     )
@@ -150,9 +155,7 @@ async def started(
     check_interval: float,
     heartbeat: float = 0.5,
 ) -> server.Hub:
-    hub = server.Hub(
-        hub_settings(sim, kubeconfig, heartbeat), identity_check_interval=check_interval
-    )
+    hub = server.Hub(hub_settings(sim, kubeconfig, heartbeat, check_interval))
     await hub.start()
     assert hub.health is not None
     await hub.health.initial_probe_done.wait()
