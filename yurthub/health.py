@@ -359,9 +359,26 @@ class HealthChecker:
         ) as resp:
             if resp.status == 401:
                 raise _CredentialsRejected(f"{method} {path}: HTTP 401")
-            raw = await resp.content.read(_MAX_LEASE_BYTES)
-            try:
-                decoded = orjson.loads(raw) if raw else {}
-            except orjson.JSONDecodeError:
-                decoded = {}
-            return resp.status, decoded if isinstance(decoded, dict) else {}, raw
+            raw = await _read_whole(resp.content, _MAX_LEASE_BYTES)
+        try:
+            decoded = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, dict):
+            return resp.status, decoded, raw
+        if 200 <= resp.status < 300:
+            # A success must carry the object: an empty base would be PUT back, and the cache
+            # would store it as kubelet's lease.
+            raise _ProbeFailed(f"{method} {path}: HTTP {resp.status} without a JSON object")
+        return resp.status, {}, raw
+
+
+async def _read_whole(content: aiohttp.StreamReader, limit: int) -> bytes:
+    """The whole body, at most ``limit`` bytes. ``read(n)`` alone returns whatever has arrived,
+    which may be the first piece of the answer only."""
+    body = bytearray()
+    while chunk := await content.read(65536):
+        body += chunk
+        if len(body) > limit:
+            raise _ProbeFailed(f"answer larger than {limit} bytes")
+    return bytes(body)

@@ -28,6 +28,8 @@ class FakeApiserver:
         self.seen_headers: list[dict[str, str]] = []
         self.lease_puts = 0
         self.lease_delay = 0.0
+        self.lease_in_pieces = False
+        """Send lease answers in two writes a moment apart (a reader must not stop at one)."""
         self.requests = 0
         self.lease: dict[str, Any] | None = None
         self._runner: web.AppRunner | None = None
@@ -72,22 +74,36 @@ class FakeApiserver:
         self.requests += 1
         self.seen_headers.append(dict(request.headers))
 
-    async def _lease_get(self, request: web.Request) -> web.Response:
+    async def _lease_answer(
+        self, request: web.Request, lease: dict[str, Any], status: int = 200
+    ) -> web.StreamResponse:
+        if not self.lease_in_pieces:
+            return web.json_response(lease, status=status)
+        body = orjson.dumps(lease)
+        resp = web.StreamResponse(status=status, headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        await resp.write(body[:10])
+        await asyncio.sleep(0.05)
+        await resp.write(body[10:])
+        await resp.write_eof()
+        return resp
+
+    async def _lease_get(self, request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(self.lease_delay)
         if self.lease is None:
             return web.json_response({"kind": "Status", "code": 404}, status=404)
-        return web.json_response(self.lease)
+        return await self._lease_answer(request, self.lease)
 
-    async def _lease_post(self, request: web.Request) -> web.Response:
+    async def _lease_post(self, request: web.Request) -> web.StreamResponse:
         self.lease = await request.json()
         self.lease["metadata"]["resourceVersion"] = "1"
-        return web.json_response(self.lease, status=201)
+        return await self._lease_answer(request, self.lease, status=201)
 
-    async def _lease_put(self, request: web.Request) -> web.Response:
+    async def _lease_put(self, request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(self.lease_delay)
         self.lease_puts += 1
         self.lease = await request.json()
-        return web.json_response(self.lease)
+        return await self._lease_answer(request, self.lease)
 
     async def _node(self, request: web.Request) -> web.Response:
         self._record(request)

@@ -34,6 +34,25 @@ async def test_lease_is_created_then_renewed_and_handed_over(
     assert got[-1][1]["kind"] == "Lease"
 
 
+async def test_a_lease_answer_in_pieces_is_read_whole(
+    apiserver: FakeApiserver, make_hub: MakeHub
+) -> None:
+    apiserver.lease_in_pieces = True
+    got: list[Mapping[str, Any]] = []
+
+    async def on_lease(server: str, lease: Mapping[str, Any], raw: bytes) -> None:
+        got.append(lease)
+
+    async with make_hub([apiserver.url], wait_ready=False, interval=0.1) as hub:
+        hub.on_lease = on_lease
+        async with asyncio.timeout(5):
+            while len(got) < 3:
+                await asyncio.sleep(0.05)
+        assert hub.health.is_healthy(apiserver.url)
+    # Each lease handed to the cache is the whole answer, not its first piece.
+    assert [lease["metadata"]["name"] for lease in got] == ["n1"] * len(got)
+
+
 async def test_kubelet_silence_fails_the_heartbeat(
     apiserver: FakeApiserver, make_hub: MakeHub
 ) -> None:
