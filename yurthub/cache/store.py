@@ -87,9 +87,12 @@ def _row_scope(scope: keys.Scope, obj: Mapping[str, Any]) -> keys.Scope:
 
 # Offline reads bypass diskcache's per-key get (Python overhead ~8 us per key) and read its
 # documented ``Cache`` table directly, read-only: key (TEXT for str keys), raw, mode, value.
-# Values in MODE_RAW rows are our bytes as given to ``Cache.set``.
+# Values in MODE_RAW rows are our bytes as given to ``Cache.set``. A range holds objects only:
+# a namespaced list's record (``<scope>/<ns>?<selector>``) sorts inside its scope's range, and
+# only list keys have a raw ``?`` (``keys.escape`` encodes it in every segment).
 _SELECT_RANGE = (
-    "SELECT key, mode, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1 ORDER BY key"
+    "SELECT key, mode, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1"
+    " AND instr(key, '?') = 0 ORDER BY key"
 )
 _SELECT_IN = "SELECT key, mode, value FROM Cache WHERE key IN ({}) AND raw = 1"
 _IN_CHUNK = 500

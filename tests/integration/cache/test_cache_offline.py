@@ -78,6 +78,17 @@ async def test_offline_lists_apply_selectors(edge: Edge) -> None:
     assert status == 400 and bad["kind"] == "Status"
 
 
+async def test_all_namespaces_list_beside_a_namespaced_one(edge: Edge) -> None:
+    await warm(edge)  # lists kube-system's configmaps
+    status, online = await edge.get("/api/v1/configmaps")
+    assert status == 200
+    await edge.flush()
+    await edge.cut()
+    status, offline = await edge.get("/api/v1/configmaps")
+    assert status == 200, offline  # the namespaced list's record is not an item
+    assert names(offline) == names(online)
+
+
 async def test_lists_with_different_selectors_coexist(edge: Edge) -> None:
     await warm(edge)
     status, other = await edge.get(PODS, params={"fieldSelector": "spec.nodeName=edge-node-2"})

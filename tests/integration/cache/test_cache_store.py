@@ -225,3 +225,19 @@ async def test_documents(cache: store.Store) -> None:
     await apply(cache, store.PutDocument(key, "application/json", b'{"major":"1"}'))
     assert await cache.document(key) == ("application/json", b'{"major":"1"}')
     assert await cache.document(keys.nonresource_key("/api")) is None
+
+
+async def test_range_reads_return_objects_only(cache: store.Store) -> None:
+    # A namespaced list's record sorts inside the all-namespaces range of its resource
+    # (``kubelet/pods.v1.core/default?...``); it is not an object and has no body.
+    await apply(
+        cache,
+        store.PutList(keys.list_key(POD, "default", "", ""), pod_list(5, pod("a", 1))),
+        store.PutList(LABELLED, pod_list(6, pod("a", 1))),
+        store.PutList(MINE, pod_list(7, pod("a", 1), pod("b", 2, ns="other"))),
+    )
+    everything = keys.ObjectKey(POD, "", "")
+    bodies = await cache.all_bodies(everything)
+    assert [orjson.loads(b)["metadata"]["name"] for b in bodies] == ["a", "b"]
+    wanted = [k for k, _ in cache.objects(POD)] * 40  # over the range-read threshold
+    assert all(b is not None for b in await cache.bodies(wanted, within=everything))
