@@ -278,8 +278,11 @@ class Store:
         store = cls(path, cache, max_pending_bytes)
         try:
             loaded = await loop.run_in_executor(store._writer, _load_index, cache)
-        except BaseException:
+        except BaseException as e:
             store._shutdown_executors()
+            if isinstance(e, sqlite3.Error | OSError):
+                # Damaged pages show only when read: the same answer as a file that will not open.
+                raise StoreError(f"cannot read the cache at {path}: {e}") from e
             raise
         store._install(loaded)
         return store

@@ -241,3 +241,18 @@ async def test_range_reads_return_objects_only(cache: store.Store) -> None:
     assert [orjson.loads(b)["metadata"]["name"] for b in bodies] == ["a", "b"]
     wanted = [k for k, _ in cache.objects(POD)] * 40  # over the range-read threshold
     assert all(b is not None for b in await cache.bodies(wanted, within=everything))
+
+
+async def test_a_damaged_database_is_a_store_error(tmp_path: pathlib.Path) -> None:
+    # The hub answers StoreError with a plain proxy; anything else would be a crash loop.
+    root = tmp_path / "cache"
+    s = await store.Store.open(root)
+    padded = [{**pod(f"p{i:03}", i + 1), "pad": "x" * 500} for i in range(400)]
+    await apply(s, store.PutList(MINE, pod_list(500, *padded)))
+    await s.close()
+    db = root / store.DB_FILES[0]
+    with db.open("r+b") as f:
+        f.seek(db.stat().st_size // 2)
+        f.write(b"\xa5" * 40_000)
+    with pytest.raises(store.StoreError, match="cache"):
+        await store.Store.open(root)
