@@ -134,7 +134,7 @@ class ListItem:
     @property
     def object(self) -> dict[str, Any]:
         if self.decoded is None:
-            obj = orjson.loads(self.source)
+            obj = _decode_item(self.source)
             if self.head is not None:
                 obj.setdefault("kind", self.head.item_kind)
                 obj.setdefault("apiVersion", self.head.api_version)
@@ -241,6 +241,17 @@ def parse_list(body: bytes) -> tuple[ListHead, Iterator[ListItem]]:
     return list_head, items()
 
 
+def _decode_item(raw: bytes) -> dict[str, Any]:
+    # The scanner (stdlib json) accepts what orjson refuses: NaN, 1e999, lone surrogates.
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise BadBody(f"list item is not JSON: {e}") from e
+    if not isinstance(obj, dict):
+        raise BadBody("list item is not an object")
+    return obj
+
+
 _Span = tuple[int, int, str, str, str, bool | None]
 """(start, end, name, namespace, resourceVersion, typed): typed is True with kind and
 apiVersion, False with neither, None with only one of them."""
@@ -248,7 +259,7 @@ apiVersion, False with neither, None with only one of them."""
 
 def _half_typed(name: str, namespace: str, rv: str, raw: bytes, head: ListHead) -> ListItem:
     # Complete and re-encode: splicing would duplicate the member it has.
-    decoded = orjson.loads(raw)
+    decoded = _decode_item(raw)
     decoded.setdefault("kind", head.item_kind)
     decoded.setdefault("apiVersion", head.api_version)
     return ListItem(name, namespace, rv, orjson.dumps(decoded), None, decoded)

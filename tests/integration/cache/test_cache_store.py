@@ -256,3 +256,12 @@ async def test_a_damaged_database_is_a_store_error(tmp_path: pathlib.Path) -> No
         f.write(b"\xa5" * 40_000)
     with pytest.raises(store.StoreError, match="cache"):
         await store.Store.open(root)
+
+
+async def test_a_list_orjson_refuses_costs_only_itself(cache: store.Store) -> None:
+    first = store.PutObject(POD, orjson.dumps({"kind": "Pod", **pod("first", 1)}))
+    bad = store.PutList(MINE, pod_list(5, pod("a", 1)).replace(b'"n1"}', b'"n1","x":NaN}'))
+    good = store.PutObject(POD, orjson.dumps({"kind": "Pod", **pod("good", 1)}))
+    await apply(cache, first, bad, good)  # bad and good queue behind first: one batch
+    assert names(cache) == {"first": "1", "good": "1"}
+    assert cache.stats.bad_bodies == 1 and not cache.stats.last_error

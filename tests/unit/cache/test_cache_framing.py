@@ -122,6 +122,22 @@ def test_bad_lists(body: bytes) -> None:
 
 
 @pytest.mark.parametrize(
+    "item",
+    [b'{"metadata":{"name":"a"},"x":NaN}', b'{"metadata":{"name":"\\ud800"}}', b'{"x":1e999}'],
+)
+@pytest.mark.parametrize("typing", [b"", b'"kind":"Pod",', b'"kind":"Pod","apiVersion":"v1",'])
+def test_items_only_the_stdlib_scanner_accepts_are_bad_bodies(item: bytes, typing: bytes) -> None:
+    # The scanner (stdlib json) accepts NaN, 1e999 and lone surrogates; orjson, which decodes
+    # the item, refuses them. Either way the writer must see a BadBody, not a crash.
+    head = b'{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[{'
+    body = head + typing + item[1:] + b"]}"
+    with pytest.raises(framing.BadBody):
+        _, items = framing.parse_list(body)
+        for found in items:
+            found.object  # noqa: B018
+
+
+@pytest.mark.parametrize(
     ("body", "whole"),
     [
         (
