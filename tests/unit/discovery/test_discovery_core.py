@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 
@@ -170,6 +172,14 @@ def test_handler_loading() -> None:
     assert handler.name == "debugEcho" and handler.shared is True
     with pytest.raises(sdk.HandlerNotFoundError, match="available: debugEcho"):
         sdk.load("noSuchHandler", sdk.HandlerOptions())
+
+
+def test_available_works_in_a_fresh_interpreter() -> None:
+    # Nothing else may have imported importlib.metadata first (it did in this test session).
+    code = "from discovery import sdk; print(','.join(sdk.available()))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert {"debugEcho", "udev", "opcua", "onvif"} <= set(done.stdout.strip().split(","))
 
 
 class Flapping:
