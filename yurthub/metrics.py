@@ -11,6 +11,8 @@ talking to it are a short fixed list, so the cardinality is the node's component
 
 from __future__ import annotations
 
+from typing import Any
+
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -44,6 +46,7 @@ _DURATION_BUCKETS = (
 
 class Metrics:
     def __init__(self) -> None:
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         prometheus_client.ProcessCollector(registry=self.registry)
         prometheus_client.PlatformCollector(registry=self.registry)
@@ -133,6 +136,16 @@ class Metrics:
             registry=r,
             buckets=_DURATION_BUCKETS,
         )
+
+    def child(self, collector: Any, *values: str) -> Any:
+        """``collector.labels(*values)`` (values in the collector's label order), memoised:
+        ``labels()`` takes a lock and builds its key on every call, too slow for the
+        per-request path. The memo holds what the collector holds anyway, one per label set."""
+        key = (id(collector), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = collector.labels(*values)
+        return child
 
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)

@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Any
 
 import aiohttp
 import yarl
@@ -60,7 +59,6 @@ class RemoteProxy:
         self._metrics = collectors
         self.tee = tee
         self._watches: set[aiohttp.ClientResponse] = set()
-        self._conns: dict[str, Any] = {}
         self._closing = False
 
     def end_watches(self) -> int:
@@ -158,10 +156,7 @@ class RemoteProxy:
         if watch:
             self._watches.add(up)
         # node_yurthub_closable_conns_collector: upstream exchanges open per server (host:port).
-        conns = self._conns.get(server)
-        if conns is None:
-            conns = self._metrics.closable_conns.labels(server.split("://", 1)[-1])
-            self._conns[server] = conns
+        conns = self._metrics.child(self._metrics.closable_conns, server.split("://", 1)[-1])
         conns.inc()
         try:
             yield
@@ -237,6 +232,10 @@ class RemoteProxy:
             if sink is not None:
                 sink.abort("proxy error")
             if traffic and info.is_resource_request:
-                self._metrics.proxy_traffic.labels(
-                    info.user_agent, info.verb, info.resource, info.subresource
+                self._metrics.child(
+                    self._metrics.proxy_traffic,
+                    info.user_agent,
+                    info.verb,
+                    info.resource,
+                    info.subresource,
                 ).inc(traffic)

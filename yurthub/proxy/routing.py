@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
 from aiohttp import web
 
@@ -48,8 +47,6 @@ class Router:
         self.local = local
         self._own_multiplexer_ua = f"multiplexer-proxy-{hub.node_name}"
         self.in_flight = 0
-        self._in_flight_children: dict[tuple[str, ...], Any] = {}
-        self._duration_children: dict[tuple[str, ...], Any] = {}
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -74,11 +71,18 @@ class Router:
             busy = responses.status(429, "too many requests in flight, retry later")
             busy.headers["Retry-After"] = "1"
             return busy
-        labels = (info.user_agent, info.verb, info.resource, info.subresource)
-        in_flight = self._in_flight_child(labels) if info.is_resource_request else None
-        if in_flight is not None:
+        collectors = self._metrics
+        in_flight = None
+        if info.is_resource_request:
+            in_flight = collectors.child(
+                collectors.in_flight_requests,
+                info.verb,
+                info.resource,
+                info.subresource,
+                info.user_agent,
+            )
             in_flight.inc()
-        self._metrics.in_flight_requests_total.inc()
+        collectors.in_flight_requests_total.inc()
         self.in_flight += 1
         self._idle.clear()
         code = 0
@@ -90,24 +94,12 @@ class Router:
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle.set()
-            self._metrics.in_flight_requests_total.dec()
+            collectors.in_flight_requests_total.dec()
             if in_flight is not None:
                 in_flight.dec()
-            key = (info.component, info.verb, info.resource, str(code))
-            duration = self._duration_children.get(key)
-            if duration is None:
-                duration = self._metrics.request_duration.labels(*key)
-                self._duration_children[key] = duration
-            duration.observe(time.perf_counter() - started)
-
-    def _in_flight_child(self, labels: tuple[str, str, str, str]) -> Any:
-        # prometheus_client's labels() takes a lock and builds a key per call; the hot path
-        # keeps its own map (same cardinality as the collector's).
-        child = self._in_flight_children.get(labels)
-        if child is None:
-            child = self._metrics.in_flight_requests.labels(*labels)
-            self._in_flight_children[labels] = child
-        return child
+            collectors.child(
+                collectors.request_duration, info.component, info.verb, info.resource, str(code)
+            ).observe(time.perf_counter() - started)
 
     def _from_hub_itself(self, info: requestinfo.RequestInfo) -> bool:
         # The hub's own clients (config follower, multiplexer) identify as component

@@ -12,6 +12,7 @@ import aiohttp
 import orjson
 import pytest
 from hubfakes import FakeApiserver, RecordingTee, ScriptedLocal
+from prometheus_client import parser
 
 MakeHub = Callable[..., Any]
 
@@ -199,6 +200,38 @@ async def test_readiness_gate_until_first_probe(
         assert "node_yurthub_request_duration_seconds_bucket" in text
         host_port = apiserver.url.removeprefix("http://")
         assert f'node_yurthub_closable_conns_collector{{server="{host_port}"}} 0.0' in text
+
+
+def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    return [
+        (sample.labels, sample.value)
+        for family in parser.text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    ]
+
+
+async def test_metrics_carry_the_request_labels(
+    apiserver: FakeApiserver, make_hub: MakeHub
+) -> None:
+    ua = {"User-Agent": "kubelet/v1.32"}
+    async with make_hub([apiserver.url]) as hub, aiohttp.ClientSession(headers=ua) as s:
+        async with s.get(hub.proxy_url + "/api/v1/pods?watch=1") as watch:
+            assert watch.status == 200
+            async with s.get(hub.server_url + "/metrics") as r:
+                text = await r.text()
+        watching = dict(verb="watch", resource="pods", subresources="", client="kubelet/v1.32")
+        assert samples(text, "node_yurthub_in_flight_requests_collector") == [(watching, 1)]
+        await get_json(hub.proxy_url + "/api/v1/pods", headers=ua)
+        async with s.get(hub.server_url + "/metrics") as r:
+            text = await r.text()
+    traffic = samples(text, "node_yurthub_proxy_traffic_collector_total")
+    assert ({"client": "kubelet/v1.32", "verb": "list", "resource": "pods", "subresources": ""}
+            in [labels for labels, _ in traffic])  # fmt: skip
+    durations = samples(text, "node_yurthub_request_duration_seconds_count")
+    assert ({"component": "kubelet", "verb": "list", "resource": "pods", "code": "200"}, 1) in (
+        durations
+    )
 
 
 async def test_websocket_upgrade_passes_through(
