@@ -82,9 +82,6 @@ class HeartbeatSettings:
     kubelet_health_grace_period: float = 40.0
     """``--kubelet-health-grace-period`` (s): kubelet lease silence after which probes fail
     without contacting the server; also the lease's ``leaseDurationSeconds``."""
-    suspect_probe_delay: float = 0.0
-    """Seconds between a transport error on a proxied request and the immediate re-probe of that
-    backend (beyond YurtHub: leave a dead apiserver within ~2 s, not a heartbeat later)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -92,9 +89,8 @@ class ProxySettings:
     min_request_timeout: float = 1800.0
     """``--min-request-timeout`` (s): offline watch hold time base (randomised up to 2x)."""
     max_field_size: int = 16384
-    """Bytes allowed in one request header line (aiohttp's own limit is 8190)."""
-    max_headers_size: int = 65536
-    """Bytes allowed for all request headers together; more is 431 as a Status."""
+    """Bytes allowed in the request line and in one header line (aiohttp's own limit is 8190);
+    more is 431 as a Status. With aiohttp's cap of 128 header lines this also bounds the head."""
     chunk_size: int = 65536
     """Read size of upstream bodies; each read is written (and flushed) to the client at once."""
     shutdown_grace: float = 10.0
