@@ -7,9 +7,11 @@ cache; every command prints one clear line on bad input, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import sqlite3
 import sys
+from collections.abc import Iterator
 
 import click
 import orjson
@@ -25,12 +27,22 @@ _PATH = click.option(
 )
 
 
-def _connect(path: pathlib.Path) -> sqlite3.Connection:
+@contextlib.contextmanager
+def _opened(path: pathlib.Path) -> Iterator[sqlite3.Connection]:
+    """The cache's database, read-only; a damaged one is one line on stderr and exit 1."""
     try:
-        return verifying.connect(path)
+        con = verifying.connect(path)
     except verifying.NotACache as e:
         click.echo(f"edgehub cache: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
+    try:
+        yield con
+    except sqlite3.DatabaseError as e:
+        # SQLite finds damage (or a file that is no database) only when it reads the pages.
+        click.echo(f"edgehub cache: the database in {path} is damaged: {e}", err=True)
+        raise SystemExit(1) from e
+    finally:
+        con.close()
 
 
 @click.group(context_settings=cli.COMMAND_CONTEXT)
@@ -43,8 +55,7 @@ def command() -> None:
 @click.argument("prefix", default="")
 def list_keys(disk_cache_path: pathlib.Path, prefix: str) -> None:
     """List keys (optionally only those starting with PREFIX), with kind, size and version."""
-    con = _connect(disk_cache_path)
-    try:
+    with _opened(disk_cache_path) as con:
         for row in verifying.rows(con, prefix):
             detail = ""
             if row.value is not None and row.kind == "object":
@@ -61,8 +72,6 @@ def list_keys(disk_cache_path: pathlib.Path, prefix: str) -> None:
                     detail = "CORRUPT"
             size = len(row.value) if row.value is not None else 0
             click.echo(f"{row.kind:<8} {size:>9} {row.key} {detail}".rstrip())
-    finally:
-        con.close()
 
 
 @command.command(name="get", context_settings=cli.COMMAND_CONTEXT)
@@ -70,11 +79,8 @@ def list_keys(disk_cache_path: pathlib.Path, prefix: str) -> None:
 @click.argument("key")
 def get_key(disk_cache_path: pathlib.Path, key: str) -> None:
     """Print the stored JSON of KEY (an object's body, a list record, a document)."""
-    con = _connect(disk_cache_path)
-    try:
+    with _opened(disk_cache_path) as con:
         row = verifying.read(con, key)
-    finally:
-        con.close()
     if row is None or row.value is None:
         click.echo(f"edgehub cache: no entry {key!r}", err=True)
         raise SystemExit(1)
@@ -106,11 +112,8 @@ def get_key(disk_cache_path: pathlib.Path, key: str) -> None:
 @_PATH
 def show_stats(disk_cache_path: pathlib.Path) -> None:
     """Counts per component and resource, lists, documents, sizes."""
-    con = _connect(disk_cache_path)
-    try:
+    with _opened(disk_cache_path) as con:
         found = verifying.stats(con)
-    finally:
-        con.close()
     files = sum(
         p.stat().st_size for p in disk_cache_path.iterdir() if p.name.startswith("cache.db")
     )
@@ -128,14 +131,8 @@ def show_stats(disk_cache_path: pathlib.Path) -> None:
 @_PATH
 def verify(disk_cache_path: pathlib.Path) -> None:
     """Check that every entry decodes and the list records match their objects."""
-    con = _connect(disk_cache_path)
-    try:
+    with _opened(disk_cache_path) as con:
         report = verifying.verify(con)
-    except sqlite3.DatabaseError as e:
-        click.echo(f"edgehub cache: the database is damaged: {e}", err=True)
-        raise SystemExit(1) from e
-    finally:
-        con.close()
     for problem in report.problems:
         click.echo(f"PROBLEM {problem}")
     click.echo(

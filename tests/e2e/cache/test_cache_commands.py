@@ -116,6 +116,16 @@ def test_bad_input_is_one_clear_line(
     assert message in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("args", [("ls",), ("stats",), ("verify",), ("get", "/version")])
+def test_a_damaged_database_is_one_clear_line(
+    tmp_path: pathlib.Path, args: tuple[str, ...]
+) -> None:
+    (tmp_path / store.DB_FILES[0]).write_bytes(b"not a database, " * 512)
+    done = run("cache", *args, "--disk-cache-path", str(tmp_path))
+    assert done.returncode == 1
+    assert "is damaged" in done.stderr and "Traceback" not in done.stderr
+
+
 @contextlib.asynccontextmanager
 async def echo_server() -> AsyncIterator[int]:
     async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
