@@ -215,12 +215,14 @@ class Answerer:
             return _not_found(info)
         if info.verb == "patch" and info.body_content_type == patching.MERGE_PATCH:
             patch = await _read_json(request)
-            patched = patching.merge_patch(framing.parse_object(body), patch)
+            cached = framing.parse_object(body)
+            patched = patching.merge_patch(cached, patch)
             if isinstance(patched, dict):
-                # The identity of the object is not the client's to change.
+                # The identity of the object is not the client's to change (nor its shape).
+                meta = patched.get("metadata")
                 patched["metadata"] = {
-                    **(patched.get("metadata") or {}),
-                    **_identity(framing.parse_object(body)),
+                    **(meta if isinstance(meta, dict) else {}),
+                    **_identity(cached),
                 }
                 return _json(200, orjson.dumps(patched))
         return _json(200, body)

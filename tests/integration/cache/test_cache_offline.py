@@ -211,6 +211,13 @@ async def test_writes_offline(edge: Edge) -> None:
     )
     assert status == 200 and node["metadata"]["labels"]["set-offline"] == "yes"
     status, node, _ = await edge.request(
+        "PATCH",
+        f"/api/v1/nodes/{NODE}",
+        body={"metadata": "not an object"},
+        content_type="application/merge-patch+json",
+    )
+    assert status == 200 and node["metadata"]["name"] == NODE  # identity stays, no 500
+    status, node, _ = await edge.request(
         "PUT", f"/api/v1/nodes/{NODE}", body={"metadata": {"name": NODE, "labels": {}}}
     )
     assert status == 200 and "set-offline" not in node["metadata"].get("labels", {})
