@@ -179,7 +179,9 @@ class Answerer:
     async def _get(
         self, request: web.Request, info: requestinfo.RequestInfo, reason: seams.LocalReason
     ) -> web.StreamResponse | None:
-        media = _requested(info)
+        media = _requested(info, reason)
+        if media is None:
+            return None
         body = None
         scope = None
         for scope in self._scopes(info, media):
@@ -232,7 +234,9 @@ class Answerer:
     async def _list(
         self, request: web.Request, info: requestinfo.RequestInfo, reason: seams.LocalReason
     ) -> web.StreamResponse | None:
-        media = _requested(info)
+        media = _requested(info, reason)
+        if media is None:
+            return None
         try:
             labels = selectors.parse_labels(info.label_selector)
             fields = selectors.parse_fields(info.field_selector)
@@ -243,14 +247,15 @@ class Answerer:
         list_key = keys.list_key(scope, info.namespace, labels.canonical(), fields.canonical())
         record = self._store.list_record(list_key)
         chosen = _select(self._store, scope, info.namespace, labels, fields, record, list_key)
-        if not chosen and not self._known(scope, info.namespace):
-            if reason is seams.LocalReason.UPSTREAM_ERROR:
-                return None
-            if fields.name is None:
-                return _not_found(info, "")
-        if not chosen and info.component == "kubelet" and info.resource == "pods":
+        if not chosen:
+            known = self._known(scope, info.namespace)
             # Reference §3.7: an empty pod list would make kubelet delete every pod.
-            return _not_found(info, "")
+            kubelet_pods = info.component == "kubelet" and info.resource == "pods"
+            if not known or kubelet_pods:
+                if reason is seams.LocalReason.UPSTREAM_ERROR:
+                    return None  # the upstream's failure is the truer answer
+                if kubelet_pods or fields.name is None:
+                    return _not_found(info, "")
         rv = max([e.rv for _, e in chosen] + [record.rv if record is not None else -1])
         resource_version = "" if rv < 0 else str(rv)
         if record is not None and record.rv == rv:
@@ -534,11 +539,20 @@ def _json(code: int, body: bytes) -> web.Response:
     return resp
 
 
-def _requested(info: requestinfo.RequestInfo) -> cacheability.MediaType:
+def _requested(
+    info: requestinfo.RequestInfo, reason: seams.LocalReason
+) -> cacheability.MediaType | None:
+    """What to answer with; None when only the cloud could answer this client (not JSON).
+
+    Offline that is a 406. Otherwise the request goes (or went) upstream, which speaks protobuf
+    (kubelet's get-node) or whose failure is the truer answer (a transport error).
+    """
     media = cacheability.requested_media(info)
-    if media.representation is cacheability.Representation.OTHER:
+    if media.representation is not cacheability.Representation.OTHER:
+        return media
+    if reason is seams.LocalReason.OFFLINE:
         raise _Reply(_status(406, "offline, the hub answers only JSON; accept application/json"))
-    return media
+    return None
 
 
 def _flag(value: str) -> bool:
