@@ -16,8 +16,8 @@ Answers (decisions that differ from YurtHub are marked *):
   list); kubelet's empty pods list is 404 (§3.7: kubelet must not kill pods after a wipe).
 - watch: 200, held open; BOOKMARK events every ``bookmark_interval`` when the client allows
   them*; ``sendInitialEvents=true`` gets the cached objects as ADDED plus the end bookmark*.
-  Closed when ``timeoutSeconds`` elapses (else ``min-request-timeout`` x (1+rand)), when the
-  cloud is healthy again (so clients re-watch upstream), or at hub shutdown.
+  Closed when ``timeoutSeconds`` elapses (absent or 0: ``min-request-timeout`` x (1+rand)),
+  when the cloud is healthy again (so clients re-watch upstream), or at hub shutdown.
 - create: 201 echo of the body; Events are also cached. A ServiceAccount TokenRequest gets a
   short-lived unverifiable token* (see ``_token``).
 - delete/deletecollection: 403 Status.
@@ -314,7 +314,7 @@ class Answerer:
     async def _watch(
         self, request: web.Request, info: requestinfo.RequestInfo
     ) -> web.StreamResponse:
-        if info.timeout_seconds is not None:
+        if info.timeout_seconds:  # 0 is "not given", as on the apiserver
             hold = float(info.timeout_seconds)
         else:
             hold = self._min_request_timeout * (1 + random.random())

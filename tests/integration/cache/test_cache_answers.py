@@ -7,6 +7,7 @@ answerer (the router then proxies or reports the upstream's error) shows as stat
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import pathlib
 from collections.abc import AsyncIterator
@@ -124,3 +125,18 @@ async def test_a_client_that_takes_no_json_is_left_to_the_cloud_unless_offline(
         assert (await get(session, url, "upstream-error", accept=protobuf))[0] == UNANSWERED
         status, body = await get(session, url, "offline", accept=protobuf)
         assert status == 406 and body["kind"] == "Status"
+
+
+async def test_a_watch_with_timeout_seconds_zero_is_held_like_one_without(
+    tmp_path: pathlib.Path,
+) -> None:
+    # The apiserver reads timeoutSeconds=0 as "not given" (min-request-timeout x (1+rand)); a
+    # watch closed at once would come straight back, over and over.
+    async with answering(tmp_path, store.PutList(MY_PODS, pod_list("a"))) as (session, base):
+        params = {"watch": "true", "timeoutSeconds": "0", "allowWatchBookmarks": "true"}
+        headers = {"User-Agent": KUBELET, "Accept": "application/json", "X-Reason": "offline"}
+        async with session.get(base + "/api/v1/pods", params=params, headers=headers) as resp:
+            assert resp.status == 200
+            async with asyncio.timeout(5):
+                line = await resp.content.readline()
+            assert orjson.loads(line)["type"] == "BOOKMARK"  # still open after a bookmark interval
