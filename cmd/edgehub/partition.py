@@ -115,13 +115,13 @@ def _control_app(link: partition.Partition) -> web.Application:
     async def put_mode(request: web.Request) -> web.Response:
         query = request.query
         try:
-            mode = partition.Mode(query.get("mode", ""))
             latency = float(query["latency"]) if "latency" in query else None
             interval = float(query["interval"]) if "interval" in query else None
-        except ValueError:
+            await link.set_mode(query.get("mode", ""), latency=latency, interval=interval)
+        except ValueError as e:
             modes = ", ".join(m.value for m in partition.Mode)
-            return web.Response(status=400, text=f"want ?mode=<{modes}>[&latency=s][&interval=s]\n")
-        await link.set_mode(mode, latency=latency, interval=interval)
+            usage = f"want ?mode=<{modes}>[&latency=s][&interval=s]"
+            return web.Response(status=400, text=f"{e}; {usage}\n")
         return web.Response(body=_state(link), content_type="application/json")
 
     app = web.Application()
@@ -153,8 +153,8 @@ async def _stdin_commands(link: partition.Partition) -> None:
         words = line.decode(errors="replace").split()
         try:
             await _apply(link, words)
-        except ValueError:
-            print(f"unknown command {' '.join(words)!r}", file=sys.stderr, flush=True)
+        except ValueError as e:
+            print(f"bad command {' '.join(words)!r}: {e}", file=sys.stderr, flush=True)
             continue
         print(_state(link).decode(), flush=True)
 

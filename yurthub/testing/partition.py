@@ -32,6 +32,7 @@ import contextlib
 import enum
 import ipaddress
 import logging
+import math
 import socket
 import struct
 import time
@@ -63,6 +64,15 @@ def require_loopback(host: str) -> None:
     raise ValueError(
         f"{host!r} is not a loopback address; the partition proxy relays only to loopback"
     )
+
+
+def _check_timing(latency: float, interval: float) -> None:
+    """Raise ``ValueError`` for timings the pumps cannot use (a zero or negative flap period
+    would divide by zero or spin)."""
+    if not (math.isfinite(latency) and latency >= 0):
+        raise ValueError(f"latency must be a number of seconds >= 0, not {latency!r}")
+    if not (math.isfinite(interval) and interval > 0):
+        raise ValueError(f"the flap interval must be a number of seconds > 0, not {interval!r}")
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
@@ -105,6 +115,7 @@ class Partition:
     ) -> None:
         require_loopback(upstream_host)
         require_loopback(listen_host)
+        _check_timing(latency, interval)
         self.upstream_host = upstream_host
         self.upstream_port = upstream_port
         self.listen_host = listen_host
@@ -177,11 +188,12 @@ class Partition:
     async def set_mode(
         self, mode: Mode | str, *, latency: float | None = None, interval: float | None = None
     ) -> None:
+        """Switch now; ``ValueError`` (nothing changed) for an unknown mode or a bad timing."""
         mode = Mode(mode)
-        if latency is not None:
-            self.latency = latency
-        if interval is not None:
-            self.interval = interval
+        latency = self.latency if latency is None else latency
+        interval = self.interval if interval is None else interval
+        _check_timing(latency, interval)
+        self.latency, self.interval = latency, interval
         previous, self._mode = self._mode, mode
         logger.info("partition %s: %s -> %s", self.address, previous, mode)
         if mode is Mode.FLAP:

@@ -174,7 +174,10 @@ async def test_partition_command_switches_modes(tmp_path: pathlib.Path) -> None:
                     await asyncio.open_connection(host, int(lport))
                 async with session.put(f"{control}/mode", params={"mode": "sideways"}) as resp:
                     assert resp.status == 400
-                proc.stdin.write(b"latency 0.3\n")
+                bad = {"mode": "flap", "interval": "0"}
+                async with session.put(f"{control}/mode", params=bad) as resp:
+                    assert resp.status == 400 and "interval" in await resp.text()
+                proc.stdin.write(b"flap 0\nlatency 0.3\n")  # the bad line changes nothing
                 await proc.stdin.drain()
                 async with asyncio.timeout(5):
                     state = orjson.loads(await proc.stdout.readline())

@@ -146,6 +146,21 @@ async def test_flap_alternates_pass_and_blackhole() -> None:
         await close(writer)
 
 
+@pytest.mark.parametrize(
+    "timing",
+    [{"interval": 0.0}, {"interval": -1.0}, {"interval": float("nan")}, {"latency": -0.5}],
+)
+async def test_bad_timings_are_refused_and_change_nothing(timing: dict[str, float]) -> None:
+    # A zero flap period divided by zero in every pump; a negative one made them spin.
+    async with link() as p:
+        with pytest.raises(ValueError, match="seconds"):
+            await p.set_mode(partition.Mode.FLAP, **timing)
+        assert (p.mode, p.interval, p.latency) == (partition.Mode.PASS, 1.0, 0.2)
+        reader, writer = await connect(p)
+        assert await roundtrip(reader, writer, b"still") == b"still"
+        await close(writer)
+
+
 def test_only_loopback_upstreams() -> None:
     with pytest.raises(ValueError, match="loopback"):
         partition.Partition("10.0.0.1", 443)
