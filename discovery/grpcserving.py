@@ -1,9 +1,18 @@
-"""Stopping a ``grpc.aio`` server without losing (or inventing) a cancellation.
+"""Listening on a Unix socket and stopping a ``grpc.aio`` server, for every gRPC server of ours.
 
 Every gRPC server of ours (the registry's registration socket, a handler served by the SDK,
-each kubelet device plugin) is stopped through :func:`stop`. It exists because grpcio's
-``Server.stop(grace)`` mishandles cancellation in three ways (grpcio 1.85 on Python 3.11; each is
-reproduced in ``tests/integration/discovery/test_discovery_grpcserving.py``):
+each kubelet device plugin) listens through :func:`prepare_unix_socket` and
+:func:`add_unix_port`, and is stopped through :func:`stop`.
+
+Listening: grpc reports a failed bind only as "Failed to bind" (or a bare port 0), so
+:func:`prepare_unix_socket` checks what it can first and raises :class:`ServeError` naming the
+path and the reason (path too long for ``sun_path``, directory not creatable, permission,
+read-only file system). A stale socket of an earlier run is replaced; anything else at the
+path is refused, never deleted.
+
+Stopping: :func:`stop` exists because grpcio's ``Server.stop(grace)`` mishandles cancellation in
+three ways (grpcio 1.85 on Python 3.11; each is reproduced in
+``tests/integration/discovery/test_discovery_grpcserving.py``):
 
 * Swallowed: the grace wait is ``asyncio.wait_for(shield(shutdown_completed), grace)``; on 3.11
   a cancellation arriving as the shutdown completes is dropped by ``wait_for`` and ``stop``
@@ -25,10 +34,67 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
+import stat
+from pathlib import Path
 
 import grpc.aio
 
 logger = logging.getLogger(__name__)
+
+MAX_SOCKET_PATH = 107
+"""Bytes of a Unix socket path: ``sun_path`` is 108 bytes on Linux, one is the final NUL."""
+
+
+class ServeError(RuntimeError):
+    """A server cannot listen; the message names the path (or address) and why.
+
+    ``reason`` is the why alone (e.g. ``Permission denied``), for callers whose paths change
+    from one attempt to the next but who report a failure only when it changes.
+    """
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
+
+def prepare_unix_socket(path: Path) -> None:
+    """Make ``path`` ready to be served on, or raise :class:`ServeError` saying why not.
+
+    Blocking (a few syscalls): call it from a thread on a hot path. Creates the directory,
+    removes a stale socket, and binds once itself so that a failure carries the errno that
+    grpc would hide; the probe socket is removed again before returning.
+    """
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise ServeError(f"socket path {path} is longer than {MAX_SOCKET_PATH} bytes")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISSOCK(mode):
+                raise ServeError(f"{path} exists and is not a socket; refusing to replace it")
+            path.unlink()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.bind(str(path))
+        path.unlink()
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise ServeError(f"cannot listen on {path}: {reason}", reason) from e
+
+
+def add_unix_port(server: grpc.aio.Server, path: Path) -> None:
+    """Listen on ``path`` (prepared by :func:`prepare_unix_socket`); ``ServeError`` if grpc
+    refuses."""
+    try:
+        bound = server.add_insecure_port(f"unix:{path}")
+    except RuntimeError as e:
+        raise ServeError(f"cannot listen on {path}: {e}") from e
+    if bound == 0:
+        raise ServeError(f"cannot listen on {path}")
 
 
 def _cancel_requests() -> int:

@@ -61,7 +61,6 @@ import dataclasses
 import enum
 import logging
 import os
-import stat
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -588,16 +587,6 @@ class Registry:
         return discovery_pb2.Empty()
 
 
-def _remove_stale_socket(path: Path) -> None:
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise sdk.ServeError(f"{path} exists and is not a socket; refusing to replace it")
-    path.unlink()
-
-
 @contextlib.asynccontextmanager
 async def running(settings: RegistrySettings) -> AsyncGenerator[Registry, None]:
     """Serve ``v0.Registration`` on ``<directory>/agent-registration.sock`` (stale socket
@@ -621,19 +610,15 @@ async def _serving(settings: RegistrySettings) -> AsyncGenerator[Registry, None]
         registry = Registry(settings, tg)
         try:
             if settings.directory is not None:
-                socket_path = (settings.directory / sdk.REGISTRATION_SOCKET).absolute()
-                if len(os.fsencode(socket_path)) > sdk.MAX_SOCKET_PATH:
-                    raise sdk.ServeError(
-                        f"socket path {socket_path} is longer than {sdk.MAX_SOCKET_PATH} bytes"
-                    )
-                socket_path.parent.mkdir(parents=True, exist_ok=True)
-                _remove_stale_socket(socket_path)
+                path = (settings.directory / sdk.REGISTRATION_SOCKET).absolute()
+                grpcserving.prepare_unix_socket(path)
                 server = grpc.aio.server()
                 server.add_generic_rpc_handlers(
                     (wire.registration_service(registry._register_rpc),)
                 )
-                if server.add_insecure_port(f"unix:{socket_path}") == 0:
-                    raise sdk.ServeError(f"cannot listen on {socket_path}")
+                grpcserving.add_unix_port(server, path)
+                # Only now is the socket ours to remove (an unusable one belongs to no one).
+                socket_path = path
                 await server.start()
                 logger.info("discovery handler registration served on %s", socket_path)
             yield registry

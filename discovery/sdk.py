@@ -34,8 +34,6 @@ import dataclasses
 import importlib
 import ipaddress
 import logging
-import os
-import stat
 from collections.abc import AsyncGenerator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -53,8 +51,6 @@ DetailsError = details.DetailsError
 ENTRY_POINT_GROUP = "edgehub.discovery_handlers"
 REGISTRATION_SOCKET = "agent-registration.sock"
 DISCOVERY_PORT = 10000
-# sockaddr_un.sun_path is 108 bytes including the terminating NUL.
-MAX_SOCKET_PATH = 107
 
 DetailsT = TypeVar("DetailsT")
 
@@ -200,8 +196,8 @@ class Endpoint:
     socket_path: Path | None
 
 
-class ServeError(RuntimeError):
-    """The handler could not start serving (bad socket path, address in use)."""
+ServeError = grpcserving.ServeError
+"""The handler could not start serving (bad socket path, unusable directory, address in use)."""
 
 
 class _Latest:
@@ -296,16 +292,6 @@ class _DiscoveryServicer:
         out.finish(error)
 
 
-def _remove_stale_socket(path: Path) -> None:
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise ServeError(f"{path} exists and is not a socket; refusing to replace it")
-    path.unlink()
-
-
 def _bind(server: grpc.aio.Server, name: str, settings: ServeSettings) -> Endpoint:
     if settings.pod_ip:
         try:
@@ -321,16 +307,8 @@ def _bind(server: grpc.aio.Server, name: str, settings: ServeSettings) -> Endpoi
             raise ServeError(f"cannot listen on {host}:{settings.port}")
         return Endpoint(f"http://{host}:{port}", network=True, socket_path=None)
     path = (settings.socket_path or settings.directory / f"{name}.sock").absolute()
-    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
-        raise ServeError(f"socket path {path} is longer than {MAX_SOCKET_PATH} bytes")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_socket(path)
-    try:
-        bound = server.add_insecure_port(f"unix:{path}")
-    except RuntimeError as e:
-        raise ServeError(f"cannot listen on {path}: {e}") from e
-    if bound == 0:
-        raise ServeError(f"cannot listen on {path}")
+    grpcserving.prepare_unix_socket(path)
+    grpcserving.add_unix_port(server, path)
     return Endpoint(str(path), network=False, socket_path=path)
 
 

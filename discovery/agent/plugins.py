@@ -39,7 +39,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import socket
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -117,16 +116,6 @@ def _response(allocations: Sequence[cdi.Allocation], with_cdi: bool) -> Any:
     )
 
 
-def _prepare_socket(path: Path) -> None:
-    """Create the directory, drop a stale socket, and bind once ourselves: grpc reports a
-    failed bind only as "Failed to bind", an ``OSError`` here says why (EACCES, EROFS...)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.bind(str(path))
-    path.unlink()
-
-
 class Plugin(pb_grpc.DevicePluginServicer):
     """One gRPC server on its own socket, registered with kubelet."""
 
@@ -170,22 +159,24 @@ class Plugin(pb_grpc.DevicePluginServicer):
         self.registered = False
         try:
             path = kubelet.socket_path(directory, self.name)
-            await asyncio.to_thread(_prepare_socket, path)
+            # Off the loop: the plugins directory may be a slow or broken mount.
+            await asyncio.to_thread(grpcserving.prepare_unix_socket, path)
         except kubelet.SocketPathError as e:
             raise PluginStartFailed(f"cannot serve device plugin {self.resource}: {e}") from e
-        except OSError as e:
+        except grpcserving.ServeError as e:
+            # The directory, not the socket path: the path changes every second, and a failure
+            # is logged and posted only when its message changes.
             raise PluginStartFailed(
-                f"cannot serve device plugin {self.resource} in {directory}: {e.strerror or e}"
+                f"cannot serve device plugin {self.resource} in {directory}: {e.reason}"
             ) from e
         server = grpc.aio.server()
         pb_grpc.add_DevicePluginServicer_to_server(self, server)  # type: ignore[no-untyped-call]
         try:
-            if server.add_insecure_port(f"unix:{path}") == 0:
-                raise OSError(f"cannot listen on {path}")
+            grpcserving.add_unix_port(server, path)
             await server.start()
         except BaseException as e:
             await grpcserving.stop(server, None)
-            if isinstance(e, RuntimeError | OSError):
+            if isinstance(e, grpcserving.ServeError | RuntimeError | OSError):
                 raise PluginStartFailed(
                     f"cannot serve device plugin {self.resource} on {path}: {e}"
                 ) from e

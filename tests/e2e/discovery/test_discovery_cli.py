@@ -108,6 +108,18 @@ def test_unknown_handler_and_bad_property() -> None:
     assert "KEY=VALUE" in result.stderr
 
 
+def test_handler_with_an_unusable_directory_is_a_one_line_startup_failure(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    directory = tmp_path / "file" / "akri"
+    result = _edgehub("handler", "debugEcho", "--discovery-handlers-directory", str(directory))
+    assert result.returncode == 3
+    assert result.stderr.strip() == (
+        f"error: cannot listen on {directory}/debugEcho.sock: Not a directory"
+    )
+
+
 def test_udev_finds_this_machines_network_devices() -> None:
     expected = sorted(d.device_path for d in pyudev.Context().list_devices(subsystem="net"))
     result = _edgehub(
