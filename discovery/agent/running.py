@@ -25,7 +25,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from discovery import registry, sdk
+from discovery import grpcserving, registry, sdk
 from discovery.agent import (
     events,
     kubeapi,
@@ -103,7 +103,9 @@ class Agent:
             while isinstance(failure, BaseExceptionGroup) and len(failure.exceptions) == 1:
                 failure = failure.exceptions[0]
             self._failure = failure
-            logger.error("agent failed: %s", failure, exc_info=failure)
+            # A startup error is a clear message for the operator, not a bug: no traceback.
+            trace = None if isinstance(failure, StartupError) else failure
+            logger.error("agent failed: %s", failure, exc_info=trace)
         finally:
             self._done.set()
             self._settled.set()
@@ -115,13 +117,19 @@ class Agent:
             stack.push_async_callback(api_client.close)
             api = kubeapi.KubeApi(api_client, s.kube.request_timeout)
             if s.metrics_port is not None:
-                runner, self.metrics_port = await metrics.serve(
-                    self.metrics, s.metrics_address, s.metrics_port, lambda: self.ready
-                )
+                try:
+                    runner, self.metrics_port = await metrics.serve(
+                        self.metrics, s.metrics_address, s.metrics_port, lambda: self.ready
+                    )
+                except OSError as e:  # address in use, not an address of this host
+                    raise StartupError(f"cannot serve metrics: {e.strerror or e}") from e
                 stack.push_async_callback(runner.cleanup)
-            reg = await stack.enter_async_context(
-                registry.running(registry.RegistrySettings(directory=s.discovery_handlers_dir))
-            )
+            try:
+                reg = await stack.enter_async_context(
+                    registry.running(registry.RegistrySettings(directory=s.discovery_handlers_dir))
+                )
+            except grpcserving.ServeError as e:
+                raise StartupError(f"discovery handlers directory: {e}") from e
             self.registry = reg
             for name in s.embedded_handlers:
                 try:

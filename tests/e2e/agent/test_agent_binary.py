@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -218,6 +219,31 @@ async def test_bad_flags_exit_3(base: Path) -> None:
     _, err = await proc.communicate()
     assert proc.returncode == 3
     assert b"--kubeconfig" in err
+
+
+@pytest.mark.parametrize("failing", ["metrics port in use", "unusable handlers directory"])
+async def test_startup_failures_exit_3_with_one_clear_line(base: Path, failing: str) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    (base / "file").write_text("not a directory")
+    if failing == "metrics port in use":
+        extra = ["--metrics-port", str(taken.getsockname()[1])]
+        expected = "error: cannot serve metrics: "
+    else:
+        extra = ["--metrics-port", "0", f"--discovery-handlers-directory={base}/file/akri"]
+        expected = f"error: discovery handlers directory: cannot listen on {base}/file/akri/"
+    with taken:
+        proc = await asyncio.create_subprocess_exec(
+            EDGEHUB, "--log-level", "error", "agent", "--node-name=x",
+            "--server-addr=http://127.0.0.1:9", "--metrics-address=127.0.0.1",
+            f"--device-plugins-dir={base}/dp", f"--cdi-dir={base}/cdi", *extra,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 3, err
+    assert "Traceback" not in err.decode(), err
+    assert err.decode().strip().splitlines()[-1].startswith(expected), err
 
 
 async def test_in_a_pod_the_service_account_authenticates(sim: Any, base: Path) -> None:
