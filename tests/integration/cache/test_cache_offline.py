@@ -15,6 +15,7 @@ import orjson
 import pytest
 from cache_edge import KUBELET_UA, NODE, Edge, edge_node
 
+from yurthub.cache import keys, runtime
 from yurthub.testing import partition
 
 PODS = "/api/v1/pods"
@@ -305,8 +306,10 @@ async def test_hub_restarted_offline_answers_the_same(edge: Edge) -> None:
 
 async def test_kubelet_lease_is_answered_locally(edge: Edge) -> None:
     path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}"
-    await asyncio.sleep(1.0)  # the prober renewed the lease in the cloud at least once
-    await edge.flush()
+    cached = keys.object_key(runtime.LEASE_SCOPE, runtime.LEASE_NAMESPACE, NODE)
+    async with asyncio.timeout(10):  # the prober renewed the lease in the cloud, and cached it
+        while edge.rt.store.entry(cached) is None:
+            await asyncio.sleep(0.05)
     status, lease = await edge.get(path)
     assert status == 200 and lease["metadata"]["name"] == NODE
     await edge.cut(partition.Mode.REFUSE)

@@ -134,15 +134,24 @@ async def test_latency_delays_each_direction() -> None:
 
 
 async def test_flap_alternates_pass_and_blackhole() -> None:
+    # Phases of a second and waits on the partition's own phase, not on sleeps: a loaded
+    # machine must not turn a late wake-up into a wrong phase.
     async with link() as p:
-        await p.set_mode(partition.Mode.FLAP, interval=0.3)
+        await p.set_mode(partition.Mode.FLAP, interval=1.0)
         assert p.effective() is partition.Mode.PASS
-        await asyncio.sleep(0.35)
-        assert p.effective() is partition.Mode.BLACKHOLE
         reader, writer = await connect(p)
-        started = time.monotonic()
-        assert await roundtrip(reader, writer, b"x", within=2) == b"x"
-        assert time.monotonic() - started >= 0.15  # waited for the pass phase
+        assert await roundtrip(reader, writer, b"a", within=3) == b"a"
+        async with asyncio.timeout(5):
+            while p.effective() is not partition.Mode.BLACKHOLE:
+                await asyncio.sleep(0.01)
+        writer.write(b"held")
+        await writer.drain()
+        with pytest.raises(TimeoutError):  # held while the blackhole phase lasts
+            async with asyncio.timeout(0.3):
+                await reader.readexactly(4)
+        async with asyncio.timeout(5):
+            assert await reader.readexactly(4) == b"held"
+        assert p.effective() is partition.Mode.PASS  # released by the next pass phase
         await close(writer)
 
 
