@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import logging
 import random
+import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -44,6 +45,8 @@ WILDCARD = "*"
 CONFIGMAP_NAME = "yurt-hub-cfg"
 CONFIGMAP_LABEL = "openyurt.io/configmap-name"
 CONFIGMAP_KEY = "cache_agents"
+SHORT_WATCH = 1.0
+"""Seconds: a watch that ends sooner without an event counts as a failure (backoff, relist)."""
 USER_AGENT = "yurthub/edgehub"
 """The hub's own component is ``yurthub``: a default agent, so its reads are cached."""
 
@@ -136,11 +139,12 @@ async def follow_configmap(
     selector = f"{CONFIGMAP_LABEL}={CONFIGMAP_NAME}"
     base = f"{proxy_url.rstrip('/')}/api/v1/namespaces/{urllib.parse.quote(namespace)}/configmaps"
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
-    backoff = 0.5
+    first_backoff = min(0.5, max_backoff)
+    backoff = first_backoff
     while True:
         try:
             rv = await _list(agent_set, session, base, selector, headers)
-            backoff = 0.5
+            backoff = first_backoff
             while True:
                 rv = await _watch(agent_set, session, base, selector, headers, rv)
         except asyncio.CancelledError:
@@ -163,13 +167,17 @@ async def _list(
     async with session.get(base, params={"labelSelector": selector}, headers=headers) as resp:
         if resp.status != 200:
             raise ValueError(f"list configmaps: HTTP {resp.status}")
-        body = orjson.loads(await resp.read())
+        body = _mapping(orjson.loads(await resp.read()), "the ConfigMap list")
+    items = body.get("items") or []
+    if not isinstance(items, list):
+        raise ValueError("the ConfigMap list's items are not a list")
     found = None
-    for item in body.get("items") or ():
-        if (item.get("metadata") or {}).get("name") == CONFIGMAP_NAME:
-            found = item.get("data") or {}
+    for item in items:
+        obj = _mapping(item, "a ConfigMap")
+        if _mapping(obj.get("metadata"), "metadata").get("name") == CONFIGMAP_NAME:
+            found = _mapping(obj.get("data"), "the ConfigMap's data")
     agent_set.apply_configmap(found)
-    return str((body.get("metadata") or {}).get("resourceVersion") or "")
+    return str(_mapping(body.get("metadata"), "metadata").get("resourceVersion") or "")
 
 
 async def _watch(
@@ -188,6 +196,8 @@ async def _watch(
     }
     if rv:
         params["resourceVersion"] = rv
+    started = time.monotonic()
+    events = 0
     async with session.get(base, params=params, headers=headers, timeout=None) as resp:
         if resp.status == 410:
             raise _Gone
@@ -196,15 +206,32 @@ async def _watch(
         async for line in resp.content:
             if not line.strip():
                 continue
-            event = orjson.loads(line)
-            obj = event.get("object") or {}
+            events += 1
+            event = _mapping(orjson.loads(line), "a watch event")
+            obj = _mapping(event.get("object"), "a watch event's object")
             kind = event.get("type")
             if kind == "ERROR":
                 if obj.get("code") == 410:
                     raise _Gone
                 raise ValueError(f"watch error: {obj.get('message', '')}")
-            rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-            if kind == "BOOKMARK" or (obj.get("metadata") or {}).get("name") != CONFIGMAP_NAME:
+            meta = _mapping(obj.get("metadata"), "metadata")
+            rv = str(meta.get("resourceVersion") or rv)
+            if kind == "BOOKMARK" or meta.get("name") != CONFIGMAP_NAME:
                 continue
-            agent_set.apply_configmap(None if kind == "DELETED" else (obj.get("data") or {}))
+            deleted = kind == "DELETED"
+            agent_set.apply_configmap(None if deleted else _mapping(obj.get("data"), "data"))
+    if not events and time.monotonic() - started < SHORT_WATCH:
+        # client-go's "very short watch": a server that ends every watch at once is asked again
+        # after the backoff, not in a tight loop.
+        raise ValueError("the watch ended at once without an event")
     return rv
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    """``value`` as a JSON object (absent: empty). Any other shape is a ``ValueError``, which
+    the follower retries: a body it cannot read must never end it (and with it the hub)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is not a JSON object")
+    return value
