@@ -14,7 +14,8 @@ What it does, like kubelet v1.32 (``User-Agent: kubelet/v1.32.4 (linux/amd64) ku
 
 - pods: list with ``fieldSelector=spec.nodeName=<node>``, then watch from the list's
   resourceVersion (bookmarks allowed, server timeout 5-10 min); a closed watch is re-watched
-  from the last version, a 410 relists, an error backs off and relists;
+  from the last version, a 410 relists, an error (or a watch that ended within a second without
+  an event, client-go's "very short watch") backs off and relists;
 - services: list + watch the same way;
 - node: GET the node and PATCH its status (a Ready heartbeat) every ``status_interval``;
 - lease: GET ``kube-node-lease/<node>``, create it on 404, PUT a renewal every
@@ -50,6 +51,8 @@ logger = logging.getLogger(__name__)
 USER_AGENT = "kubelet/v1.32.4 (linux/amd64) kubernetes/abcdef0"
 ACCEPT = "application/vnd.kubernetes.protobuf,application/json"
 READ_VERBS = frozenset({"get", "list"})
+SHORT_WATCH = 1.0
+"""Seconds: client-go's "very short watch" (ended sooner, no event) is an error, not a re-watch."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -78,6 +81,10 @@ class Stall:
 
 class _Gone(Exception):
     """410: the watch must relist."""
+
+
+class _ShortWatch(Exception):
+    """A watch that ended at once without an event: back off and relist (client-go does)."""
 
 
 class RequestFailed(Exception):
@@ -226,7 +233,7 @@ class KubeletClient:
                 raise
             except _Gone:
                 continue
-            except (aiohttp.ClientError, TimeoutError, RequestFailed, ValueError):
+            except (aiohttp.ClientError, TimeoutError, RequestFailed, ValueError, _ShortWatch):
                 pass
             await asyncio.sleep(self.retry_backoff * (1 + random.random()))
 
@@ -259,6 +266,7 @@ class KubeletClient:
         except (aiohttp.ClientError, TimeoutError) as e:
             self._record(started, "watch", what, repr(e))
             raise
+        events = 0
         async with resp:
             if resp.status == 410:
                 raise _Gone
@@ -270,6 +278,7 @@ class KubeletClient:
                 async for line in resp.content:
                     if not line.strip():
                         continue
+                    events += 1
                     event = orjson.loads(line)
                     obj = event.get("object") or {}
                     kind = event.get("type")
@@ -288,6 +297,8 @@ class KubeletClient:
             except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:
                 # A watch cut mid-stream: like client-go, re-watch from the last version.
                 logger.debug("kubelet-like watch %s ended: %r", resource, e)
+        if not events and time.monotonic() - started < SHORT_WATCH:
+            raise _ShortWatch
         return rv
 
     # --- per-pod work -------------------------------------------------------------------------
