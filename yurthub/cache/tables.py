@@ -62,10 +62,16 @@ _POD_COLUMNS = [
 
 
 def human_duration(seconds: float) -> str:
-    """Kubernetes' ``duration.HumanDuration`` (``5s``, ``3m20s``, ``2d3h``, ``4y``)."""
-    if seconds < 0:
-        return "<invalid>"
+    """Kubernetes' ``duration.HumanDuration`` (``5s``, ``3m20s``, ``2d3h``, ``4y``).
+
+    Like kubectl, a second of clock skew (an object "created" just ahead of this node's clock)
+    reads ``0s``; only more is ``<invalid>``.
+    """
     s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
     if s < 120:
         return f"{s}s"
     minutes = s // 60
