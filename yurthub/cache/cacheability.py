@@ -9,8 +9,9 @@ Rules (YurtHub's, minus its first-list-wins selector conflict, which our list re
   empty or ``status`` (a status response is the parent object);
 - never credentials or reviews: CSRs, token/access reviews (their answers are per-caller
   decisions, not state), and no subresource such as ``serviceaccounts/token`` at all;
-- only JSON bodies. A Table is a view, never stored; PartialObjectMetadata is stored under its
-  own partial scope so it never stands in for a full object.
+- only JSON bodies. A Table is a view and never stored as such: the objects its rows carry are
+  (full objects with ``includeObject=Object``, else metadata only). PartialObjectMetadata is
+  stored under its own partial scope so it never stands in for a full object.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class Representation(enum.Enum):
     PARTIAL = "partial"
     """PartialObjectMetadata(List): metadata only."""
     TABLE = "table"
-    """A Table view: never stored."""
+    """A Table view: never stored itself; the objects in its rows are."""
     OTHER = "other"
     """Not JSON (protobuf, CBOR, YAML) or an unknown ``as=``: never stored."""
 
@@ -116,11 +117,3 @@ def scope_of(info: requestinfo.RequestInfo, media: MediaType) -> keys.Scope:
         group=info.group,
         partial=media.partial_version if media.representation is Representation.PARTIAL else "",
     )
-
-
-def storable_media(content_type: str) -> MediaType | None:
-    """The media of a response body the cache keeps, or None (Table, protobuf, YAML...)."""
-    media = classify_media(content_type)
-    if media.representation in (Representation.OBJECT, Representation.PARTIAL):
-        return media
-    return None

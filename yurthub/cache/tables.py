@@ -8,8 +8,8 @@ looks at first (READY, STATUS, RESTARTS). ``row.object`` follows ``includeObject
 ``Metadata``: a PartialObjectMetadata, as the apiserver does). Controllers that only need
 metadata ask for ``as=PartialObjectMetadata[List]``; a cached full object answers that too.
 
-These are views, never stored: the tee refuses Table responses, and PartialObjectMetadata
-responses are stored under their own partial scope.
+These are views, never stored as such: from a Table response the tee keeps the objects its
+rows carry, and PartialObjectMetadata is stored under its own partial scope.
 """
 
 from __future__ import annotations

@@ -620,10 +620,6 @@ def _list_head(kind: str, api_version: str, resource_version: str) -> bytes:
     return head[:-1] + b',"items":['
 
 
-def _list_body(kind: str, api_version: str, resource_version: str, items: list[bytes]) -> bytes:
-    return b"".join((_list_head(kind, api_version, resource_version), b",".join(items), b"]}"))
-
-
 LIST_WRITE_ITEMS = 512
 """Items per write of a streamed list: no second copy of a 10,000-pod list in memory."""
 
