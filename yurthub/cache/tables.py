@@ -168,23 +168,44 @@ def table(
     Pods get READY/STATUS/RESTARTS only from full objects; metadata-only objects (what kubectl's
     own Tables carried) give NAME and AGE.
     """
-    pods = resource == "pods" and all(o.get("kind") != "PartialObjectMetadata" for o in objects)
-    rows = []
-    for obj in objects:
-        meta = _metadata(obj)
-        name = str(meta.get("name") or "")
-        created = str(meta.get("creationTimestamp") or "")
-        cells: list[Any] = [name, *(_pod_cells(obj) if pods else ()), age(created, now)]
-        row: dict[str, Any] = {"cells": cells}
-        if include_object == "Object":
-            row["object"] = dict(obj)
-        elif include_object != "None":
-            row["object"] = partial(obj)
-        rows.append(row)
+    full = all(o.get("kind") != "PartialObjectMetadata" for o in objects)
+    view = table_head(resource, full_objects=full, resource_version=resource_version)
+    view["rows"] = [
+        table_row(resource, o, full_objects=full, now=now, include_object=include_object)
+        for o in objects
+    ]
+    return view
+
+
+def table_head(resource: str, *, full_objects: bool, resource_version: str) -> dict[str, Any]:
+    """A Table without rows; ``rows`` is its last member, so a writer can stream them in."""
+    pods = resource == "pods" and full_objects
     return {
         "kind": "Table",
         "apiVersion": META_V1,
         "metadata": {"resourceVersion": resource_version},
         "columnDefinitions": _POD_COLUMNS if pods else [_NAME_COLUMN, _AGE_COLUMN],
-        "rows": rows,
+        "rows": [],
     }
+
+
+def table_row(
+    resource: str,
+    obj: Mapping[str, Any],
+    *,
+    full_objects: bool,
+    now: float,
+    include_object: str = "Metadata",
+) -> dict[str, Any]:
+    """One row of ``table_head``'s Table (``full_objects`` as given there)."""
+    meta = _metadata(obj)
+    name = str(meta.get("name") or "")
+    created = str(meta.get("creationTimestamp") or "")
+    pods = resource == "pods" and full_objects
+    cells: list[Any] = [name, *(_pod_cells(obj) if pods else ()), age(created, now)]
+    row: dict[str, Any] = {"cells": cells}
+    if include_object == "Object":
+        row["object"] = dict(obj)
+    elif include_object != "None":
+        row["object"] = partial(obj)
+    return row

@@ -271,20 +271,36 @@ class Answerer:
         ):
             kind = self._kind(scope, record, chosen)
             api_version = f"meta.k8s.io/{scope.partial}" if scope.partial else _api_version(info)
-            head = _list_head(f"{kind}List", api_version, resource_version)
-            return await _stream_list(request, head, bodies)
-        objects = [framing.parse_object(b) for b in bodies]
+            meta = {"resourceVersion": resource_version}
+            head = {"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta, "items": []}
+            return await _stream_items(request, _open_items(head), bodies)
+        # A view: each stored object is decoded, turned into its row or item and encoded again,
+        # a slice at a time (decoding 10,000 pods at once would take ~7x their JSON in memory).
+        version = media.partial_version
         if media.representation is cacheability.Representation.PARTIAL:
-            view = tables.partial_list(objects, resource_version, media.partial_version)
+            view = tables.partial_list([], resource_version, version)
+
+            def convert(body: bytes) -> bytes:
+                return orjson.dumps(tables.partial(framing.parse_object(body), version))
         else:
-            view = tables.table(
-                info.resource,
-                objects,
-                resource_version=resource_version,
-                now=self._clock(),
-                include_object=request.query.get("includeObject", "Metadata"),
+            full = not scope.partial  # the partial scope holds metadata only
+            view = tables.table_head(
+                info.resource, full_objects=full, resource_version=resource_version
             )
-        return _json(200, orjson.dumps(view))
+            now = self._clock()
+            include = request.query.get("includeObject", "Metadata")
+
+            def convert(body: bytes) -> bytes:
+                row = tables.table_row(
+                    info.resource,
+                    framing.parse_object(body),
+                    full_objects=full,
+                    now=now,
+                    include_object=include,
+                )
+                return orjson.dumps(row)
+
+        return await _stream_items(request, _open_items(view), bodies, convert)
 
     def _known(self, scope: keys.Scope, namespace: str) -> bool:
         """Was this component's list of this resource (in this namespace) ever cached."""
@@ -613,37 +629,50 @@ def _fields(key: keys.ObjectKey, entry: entries.Entry) -> dict[str, str]:
     }
 
 
-def _list_head(kind: str, api_version: str, resource_version: str) -> bytes:
-    head = orjson.dumps(
-        {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": resource_version}}
-    )
-    return head[:-1] + b',"items":['
+def _open_items(document: dict[str, Any]) -> bytes:
+    """``document`` encoded up to the inside of its last member, an empty list of items."""
+    encoded = orjson.dumps(document)
+    if not encoded.endswith(b"[]}"):
+        raise AssertionError("the item list must be the document's last member")
+    return encoded[:-2]
 
 
 LIST_WRITE_ITEMS = 512
 """Items per write of a streamed list: no second copy of a 10,000-pod list in memory."""
 
 
-async def _stream_list(
-    request: web.Request, head: bytes, bodies: list[bytes]
+async def _stream_items(
+    request: web.Request,
+    head: bytes,
+    bodies: list[bytes],
+    convert: Callable[[bytes], bytes] | None = None,
 ) -> web.StreamResponse:
-    """A list response written in slices of stored bodies (never joined into one buffer)."""
+    """A list written in slices of stored bodies (never joined into one buffer).
+
+    With ``convert`` (a view made from each stored object) the items are made a slice at a
+    time too: at most one slice of decoded objects exists, and the loop gets a turn between
+    slices. ``bodies`` is consumed.
+    """
     if len(bodies) <= LIST_WRITE_ITEMS:
-        return _json(200, b"".join((head, b",".join(bodies), b"]}")))
+        items = bodies if convert is None else [convert(b) for b in bodies]
+        return _json(200, b"".join((head, b",".join(items), b"]}")))
     resp = web.StreamResponse(status=200)
     resp.headers["Content-Type"] = JSON
-    resp.content_length = (
-        len(head) + sum(len(b) for b in bodies) + max(0, len(bodies) - 1) + len(b"]}")
-    )
+    if convert is None:
+        resp.content_length = len(head) + sum(len(b) for b in bodies) + len(bodies) - 1 + len(b"]}")
+    else:
+        resp.enable_chunked_encoding()
     await resp.prepare(request)
     await resp.write(head)
-    for start in range(0, len(bodies), LIST_WRITE_ITEMS):
-        if start:
+    first = True
+    while bodies:
+        chunk, bodies[:LIST_WRITE_ITEMS] = bodies[:LIST_WRITE_ITEMS], []
+        if not first:
             await resp.write(b",")
-        await resp.write(b",".join(bodies[start : start + LIST_WRITE_ITEMS]))
+        first = False
+        await resp.write(b",".join(chunk if convert is None else map(convert, chunk)))
     await resp.write(b"]}")
     await resp.write_eof()
-    bodies.clear()
     await asyncio.get_running_loop().run_in_executor(None, store.trim_heap)
     return resp
 

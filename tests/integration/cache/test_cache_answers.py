@@ -140,3 +140,27 @@ async def test_a_watch_with_timeout_seconds_zero_is_held_like_one_without(
             async with asyncio.timeout(5):
                 line = await resp.content.readline()
             assert orjson.loads(line)["type"] == "BOOKMARK"  # still open after a bookmark interval
+
+
+async def test_views_of_a_long_list_are_whole(tmp_path: pathlib.Path) -> None:
+    # Over one write slice (local.LIST_WRITE_ITEMS): views are built and written a slice at a
+    # time, and must still be one whole document.
+    names = [f"p{i:04}" for i in range(local.LIST_WRITE_ITEMS * 2 + 7)]
+    async with answering(tmp_path, store.PutList(MY_PODS, pod_list(*names))) as (session, base):
+        params = {"fieldSelector": f"spec.nodeName={NODE}"}
+        table = "application/json;as=Table;v=v1;g=meta.k8s.io"
+        status, view = await get(
+            session, base + "/api/v1/pods", "offline", accept=table, params=params
+        )
+        assert status == 200 and view["kind"] == "Table"
+        assert [c["name"] for c in view["columnDefinitions"]][:3] == ["Name", "Ready", "Status"]
+        assert [r["cells"][0] for r in view["rows"]] == names
+        assert view["rows"][0]["object"]["kind"] == "PartialObjectMetadata"
+        partial = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+        status, items = await get(
+            session, base + "/api/v1/pods", "offline", accept=partial, params=params
+        )
+        assert status == 200 and items["kind"] == "PartialObjectMetadataList"
+        assert [i["metadata"]["name"] for i in items["items"]] == names
+        status, plain = await get(session, base + "/api/v1/pods", "offline", params=params)
+        assert status == 200 and [i["metadata"]["name"] for i in plain["items"]] == names
