@@ -350,33 +350,20 @@ class Store:
         return list(self._objects)
 
     def objects(
-        self, scope: keys.Scope, namespace: str = ""
+        self, scope: keys.Scope, namespace: str = "", *, ordered: bool = True
     ) -> Iterator[tuple[keys.ObjectKey, entries.Entry]]:
-        """Entries of ``scope``; in ``namespace`` only when given. Sorted by namespace, name."""
+        """Entries of ``scope``; in ``namespace`` only when given. Sorted by namespace, name,
+        unless ``ordered`` is False (the writer looking for a list's members needs no order)."""
         namespaces = self._objects.get(scope)
         if not namespaces:
             return
         if namespace and scope.namespaced_keys:
             chosen = [(namespace, namespaces.get(namespace) or {})]
         else:
-            chosen = sorted(namespaces.items())
+            chosen = sorted(namespaces.items()) if ordered else list(namespaces.items())
         for ns, names in chosen:
-            for name in sorted(names):
+            for name in sorted(names) if ordered else names:
                 yield keys.ObjectKey(scope, ns, name), names[name]
-
-    def _unsorted(
-        self, scope: keys.Scope, namespace: str = ""
-    ) -> Iterator[tuple[keys.ObjectKey, entries.Entry]]:
-        namespaces = self._objects.get(scope)
-        if not namespaces:
-            return
-        if namespace and scope.namespaced_keys:
-            chosen = [(namespace, namespaces.get(namespace) or {})]
-        else:
-            chosen = list(namespaces.items())
-        for ns, names in chosen:
-            for name, entry in list(names.items()):
-                yield keys.ObjectKey(scope, ns, name), entry
 
     def has_objects(self, scope: keys.Scope, namespace: str = "") -> bool:
         namespaces = self._objects.get(scope)
@@ -677,7 +664,7 @@ class _Batch:
         owner = str(list_key)
         found = [
             key
-            for key, entry in self.store._unsorted(list_key.scope, list_key.namespace)
+            for key, entry in self.store.objects(list_key.scope, list_key.namespace, ordered=False)
             if owner in entry.owners and key not in self.outcome.objects
         ]
         found.extend(
