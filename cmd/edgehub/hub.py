@@ -22,10 +22,15 @@ AGENT_COMPONENT = "edgehub-agent"
 
 
 def _duration(value: str) -> float:
+    """A positive Go duration; a bare number is seconds. Zero or negative would make no hub
+    (a kubelet gate that never opens, offline watches that end at once: a re-watch storm)."""
     try:
-        return requestinfo.parse_go_duration(value if not value.isdigit() else f"{value}s")
+        seconds = requestinfo.parse_go_duration(value if not value.isdigit() else f"{value}s")
     except ValueError as e:
         raise click.BadParameter(f"{value!r} is not a duration like 40s or 2m") from e
+    if seconds <= 0:
+        raise click.BadParameter(f"{value!r}: the duration must be positive")
+    return seconds
 
 
 @click.command(context_settings=cli.COMMAND_CONTEXT)
