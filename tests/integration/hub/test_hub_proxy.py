@@ -311,7 +311,10 @@ async def test_graceful_stop_ends_watches_and_drains(
             get_json(hub.proxy_url + "/api/v1/namespaces/d/configmaps/slow?sleep=0.5"),
             name="slow request",
         )
-        await asyncio.sleep(0.1)
+        assert hub.router is not None
+        async with asyncio.timeout(5):  # the slow request has reached the hub
+            while hub.router.in_flight < 2:
+                await asyncio.sleep(0.01)
         started = time.monotonic()
         await hub.stop()
         assert time.monotonic() - started < 1.5

@@ -1,8 +1,5 @@
 """Two simulated apiservers (one shared state) behind one hub, driven by real kubectl and the
-``kubernetes`` Python client: through the hub gives the same answers as direct.
-
-Skipped until ``yurthub.testing.simapiserver`` exists (it is built in parallel).
-"""
+``kubernetes`` Python client: through the hub gives the same answers as direct."""
 
 from __future__ import annotations
 
@@ -18,9 +15,8 @@ import aiohttp
 import pytest
 import yaml
 
-simapiserver = pytest.importorskip("yurthub.testing.simapiserver")
-
-from yurthub import server, settings  # noqa: E402
+from yurthub import server, settings
+from yurthub.testing import simapiserver
 
 KUBECTL = "/usr/bin/kubectl"
 pytestmark = pytest.mark.slow
