@@ -495,13 +495,22 @@ class Answerer:
             lease = framing.parse_object(body)
         except framing.BadBody:
             return _status(400, "the Lease body is not JSON")
-        if info.verb == "create" and cached:
-            name = str((lease.get("metadata") or {}).get("name") or info.name)
+        meta = lease.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if not isinstance(name, str) or not name or (info.name and name != info.name):
+            # It is stored under the name it carries: it has to be the one asked for.
+            return _status(
+                400, f"the Lease's metadata.name {name!r} must be set and match the URL's"
+            )
+        scope = keys.Scope(info.component, info.resource, info.version, info.group)
+        # A create is POSTed to the collection: the name to look for is the body's.
+        if info.verb == "create" and self._store.entry(
+            keys.object_key(scope, info.namespace, name)
+        ):
             return _json(
                 409, statuses.encode(statuses.already_exists(info.resource, name, info.group))
             )
         # kubelet's renewal is what the cloud would have stored: keep it so a later GET agrees.
-        scope = keys.Scope(info.component, info.resource, info.version, info.group)
         self._store.submit(store.PutObject(scope, body, info.namespace, local=True))
         return _json(201 if info.verb == "create" else 200, body)
 

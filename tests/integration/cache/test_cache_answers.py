@@ -164,3 +164,28 @@ async def test_views_of_a_long_list_are_whole(tmp_path: pathlib.Path) -> None:
         assert [i["metadata"]["name"] for i in items["items"]] == names
         status, plain = await get(session, base + "/api/v1/pods", "offline", params=params)
         assert status == 200 and [i["metadata"]["name"] for i in plain["items"]] == names
+
+
+async def test_kubelet_lease_writes_offline(tmp_path: pathlib.Path) -> None:
+    leases = keys.Scope("kubelet", "leases", "v1", "coordination.k8s.io")
+    lease: dict[str, Any] = {
+        "kind": "Lease",
+        "apiVersion": "coordination.k8s.io/v1",
+        "metadata": {"name": NODE, "namespace": "kube-node-lease", "resourceVersion": "4"},
+        "spec": {"holderIdentity": NODE},
+    }
+    cached = store.PutObject(leases, orjson.dumps(lease), "kube-node-lease")
+    async with answering(tmp_path, cached) as (session, base):
+        collection = f"{base}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+        headers = {"User-Agent": KUBELET, "X-Reason": "kubelet-lease"}
+        # kubelet creates by POSTing to the collection: the name is the body's.
+        async with session.post(collection, json=lease, headers=headers) as resp:
+            assert resp.status == 409 and (await resp.json())["reason"] == "AlreadyExists"
+        other = {**lease, "metadata": {**lease["metadata"], "name": "other-node"}}
+        async with session.put(f"{collection}/{NODE}", json=other, headers=headers) as resp:
+            assert resp.status == 400  # would have been stored as other-node's lease
+        async with session.put(f"{collection}/{NODE}", json=lease, headers=headers) as resp:
+            assert resp.status == 200
+        status, body = await get(session, f"{collection}/{NODE}", "kubelet-lease")
+        assert status == 200 and body["metadata"]["name"] == NODE
+        assert (await get(session, f"{collection}/other-node", "kubelet-lease"))[0] == 404
