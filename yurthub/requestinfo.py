@@ -223,12 +223,12 @@ def classify(
     name = parts[1] if len(parts) >= 2 else ""
     subresource = parts[2] if len(parts) >= 3 and verb not in SPECIAL_VERBS_NO_SUBRESOURCES else ""
 
-    label_selector = _last(params, "labelSelector")
-    field_selector = _last(params, "fieldSelector")
+    label_selector = _first(params, "labelSelector")
+    field_selector = _first(params, "fieldSelector")
     fields = parse_field_selector(field_selector)
 
     if not name and verb == "get":
-        verb = "watch" if _watch_requested(params) else "list"
+        verb = "watch" if _bool_param(params, "watch") else "list"
         exact = _exact_match(fields, "metadata.name")
         if exact and _is_valid_path_segment(exact):
             name = exact
@@ -242,7 +242,7 @@ def classify(
         parse_label_selector(label_selector)  # validates; raises BadRequestError
 
     timeout_seconds = _int_param(params, "timeoutSeconds")
-    deadline = _deadline(verb, timeout_seconds, _last(params, "timeout"))
+    deadline = _deadline(verb, timeout_seconds, _first(params, "timeout"))
 
     return RequestInfo(
         method=method,
@@ -265,8 +265,8 @@ def classify(
         list_selector=list_selector,
         timeout_seconds=timeout_seconds,
         deadline=deadline,
-        resource_version=_last(params, "resourceVersion"),
-        list_continue=params["continue"][-1] if params.get("continue") else None,
+        resource_version=_first(params, "resourceVersion"),
+        list_continue=params["continue"][0] if params.get("continue") else None,
         limit=_int_param(params, "limit"),
         allow_watch_bookmarks=_bool_param(params, "allowWatchBookmarks"),
         user_agent=user_agent,
@@ -351,21 +351,17 @@ def _partial_object_metadata(accept: str, verb: str) -> PartialObjectMetadata | 
 # --- query parameters -------------------------------------------------------------------------
 
 
-def _last(params: Mapping[str, list[str]], key: str) -> str:
+# A repeated parameter counts by its first value, as in the apiserver's query conversion.
+
+
+def _first(params: Mapping[str, list[str]], key: str) -> str:
     values = params.get(key)
     return values[0] if values else ""
 
 
-def _watch_requested(params: Mapping[str, list[str]]) -> bool:
+def _bool_param(params: Mapping[str, list[str]], key: str) -> bool:
     # The apiserver's bool conversion: present and not "0"/"false" (any case) means true,
     # including an empty value ("?watch").
-    values = params.get("watch")
-    if not values:
-        return False
-    return values[0] != "0" and values[0].lower() != "false"
-
-
-def _bool_param(params: Mapping[str, list[str]], key: str) -> bool:
     values = params.get(key)
     if not values:
         return False
@@ -373,7 +369,7 @@ def _bool_param(params: Mapping[str, list[str]], key: str) -> bool:
 
 
 def _int_param(params: Mapping[str, list[str]], key: str) -> int | None:
-    raw = _last(params, key)
+    raw = _first(params, key)
     if not raw:
         return None
     try:

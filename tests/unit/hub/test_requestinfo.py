@@ -365,5 +365,9 @@ def test_list_paging_parameters() -> None:
         "GET", "/api/v1/pods", {"limit": "500", "continue": "abc"}, CIMultiDict()
     )
     assert (later.limit, later.list_continue) == (500, "abc")
+    repeated = requestinfo.classify(
+        "GET", "/api/v1/pods", [("continue", "abc"), ("continue", "xyz")], CIMultiDict()
+    )
+    assert repeated.list_continue == "abc"  # the first value, as for every other parameter
     with pytest.raises(requestinfo.BadRequestError):
         requestinfo.classify("GET", "/api/v1/pods", {"limit": "-1"}, CIMultiDict())
