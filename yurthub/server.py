@@ -230,6 +230,8 @@ class Hub:
             ended = self.remote.end_watches()
             if ended:
                 log.info("ended %d open watches", ended)
+        if self._local is not None:
+            self._local.close()
         if self.router is not None and self.router.in_flight:
             log.info("waiting up to %ss for %d in-flight requests", grace, self.router.in_flight)
             waiters: list[Coroutine[Any, Any, Any]] = [self.router.wait_idle()]

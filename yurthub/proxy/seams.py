@@ -17,6 +17,9 @@ Invariants the proxy keeps for implementers:
   upstream broke mid-body, hub shutting down) is called per opened sink.
 - ``LocalAnswerer.answer`` returns a prepared-or-unprepared ``web.StreamResponse`` it has written
   to, or ``None`` when it cannot answer; the router then falls through (502 / remote proxy).
+- ``LocalAnswerer.close`` is called once, in the hub's shutdown phase that ends upstream
+  watches: watches held open offline must end cleanly then too, or they hold the whole grace
+  period and are cut.
 """
 
 from __future__ import annotations
@@ -73,6 +76,9 @@ class LocalAnswerer(Protocol):
 
         ``reason`` is a ``LocalReason`` value.
         """
+
+    def close(self) -> None:
+        """Hub shutdown: end every watch held open offline (cleanly, as the upstream ones)."""
 
 
 class LeaseCallback(Protocol):

@@ -225,6 +225,9 @@ class ScriptedLocal:
             return None
         return web.json_response({"local": reason})
 
+    def close(self) -> None:
+        pass
+
 
 def hub_settings(servers: list[str], **heartbeat: Any) -> settings.HubSettings:
     hb = {"interval": 0.3, "timeout": 1.0, "healthy_threshold": 1} | heartbeat

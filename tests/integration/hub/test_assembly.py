@@ -13,13 +13,16 @@ from yurthub.testing import simapiserver
 KUBELET = {"User-Agent": "kubelet/v1.32.4"}
 
 
-def hub_settings(sim: simapiserver.SimApiserver, cache_path: pathlib.Path) -> settings.HubSettings:
+def hub_settings(
+    sim: simapiserver.SimApiserver, cache_path: pathlib.Path, grace: float = 10.0
+) -> settings.HubSettings:
     identity = sim.write_kubeconfig(cache_path.parent / "id.kubeconfig")
     return settings.HubSettings(
         node_name="edge-node-1",
         upstream=settings.UpstreamSettings(servers=(sim.url,), kubeconfig=identity),
         listen=settings.ListenSettings(serve_port=0, proxy_port=0),
         heartbeat=settings.HeartbeatSettings(interval=1.0, timeout=1.0),
+        proxy=settings.ProxySettings(shutdown_grace=grace),
         cache=settings.CacheSettings(disk_cache_path=cache_path),
     )
 
@@ -76,3 +79,31 @@ async def test_unopenable_cache_degrades_to_plain_proxy(
             body = await resp.json()
         assert body["kind"] == "PodList"
         assert "node_yurthub_error_keys_persistency_status 0.0" in await scrape(node)
+
+
+async def test_stop_ends_watches_held_offline_at_once(
+    sim_apiserver: simapiserver.SimApiserver, tmp_path: pathlib.Path
+) -> None:
+    pods = "/api/v1/namespaces/default/pods"
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession(headers=KUBELET) as http:
+        async with assembly.running(hub_settings(sim_apiserver, tmp_path / "c", grace=8)) as node:
+            await wait_ready(node)
+            async with http.get(node.hub.proxy_url + pods) as resp:
+                assert resp.status == 200
+                await resp.read()  # cached
+            await sim_apiserver.stop()
+            health = node.hub.health
+            assert health is not None
+            async with asyncio.timeout(10):
+                while health.any_healthy():
+                    await asyncio.sleep(0.05)
+            watch = await http.get(node.hub.proxy_url + pods + "?watch=1")
+            assert watch.status == 200  # held open from the cache
+            started = loop.time()
+        # The shutdown ended the held watch like an upstream one: no wait for the grace period,
+        # and the client sees the stream end cleanly (it re-watches), not a cut connection.
+        assert loop.time() - started < 4
+        async with asyncio.timeout(2):
+            assert await watch.content.read() == b""
+        watch.release()
