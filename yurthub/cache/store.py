@@ -492,6 +492,15 @@ class Store:
 
     # --- writes (writer thread, through the pump) --------------------------------------------
 
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes queued for the writer (not yet in a batch)."""
+        return self._pending_bytes
+
+    @property
+    def max_pending_bytes(self) -> int:
+        return self._max_pending
+
     def submit(self, job: Job) -> bool:
         """Queue a write; False (and nothing queued) when the queue is over its byte bound."""
         if self._closed:

@@ -13,10 +13,12 @@ keep (``cacheability``) and hands complete units to ``store.Store.submit``:
 
 Invariants: ``feed`` never blocks and never awaits: it appends or splits lines and returns. Memory
 is bounded per response (``max_body_bytes`` for a collected body, ``max_event_bytes`` for one
-watch event) and globally by the store's submission bound. Past a bound the sink stops caching
-that response (counted in ``Stats.dropped_responses``, logged once per reason); the client
-stream is never touched. Only JSON is kept (DESIGN.md: protobuf caching is a later goal); a
-compressed body is not interpreted.
+watch event) and globally: bodies being collected and jobs queued for the writer share the
+store's submission bound (many large lists at once would otherwise each hold up to
+``max_body_bytes``). Past a bound the sink stops caching that response (counted in
+``Stats.dropped_responses``, logged once per reason); the client stream is never touched.
+Only JSON is kept (DESIGN.md: protobuf caching is a later goal); a compressed body is not
+interpreted.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Tee:
         self._agents = agent_set
         self._max_body = max_body_bytes
         self._max_event = max_event_bytes
+        self._collected = 0
         self.once = _Once()
 
     def open(
@@ -120,6 +123,16 @@ class Tee:
         self.once.warn("write queue full, dropping a response's caching", what)
         return False
 
+    def reserve(self, size: int) -> bool:
+        """Room for ``size`` more collected bytes beside what the store has queued."""
+        if self._collected + size + self._store.pending_bytes > self._store.max_pending_bytes:
+            return False
+        self._collected += size
+        return True
+
+    def release(self, size: int) -> None:
+        self._collected -= size
+
     def drop(self, reason: str, what: str) -> None:
         self._store.stats.dropped_responses += 1
         self.once.warn(reason, what)
@@ -143,29 +156,35 @@ class _BodySink:
     def feed(self, chunk: bytes) -> None:
         if self._dropped:
             return
-        self._size += len(chunk)
-        if self._size > self._tee._max_body:
-            self._dropped = True
-            self._chunks = []
+        if self._size + len(chunk) > self._tee._max_body:
+            self._stop()
             self._tee.drop("response larger than the cache's body bound", self._what)
             return
+        if not self._tee.reserve(len(chunk)):
+            self._stop()
+            self._tee.drop("too many bytes on their way to the cache", self._what)
+            return
+        self._size += len(chunk)
         self._chunks.append(bytes(chunk))
 
     async def finish(self) -> None:
         if self._dropped:
             return
         body = b"".join(self._chunks)
-        self._chunks = []
-        self._dropped = True
-        if not body:
-            return
-        job = self._job
-        self._tee.submit(dataclasses.replace(job, body=body), self._what)
+        self._stop()
+        if body:
+            self._tee.submit(dataclasses.replace(self._job, body=body), self._what)
 
     def abort(self, reason: str) -> None:
         # An incomplete body is never applied: a cut list would release objects it still has.
+        self._stop()
+
+    def _stop(self) -> None:
+        """Collect no more and give the collected bytes back to the tee's bound."""
         self._dropped = True
         self._chunks = []
+        self._tee.release(self._size)
+        self._size = 0
 
 
 class _WatchSink:
