@@ -407,9 +407,10 @@ class Manager:
             attempts=self.settings.timings.write_attempts,
         )
         if written is not None:
-            # Reflect our own write at once; the watch event follows with the same content.
+            # Reflect our own write at once (the watch event follows with the same content).
+            # Only marked dirty: converging here too would race ``run``'s loop, which alone
+            # starts and stops plugins.
             self.on_instance_event("MODIFIED", written)
-            await self._sync()
 
     # -- convergence
 

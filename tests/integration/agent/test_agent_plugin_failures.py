@@ -281,6 +281,54 @@ async def test_refused_registration_is_contained_and_retried_with_backoff(
         assert manager.failed_plugins() == {}
 
 
+async def test_a_claim_recorded_while_plugins_stop_leaves_stopping_to_the_manager(
+    sockdir: Path, api: kubeapi.KubeApi, sim: simapiserver.SimApiserver
+) -> None:
+    # Allocate records its claim through write_usage. It used to converge the plugins itself,
+    # racing the manager's loop: both then stopped the same plugin, and the second pop of it
+    # raised KeyError, which ended the manager (and with it the agent).
+    for crd in CRDS:
+        await kubectl(sim, "apply", "-f", str(crd))
+    directory = sockdir / "dp"
+    named = named_devices("dev0", "dev1", "dev2")
+    kept, *going = sorted(named)
+    body = instance(kept, "")
+    # No owner: the simulator's garbage collector would delete an Instance of a missing owner.
+    body["metadata"] = {"name": kept, "namespace": "default"}
+    await api.create(kubeapi.INSTANCES, "default", body)
+    async with manager_running(directory, api) as (manager, kubelet):
+        manager.set_devices(("default", CONFIG), named, {})
+        for name in named:
+            manager.on_instance_event("ADDED", instance(name, f"uid-{name}"))
+        for name in named:
+            await kubelet.wait_for_devices(f"akri.sh/{name}")
+
+        # Hold the stops of the two plugins going away (as a slow file system would).
+        gate, stopping = asyncio.Event(), asyncio.Event()
+        for name in going:
+            plugin = manager.instance_plugins[("default", name)]
+
+            async def held_stop(stop: Callable[[], Awaitable[None]] = plugin.stop) -> None:
+                stopping.set()
+                await gate.wait()
+                await stop()
+
+            plugin.stop = held_stop  # type: ignore[method-assign]
+        for name in going:
+            manager.on_instance_event("DELETED", instance(name, f"uid-{name}"))
+        await asyncio.wait_for(stopping.wait(), 10)
+
+        # The manager is stopping the first of them; a claim recorded now joins none of it.
+        claim = {f"{kept}-0": NODE}
+        try:
+            await asyncio.wait_for(manager.write_usage("default", kept, lambda _: claim), 10)
+        finally:
+            gate.set()
+        await kubelet.wait_for(lambda: not {f"akri.sh/{n}" for n in going} & set(kubelet.plugins))
+        await eventually(lambda: manager.held_slots().get(kept) == (naming.NodeUsage(NODE),))
+        assert sorted(k[1] for k in manager.instance_plugins) == [kept]
+
+
 # --- the whole agent -------------------------------------------------------------------------
 
 
