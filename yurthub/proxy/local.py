@@ -696,10 +696,7 @@ def _document_keys(path: str, accept: str) -> list[str]:
         key = keys.nonresource_key(path, profile)
         if key not in out:
             out.append(key)
-    plain = keys.nonresource_key(path)
-    if not out and plain not in out:
-        out.append(plain)
-    return out
+    return out or [keys.nonresource_key(path)]
 
 
 def _is_discovery(path: str) -> bool:
