@@ -229,6 +229,24 @@ async def test_watch_streams_events_as_they_happen(
         assert event["type"] == "DELETED"
 
 
+@pytest.mark.parametrize(
+    ("value", "watch"), [("yes", True), ("", True), ("FALSE", False), ("0", False)]
+)
+async def test_watch_flag_converts_as_the_apiserver_does(
+    http: aiohttp.ClientSession, value: str, watch: bool
+) -> None:
+    # Present and neither "0" nor "false" (any case) is true, an empty value included: the
+    # apiserver's query conversion, which the hub's request classification follows too.
+    url = f"/api/v1/namespaces/default/configmaps?timeoutSeconds=1&watch={value}"
+    async with http.get(url) as resp:
+        assert resp.status == 200
+        body = await resp.read()
+    if watch:
+        assert all(json.loads(line)["type"] for line in body.splitlines())
+    else:
+        assert json.loads(body)["kind"] == "ConfigMapList"
+
+
 async def test_watch_bookmarks_initial_events_and_timeout(
     sim_apiserver: simapiserver.SimApiserver, http: aiohttp.ClientSession
 ) -> None:

@@ -30,15 +30,16 @@ from yurthub.testing.sim import (
     tables,
 )
 
-TRUE = frozenset({"true", "1", "True"})
 CSR_STORAGE = ("certificates.k8s.io", "certificatesigningrequests")
 
 
 def flag(query: Mapping[str, str], name: str) -> bool | None:
+    """A bool query parameter as the apiserver converts it: None when absent; false for "0"
+    and "false" (any case); true for anything else, an empty value included (``?watch``)."""
     value = query.get(name)
-    if value is None or value == "":
+    if value is None:
         return None
-    return value in TRUE
+    return value != "0" and value.lower() != "false"
 
 
 def int_param(query: Mapping[str, str], name: str) -> int | None:
