@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from yurthub.testing.sim import errors, negotiation, paging, paths, resources, tables
+from yurthub.testing.sim import errors, negotiation, paging, paths, podlogs, resources, tables
 
 
 @pytest.mark.parametrize(
@@ -206,3 +206,16 @@ def test_version_priority_is_kube_aware() -> None:
     assert sorted(versions, key=resources.version_priority) == [
         "v10", "v2", "v1", "v1beta2", "v1beta1", "v1alpha1", "foo"
     ]  # fmt: skip
+
+
+async def test_log_follower_slower_than_the_bounded_tail_skips_ahead_in_order() -> None:
+    book = podlogs.LogBook(lambda: 0.0, max_lines=3)
+    book.append("ns", "p", "c", "l0")
+    follower = book.follow("ns", "p", "c")
+    assert (await anext(follower))[1] == "l0"
+    for i in range(1, 6):  # more lines than the tail keeps arrive while the follower writes
+        book.append("ns", "p", "c", f"l{i}")
+    got = [(await anext(follower))[1] for _ in range(3)]
+    assert got == ["l3", "l4", "l5"]  # what fell out is skipped; the rest in order
+    book.close_pod("ns", "p")
+    assert [line async for _, line in follower] == []

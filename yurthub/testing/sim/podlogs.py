@@ -79,10 +79,11 @@ class LogBook:
         start = log.total - (min(tail, kept) if tail is not None else kept)
         position = start
         while True:
-            first_kept = log.total - len(log.lines)
-            # Lines that fell out of the bounded tail while we were slow are skipped.
-            position = max(position, first_kept)
             while position < log.total:
+                # Lines that fell out of the bounded tail while the consumer was busy with the
+                # last one are skipped (computed per line: the deque shifts under each yield).
+                first_kept = log.total - len(log.lines)
+                position = max(position, first_kept)
                 yield log.lines[position - first_kept]
                 position += 1
             if log.closed:
