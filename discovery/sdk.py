@@ -34,6 +34,7 @@ import dataclasses
 import importlib
 import ipaddress
 import logging
+import math
 from collections.abc import AsyncGenerator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -88,6 +89,31 @@ class HandlerOptions:
     ``DEBUG_ECHO_INSTANCES_SHARED``), passed explicitly so tests and embedding control it."""
     interval: float | None = None
     """Seconds between polls for handlers that poll; ``None`` keeps the handler's default."""
+
+    def poll_interval(self, variable: str, default: float) -> float:
+        """Seconds between polls: ``interval`` if given, else ``$variable``, else ``default``."""
+        if self.interval is not None:
+            return _positive_seconds(self.interval, "the poll interval")
+        return env_seconds(self.environ, variable, default)
+
+
+def env_seconds(environ: Mapping[str, str], variable: str, default: float) -> float:
+    """A positive, finite number of seconds from ``environ[variable]`` (``default`` if unset);
+    ``ValueError`` naming the variable otherwise."""
+    raw = environ.get(variable)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as e:
+        raise ValueError(f"{variable} must be a number of seconds, got {raw!r}") from e
+    return _positive_seconds(value, variable)
+
+
+def _positive_seconds(value: float, what: str) -> float:
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{what} must be a positive number of seconds, got {value:g}")
+    return value
 
 
 HandlerFactory = Callable[[HandlerOptions], Handler[Any]]

@@ -87,14 +87,6 @@ def create(options: sdk.HandlerOptions) -> DebugEcho:
     shared = parse_bool(
         env.get("DEBUG_ECHO_INSTANCES_SHARED", "true"), "DEBUG_ECHO_INSTANCES_SHARED"
     )
-    poll = options.interval
-    if poll is None:
-        raw = env.get("DEBUG_ECHO_POLL_SECONDS", str(DEFAULT_POLL_SECONDS))
-        try:
-            poll = float(raw)
-        except ValueError as e:
-            raise ValueError(f"DEBUG_ECHO_POLL_SECONDS must be a number, got {raw!r}") from e
-    if poll <= 0:
-        raise ValueError(f"debugEcho poll interval must be positive, got {poll:g}")
+    poll = options.poll_interval("DEBUG_ECHO_POLL_SECONDS", DEFAULT_POLL_SECONDS)
     path = Path(env.get("DEBUG_ECHO_AVAILABILITY_FILE", str(DEFAULT_AVAILABILITY_FILE)))
     return DebugEcho(shared=shared, availability_file=path, poll_seconds=poll)

@@ -321,13 +321,5 @@ def create(options: sdk.HandlerOptions) -> Onvif:
     target = wsdiscovery.MULTICAST_TARGET
     if env.get("ONVIF_PROBE_TARGET"):
         target = parse_target(env["ONVIF_PROBE_TARGET"])
-    interval = options.interval
-    if interval is None:
-        raw = env.get("ONVIF_DISCOVERY_INTERVAL_SECONDS", str(DEFAULT_INTERVAL))
-        try:
-            interval = float(raw)
-        except ValueError as e:
-            raise ValueError(f"ONVIF_DISCOVERY_INTERVAL_SECONDS must be a number: {raw!r}") from e
-    if interval <= 0:
-        raise ValueError(f"onvif discovery interval must be positive, got {interval:g}")
+    interval = options.poll_interval("ONVIF_DISCOVERY_INTERVAL_SECONDS", DEFAULT_INTERVAL)
     return Onvif(probe_target=target, interval=interval)

@@ -245,23 +245,10 @@ class OpcUa:
             await asyncio.sleep(self.interval)
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError as e:
-        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from e
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {raw!r}")
-    return value
-
-
 def create(options: sdk.HandlerOptions) -> OpcUa:
-    env = options.environ
     return OpcUa(
-        connect_timeout=_seconds(env, "OPCUA_CONNECT_TIMEOUT_SECONDS", DEFAULT_CONNECT_TIMEOUT),
-        interval=options.interval
-        or _seconds(env, "OPCUA_DISCOVERY_INTERVAL_SECONDS", DEFAULT_INTERVAL),
+        connect_timeout=sdk.env_seconds(
+            options.environ, "OPCUA_CONNECT_TIMEOUT_SECONDS", DEFAULT_CONNECT_TIMEOUT
+        ),
+        interval=options.poll_interval("OPCUA_DISCOVERY_INTERVAL_SECONDS", DEFAULT_INTERVAL),
     )

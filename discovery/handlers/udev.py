@@ -306,13 +306,4 @@ class Udev:
 
 
 def create(options: sdk.HandlerOptions) -> Udev:
-    interval = options.interval
-    if interval is None:
-        raw = options.environ.get("UDEV_DISCOVERY_INTERVAL_SECONDS", str(DEFAULT_INTERVAL))
-        try:
-            interval = float(raw)
-        except ValueError as e:
-            raise ValueError(f"UDEV_DISCOVERY_INTERVAL_SECONDS must be a number: {raw!r}") from e
-    if interval <= 0:
-        raise ValueError(f"udev discovery interval must be positive, got {interval:g}")
-    return Udev(interval=interval)
+    return Udev(interval=options.poll_interval("UDEV_DISCOVERY_INTERVAL_SECONDS", DEFAULT_INTERVAL))

@@ -7,12 +7,13 @@ import subprocess
 import sys
 from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from edgehub import discover as discover_command
 
 from discovery import details, devices, registry, sdk, wire
-from discovery.handlers import debug_echo
+from discovery.handlers import debug_echo, opcua
 from discovery.proto import discovery_pb2
 
 
@@ -53,6 +54,54 @@ def test_debug_echo_devices_and_factory(tmp_path: Path) -> None:
         debug_echo.create(sdk.HandlerOptions({"DEBUG_ECHO_INSTANCES_SHARED": "yes"}))
     with pytest.raises(ValueError, match="DEBUG_ECHO_POLL_SECONDS"):
         debug_echo.create(sdk.HandlerOptions({"DEBUG_ECHO_POLL_SECONDS": "soon"}))
+
+
+POLL_VARIABLES = {
+    "debugEcho": ("DEBUG_ECHO_POLL_SECONDS", 1.0),
+    "udev": ("UDEV_DISCOVERY_INTERVAL_SECONDS", 10.0),
+    "opcua": ("OPCUA_DISCOVERY_INTERVAL_SECONDS", 10.0),
+    "onvif": ("ONVIF_DISCOVERY_INTERVAL_SECONDS", 10.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POLL_VARIABLES))
+@pytest.mark.parametrize(
+    ("environ_value", "interval", "expected"),
+    [
+        (None, None, None),  # the handler's default
+        ("2.5", None, 2.5),
+        ("2.5", 0.5, 0.5),  # the handler option (--interval) wins over the environment
+        ("soon", None, "must be a number of seconds, got 'soon'"),
+        ("0", None, "must be a positive number of seconds, got 0"),
+        ("-1", None, "must be a positive number of seconds, got -1"),
+        ("nan", None, "must be a positive number of seconds, got nan"),
+        ("inf", None, "must be a positive number of seconds, got inf"),
+        (None, 0.0, "the poll interval must be a positive number of seconds, got 0"),
+    ],
+)
+def test_poll_interval_of_every_builtin_handler(
+    name: str, environ_value: str | None, interval: float | None, expected: float | str | None
+) -> None:
+    variable, default = POLL_VARIABLES[name]
+    environ = {} if environ_value is None else {variable: environ_value}
+    options = sdk.HandlerOptions(environ, interval=interval)
+    if isinstance(expected, str):
+        with pytest.raises(ValueError, match=expected) as info:
+            sdk.load(name, options)
+        if interval is None:
+            assert str(info.value).startswith(variable)
+        return
+    handler: Any = sdk.load(name, options)
+    polled = handler.poll_seconds if name == "debugEcho" else handler.interval
+    assert polled == (default if expected is None else expected)
+
+
+def test_opcua_connect_timeout_comes_from_the_environment() -> None:
+    assert opcua.create(sdk.HandlerOptions()).connect_timeout == 3.0
+    options = sdk.HandlerOptions({"OPCUA_CONNECT_TIMEOUT_SECONDS": "0.5"})
+    assert opcua.create(options).connect_timeout == 0.5
+    with pytest.raises(ValueError, match=r"^OPCUA_CONNECT_TIMEOUT_SECONDS must be a positive"):
+        opcua.create(sdk.HandlerOptions({"OPCUA_CONNECT_TIMEOUT_SECONDS": "-3"}))
 
 
 @pytest.mark.parametrize(
