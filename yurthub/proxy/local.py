@@ -362,7 +362,7 @@ class Answerer:
                 wake = min(deadline, next_bookmark if bookmarks else deadline, now + HEALTH_POLL)
                 await asyncio.sleep(max(0.0, wake - now))
             await resp.write_eof()
-        except ConnectionResetError:
+        except ConnectionError:
             pass
         return resp
 
@@ -671,17 +671,22 @@ async def _stream_items(
         resp.content_length = len(head) + sum(len(b) for b in bodies) + len(bodies) - 1 + len(b"]}")
     else:
         resp.enable_chunked_encoding()
-    await resp.prepare(request)
-    await resp.write(head)
-    first = True
-    while bodies:
-        chunk, bodies[:LIST_WRITE_ITEMS] = bodies[:LIST_WRITE_ITEMS], []
-        if not first:
-            await resp.write(b",")
-        first = False
-        await resp.write(b",".join(chunk if convert is None else map(convert, chunk)))
-    await resp.write(b"]}")
-    await resp.write_eof()
+    try:
+        await resp.prepare(request)
+        await resp.write(head)
+        first = True
+        while bodies:
+            chunk, bodies[:LIST_WRITE_ITEMS] = bodies[:LIST_WRITE_ITEMS], []
+            if not first:
+                await resp.write(b",")
+            first = False
+            await resp.write(b",".join(chunk if convert is None else map(convert, chunk)))
+        await resp.write(b"]}")
+        await resp.write_eof()
+    except ConnectionError:
+        pass  # the client went away mid-list (reset, or "Connection lost" while draining)
+    finally:
+        bodies.clear()
     await asyncio.get_running_loop().run_in_executor(None, store.trim_heap)
     return resp
 

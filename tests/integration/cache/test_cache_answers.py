@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import pathlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 from aiohttp import web
 
 from yurthub import requestinfo
@@ -189,3 +191,22 @@ async def test_kubelet_lease_writes_offline(tmp_path: pathlib.Path) -> None:
         status, body = await get(session, f"{collection}/{NODE}", "kubelet-lease")
         assert status == 200 and body["metadata"]["name"] == NODE
         assert (await get(session, f"{collection}/other-node", "kubelet-lease"))[0] == 404
+
+
+async def test_a_client_leaving_mid_list_is_no_server_error(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    padded = orjson.loads(pod_list(*(f"p{i:04}" for i in range(2000))))
+    for item in padded["items"]:
+        item["spec"]["pad"] = "x" * 4000
+    job = store.PutList(MY_PODS, orjson.dumps(padded))
+    async with answering(tmp_path, job) as (session, base):
+        headers = {"User-Agent": KUBELET, "Accept": "application/json", "X-Reason": "offline"}
+        params = {"fieldSelector": f"spec.nodeName={NODE}"}
+        async with session.get(base + "/api/v1/pods", params=params, headers=headers) as resp:
+            assert resp.status == 200
+            await resp.content.readany()
+            resp.connection.transport.abort()  # type: ignore[union-attr]
+        await asyncio.sleep(0.5)  # the server writes on into a closed connection
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
