@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
-import logging
 import os
-import signal
 from collections.abc import Mapping
 from pathlib import Path
 
 import click
 
+from discovery import signalling
 from discovery.agent import running, settings
 from edgehub import cli
-
-logger = logging.getLogger(__name__)
 
 
 def _version() -> str:
@@ -211,31 +208,7 @@ def command(
         ),
     )
     try:
-        asyncio.run(_run(agent_settings))
+        asyncio.run(signalling.run_until_signalled(running.run(agent_settings)))
     except running.StartupError as e:
         click.echo(f"error: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
-
-
-async def _run(agent_settings: settings.AgentSettings) -> None:
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-    assert main is not None
-    stopping = False
-
-    def on_signal(signum: int) -> None:
-        nonlocal stopping
-        if stopping:
-            logger.warning("second signal %s: exiting now", signal.Signals(signum).name)
-            os._exit(1)
-        stopping = True
-        logger.info("signal %s: stopping", signal.Signals(signum).name)
-        main.cancel()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
-    try:
-        await running.run(agent_settings)
-    except asyncio.CancelledError:
-        if not stopping:
-            raise

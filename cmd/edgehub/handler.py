@@ -11,18 +11,13 @@ handler process budget is 40 MB RSS), never aiohttp or the Kubernetes client.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
-import signal
 from pathlib import Path
-from typing import Any
 
 import click
 
-from discovery import sdk
+from discovery import sdk, signalling
 from edgehub import cli
-
-logger = logging.getLogger(__name__)
 
 
 @click.command("handler", context_settings=cli.COMMAND_CONTEXT)
@@ -87,31 +82,7 @@ def command(
         registration_retry=registration_retry,
     )
     try:
-        asyncio.run(_run(handler, settings))
+        asyncio.run(signalling.run_until_signalled(sdk.serve(handler, settings)))
     except sdk.ServeError as e:
         click.echo(f"error: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
-
-
-async def _run(handler: sdk.Handler[Any], settings: sdk.ServeSettings) -> None:
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-    assert main is not None
-    stopping = False
-
-    def on_signal(signum: int) -> None:
-        nonlocal stopping
-        if stopping:
-            logger.warning("second signal %s: exiting now", signal.Signals(signum).name)
-            os._exit(1)
-        stopping = True
-        logger.info("signal %s: stopping", signal.Signals(signum).name)
-        main.cancel()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
-    try:
-        await sdk.serve(handler, settings)
-    except asyncio.CancelledError:
-        if not stopping:
-            raise
