@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import pathlib
 import tempfile
 import time
@@ -24,34 +23,17 @@ from collections.abc import Callable
 
 import yaml
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from yurthub import kubeconfigs, settings
 from yurthub.proxy import upstream
+from yurthub.testing.sim import pki
 
 
 def _write_kubeconfig(directory: pathlib.Path) -> pathlib.Path:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "system:node:bench")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .sign(key, hashes.SHA256())
-    )
-    pem = cert.public_bytes(serialization.Encoding.PEM) + key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    (directory / "kubelet-client-current.pem").write_bytes(pem)
-    (directory / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    authority = pki.Authority.create("bench-ca")
+    cert, key = authority.issue_client("system:node:bench")
+    (directory / "kubelet-client-current.pem").write_bytes(cert + key)
+    (directory / "ca.crt").write_bytes(authority.cert_pem)
     current = "kubelet-client-current.pem"
     doc = {
         "apiVersion": "v1",

@@ -18,10 +18,6 @@ from collections.abc import AsyncIterator, Callable
 import aiohttp
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from yurthub import health, kubeconfigs, metrics, server, settings
 from yurthub.proxy import upstream
@@ -67,25 +63,6 @@ def replace_atomically(path: pathlib.Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
-
-
-def signed_cert(
-    sim: simapiserver.SimApiserver, user: str, lifetime: datetime.timedelta
-) -> tuple[bytes, bytes]:
-    """(cert, key) PEM for ``user`` signed by the sim's CA with a chosen lifetime."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    csr = (
-        x509.CertificateSigningRequestBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, user)]))
-        .sign(key, hashes.SHA256())
-    )
-    cert = sim.state.authority.sign_request(
-        csr.public_bytes(serialization.Encoding.PEM), lifetime=lifetime
-    )
-    pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert, pem
 
 
 # --- observing ----------------------------------------------------------------------------------
@@ -338,7 +315,9 @@ async def test_expired_certificate_warns_and_a_refused_handshake_reloads_at_once
     caplog.set_level(logging.WARNING, logger="yurthub.proxy.upstream")
     pki = tmp_path / "pki"
     pki.mkdir()
-    cert, key = signed_cert(sim, "system:node:expired", datetime.timedelta(minutes=-1))
+    cert, key = sim.state.authority.issue_client(
+        "system:node:expired", lifetime=datetime.timedelta(minutes=-1)
+    )
     rotate_symlink(pki, cert + key, 1)
     current = str(pki / "kubelet-client-current.pem")
     kubeconfig = tmp_path / "kubelet.conf"
@@ -349,7 +328,9 @@ async def test_expired_certificate_warns_and_a_refused_handshake_reloads_at_once
         assert "has expired" in caplog.text
         assert not hub.health.any_healthy()  # the apiserver refuses the handshake
 
-        cert, key = signed_cert(sim, "system:node:fresh", datetime.timedelta(hours=2))
+        cert, key = sim.state.authority.issue_client(
+            "system:node:fresh", lifetime=datetime.timedelta(hours=2)
+        )
         rotate_symlink(pki, cert + key, 2)
         # No periodic check for an hour: the next refused handshake triggers the reload.
         await eventually(lambda: hub.upstream is not None and hub.upstream.reloads == 1)

@@ -3,73 +3,33 @@
 from __future__ import annotations
 
 import base64
-import datetime
-import ipaddress
 import pathlib
 import ssl
-from typing import Any
 
 import aiohttp
 import pytest
 import yaml
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from yurthub import kubeconfigs, server, settings
-
-
-def _cert(
-    name: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[x509.Name, Any] | None, **kw: Any
-) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    issuer_name, issuer_key = issuer if issuer else (subject, key)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-    )
-    if kw.get("ca"):
-        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-    if kw.get("san"):
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            False,
-        )
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-def _pem(obj: Any) -> bytes:
-    if isinstance(obj, x509.Certificate):
-        return obj.public_bytes(serialization.Encoding.PEM)
-    assert isinstance(obj, ec.EllipticCurvePrivateKey)
-    return obj.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
+from yurthub.testing.sim import pki as certs
 
 
 @pytest.fixture
 def pki(tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _cert("test-ca", ca_key, None, ca=True)
+    """A CA, a serving certificate for 127.0.0.1 and the hub's client certificate, as files."""
+    authority = certs.Authority.create("test-ca")
+    issued = {
+        "server": authority.issue_serving(["127.0.0.1"]),
+        "hub": authority.issue_client("system:node:hub"),
+    }
     files = {}
-    for name, san in (("server", True), ("hub", False)):
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = _cert(f"system:node:{name}", key, (ca.subject, ca_key), san=san)
-        (tmp_path / f"{name}.crt").write_bytes(_pem(cert))
-        (tmp_path / f"{name}.key").write_bytes(_pem(key))
+    for name, (cert, key) in issued.items():
+        (tmp_path / f"{name}.crt").write_bytes(cert)
+        (tmp_path / f"{name}.key").write_bytes(key)
         files[name] = tmp_path / f"{name}.crt"
         files[f"{name}-key"] = tmp_path / f"{name}.key"
-    (tmp_path / "ca.crt").write_bytes(_pem(ca))
+    (tmp_path / "ca.crt").write_bytes(authority.cert_pem)
     files["ca"] = tmp_path / "ca.crt"
     return files
 

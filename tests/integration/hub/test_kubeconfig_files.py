@@ -13,44 +13,27 @@ from collections.abc import Callable
 
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from yurthub import kubeconfigs
+from yurthub.testing.sim import pki
+
+AUTHORITY = pki.Authority.create("test-ca")
+"""Signs the client certificates (the files under test are only loaded, never verified)."""
 
 
-def _pair(cn: str, hours: float = 48.0) -> tuple[bytes, bytes]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(hours=hours))
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+def _other_certificate() -> bytes:
+    return AUTHORITY.issue_client("system:node:b")[0]
 
 
 @pytest.fixture
 def layout(tmp_path: pathlib.Path) -> pathlib.Path:
     """kubelet's layout: ``pki/kubelet-client-current.pem`` -> a cert+key file; a CA file."""
-    pki = tmp_path / "pki"
-    pki.mkdir()
-    cert, key = _pair("system:node:a")
-    (pki / "kubelet-client-1.pem").write_bytes(cert + key)
-    (pki / "kubelet-client-current.pem").symlink_to("kubelet-client-1.pem")
-    ca, _ = _pair("ca")
-    (tmp_path / "ca.crt").write_bytes(ca)
+    directory = tmp_path / "pki"
+    directory.mkdir()
+    cert, key = AUTHORITY.issue_client("system:node:a")
+    (directory / "kubelet-client-1.pem").write_bytes(cert + key)
+    (directory / "kubelet-client-current.pem").symlink_to("kubelet-client-1.pem")
+    (tmp_path / "ca.crt").write_bytes(AUTHORITY.cert_pem)
     current = "pki/kubelet-client-current.pem"
     doc = {
         "apiVersion": "v1",
@@ -90,11 +73,11 @@ def test_load_remembers_every_file_and_the_certificate(layout: pathlib.Path) -> 
 
 def test_symlink_swap_is_a_change(layout: pathlib.Path) -> None:
     identity = kubeconfigs.load(layout / "kubelet.conf")
-    pki = layout / "pki"
-    cert, key = _pair("system:node:b")
-    (pki / "kubelet-client-2.pem").write_bytes(cert + key)
-    (pki / "tmp").symlink_to("kubelet-client-2.pem")
-    os.replace(pki / "tmp", pki / "kubelet-client-current.pem")
+    directory = layout / "pki"
+    cert, key = AUTHORITY.issue_client("system:node:b")
+    (directory / "kubelet-client-2.pem").write_bytes(cert + key)
+    (directory / "tmp").symlink_to("kubelet-client-2.pem")
+    os.replace(directory / "tmp", directory / "kubelet-client-current.pem")
     assert kubeconfigs.changed(identity.files)
     assert kubeconfigs.load(layout / "kubelet.conf").subject == "system:node:b"
 
@@ -118,7 +101,7 @@ def test_rewrite_in_place_and_removal_are_changes(layout: pathlib.Path) -> None:
         (lambda pem: pem[: len(pem) // 3], "not PEM"),  # cut inside the certificate
         (lambda pem: pem[: pem.index(b"-----BEGIN PRIVATE KEY")], "do not load"),  # no key yet
         (lambda pem: pem[: len(pem) - 40], "do not load"),  # cut inside the key
-        (lambda pem: _pair("system:node:b")[0] + pem.split(b"-----END CERTIFICATE-----\n")[1],
+        (lambda pem: _other_certificate() + pem.split(b"-----END CERTIFICATE-----\n")[1],
          "do not load"),  # a new certificate with the old key
         (lambda pem: b"", "not PEM"),
         (lambda pem: pem + b"x" * kubeconfigs.MAX_FILE_BYTES, "larger than"),

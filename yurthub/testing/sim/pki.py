@@ -165,11 +165,21 @@ class Authority:
         )
         return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
-    def issue_client(self, cn: str, orgs: Iterable[str] = ()) -> tuple[bytes, bytes]:
-        """A client certificate (PEM cert, PEM key): CN is the user, each O a group."""
+    def issue_client(
+        self,
+        cn: str,
+        orgs: Iterable[str] = (),
+        *,
+        lifetime: datetime.timedelta = datetime.timedelta(days=365),
+    ) -> tuple[bytes, bytes]:
+        """A client certificate (PEM cert, PEM key): CN is the user, each O a group. A negative
+        ``lifetime`` gives an already expired certificate (rotation tests)."""
         key = ec.generate_private_key(ec.SECP256R1())
         cert = self._sign(
-            _subject(cn, orgs), key.public_key(), usages=[ExtendedKeyUsageOID.CLIENT_AUTH]
+            _subject(cn, orgs),
+            key.public_key(),
+            usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
+            lifetime=lifetime,
         )
         return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
