@@ -233,9 +233,6 @@ class Requests:
         await self.registry.stop_request(_request_key(key))
         logger.info("discovery request for %s/%s stopped", *key)
 
-    def keys(self) -> list[Key]:
-        return list(self._tracked)
-
     def view(self, key: Key) -> View | None:
         tracked = self._tracked.get(key)
         if tracked is None:

@@ -28,11 +28,6 @@ class Recorder:
         self.component = component
         self._last: collections.OrderedDict[tuple[str, str, str], str] = collections.OrderedDict()
 
-    def forget(self, obj: Mapping[str, Any]) -> None:
-        uid = str((obj.get("metadata") or {}).get("uid") or "")
-        for key in [k for k in self._last if k[0] == uid]:
-            del self._last[key]
-
     async def post(self, obj: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
         meta = obj.get("metadata") or {}
         uid = str(meta.get("uid") or "")

@@ -191,8 +191,6 @@ class Reconciler:
         )
         self.requests: discovering.Requests | None = None
         self._backoff: dict[Key, float] = {}
-        self._cdi_written: set[Key] = set()
-        self.reconciles = 0
 
     # -- triggers
 
@@ -285,7 +283,6 @@ class Reconciler:
 
     async def reconcile(self, key: Key) -> float | None:
         """Returns when to reconcile ``key`` again (None: only on events)."""
-        self.reconciles += 1
         assert self.requests is not None
         configuration = self.configurations.store.get(key)
         if configuration is None:
@@ -416,14 +413,12 @@ class Reconciler:
             await self._remove_cdi(key)
             return False
         await cdi.write_spec(path, spec)
-        self._cdi_written.add(key)
         return True
 
     async def _remove_cdi(self, key: Key) -> None:
         path = self._cdi_path(key)
         if path is not None:
             await cdi.remove_spec(path)
-        self._cdi_written.discard(key)
 
 
 def _finalizers(obj: Mapping[str, Any]) -> list[str]:

@@ -47,8 +47,6 @@ class Reflector:
         self.backoff_cap = backoff_cap
         self.store: dict[Key, dict[str, Any]] = {}
         self.synced = asyncio.Event()
-        # Set while a watch stream is open; tests use it to know the reflector is live.
-        self.watching = asyncio.Event()
 
     def _apply_list(self, items: list[dict[str, Any]]) -> None:
         fresh = {kubeapi.key_of(obj): obj for obj in items}
@@ -84,7 +82,6 @@ class Reflector:
                     resource_version = listed.resource_version
                     self.synced.set()
                     logger.debug("listed %d %s at %s", len(listed.items), what, resource_version)
-                self.watching.set()
                 opened = time.monotonic()
                 events = 0
                 async for event in self.api.watch(
@@ -95,17 +92,14 @@ class Reflector:
                     if event.type != "BOOKMARK":
                         self._apply_event(event)
                     resource_version = kubeapi.resource_version_of(event.object) or resource_version
-                self.watching.clear()
                 if not events and time.monotonic() - opened < 1.0:
                     # A server (or proxy) that closes watches at once must not make us spin.
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, self.backoff_cap)
             except kubeapi.Gone:
-                self.watching.clear()
                 logger.info("watch of %s expired; relisting", what)
                 resource_version = None
             except kubeapi.KubeError as e:
-                self.watching.clear()
                 logger.warning("list/watch of %s failed (%s); retrying in %.1fs", what, e, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.backoff_cap)
