@@ -368,16 +368,22 @@ def _bool_param(params: Mapping[str, list[str]], key: str) -> bool:
     return values[0] != "0" and values[0].lower() != "false"
 
 
+_INT64_MAX = (1 << 63) - 1
+
+
 def _int_param(params: Mapping[str, list[str]], key: str) -> int | None:
     raw = _first(params, key)
     if not raw:
         return None
+    shown = raw if len(raw) <= 32 else raw[:32] + "..."
     try:
         value = int(raw)
     except ValueError as e:
-        raise BadRequestError(f"invalid {key} {raw!r}: not an integer") from e
+        raise BadRequestError(f"invalid {key} {shown!r}: not an integer") from e
     if value < 0:
-        raise BadRequestError(f"invalid {key} {raw!r}: must not be negative")
+        raise BadRequestError(f"invalid {key} {shown!r}: must not be negative")
+    if value > _INT64_MAX:  # an int64 on the apiserver; later float arithmetic would overflow
+        raise BadRequestError(f"invalid {key} {shown!r}: out of range")
     return value
 
 

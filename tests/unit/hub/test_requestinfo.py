@@ -172,6 +172,9 @@ def test_unknown_method_on_resource_path_is_not_a_known_verb() -> None:
         "/api/v1/pods?labelSelector=a in (b",
         "/api/v1/pods?fieldSelector=novalue",
         "/api/v1/pods/x?timeout=5x",
+        "/api/v1/pods?watch=1&timeoutSeconds=" + "9" * 400,  # no float holds it
+        "/api/v1/pods?limit=9223372036854775808",  # int64 overflow
+        "/api/v1/pods/x?timeout=" + "9" * 400 + "h",
     ],
 )
 def test_bad_requests(url: str) -> None:
