@@ -129,6 +129,7 @@ async def test_authentication(
         ("GET", "/api/v1/pods?labelSelector=a%20in%20(b", {}, 400),
         ("GET", "/api/v1/configmaps?fieldSelector=spec.nodeName%3Dx", {}, 400),
         ("GET", "/api/v1/pods?limit=x", {}, 400),
+        ("GET", "/api/v1/pods?watch=1&timeoutSeconds=" + "9" * 400, {}, 400),  # not an int64
         ("POST", "/api/v1/namespaces/nope/configmaps", {"json": {"metadata": {"name": "x"}}}, 404),
         (
             "POST",

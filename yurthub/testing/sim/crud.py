@@ -31,6 +31,7 @@ from yurthub.testing.sim import (
 )
 
 CSR_STORAGE = ("certificates.k8s.io", "certificatesigningrequests")
+INT64_MAX = (1 << 63) - 1
 
 
 def flag(query: Mapping[str, str], name: str) -> bool | None:
@@ -52,6 +53,8 @@ def int_param(query: Mapping[str, str], name: str) -> int | None:
         raise errors.bad_request(f"invalid value for {name}: {value!r} is not an integer") from None
     if number < 0:
         raise errors.bad_request(f"invalid value for {name}: must not be negative")
+    if number > INT64_MAX:
+        raise errors.bad_request(f"invalid value for {name}: out of range for an int64")
     return number
 
 
