@@ -50,7 +50,9 @@ Semantics (Akri reference §1.4, without its quirks):
 
 Dangers: a misbehaving handler can only cost one bounded stream per request; device lists
 are capped at ``RegistrySettings.max_devices`` per endpoint (the excess is dropped with an
-error). All state is owned by one event loop; no locking.
+error) and registrations at ``RegistrySettings.max_endpoints`` (the registration socket is
+reachable by anything that mounts the handlers directory; re-registering a known endpoint
+always works). All state is owned by one event loop; no locking.
 """
 
 from __future__ import annotations
@@ -151,6 +153,10 @@ class RegistrySettings:
     """Devices accepted per endpoint list; a hostile handler cannot grow memory without bound."""
     max_message_bytes: int = 16 * 1024 * 1024
     """Largest DiscoverResponse accepted."""
+    max_endpoints: int = 256
+    """Registered endpoints; more are refused (``RESOURCE_EXHAUSTED``). Each one costs a
+    stream per request, so whatever can reach the registration socket must not grow that
+    without bound (a node runs a handful of handlers)."""
 
 
 class RegistrationError(ValueError):
@@ -583,6 +589,15 @@ class Registry:
         except RegistrationError as e:
             logger.warning("rejected a discovery handler registration: %s", e)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        limit = self.settings.max_endpoints
+        if endpoint.uid not in self._endpoints and len(self._endpoints) >= limit:
+            logger.warning(
+                "rejected discovery handler %s: %d already registered", endpoint.uid, limit
+            )
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{limit} discovery handler endpoints are registered already",
+            )
         self.register(endpoint)
         return discovery_pb2.Empty()
 

@@ -178,6 +178,25 @@ async def test_malformed_registrations_are_rejected(
     assert reg.endpoints() == ()
 
 
+async def test_registrations_are_bounded_but_known_endpoints_may_re_register(
+    sock_dir: Path,
+) -> None:
+    settings = dataclasses.replace(FAST, directory=sock_dir, max_endpoints=2)
+    async with (
+        registry.running(settings) as reg,
+        grpc.aio.insecure_channel(f"unix:{sock_dir / 'agent-registration.sock'}") as ch,
+    ):
+        register = wire.register_call(ch)
+        for n in (1, 2):
+            await register(wire.register_request("h", f"/tmp/h{n}.sock", False, False))
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await register(wire.register_request("h", "/tmp/h3.sock", False, False))
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "2 discovery handler endpoints" in (caught.value.details() or "")
+        await register(wire.register_request("h", "/tmp/h2.sock", False, False))
+        assert [e.endpoint for e in reg.endpoints()] == ["/tmp/h1.sock", "/tmp/h2.sock"]
+
+
 @dataclasses.dataclass
 class Fixed:
     """A third-party-style handler: fixed devices, then holds the stream open."""
