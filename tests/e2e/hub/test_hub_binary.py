@@ -78,6 +78,11 @@ async def wait_ready(hub_server: str) -> None:
             await asyncio.sleep(0.05)
 
 
+async def metrics(s: aiohttp.ClientSession, hub_server: str) -> str:
+    async with s.get(hub_server + "/metrics") as r:
+        return await r.text()
+
+
 async def test_binary_serves_and_stops_on_sigterm(upstream: str) -> None:
     proc, proxy, hub_server = await start_hub(upstream, "--heartbeat-interval-seconds", "1")
     try:
@@ -130,7 +135,11 @@ async def test_second_signal_forces(upstream: str) -> None:
 
         async with aiohttp.ClientSession() as s, asyncio.TaskGroup() as tg:
             pending = tg.create_task(in_flight(s), name="in-flight")
-            await asyncio.sleep(0.5)
+            async with asyncio.timeout(10):  # the request has reached the hub
+                while "node_yurthub_in_flight_requests_total 1.0" not in await metrics(
+                    s, hub_server
+                ):
+                    await asyncio.sleep(0.05)
             proc.send_signal(signal.SIGTERM)
             await asyncio.sleep(0.5)
             assert proc.returncode is None  # waiting for the in-flight request
