@@ -6,8 +6,8 @@ Details (Akri §8.4): optional filter lists ``ipAddresses``, ``macAddresses``, `
 
 One pass: send a Probe (multicast 239.255.255.250:3702, or unicast to
 ``ONVIF_PROBE_TARGET=host:port``), collect ProbeMatches for the timeout, keep matches whose
-scopes pass the scope filter, map every XAddr to the device uuid, keep URLs that answer
-``GetSystemDateAndTime`` with HTTP 200 within 1 s, apply the uuid filter, fetch IPv4 and MAC
+scopes pass the scope filter, map every XAddr to the device uuid, apply the uuid filter, keep
+URLs that answer ``GetSystemDateAndTime`` with HTTP 200 within 1 s, fetch IPv4 and MAC
 with ``GetNetworkInterfaces`` (WS-Security UsernameToken when a credential exists; cached
 for URLs already seen in the previous pass), and apply the ip/mac filters: a camera whose
 ip/mac could not be fetched is dropped when that filter could reject anything.
@@ -284,13 +284,17 @@ class Onvif:
         limit: asyncio.Semaphore,
     ) -> tuple[list[devices.Device], dict[tuple[str, str], tuple[str | None, str | None]]]:
         replies = await wsdiscovery.probe(self.probe_target, parsed.discovery_timeout)
-        services = candidates(wsdiscovery.matches_from_replies(replies), parsed.scopes)
+        matches = wsdiscovery.matches_from_replies(replies)
+        # The uuid filter before any SOAP call: a camera it drops is not worth a request.
+        services = {
+            url: uuid
+            for url, uuid in candidates(matches, parsed.scopes).items()
+            if value_passes(parsed.uuids, uuid)
+        }
 
         async def check(url: str, uuid: str) -> tuple[str, str, bool, str | None, str | None]:
             async with limit:
                 if not await is_alive(session, url):
-                    return url, uuid, False, None, None
-                if not value_passes(parsed.uuids, uuid):
                     return url, uuid, False, None, None
                 if (url, uuid) in known:
                     ip, mac = known[(url, uuid)]

@@ -99,6 +99,13 @@ async def test_filters(text: str, expected: list[str]) -> None:
         assert _sorted_uuids(await _discover(sim, text, creds)) == expected
 
 
+async def test_a_camera_the_uuid_filter_drops_gets_no_soap_request() -> None:
+    async with onvif_sim.running(_cameras()) as sim:
+        found = await _discover(sim, "uuids: {items: ['aaaa-0001'], action: Exclude}")
+        assert _uuids(found) == ["bbbb-0002"]
+        assert [uuid for uuid, _ in sim.requests if uuid == CAM_A] == []
+
+
 async def test_malformed_replies_and_dead_cameras_are_skipped() -> None:
     cameras = _cameras()
     cameras[1].alive = False
