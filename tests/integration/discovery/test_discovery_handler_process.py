@@ -116,9 +116,10 @@ async def test_reregisters_promptly_when_the_agent_restarts(
     await asyncio.sleep(0.3)  # the agent is away for a moment
     restarted = time.monotonic()
     await fake_agent.start()
-    again = await fake_agent.next_registration(seconds=3)
+    # Half the retry interval: well clear of a retry tick, with room for a loaded machine.
+    again = await fake_agent.next_registration(seconds=5)
     assert again.endpoint == first.endpoint
-    assert time.monotonic() - restarted < 2.0
+    assert time.monotonic() - restarted < 5.0
 
 
 async def test_waits_for_an_agent_that_starts_later(
