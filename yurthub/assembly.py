@@ -8,7 +8,9 @@ that is safe:
 2. start the hub with the cache's tee and local answerer; the heartbeat's Lease is stored as
    kubelet's lease;
 3. tell the local answerer how to see cloud health (held offline watches end when it returns);
-4. follow the ``yurt-hub-cfg`` ConfigMap through the hub's own proxy (so it is cached too).
+4. follow the ``yurt-hub-cfg`` ConfigMap through the hub's own proxy (so it is cached too);
+5. wait for the first health probe (bounded by the heartbeat timeout and retries): whatever
+   runs beside the hub talks to it at once, and would otherwise meet the readiness gate's 503.
 
 Teardown runs in reverse: stop following, stop the hub (phased), close the cache (queued
 writes flushed, bounded).
@@ -78,6 +80,7 @@ async def running(
                     follower = tg.create_task(
                         cache.follow_config(hub.proxy_url), name="cache-agents-config"
                     )
+                await checker.initial_probe_done.wait()
                 try:
                     yield Node(hub=hub, cache=cache)
                 finally:

@@ -107,3 +107,15 @@ async def test_stop_ends_watches_held_offline_at_once(
         async with asyncio.timeout(2):
             assert await watch.content.read() == b""
         watch.release()
+
+
+async def test_the_hub_is_ready_when_running_yields(
+    sim_apiserver: simapiserver.SimApiserver, tmp_path: pathlib.Path
+) -> None:
+    # Whatever runs beside the hub (the discovery agent, the demo) talks to it at once.
+    async with (
+        assembly.running(hub_settings(sim_apiserver, tmp_path / "cache")) as node,
+        aiohttp.ClientSession(headers=KUBELET) as http,
+        http.get(f"{node.hub.proxy_url}/api/v1/namespaces/default/pods") as resp,
+    ):
+        assert resp.status == 200, await resp.text()
