@@ -19,13 +19,13 @@ import signal
 import socket
 import sys
 import tempfile
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from discovery.testing import cluster
 from discovery.testing import kubelet as sim_kubelet
 
 pytestmark = pytest.mark.slow
@@ -54,41 +54,13 @@ def base() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-async def kubectl(sim: Any, *args: str, stdin: str | None = None, check: bool = True) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        "/usr/bin/kubectl",
-        f"--kubeconfig={sim.kubeconfig_path}",
-        *args,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else None,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate(stdin.encode() if stdin is not None else None)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)}: {err.decode()}")
-    return out.decode()
-
-
-async def instances(sim: Any) -> dict[str, dict[str, Any]]:
-    listed = json.loads(await kubectl(sim, "get", "akrii", "-A", "-o", "json"))
-    return {i["metadata"]["name"]: i for i in listed["items"]}
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float = 15.0) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.2)
-
-
 @pytest.fixture
 async def sim(base: Path) -> AsyncIterator[Any]:
     server = simapiserver.SimApiserver("127.0.0.1", port=0, seed="demo", workdir=base / "sim")
     await server.start()
     try:
         for crd in CRDS:
-            await kubectl(server, "apply", "-f", str(crd))
+            await cluster.kubectl(server, "apply", "-f", str(crd))
         yield server
     finally:
         await server.stop()
@@ -158,33 +130,35 @@ async def test_debug_echo_handler_process_crash_and_agent_restart(sim: Any, base
     }
     handler_args = [EDGEHUB, "handler", "debugEcho", "--registration-retry=0.2"]
     names = {f"cfg-{digest('bar0node-e2e')}", f"cfg-{digest('bar1node-e2e')}"}
-    await kubectl(
+    await cluster.kubectl(
         sim, "apply", "-f", "-", stdin=config("cfg", "debugEcho", "descriptions: [bar0, bar1]")
     )
 
     async def expected() -> bool:
-        return set(await instances(sim)) == names
+        return set(await cluster.instances(sim)) == names
 
     async with (
         sim_kubelet.SimKubelet(base / "dp") as kubelet,
         process(*agent_args(sim, base), env={}) as agent,
     ):
         async with process(*handler_args, env=handler_env) as handler:
-            await eventually(expected)
+            await cluster.eventually(expected)
             await kubelet.wait_for(lambda: len(kubelet.plugins) == 3)
-            before = {n: i["metadata"]["uid"] for n, i in (await instances(sim)).items()}
+            before = {n: i["metadata"]["uid"] for n, i in (await cluster.instances(sim)).items()}
             handler.kill()  # crash mid-stream
             await handler.wait()
         async with process(*handler_args, env=handler_env):
             await asyncio.sleep(2.0)
-            assert {n: i["metadata"]["uid"] for n, i in (await instances(sim)).items()} == before
+            assert {
+                n: i["metadata"]["uid"] for n, i in (await cluster.instances(sim)).items()
+            } == before
             agent.kill()  # the agent dies without cleaning up
             await agent.wait()
             stale = set((base / "dp").glob("cfg-*.sock"))
             async with process(*agent_args(sim, base), env={}) as again:
                 await kubelet.wait_for(lambda: len(kubelet.plugins) == 3, within=20.0)
                 await asyncio.sleep(1.0)
-                after = {n: i["metadata"]["uid"] for n, i in (await instances(sim)).items()}
+                after = {n: i["metadata"]["uid"] for n, i in (await cluster.instances(sim)).items()}
                 assert after == before
                 again.send_signal(signal.SIGTERM)
                 async with asyncio.timeout(10):
@@ -197,18 +171,18 @@ async def test_udev_tty_configuration_finds_local_devices(sim: Any, base: Path) 
     if not list(Path("/sys/class/tty").glob("*")):
         pytest.skip("no tty devices in /sys/class/tty")
     details = 'udevRules:\n- SUBSYSTEM=="tty"\n'
-    await kubectl(sim, "apply", "-f", "-", stdin=config("ttys", "udev", details))
+    await cluster.kubectl(sim, "apply", "-f", "-", stdin=config("ttys", "udev", details))
     async with process(*agent_args(sim, base, "--embedded-handlers=udev"), env={}):
 
         async def some_local() -> bool:
-            found = await instances(sim)
+            found = await cluster.instances(sim)
             return bool(found) and all(
                 not i["spec"]["shared"] and i["spec"]["nodes"] == ["node-e2e"]
                 for i in found.values()
             )
 
-        await eventually(some_local, within=20.0)
-        sample = next(iter((await instances(sim)).values()))
+        await cluster.eventually(some_local, within=20.0)
+        sample = next(iter((await cluster.instances(sim)).values()))
         assert sample["spec"]["brokerProperties"]["UDEV_DEVPATH"].startswith("/devices/")
 
 
@@ -249,7 +223,7 @@ async def test_startup_failures_exit_3_with_one_clear_line(base: Path, failing: 
 async def test_in_a_pod_the_service_account_authenticates(sim: Any, base: Path) -> None:
     # What the DaemonSet gives the agent: no kubeconfig, a ServiceAccount directory and
     # KUBERNETES_SERVICE_HOST/PORT (here the simulator).
-    await kubectl(sim, "create", "serviceaccount", "edgehub-agent", "-n", "default")
+    await cluster.kubectl(sim, "create", "serviceaccount", "edgehub-agent", "-n", "default")
     account = base / "serviceaccount"
     account.mkdir()
     (account / "token").write_text(sim.service_account_token("default", "edgehub-agent"))
@@ -265,10 +239,12 @@ async def test_in_a_pod_the_service_account_authenticates(sim: Any, base: Path) 
         "EDGEHUB_SERVICE_ACCOUNT_DIR": str(account),
         "DEBUG_ECHO_AVAILABILITY_FILE": str(base / "availability"),
     }
-    await kubectl(sim, "apply", "-f", "-", stdin=config("cfg", "debugEcho", "descriptions: [p]"))
+    await cluster.kubectl(
+        sim, "apply", "-f", "-", stdin=config("cfg", "debugEcho", "descriptions: [p]")
+    )
     async with process(*args, env=env):
 
         async def created() -> bool:
-            return list(await instances(sim)) == [f"cfg-{digest('p')}"]
+            return list(await cluster.instances(sim)) == [f"cfg-{digest('p')}"]
 
-        await eventually(created)
+        await cluster.eventually(created)

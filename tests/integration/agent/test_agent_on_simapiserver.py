@@ -14,8 +14,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import pytest
 from discovery import devices, sdk
 from discovery.agent import running, settings
 from discovery.handlers import debug_echo
+from discovery.testing import cluster
 from discovery.testing import kubelet as sim_kubelet
 
 REPO = Path(__file__).resolve().parents[3]
@@ -42,34 +42,6 @@ simapiserver = pytest.importorskip("yurthub.testing.simapiserver")
 
 def digest(device_id: str) -> str:
     return hashlib.blake2b(device_id.encode(), digest_size=3).hexdigest()
-
-
-async def kubectl(sim: Any, *args: str, stdin: str | None = None, check: bool = True) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        "/usr/bin/kubectl",
-        f"--kubeconfig={sim.kubeconfig_path}",
-        *args,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else None,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate(stdin.encode() if stdin is not None else None)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)}: {err.decode()}")
-    return out.decode()
-
-
-async def instances(sim: Any) -> dict[str, dict[str, Any]]:
-    listed = json.loads(await kubectl(sim, "get", "akrii", "-A", "-o", "json"))
-    return {i["metadata"]["name"]: i for i in listed["items"]}
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.1)
 
 
 def configuration(name: str, handler: str, details: str, capacity: int = 2, **extra: Any) -> str:
@@ -92,15 +64,15 @@ async def sim(tmp_path: Path) -> AsyncIterator[Any]:
     await server.start()
     try:
         for crd in CRDS:
-            await kubectl(server, "apply", "-f", str(crd))
-        await eventually(lambda: _served(server), within=10.0)
+            await cluster.kubectl(server, "apply", "-f", str(crd))
+        await cluster.eventually(lambda: _served(server), within=10.0)
         yield server
     finally:
         await server.stop()
 
 
 async def _served(server: Any) -> bool:
-    out = await kubectl(server, "get", "akric", "-A", check=False)
+    out = await cluster.kubectl(server, "get", "akric", "-A", check=False)
     return "error" not in out.lower()
 
 
@@ -173,7 +145,7 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
 ) -> None:
     availability = sockdir / "availability"
     async with node(sim, sockdir, "node-a") as (agent, kubelet, pods):
-        await kubectl(
+        await cluster.kubectl(
             sim,
             "apply",
             "-f",
@@ -183,10 +155,10 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
         names = {f"cfg-{digest('foo0')}", f"cfg-{digest('foo1')}"}
 
         async def both() -> bool:
-            return set(await instances(sim)) == names
+            return set(await cluster.instances(sim)) == names
 
-        await eventually(both)
-        found = await instances(sim)
+        await cluster.eventually(both)
+        found = await cluster.instances(sim)
         inst = found[f"cfg-{digest('foo0')}"]
         assert inst["spec"]["nodes"] == ["node-a"]
         assert inst["spec"]["cdiName"] == f"akri.sh/cfg={digest('foo0')}"
@@ -196,9 +168,9 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
         }
         assert inst["spec"]["capacity"] == 2 and inst["spec"]["shared"] is True
         assert inst["metadata"]["ownerReferences"][0]["kind"] == "Configuration"
-        config = json.loads(await kubectl(sim, "get", "akric", "cfg", "-o", "json"))
+        config = json.loads(await cluster.kubectl(sim, "get", "akric", "cfg", "-o", "json"))
         assert "node-a" in config["metadata"]["finalizers"]
-        table = await kubectl(sim, "get", "akrii")
+        table = await cluster.kubectl(sim, "get", "akrii")
         assert "CONFIG" in table and "SHARED" in table and "NODES" in table
 
         # The CDI spec file holds both devices.
@@ -227,7 +199,7 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
         assert container.envs[f"DEBUG_ECHO_DESCRIPTION_{suffix}"] == "foo0"
         assert container.envs[f"FROM_CONFIG_{suffix}"] == "yes"
         assert [c.name for c in container.cdi_devices] == [f"akri.sh/cfg={digest('foo0')}"]
-        usage = (await instances(sim))[instance_name]["spec"]["deviceUsage"]
+        usage = (await cluster.instances(sim))[instance_name]["spec"]["deviceUsage"]
         assert usage == {f"{instance_name}-0": "node-a"}
         await kubelet.wait_for_devices(resource, lambda d: d[f"{instance_name}-0"] == "Healthy")
         assert (
@@ -242,12 +214,12 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
         async def config_claim() -> bool:
             values = [
                 v
-                for i in (await instances(sim)).values()
+                for i in (await cluster.instances(sim)).values()
                 for v in i["spec"]["deviceUsage"].values()
             ]
             return f"C:{vdev}:node-a" in values
 
-        await eventually(config_claim)
+        await cluster.eventually(config_claim)
 
         # kubelet (pod-resources) reports only the Instance-level slot: the vdev claim is freed.
         pods.set_in_use({resource: [f"{instance_name}-0"]})
@@ -255,41 +227,43 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
         async def vdev_freed() -> bool:
             values = [
                 v
-                for i in (await instances(sim)).values()
+                for i in (await cluster.instances(sim)).values()
                 for v in i["spec"]["deviceUsage"].values()
             ]
             return f"C:{vdev}:node-a" not in values and "node-a" in values
 
-        await eventually(vdev_freed)
+        await cluster.eventually(vdev_freed)
         # Then nothing is in use: the Instance-level slot is freed as well (un-prefixed ids).
         pods.set_in_use({})
 
         async def all_free() -> bool:
-            return all(not i["spec"]["deviceUsage"] for i in (await instances(sim)).values())
+            return all(
+                not i["spec"]["deviceUsage"] for i in (await cluster.instances(sim)).values()
+            )
 
-        await eventually(all_free)
+        await cluster.eventually(all_free)
 
         # OFFLINE removes the Instances and their plugins; ONLINE brings them back.
         availability.write_text("OFFLINE")
 
         async def none() -> bool:
-            return not await instances(sim)
+            return not await cluster.instances(sim)
 
-        await eventually(none)
+        await cluster.eventually(none)
         await kubelet.wait_for(lambda: not kubelet.plugins)
         assert not cdi_file.exists()
         availability.write_text("ONLINE")
-        await eventually(both)
+        await cluster.eventually(both)
         await kubelet.wait_for_devices(resource)
 
         # Deleting the Configuration removes everything, finalizer included.
-        await kubectl(sim, "delete", "akric", "cfg", "--wait=false")
+        await cluster.kubectl(sim, "delete", "akric", "cfg", "--wait=false")
 
         async def config_gone() -> bool:
-            out = await kubectl(sim, "get", "akric", "-A", "-o", "json")
-            return not json.loads(out)["items"] and not await instances(sim)
+            out = await cluster.kubectl(sim, "get", "akric", "-A", "-o", "json")
+            return not json.loads(out)["items"] and not await cluster.instances(sim)
 
-        await eventually(config_gone)
+        await cluster.eventually(config_gone)
         await kubelet.wait_for(lambda: not kubelet.plugins)
         assert not cdi_file.exists()
         async with (
@@ -306,18 +280,18 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
 
 
 async def test_restart_keeps_instances_untouched(sim: Any, sockdir: Path) -> None:
-    await kubectl(
+    await cluster.kubectl(
         sim, "apply", "-f", "-", stdin=configuration("cfg", "debugEcho", "descriptions: [a, b]")
     )
     async with node(sim, sockdir, "node-a"):
 
         async def two() -> bool:
-            return len(await instances(sim)) == 2
+            return len(await cluster.instances(sim)) == 2
 
-        await eventually(two)
+        await cluster.eventually(two)
         before = {
             n: (i["metadata"]["uid"], i["metadata"]["resourceVersion"])
-            for n, i in (await instances(sim)).items()
+            for n, i in (await cluster.instances(sim)).items()
         }
     # Agent down, then up again: no Instance is deleted or rewritten.
     async with node(sim, sockdir, "node-a") as (_, kubelet, _):
@@ -325,14 +299,14 @@ async def test_restart_keeps_instances_untouched(sim: Any, sockdir: Path) -> Non
         await asyncio.sleep(1.0)
         after = {
             n: (i["metadata"]["uid"], i["metadata"]["resourceVersion"])
-            for n, i in (await instances(sim)).items()
+            for n, i in (await cluster.instances(sim)).items()
         }
         assert after == before
 
 
 async def test_late_handler_and_missing_configmap(sim: Any, sockdir: Path) -> None:
     prop = [{"name": "P", "valueFrom": {"configMapKeyRef": {"name": "later", "key": "k"}}}]
-    await kubectl(
+    await cluster.kubectl(
         sim,
         "apply",
         "-f",
@@ -342,13 +316,17 @@ async def test_late_handler_and_missing_configmap(sim: Any, sockdir: Path) -> No
     async with node(sim, sockdir, "node-a", embedded=False):
         # No handler registered and the ConfigMap is missing: nothing yet, an Event says why.
         await asyncio.sleep(0.5)
-        assert await instances(sim) == {}
+        assert await cluster.instances(sim) == {}
 
         async def warned() -> bool:
-            return "later" in await kubectl(sim, "get", "events", "-n", "default", check=False)
+            return "later" in await cluster.kubectl(
+                sim, "get", "events", "-n", "default", check=False
+            )
 
-        await eventually(warned)
-        await kubectl(sim, "create", "configmap", "later", "--from-literal=k=v", "-n", "default")
+        await cluster.eventually(warned)
+        await cluster.kubectl(
+            sim, "create", "configmap", "later", "--from-literal=k=v", "-n", "default"
+        )
         handler = debug_echo.create(
             sdk.HandlerOptions(
                 environ={"DEBUG_ECHO_AVAILABILITY_FILE": str(sockdir / "avail")}, interval=0.05
@@ -359,15 +337,15 @@ async def test_late_handler_and_missing_configmap(sim: Any, sockdir: Path) -> No
             serving = tg.create_task(sdk.serve(handler, serve_settings), name="late handler")
 
             async def one() -> bool:
-                return list(await instances(sim)) == [f"cfg-{digest('x')}"]
+                return list(await cluster.instances(sim)) == [f"cfg-{digest('x')}"]
 
-            await eventually(one, within=15.0)
+            await cluster.eventually(one, within=15.0)
             serving.cancel()
 
 
 async def test_two_nodes_share_one_instance_and_race_for_a_slot(sim: Any, sockdir: Path) -> None:
     a_avail, b_avail = sockdir / "a-avail", sockdir / "b-avail"
-    await kubectl(
+    await cluster.kubectl(
         sim,
         "apply",
         "-f",
@@ -381,10 +359,10 @@ async def test_two_nodes_share_one_instance_and_race_for_a_slot(sim: Any, sockdi
     ):
 
         async def both_nodes() -> bool:
-            found = await instances(sim)
+            found = await cluster.instances(sim)
             return name in found and sorted(found[name]["spec"]["nodes"]) == ["node-a", "node-b"]
 
-        await eventually(both_nodes)
+        await cluster.eventually(both_nodes)
         resource = f"akri.sh/{name}"
         await kubelet_a.wait_for_devices(resource)
         await kubelet_b.wait_for_devices(resource)
@@ -397,30 +375,30 @@ async def test_two_nodes_share_one_instance_and_race_for_a_slot(sim: Any, sockdi
         assert len(failures) == 1, results
         assert failures[0].code() == grpc.StatusCode.FAILED_PRECONDITION
         winner = "node-a" if not isinstance(results[0], BaseException) else "node-b"
-        usage = (await instances(sim))[name]["spec"]["deviceUsage"]
+        usage = (await cluster.instances(sim))[name]["spec"]["deviceUsage"]
         assert usage == {f"{name}-0": winner}
 
         # node-b loses the device: it leaves, node-a stays.
         b_avail.write_text("OFFLINE")
 
         async def only_a() -> bool:
-            found = await instances(sim)
+            found = await cluster.instances(sim)
             return name in found and found[name]["spec"]["nodes"] == ["node-a"]
 
-        await eventually(only_a)
+        await cluster.eventually(only_a)
 
 
 async def test_apiserver_outage_is_survived(sim: Any, sockdir: Path) -> None:
     availability = sockdir / "availability"
-    await kubectl(
+    await cluster.kubectl(
         sim, "apply", "-f", "-", stdin=configuration("cfg", "debugEcho", "descriptions: [o]")
     )
     async with node(sim, sockdir, "node-a") as (agent, _, _):
 
         async def one() -> bool:
-            return len(await instances(sim)) == 1
+            return len(await cluster.instances(sim)) == 1
 
-        await eventually(one)
+        await cluster.eventually(one)
         await sim.stop()
         availability.write_text("OFFLINE")
         await asyncio.sleep(1.5)
@@ -428,9 +406,9 @@ async def test_apiserver_outage_is_survived(sim: Any, sockdir: Path) -> None:
         await sim.start()
 
         async def none() -> bool:
-            return not await instances(sim)
+            return not await cluster.instances(sim)
 
-        await eventually(none, within=15.0)
+        await cluster.eventually(none, within=15.0)
 
 
 class Scripted:
@@ -468,14 +446,14 @@ def serve_scripted(
 async def versions(sim: Any) -> dict[str, tuple[str, str]]:
     return {
         n: (i["metadata"]["uid"], i["metadata"]["resourceVersion"])
-        for n, i in (await instances(sim)).items()
+        for n, i in (await cluster.instances(sim)).items()
     }
 
 
 async def test_restart_waits_for_a_slow_first_list_then_trusts_it_at_once(
     sim: Any, sockdir: Path
 ) -> None:
-    await kubectl(sim, "apply", "-f", "-", stdin=configuration("cfg", "scripted", ""))
+    await cluster.kubectl(sim, "apply", "-f", "-", stdin=configuration("cfg", "scripted", ""))
     handler = Scripted(["kept", "vanished"])
     async with asyncio.TaskGroup() as tg:
         serving = serve_scripted(tg, handler, sockdir, "scripted.sock")
@@ -483,9 +461,9 @@ async def test_restart_waits_for_a_slow_first_list_then_trusts_it_at_once(
         async with node(sim, sockdir, "node-a", embedded=False, settle=30.0):
 
             async def two() -> bool:
-                return len(await instances(sim)) == 2
+                return len(await cluster.instances(sim)) == 2
 
-            await eventually(two)
+            await cluster.eventually(two)
             before = await versions(sim)
         # While the agent is down, one device goes; the next first pass takes 1.5 s.
         handler.ids, handler.delay = ["kept"], 1.5
@@ -497,10 +475,10 @@ async def test_restart_waits_for_a_slow_first_list_then_trusts_it_at_once(
             kept = f"cfg-{digest('kept')}"
 
             async def only_kept() -> bool:
-                return set(await instances(sim)) == {kept}
+                return set(await cluster.instances(sim)) == {kept}
 
             # The report is believed at once, long before the 30 s settle.
-            await eventually(only_kept, within=5.0)
+            await cluster.eventually(only_kept, within=5.0)
             assert (await versions(sim))[kept] == before[kept]
         serving.cancel()
 
@@ -508,7 +486,7 @@ async def test_restart_waits_for_a_slow_first_list_then_trusts_it_at_once(
 async def test_late_second_endpoint_keeps_its_instances_within_the_registration_window(
     sim: Any, sockdir: Path
 ) -> None:
-    await kubectl(sim, "apply", "-f", "-", stdin=configuration("cfg", "scripted", ""))
+    await cluster.kubectl(sim, "apply", "-f", "-", stdin=configuration("cfg", "scripted", ""))
     first, second = Scripted(["from-a"]), Scripted(["from-b"])
     window: dict[str, Any] = {"settle": 30.0, "registration_window": 2.5}
     async with asyncio.TaskGroup() as tg:
@@ -517,9 +495,9 @@ async def test_late_second_endpoint_keeps_its_instances_within_the_registration_
         async with node(sim, sockdir, "node-a", embedded=False, **window):
 
             async def both() -> bool:
-                return len(await instances(sim)) == 2
+                return len(await cluster.instances(sim)) == 2
 
-            await eventually(both)
+            await cluster.eventually(both)
             before = await versions(sim)
         serving_b.cancel()
         await asyncio.wait([serving_b])
@@ -536,7 +514,7 @@ async def test_late_second_endpoint_keeps_its_instances_within_the_registration_
 
 
 async def test_service_account_credentials_follow_token_rotation(sim: Any, sockdir: Path) -> None:
-    await kubectl(sim, "create", "serviceaccount", "edgehub-agent", "-n", "default")
+    await cluster.kubectl(sim, "create", "serviceaccount", "edgehub-agent", "-n", "default")
     account = sockdir / "serviceaccount"
     account.mkdir()
     (account / "ca.crt").write_bytes(sim.ca_pem)
@@ -552,11 +530,11 @@ async def test_service_account_credentials_follow_token_rotation(sim: Any, sockd
     async with node(sim, sockdir, "node-a", kube=kube):
         (account / "token").write_text(sim.service_account_token("default", "edgehub-agent"))
         await asyncio.sleep(2.5)  # the first token has expired by now
-        await kubectl(
+        await cluster.kubectl(
             sim, "apply", "-f", "-", stdin=configuration("cfg", "debugEcho", "descriptions: [sa]")
         )
 
         async def created() -> bool:
-            return list(await instances(sim)) == [f"cfg-{digest('sa')}"]
+            return list(await cluster.instances(sim)) == [f"cfg-{digest('sa')}"]
 
-        await eventually(created)
+        await cluster.eventually(created)

@@ -27,6 +27,7 @@ import pytest
 from discovery import devices
 from discovery.agent import discovered, events, kubeapi, metrics, naming, plugins, running
 from discovery.agent import settings as agent_settings
+from discovery.testing import cluster
 from discovery.testing import kubelet as sim_kubelet
 from yurthub.testing import simapiserver
 
@@ -288,7 +289,7 @@ async def test_a_claim_recorded_while_plugins_stop_leaves_stopping_to_the_manage
     # racing the manager's loop: both then stopped the same plugin, and the second pop of it
     # raised KeyError, which ended the manager (and with it the agent).
     for crd in CRDS:
-        await kubectl(sim, "apply", "-f", str(crd))
+        await cluster.kubectl(sim, "apply", "-f", str(crd))
     directory = sockdir / "dp"
     named = named_devices("dev0", "dev1", "dev2")
     kept, *going = sorted(named)
@@ -332,20 +333,6 @@ async def test_a_claim_recorded_while_plugins_stop_leaves_stopping_to_the_manage
 # --- the whole agent -------------------------------------------------------------------------
 
 
-async def kubectl(sim: simapiserver.SimApiserver, *args: str, stdin: str | None = None) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        "/usr/bin/kubectl",
-        f"--kubeconfig={sim.kubeconfig_path}",
-        *args,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else None,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate(stdin.encode() if stdin is not None else None)
-    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {err.decode()}"
-    return out.decode()
-
-
 def debug_echo_configuration(name: str, *descriptions: str) -> str:
     return json.dumps(
         {
@@ -363,19 +350,11 @@ def debug_echo_configuration(name: str, *descriptions: str) -> str:
     )
 
 
-async def until(check: Callable[[], Awaitable[bool]], within: float = 15.0) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.1)
-
-
 async def test_agent_outlives_a_directory_too_long_for_any_socket(
     sim: simapiserver.SimApiserver, sockdir: Path
 ) -> None:
     for crd in CRDS:
-        await kubectl(sim, "apply", "-f", str(crd))
+        await cluster.kubectl(sim, "apply", "-f", str(crd))
     directory = sockdir / ("d" * (100 - len(os.fsencode(sockdir)) - 1))
     assert len(os.fsencode(directory)) == 100  # leaves 6 bytes: no socket name fits
     s = agent_settings.AgentSettings(
@@ -399,24 +378,28 @@ async def test_agent_outlives_a_directory_too_long_for_any_socket(
         ),
     )
     async with running.running(s) as agent:
-        await kubectl(sim, "apply", "-f", "-", stdin=debug_echo_configuration("one", "foo0"))
+        await cluster.kubectl(
+            sim, "apply", "-f", "-", stdin=debug_echo_configuration("one", "foo0")
+        )
 
         async def failure_event() -> bool:
             return bool(events_for(sim, plugins.START_FAILED))
 
-        await until(failure_event)
+        await cluster.eventually(failure_event)
         event = events_for(sim, plugins.START_FAILED)[0]
         assert event["involvedObject"]["kind"] in ("Instance", "Configuration")
         assert str(directory) in event["message"] and "too long" in event["message"]
 
         # The reconcile loop is alive: a second Configuration still gets its Instance.
-        await kubectl(sim, "apply", "-f", "-", stdin=debug_echo_configuration("two", "bar0"))
+        await cluster.kubectl(
+            sim, "apply", "-f", "-", stdin=debug_echo_configuration("two", "bar0")
+        )
 
         async def both_configurations() -> bool:
-            listed = json.loads(await kubectl(sim, "get", "akrii", "-o", "json"))
+            listed = json.loads(await cluster.kubectl(sim, "get", "akrii", "-o", "json"))
             return {i["spec"]["configurationName"] for i in listed["items"]} == {"one", "two"}
 
-        await until(both_configurations)
+        await cluster.eventually(both_configurations)
         assert agent.ready
         assert agent.plugins is not None
         assert all("too long" in m for m in agent.plugins.failed_plugins().values())

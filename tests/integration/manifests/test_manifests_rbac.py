@@ -10,10 +10,8 @@ resource), must be allowed by ``manifests/discovery/agent-rbac.yaml``.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import pytest
 from manifests_support import MANIFESTS, one
 
 from discovery.agent import kubeapi, running, settings
+from discovery.testing import cluster
 from yurthub.testing import simapiserver
 
 Request = tuple[str, str, str]  # (verb, group, resource)
@@ -83,32 +82,11 @@ async def sim(tmp_path: Path) -> AsyncIterator[simapiserver.SimApiserver]:
         await server.stop()
 
 
-async def kubectl(sim: simapiserver.SimApiserver, *args: str, stdin: str | None = None) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        "/usr/bin/kubectl",
-        f"--kubeconfig={sim.kubeconfig_path}",
-        *args,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else None,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate(stdin.encode() if stdin is not None else None)
-    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {err.decode()}"
-    return out.decode()
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float = 15.0) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.1)
-
-
 async def test_agent_cluster_role_allows_every_request_of_the_agent(
     sim: simapiserver.SimApiserver, recorded: set[Request], tmp_path: Path
 ) -> None:
-    await kubectl(sim, "apply", "-R", "-f", str(MANIFESTS / "crds"))
-    await kubectl(sim, "create", "secret", "generic", "creds", "--from-literal=k=s")
+    await cluster.kubectl(sim, "apply", "-R", "-f", str(MANIFESTS / "crds"))
+    await cluster.kubectl(sim, "create", "secret", "generic", "creds", "--from-literal=k=s")
     prop = [
         {"name": "FROM_CM", "valueFrom": {"configMapKeyRef": {"name": "later", "key": "k"}}},
         {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "k"}}},
@@ -127,7 +105,7 @@ async def test_agent_cluster_role_allows_every_request_of_the_agent(
     }
 
     async def instances() -> list[str]:
-        out = json.loads(await kubectl(sim, "get", "akrii", "-A", "-o", "json"))
+        out = json.loads(await cluster.kubectl(sim, "get", "akrii", "-A", "-o", "json"))
         return [i["metadata"]["name"] for i in out["items"]]
 
     def node(name: str) -> settings.AgentSettings:
@@ -147,27 +125,27 @@ async def test_agent_cluster_role_allows_every_request_of_the_agent(
     # Two nodes share the devices: the second joins existing Instances, the first to leave
     # updates them, the last deletes them.
     async with running.running(node("node-a")), running.running(node("node-b")):
-        await kubectl(sim, "apply", "-f", "-", stdin=json.dumps(configuration))
+        await cluster.kubectl(sim, "apply", "-f", "-", stdin=json.dumps(configuration))
 
         async def warned() -> bool:  # the missing ConfigMap is reported as an Event
-            return "later" in await kubectl(sim, "get", "events", "-n", "default")
+            return "later" in await cluster.kubectl(sim, "get", "events", "-n", "default")
 
-        await eventually(warned)
-        await kubectl(sim, "create", "configmap", "later", "--from-literal=k=v")
+        await cluster.eventually(warned)
+        await cluster.kubectl(sim, "create", "configmap", "later", "--from-literal=k=v")
 
         async def shared() -> bool:
-            out = json.loads(await kubectl(sim, "get", "akrii", "-A", "-o", "json"))
+            out = json.loads(await cluster.kubectl(sim, "get", "akrii", "-A", "-o", "json"))
             nodes = [sorted(i["spec"]["nodes"]) for i in out["items"]]
             return nodes == [["node-a", "node-b"]] * 2
 
-        await eventually(shared)
-        await kubectl(sim, "delete", "akric", "cfg", "--wait=false")
+        await cluster.eventually(shared)
+        await cluster.kubectl(sim, "delete", "akric", "cfg", "--wait=false")
 
         async def released() -> bool:
-            out = json.loads(await kubectl(sim, "get", "akric", "-A", "-o", "json"))
+            out = json.loads(await cluster.kubectl(sim, "get", "akric", "-A", "-o", "json"))
             return not out["items"] and not await instances()
 
-        await eventually(released)
+        await cluster.eventually(released)
 
     rules = one(MANIFESTS / "discovery" / "agent-rbac.yaml", "ClusterRole")["rules"]
     denied = sorted(r for r in recorded if not allowed(rules, r))
