@@ -7,7 +7,8 @@ Invariants:
   client as soon as its bytes arrive. ``write`` awaits the drain past the writer's high-water
   mark, so a slow client slows the upstream read (TCP backpressure), never memory.
 - A 2xx response is offered to the ``Tee``; its sink sees exactly the bytes the client got,
-  and gets exactly one of ``finish`` / ``abort``.
+  and gets exactly one of ``finish`` / ``abort``. A tee that raises loses that response (logged)
+  and the client still gets all of it.
 - ``UpstreamUnavailable`` is raised only before anything was sent to the client, so the router
   may still answer from the cache or another backend. ``retryable`` says nothing reached the
   apiserver (connect failed, or a stale pooled connection on a body-less request).
@@ -178,7 +179,10 @@ class RemoteProxy:
             resp.headers.add(name, value)
         sink = None
         if self.tee is not None and 200 <= up.status < 300:
-            sink = self.tee.open(info, up.status, up.headers)
+            try:
+                sink = self.tee.open(info, up.status, up.headers)
+            except Exception:
+                log.exception("the cache could not take %s; proxying it uncached", info.describe())
         traffic = 0
         try:
             await resp.prepare(request)
@@ -208,14 +212,23 @@ class RemoteProxy:
                 await resp.write(chunk)
                 traffic += len(chunk)
                 if sink is not None:
-                    sink.feed(chunk)
+                    try:
+                        sink.feed(chunk)
+                    except Exception:
+                        # A cache bug must cost the cache this response, never the client.
+                        log.exception("the cache failed on %s; not caching it", info.describe())
+                        sink.abort("tee failed")
+                        sink = None
             if sink is not None and info.is_watch and self._closing:
                 sink.abort("hub shutting down")
                 sink = None
             await resp.write_eof()
             if sink is not None:
                 current, sink = sink, None
-                await current.finish()
+                try:
+                    await current.finish()
+                except Exception:
+                    log.exception("the cache failed to store %s", info.describe())
             return resp
         except ConnectionResetError:
             # The client went away mid-body: nothing left to answer.

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from hubfakes import FakeApiserver, RecordingTee, ScriptedLocal
+from hubfakes import FakeApiserver, RecordingSink, RecordingTee, ScriptedLocal
 from prometheus_client import parser
 
 MakeHub = Callable[..., Any]
@@ -124,6 +124,47 @@ async def test_tee_gets_every_2xx_including_non_resource(
         await get_json(hub.proxy_url + "/api/v1/nodes/n1")
     assert [p for p, _ in tee.sinks] == ["/version", "/api/v1/nodes/n1"]
     assert all(sink.finished for _, sink in tee.sinks)
+
+
+class BrokenTee:
+    """A tee with a bug: opening or feeding raises."""
+
+    def __init__(self, fail_on: str) -> None:
+        self.fail_on = fail_on
+        self.sink = RecordingSink()
+
+    def open(self, info: Any, status: int, headers: Any) -> BrokenTee:
+        if self.fail_on == "open":
+            raise RuntimeError("tee bug")
+        return self
+
+    def feed(self, chunk: bytes) -> None:
+        raise RuntimeError("tee bug")
+
+    async def finish(self) -> None:
+        self.sink.finished = True
+
+    def abort(self, reason: str) -> None:
+        self.sink.aborted = reason
+
+
+@pytest.mark.parametrize("fail_on", ["open", "feed"])
+async def test_a_failing_tee_costs_the_client_nothing(
+    apiserver: FakeApiserver, make_hub: MakeHub, fail_on: str
+) -> None:
+    tee = BrokenTee(fail_on)
+    async with make_hub([apiserver.url], tee=tee) as hub, aiohttp.ClientSession() as s:
+        status, body = await get_json(hub.proxy_url + "/api/v1/pods")
+        assert status == 200 and body["kind"] == "PodList"
+        async with s.get(hub.proxy_url + "/api/v1/pods?watch=1") as r:
+            for i in range(3):  # every event still arrives, each one a separate chunk
+                event = b'{"type":"ADDED","object":{"metadata":{"name":"p%d"}}}\n' % i
+                await apiserver.events.put(event)
+                async with asyncio.timeout(2):
+                    assert await r.content.readline() == event
+            await apiserver.events.put(None)
+    if fail_on == "feed":
+        assert tee.sink.aborted and not tee.sink.finished
 
 
 async def test_failover_and_all_down(make_hub: MakeHub) -> None:
