@@ -143,12 +143,7 @@ class Hub:
                     "Bearer token and the node-lease heartbeat go out anonymous"
                 )
                 identity = kubeconfigs.anonymous()
-        client = upstream.Upstream(
-            s.upstream,
-            identity,
-            kubeconfig=followed,
-            check_interval=s.upstream.identity_check_interval,
-        )
+        client = upstream.Upstream(s.upstream, identity, kubeconfig=followed)
         await client.start()
         self.upstream = client
         self._stack.push_async_callback(client.close)

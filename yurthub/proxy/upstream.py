@@ -4,7 +4,7 @@ One ``Upstream`` per hub (never module-level). Both the remote proxy and the hea
 use it, so a probe sees the same TLS setup and pool as real traffic.
 
 Identity rotation (``follow_identity``, run as one task by the hub when its identity comes from
-``--kubeconfig``): every ``check_interval`` seconds (10 s, YurtHub's transport manager period)
+``--kubeconfig``): every ``identity_check_interval`` seconds (10 s, YurtHub's transport manager)
 the files the identity was read from are stat'ed in the executor (``kubeconfigs.changed``).
 A failure that may be the apiserver refusing the hub's own credentials (HTTP 401, a TLS error,
 see ``is_tls_failure`` for how TLS 1.3 shows a refused certificate) wakes the check at once, at
@@ -46,8 +46,6 @@ from yurthub import kubeconfigs, settings
 
 log = logging.getLogger(__name__)
 
-CHECK_INTERVAL = 10.0
-"""Seconds between checks of the identity's files (YurtHub's transport manager: 10 s)."""
 MIN_RECHECK_GAP = 1.0
 """Auth failures wake the check at most this often: a burst of 401s costs one stat round."""
 
@@ -114,7 +112,6 @@ class Upstream:
         identity: kubeconfigs.Identity,
         *,
         kubeconfig: pathlib.Path | None = None,
-        check_interval: float = CHECK_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``kubeconfig``: where ``identity`` came from; ``follow_identity`` reloads it from
@@ -124,7 +121,6 @@ class Upstream:
         self.reloads = 0
         """Identities swapped in since start (tests and logs)."""
         self._kubeconfig = kubeconfig
-        self._check_interval = check_interval
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
         self._connector: _RotatingConnector | None = None
@@ -189,7 +185,7 @@ class Upstream:
         last = self._clock()
         while True:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._check_interval):
+                async with asyncio.timeout(self.settings.identity_check_interval):
                     await self._recheck.wait()
             gap = MIN_RECHECK_GAP - (self._clock() - last)
             if gap > 0 and self._recheck.is_set():
@@ -249,7 +245,7 @@ class Upstream:
             "new hub credentials are not usable, keeping the current identity (%s); "
             "retrying every %gs: %s",
             self.identity.describe(),
-            self._check_interval,
+            self.settings.identity_check_interval,
             error,
         )
 

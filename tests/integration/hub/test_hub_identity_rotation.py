@@ -351,10 +351,8 @@ async def test_heartbeat_meeting_a_rotated_token_retries_at_once(
     token_file.write_text(token_a)
     kubeconfig = tmp_path / "hub.conf"
     write_kubeconfig(kubeconfig, sim, {"tokenFile": "token"})
-    s = hub_settings(sim, kubeconfig)
-    client = upstream.Upstream(
-        s.upstream, kubeconfigs.load(kubeconfig), kubeconfig=kubeconfig, check_interval=3600
-    )
+    s = hub_settings(sim, kubeconfig, check_interval=3600)
+    client = upstream.Upstream(s.upstream, kubeconfigs.load(kubeconfig), kubeconfig=kubeconfig)
     await client.start()
     try:
         # Rotated and revoked before the first probe, with no identity follower running.
