@@ -20,6 +20,3 @@ class Readiness:
 
     def not_ready(self) -> list[str]:
         return [name for name, check in self._conditions.items() if not check()]
-
-    def is_ready(self) -> bool:
-        return all(check() for check in self._conditions.values())
