@@ -69,9 +69,13 @@ class Agent:
         self._main_task = tg.create_task(
             self._supervise(), name=f"edgehub agent {self.settings.node_name}"
         )
-        await self._settled.wait()
-        if not self._ready.is_set():
-            await self.stop()
+        try:
+            await self._settled.wait()
+        finally:
+            # Failed, or cancelled while waiting (SIGTERM before the apiserver answered): stop
+            # what was started, else it would outlive its owner. A failure is raised here.
+            if not self._ready.is_set():
+                await self.stop()
 
     async def stop(self) -> None:
         """Stop everything and wait for it; raises what made the agent fail, if anything."""
