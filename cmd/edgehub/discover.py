@@ -14,7 +14,7 @@ import asyncio
 import json
 import os
 import sys
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import click
 
@@ -61,7 +61,10 @@ def command(
     timeout: float,
 ) -> None:
     """Discover devices once with HANDLER and print them."""
-    text = details_file.read(details.MAX_DETAILS_BYTES + 1)
+    try:
+        text = details_file.read(details.MAX_DETAILS_BYTES + 1)
+    except UnicodeDecodeError as e:
+        _fail(EXIT_BAD_INPUT, f"--details is not UTF-8 text ({e.reason})")
     parsed_properties: dict[str, bytes] = {}
     for item in properties:
         key, sep, value = item.partition("=")
@@ -88,7 +91,7 @@ def command(
         click.echo(render_table(found), nl=False)
 
 
-def _fail(code: int, message: str) -> Any:
+def _fail(code: int, message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
 

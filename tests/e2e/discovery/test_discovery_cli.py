@@ -98,6 +98,16 @@ def test_bad_details_are_one_clear_line(
     assert message in result.stderr
 
 
+def test_details_that_are_not_utf8_are_one_clear_line(tmp_path: Path) -> None:
+    details_file = tmp_path / "details.yaml"
+    details_file.write_bytes(b"descriptions: [\xff]")
+    result = _edgehub("discover", "debugEcho", "--details", str(details_file))
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip() == "error: --details is not UTF-8 text: invalid start byte at byte 15"
+    )
+
+
 def test_unknown_handler_and_bad_property() -> None:
     result = _edgehub("discover", "nope", "--details", "-", stdin="")
     assert result.returncode == 3
