@@ -103,9 +103,7 @@ def test_details_that_are_not_utf8_are_one_clear_line(tmp_path: Path) -> None:
     details_file.write_bytes(b"descriptions: [\xff]")
     result = _edgehub("discover", "debugEcho", "--details", str(details_file))
     assert result.returncode == 2
-    assert (
-        result.stderr.strip() == "error: --details is not UTF-8 text: invalid start byte at byte 15"
-    )
+    assert result.stderr.strip() == "error: --details is not UTF-8 text (invalid start byte)"
 
 
 def test_unknown_handler_and_bad_property() -> None:
