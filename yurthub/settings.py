@@ -55,12 +55,14 @@ class UpstreamSettings:
     """Seconds to establish a TCP+TLS connection to an apiserver. YurtHub waits 10 s + 10 s; a
     handshake takes well under a second even over a WAN, and every second spent here is a second
     before a request fails over to another apiserver (connect failures are retried at once)."""
-    pool_limit: int = 1000
-    """Upstream connections in total. Each open watch holds one, so this bounds watches too;
-    kept equal to ``ProxySettings.max_in_flight`` so the hub answers 429 before a request
-    could wait for a pooled connection."""
+    pool_limit: int = 1024
+    """Upstream connections in total. Each open watch holds one, so this bounds watches too.
+    Must exceed ``ProxySettings.max_in_flight`` by one per server (checked): the heartbeat
+    shares the pool, and a proxy full of watches must not starve it (the hub would declare the
+    cloud gone); the proxy answers 429 before its requests could wait for a connection."""
     pool_limit_per_host: int = 0
-    """Per-apiserver connection cap (0 = only ``pool_limit``)."""
+    """Per-apiserver connection cap (0 = only ``pool_limit``); like ``pool_limit``, more than
+    ``max_in_flight`` when set."""
     keepalive_timeout: float = 30.0
     """Seconds an idle upstream connection is kept (YurtHub: 30 s keepalive)."""
     identity_check_interval: float = 10.0
@@ -146,6 +148,17 @@ class HubSettings:
             raise ConfigError("heartbeat thresholds and retries must be at least 1")
         if self.heartbeat.interval <= 0 or self.heartbeat.timeout <= 0:
             raise ConfigError("heartbeat interval and timeout must be positive")
+        in_flight, pool = self.proxy.max_in_flight, self.upstream
+        if pool.pool_limit and pool.pool_limit < in_flight + len(pool.servers):
+            raise ConfigError(
+                f"the upstream pool ({pool.pool_limit}) must leave the heartbeat a connection per "
+                f"server beyond the {in_flight} proxied requests in flight"
+            )
+        if pool.pool_limit_per_host and pool.pool_limit_per_host <= in_flight:
+            raise ConfigError(
+                f"the per-server pool ({pool.pool_limit_per_host}) must exceed the {in_flight} "
+                "proxied requests in flight, or the heartbeat can starve"
+            )
 
 
 def parse_server_addrs(text: str) -> tuple[str, ...]:

@@ -110,3 +110,38 @@ async def test_blackholed_server_fails_one_timeout_not_failed_retry_of_them(
             # One interval + one timeout (0.7 s) plus slack for a loaded machine; three attempts
             # would take three timeouts and two back-offs (>= 2.1 s).
             assert loop.time() - cut < 1.9
+
+
+async def test_a_full_proxy_leaves_the_heartbeat_a_connection(apiserver: FakeApiserver) -> None:
+    import dataclasses
+
+    from hubfakes import hub_settings
+
+    from yurthub import server
+
+    base = hub_settings([apiserver.url], interval=0.1, timeout=0.5)
+    limited = dataclasses.replace(
+        base,
+        upstream=dataclasses.replace(base.upstream, pool_limit=3),  # the least the settings allow
+        proxy=dataclasses.replace(base.proxy, max_in_flight=2),
+    )
+    hub = server.Hub(limited)
+    await hub.start()
+    try:
+        assert hub.health is not None
+        await hub.health.initial_probe_done.wait()
+        async with aiohttp.ClientSession() as s:
+            watches = [await s.get(hub.proxy_url + "/api/v1/pods?watch=1") for _ in range(2)]
+            try:
+                async with s.get(hub.proxy_url + "/api/v1/pods") as r:
+                    assert r.status == 429  # the proxy is full
+                before = apiserver.lease_puts
+                async with asyncio.timeout(5):  # and the heartbeat still gets through
+                    while apiserver.lease_puts < before + 3:
+                        await asyncio.sleep(0.05)
+                assert hub.health.is_healthy(apiserver.url)
+            finally:
+                for watch in watches:
+                    watch.close()
+    finally:
+        await hub.stop()

@@ -140,6 +140,30 @@ def test_settings_require_node_and_servers() -> None:
         settings.HubSettings(node_name="n")
 
 
+@pytest.mark.parametrize(
+    ("pool", "per_host", "ok"),
+    [(1024, 0, True), (1002, 0, True), (1001, 0, False), (1000, 0, False), (0, 0, True),
+     (1024, 1001, True), (1024, 1000, False)],
+)  # fmt: skip
+def test_the_pool_leaves_the_heartbeat_room(pool: int, per_host: int, ok: bool) -> None:
+    def build() -> settings.HubSettings:
+        return settings.HubSettings(
+            node_name="n",
+            upstream=settings.UpstreamSettings(
+                servers=("https://a:1", "https://b:1"),
+                pool_limit=pool,
+                pool_limit_per_host=per_host,
+            ),
+            proxy=settings.ProxySettings(max_in_flight=1000),
+        )
+
+    if ok:
+        build()
+    else:
+        with pytest.raises(settings.ConfigError, match="heartbeat"):
+            build()
+
+
 def test_cache_agents() -> None:
     assert settings.parse_cache_agents(" Foo, bar,foo,, * ") == ("foo", "bar", "*")
 
