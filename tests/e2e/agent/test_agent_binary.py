@@ -121,6 +121,7 @@ def config(name: str, handler: str, details: str) -> str:
     )
 
 
+@pytest.mark.slow  # about 5 s: it waits out windows in which nothing may change
 async def test_debug_echo_handler_process_crash_and_agent_restart(sim: Any, base: Path) -> None:
     handler_env = {
         "DISCOVERY_HANDLERS_DIRECTORY": str(base / "akri"),
