@@ -33,6 +33,8 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 
+from yurthub.cache import selectors
+
 API_PREFIXES = frozenset({"api", "apis"})
 GROUPLESS_PREFIXES = frozenset({"api"})
 SPECIAL_VERBS = frozenset({"proxy", "watch"})
@@ -225,11 +227,11 @@ def classify(
 
     label_selector = _first(params, "labelSelector")
     field_selector = _first(params, "fieldSelector")
-    fields = parse_field_selector(field_selector)
+    labels, fields = _selectors(label_selector, field_selector)
 
     if not name and verb == "get":
         verb = "watch" if _bool_param(params, "watch") else "list"
-        exact = _exact_match(fields, "metadata.name")
+        exact = fields.name
         if exact and _is_valid_path_segment(exact):
             name = exact
     if not name and verb == "delete":
@@ -237,9 +239,7 @@ def classify(
 
     list_selector = ""
     if verb == "list" and not name:
-        list_selector = canonical_list_selector(label_selector, fields)
-    elif label_selector:
-        parse_label_selector(label_selector)  # validates; raises BadRequestError
+        list_selector = canonical_list_selector(labels, fields)
 
     timeout_seconds = _int_param(params, "timeoutSeconds")
     deadline = _deadline(verb, timeout_seconds, _first(params, "timeout"))
@@ -389,7 +389,10 @@ def _int_param(params: Mapping[str, list[str]], key: str) -> int | None:
 
 def _deadline(verb: str, timeout_seconds: int | None, timeout: str) -> float | None:
     if verb == "watch":
-        return None if timeout_seconds is None else timeout_seconds + WATCH_DEADLINE_GRACE
+        # timeoutSeconds=0 means "not given" to the apiserver (it picks 30-60 min itself).
+        if not timeout_seconds:
+            return None
+        return timeout_seconds + WATCH_DEADLINE_GRACE
     if verb == "list":
         if timeout_seconds is not None and timeout_seconds > LIST_GET_DEADLINE_MARGIN:
             return timeout_seconds - LIST_GET_DEADLINE_MARGIN
@@ -440,176 +443,26 @@ def parse_go_duration(text: str) -> float:
 
 # --- selectors --------------------------------------------------------------------------------
 
-FieldTerm = tuple[str, str, str]
-"""(field, operator ``=`` or ``!=``, value), unescaped."""
+
+def _selectors(
+    label_selector: str, field_selector: str
+) -> tuple[selectors.LabelSelector, selectors.FieldSelector]:
+    """Parse both selectors with the one parser the cache matches with (so the two can never
+    read a selector differently); a bad one is the apiserver's 400."""
+    try:
+        return selectors.parse_labels(label_selector), selectors.parse_fields(field_selector)
+    except selectors.SelectorError as e:
+        raise BadRequestError(str(e)) from e
 
 
-def parse_field_selector(text: str) -> tuple[FieldTerm, ...]:
-    """Parse a field selector (``a=b,c!=d``, ``\\``-escapes for ``,=!\\``); sorted like k8s."""
-    if not text.strip():
-        return ()
-    terms = []
-    for raw in _split_unescaped(text, ","):
-        term = _parse_field_term(raw, text)
-        terms.append(term)
-    return tuple(sorted(terms, key=_format_field_term))
-
-
-def _split_unescaped(text: str, sep: str) -> list[str]:
-    parts: list[str] = []
-    current: list[str] = []
-    escaped = False
-    for ch in text:
-        if escaped:
-            current.append("\\" + ch)
-            escaped = False
-        elif ch == "\\":
-            escaped = True
-        elif ch == sep:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    if escaped:
-        current.append("\\")
-    parts.append("".join(current))
-    return parts
-
-
-def _parse_field_term(raw: str, whole: str) -> FieldTerm:
-    # Find the first unescaped operator; "!=" before "==" before "=" like k8s.
-    i = 0
-    while i < len(raw):
-        ch = raw[i]
-        if ch == "\\":
-            i += 2
-            continue
-        for op, canonical in (("!=", "!="), ("==", "="), ("=", "=")):
-            if raw.startswith(op, i):
-                field = _unescape(raw[:i]).strip()
-                value = _unescape(raw[i + len(op) :])
-                if not field:
-                    break
-                return (field, canonical, value)
-        i += 1
-    raise BadRequestError(f"invalid field selector {whole!r}: {raw!r} is not <field>=<value>")
-
-
-def _unescape(text: str) -> str:
-    out: list[str] = []
-    escaped = False
-    for ch in text:
-        if escaped:
-            out.append(ch)
-            escaped = False
-        elif ch == "\\":
-            escaped = True
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def _escape_field_value(value: str) -> str:
-    return value.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=").replace("!", "\\!")
-
-
-def _format_field_term(term: FieldTerm) -> str:
-    field, op, value = term
-    return f"{field}{op}{_escape_field_value(value)}"
-
-
-def _exact_match(terms: tuple[FieldTerm, ...], field: str) -> str:
-    for name, op, value in terms:
-        if name == field and op == "=":
-            return value
-    return ""
-
-
-_LABEL_KEY = re.compile(
-    r"^([a-z0-9A-Z]([-a-z0-9A-Z.]*[a-z0-9A-Z])?/)?[a-z0-9A-Z]([-_.a-z0-9A-Z]*[a-z0-9A-Z])?$"
-)
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_LABEL_TERM = re.compile(
-    r"^\s*(?P<neg>!)?\s*(?P<key>[^\s!=<>(),]+)\s*"
-    r"(?:(?P<op>==|=|!=|<|>)\s*(?P<value>[^\s,()]*)"
-    r"|\s(?P<setop>in|notin)\s*\((?P<set>[^()]*)\))?\s*$"
-)
-
-LabelRequirement = tuple[str, str, tuple[str, ...]]
-"""(key, operator, values) with operators ``exists``, ``!``, ``=``, ``==``, ``!=``, ``in``,
-``notin``, ``<``, ``>``; set values sorted."""
-
-
-def parse_label_selector(text: str) -> tuple[LabelRequirement, ...]:
-    """Parse a label selector into requirements sorted by key (k8s ``labels.Parse``)."""
-    if not text.strip():
-        return ()
-    requirements: list[LabelRequirement] = []
-    for raw in _split_top_level(text):
-        match = _LABEL_TERM.match(raw)
-        if match is None or not _LABEL_KEY.match(match["key"]):
-            raise BadRequestError(f"invalid label selector {text!r}: cannot parse {raw.strip()!r}")
-        key = match["key"]
-        if match["neg"]:
-            if match["op"] or match["setop"]:
-                raise BadRequestError(f"invalid label selector {text!r}: {raw.strip()!r}")
-            requirements.append((key, "!", ()))
-        elif match["op"]:
-            value = match["value"] or ""
-            if match["op"] in ("<", ">"):
-                if not re.fullmatch(r"-?\d+", value):
-                    raise BadRequestError(f"invalid label selector {text!r}: {value!r} not int")
-            elif not _LABEL_VALUE.match(value) or len(value) > 63:
-                raise BadRequestError(f"invalid label selector {text!r}: bad value {value!r}")
-            requirements.append((key, match["op"], (value,)))
-        elif match["setop"]:
-            values = tuple(sorted({v.strip() for v in match["set"].split(",")}))
-            if any(not _LABEL_VALUE.match(v) for v in values):
-                raise BadRequestError(f"invalid label selector {text!r}: bad set {raw.strip()!r}")
-            requirements.append((key, match["setop"], values))
-        else:
-            requirements.append((key, "exists", ()))
-    return tuple(sorted(requirements, key=lambda r: r[0]))
-
-
-def _split_top_level(text: str) -> list[str]:
-    parts: list[str] = []
-    current: list[str] = []
-    depth = 0
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    parts.append("".join(current))
-    if depth != 0:
-        raise BadRequestError(f"invalid label selector {text!r}: unbalanced parentheses")
-    return parts
-
-
-def _format_label_requirement(req: LabelRequirement) -> str:
-    key, op, values = req
-    if op == "exists":
-        return key
-    if op == "!":
-        return f"!{key}"
-    if op in ("in", "notin"):
-        return f"{key} {op} ({','.join(values)})"
-    return f"{key}{op}{values[0]}"
-
-
-def canonical_list_selector(label_selector: str, fields: tuple[FieldTerm, ...]) -> str:
+def canonical_list_selector(
+    labels: selectors.LabelSelector, fields: selectors.FieldSelector
+) -> str:
     """``<labels>&<fields>`` in k8s canonical form; one side alone has no ``&``."""
-    labels = ",".join(_format_label_requirement(r) for r in parse_label_selector(label_selector))
-    field_text = ",".join(_format_field_term(t) for t in fields)
-    if labels and field_text:
-        return f"{labels}&{field_text}"
-    return labels or field_text
+    label_text, field_text = labels.canonical(), fields.canonical()
+    if label_text and field_text:
+        return f"{label_text}&{field_text}"
+    return label_text or field_text
 
 
 # --- paths ------------------------------------------------------------------------------------

@@ -301,8 +301,16 @@ def test_metadata_name_field_selector(query: str, named: bool) -> None:
 
 
 def test_field_selector_escapes() -> None:
-    terms = requestinfo.parse_field_selector(r"metadata.name=a\,b,spec.x!=c\=d")
-    assert terms == (("metadata.name", "=", "a,b"), ("spec.x", "!=", "c=d"))
+    info = classify("GET", r"/api/v1/pods?fieldSelector=spec.y!=c\=d,spec.x=a\,b")
+    assert info.list_selector == r"spec.x=a\,b,spec.y!=c\=d"
+    named = classify("GET", r"/api/v1/pods?fieldSelector=metadata.name=a\,b")
+    assert (named.name, named.list_selector) == ("a,b", "")
+
+
+def test_watch_with_timeout_zero_has_no_hub_deadline() -> None:
+    # The apiserver reads timeoutSeconds=0 as "not given": the hub must not cut it at 15 s.
+    assert classify("GET", "/api/v1/pods?watch=true&timeoutSeconds=0").deadline is None
+    assert classify("GET", "/api/v1/pods?watch=true&timeoutSeconds=5").deadline == 20
 
 
 def test_upgrade_detection() -> None:

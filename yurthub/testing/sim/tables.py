@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from yurthub.cache import tables as cache_tables
 from yurthub.testing.sim import objectmeta, resources
 
 Obj = Mapping[str, Any]
@@ -37,36 +38,8 @@ _CREATED_DESC = (
 )
 
 
-def human_duration(seconds: float) -> str:
-    """Kubernetes' ``duration.HumanDuration``: 5s, 3m20s, 2h10m, 4d3h, 2y5d..."""
-    s = int(seconds)
-    if s < -1:
-        return "<invalid>"
-    if s < 0:
-        return "0s"
-    if s < 120:
-        return f"{s}s"
-    minutes = s // 60
-    if minutes < 10:
-        rest = s % 60
-        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = s // 3600
-    if hours < 8:
-        rest = minutes % 60
-        return f"{hours}h{rest}m" if rest else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        rest = hours % 24
-        return f"{hours // 24}d{rest}h" if rest else f"{hours // 24}d"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    if hours < 24 * 365 * 8:
-        days = (hours // 24) % 365
-        return f"{hours // 24 // 365}y{days}d" if days else f"{hours // 24 // 365}y"
-    return f"{hours // 24 // 365}y"
+# kubectl's HumanDuration, shared with the hub's offline tables (one rendering of AGE).
+human_duration = cache_tables.human_duration
 
 
 def age(timestamp: Any, now: float) -> str:
