@@ -48,6 +48,7 @@ CONFIGMAP_KEY = "cache_agents"
 SHORT_WATCH = 1.0
 """Seconds: a watch that ends sooner without an event counts as a failure (backoff, relist)."""
 USER_AGENT = "yurthub/edgehub"
+MAX_LIST_BYTES = 4 << 20
 """The hub's own component is ``yurthub``: a default agent, so its reads are cached."""
 
 
@@ -167,7 +168,14 @@ async def _list(
     async with session.get(base, params={"labelSelector": selector}, headers=headers) as resp:
         if resp.status != 200:
             raise ValueError(f"list configmaps: HTTP {resp.status}")
-        body = _mapping(orjson.loads(await resp.read()), "the ConfigMap list")
+        # ConfigMaps are at most 1 MiB each and the selector matches one or two: a bigger answer
+        # is not what we asked for.
+        raw = bytearray()
+        async for chunk in resp.content.iter_chunked(1 << 16):
+            raw += chunk
+            if len(raw) > MAX_LIST_BYTES:
+                raise ValueError(f"the ConfigMap list is larger than {MAX_LIST_BYTES} bytes")
+        body = _mapping(orjson.loads(raw), "the ConfigMap list")
     items = body.get("items") or []
     if not isinstance(items, list):
         raise ValueError("the ConfigMap list's items are not a list")
