@@ -219,7 +219,9 @@ async def _cast(workdir: pathlib.Path, out: Progress) -> AsyncIterator[dict[str,
                 kube=agent_settings.KubeSettings(
                     url=node.hub.proxy_url, user_agent="edgehub-agent/demo"
                 ),
-                discovery_handlers_dir=workdir / "akri",
+                # Embedded handlers only: no registration socket, so no window in which a
+                # restarted agent waits for external handlers to come back.
+                discovery_handlers_dir=None,
                 embedded_handlers=("debugEcho",),
                 handler_environ={
                     "DEBUG_ECHO_INSTANCES_SHARED": "true",
