@@ -34,14 +34,21 @@ async def run(hub_settings: settings.HubSettings, companions: Sequence[Companion
     stop = asyncio.Event()
     force = asyncio.Event()
     loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+    starting = True
 
     def on_signal(signum: int) -> None:
         if stop.is_set():
             log.warning("second %s: forcing shutdown", signal.Signals(signum).name)
             force.set()
-        else:
-            log.info("%s: shutting down gracefully", signal.Signals(signum).name)
-            stop.set()
+            return
+        log.info("%s: shutting down gracefully", signal.Signals(signum).name)
+        stop.set()
+        if starting:
+            # Still starting (e.g. a companion waiting for an unreachable cloud): stop waiting
+            # for it; what did start is stopped by the exit stack below.
+            main.cancel()
 
     signals = (signal.SIGTERM, signal.SIGINT)
     for signum in signals:
@@ -51,10 +58,15 @@ async def run(hub_settings: settings.HubSettings, companions: Sequence[Companion
             node = await stack.enter_async_context(assembly.running(hub_settings, force=force))
             for companion in companions:
                 await stack.enter_async_context(companion(node))
+            starting = False
             hub = node.hub
             print(f"{READY_LINE_PREFIX} proxy={hub.proxy_url} server={hub.server_url}", flush=True)
             sys.stdout.flush()
             await stop.wait()
+    except asyncio.CancelledError:
+        if not (stop.is_set() and main.uncancel() == 0):
+            raise
+        log.info("stopped while starting")
     finally:
         for signum in signals:
             loop.remove_signal_handler(signum)

@@ -116,6 +116,26 @@ def command(**opts: object) -> None:
     except OSError as e:  # port in use, address not available
         click.echo(f"edgehub hub: cannot start: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
+    except BaseException as e:
+        failure = _startup_failure(e) if opts["enable_discovery"] else None
+        if failure is None:
+            raise
+        click.echo(f"edgehub hub: cannot start discovery: {failure}", err=True)
+        raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
+
+
+def _startup_failure(error: BaseException) -> BaseException | None:
+    """The discovery agent's StartupError in ``error`` (the hub's TaskGroup may wrap it)."""
+    from discovery.agent import running as agent_running
+
+    if isinstance(error, agent_running.StartupError):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = _startup_failure(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def _discovery_companion(opts: dict[str, object], node_name: str) -> lifecycle.Companion:

@@ -10,6 +10,7 @@ import json
 import pathlib
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -113,3 +114,69 @@ def test_agent_runs_inside_the_hub(workdir: pathlib.Path) -> None:
                 hub.stdout.close()
                 log.close()
         assert code == 0, (workdir / "hub.log").read_text()
+
+
+def _hub_argv(
+    workdir: pathlib.Path, server: str, identity: pathlib.Path, akri: pathlib.Path
+) -> list[str]:
+    return [
+        EDGEHUB,
+        "hub",
+        f"--server-addr={server}",
+        "--node-name=edge-node-1",
+        f"--kubeconfig={identity}",
+        "--proxy-port=0",
+        "--serve-port=0",
+        f"--disk-cache-path={workdir / 'cache'}",
+        "--heartbeat-interval-seconds=1",
+        "--heartbeat-timeout-seconds=1",
+        "--enable-discovery",
+        "--embedded-handlers=debugEcho",
+        f"--discovery-handlers-directory={akri}",
+        f"--device-plugins-dir={workdir / 'dp'}",
+        f"--cdi-dir={workdir / 'cdi'}",
+        f"--pod-resources-socket={workdir / 'pr.sock'}",
+    ]
+
+
+def test_unusable_discovery_directory_is_a_startup_failure(workdir: pathlib.Path) -> None:
+    with simapiserver.SimApiserverThread(seed="demo", workdir=workdir / "cloud") as sim:
+        identity = sim.call(sim.sim.write_kubeconfig, workdir / "id.kubeconfig")
+        kubectl(sim.kubeconfig_path, "apply", "-f", str(CRDS))
+        blocker = workdir / "blocker"
+        blocker.write_text("a file where a directory should be")
+        proc = subprocess.run(
+            _hub_argv(workdir, sim.url, identity, blocker / "akri"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 3, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("edgehub hub:")]
+    assert len(lines) == 1 and "discovery" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_agent_waits_for_an_unreachable_cloud(workdir: pathlib.Path) -> None:
+    # Nothing listens there and nothing is cached: the agent's start waits for its first list.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"https://127.0.0.1:{s.getsockname()[1]}"
+    with simapiserver.SimApiserverThread(seed="demo", workdir=workdir / "cloud") as sim:
+        identity = sim.call(sim.sim.write_kubeconfig, workdir / "id.kubeconfig")
+    log = (workdir / "hub.log").open("w")
+    hub = subprocess.Popen(
+        _hub_argv(workdir, dead, identity, workdir / "akri"), stdout=log, stderr=log
+    )
+    try:
+        time.sleep(3)  # well into the agent's wait
+        assert hub.poll() is None, (workdir / "hub.log").read_text()
+        hub.send_signal(signal.SIGTERM)
+        code = hub.wait(timeout=20)
+    finally:
+        if hub.poll() is None:
+            hub.kill()
+            hub.wait()
+        log.close()
+    assert code == 0, (workdir / "hub.log").read_text()
