@@ -8,9 +8,14 @@ Rules (DESIGN.md "The cache", reference §3.3-3.5, and what we do beyond YurtHub
 
 - One object (get/create/update/patch, watch ADDED/MODIFIED, list item) replaces the stored one
   only if its resourceVersion is not older (an older one still records which list saw it).
-- A list replaces exactly the objects THAT list covered: every object it owned and the new list
-  lacks loses that owner, and is removed only when no other list (or a direct get) still owns it.
-  So lists with different selectors coexist.
+- A whole list is authoritative for what its selector matches in its namespace (``coverage``):
+  an object of its scope there that it matches on stored labels and fields but lacks is
+  removed, whoever brought it in (a get, another list, a watch): it was deleted in the cloud or
+  no longer matches, so the stored version is stale either way. Left alone otherwise, it would
+  be a ghost in every offline list that matches it. An object it does not match but owned
+  only loses that claim, and is removed when no other list (or a direct get) still owns it. So
+  lists with different selectors coexist. Either way an object newer than the list's snapshot
+  stays: a watch event already overtook it.
 - A watch DELETED under a list that cannot lose objects except by deletion (no selector, or only
   ``metadata.name``/``metadata.namespace``) removes the object for every owner. Under a selector
   it may only mean "no longer matches" (the apiserver sends the previous object in both cases),
@@ -26,7 +31,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from yurthub.cache import entries, keys, selectors
+from yurthub.cache import coverage, entries, keys, selectors
 
 Lookup = Callable[[keys.ObjectKey], entries.Entry | None]
 
@@ -137,17 +142,35 @@ def apply_deleted(
     return Write(key, current.with_owners(remaining), None)
 
 
+def adopt(
+    current: entries.Entry | None, key: keys.ObjectKey, list_key: keys.ListKey, direct: bool
+) -> Change | None:
+    """An earlier page's item, claimed for its list at the list's last page; ``direct``: the
+    direct claim it holds was only the page's, and goes."""
+    if current is None:
+        return None
+    owners = current.owners | {str(list_key)}
+    if direct:
+        owners -= {entries.DIRECT}
+    if owners == current.owners:
+        return None
+    return Write(key, current.with_owners(owners), None)
+
+
 def replace_list(
     lookup: Lookup,
-    previous_members: Iterable[keys.ObjectKey],
+    candidates: Iterable[keys.ObjectKey],
     items: Iterable[Item],
     list_key: keys.ListKey,
     list_rv: int = -1,
 ) -> list[Change]:
-    """A complete list response: its items, and the objects it no longer covers released.
+    """A whole list response: its items, and what it no longer holds let go.
 
-    A member newer than the list (``rv > list_rv``, e.g. added by a watch event after the
-    snapshot a lagging apiserver served) is kept: the snapshot says nothing about it.
+    ``candidates``: the cached objects the list may no longer hold, at least its members and
+    every object of its scope and namespace (others are ignored). Each one it lacks goes if the
+    list's selector matches it, else only loses the list's claim; unless it is newer than the
+    list (``rv > list_rv``, e.g. added by a watch event after the snapshot a lagging apiserver
+    served): the snapshot says nothing about it.
     """
     owner = str(list_key)
     changes: list[Change] = []
@@ -157,13 +180,24 @@ def replace_list(
         change = apply_object(lookup(item.key), item, owner)
         if change is not None:
             changes.append(change)
-    for key in previous_members:
+    matches = coverage.authority(list_key)
+    for key in candidates:
         if key in seen:
             continue
         current = lookup(key)
-        if current is None or owner not in current.owners:
+        if current is None:
             continue
         if list_rv >= 0 and current.rv > list_rv:
+            continue
+        if (
+            matches is not None
+            and key.scope == list_key.scope
+            and list_key.covers_namespace(key.namespace)
+            and matches(key, current)
+        ):
+            changes.append(Remove(key))
+            continue
+        if owner not in current.owners:
             continue
         remaining = current.owners - {owner}
         changes.append(

@@ -10,8 +10,9 @@ the object's JSON exactly as stored. List records use the same layout with an em
 Invariants:
 
 - The body is never re-encoded on the way out: offline answers splice stored bytes.
-- ``owners`` holds list-key strings (``keys.ListKey``) and ``DIRECT`` for objects that came from a
-  get/create/update/patch response. An object with no owner is deleted, never stored.
+- ``owners`` holds list-key strings (``keys.ListKey``), each naming a list record, and ``DIRECT``
+  for objects that came from a get/create/update/patch response (or a watch or page no record
+  stands behind). An object with no owner is deleted, never stored.
 - Field values are kept only when non-empty: a missing field reads as ``""`` when matching
   (``selectors.FieldTerm.matches``), so dropping empties changes no answer and saves memory.
 
@@ -36,7 +37,9 @@ _HEAD = len(MAGIC) + _LEN.size
 _KEY_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 
 DIRECT = ""
-"""Owner of objects cached from single-object responses (get/create/update/patch)."""
+"""Owner of objects cached from single-object responses (get/create/update/patch), and from
+responses that say nothing about a whole list: watch events of a list without a record, pages
+of a chunked list before its last."""
 
 
 class CorruptEntry(ValueError):
@@ -82,7 +85,10 @@ class Entry:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ListRecord:
-    """One list (component + resource + namespace + selector) that was cached."""
+    """One list (component + resource + namespace + selector) that was seen whole.
+
+    Made only by a whole list response; what makes offline lists answerable (``coverage``).
+    """
 
     resource_version: str
     rv: int

@@ -19,6 +19,12 @@ Invariants:
   untouched.
 - A list replacement (its items, the objects it released, its list record) is one transaction:
   a kill -9 leaves the previous list or the new one, never half of each.
+- A list record means "this list was seen whole": only a whole list response (the last page of
+  a chunked one whose first page was seen) makes one. Watch events and BOOKMARKs only advance
+  an existing record; pages before the last, and events of a watch whose list has no record,
+  store their objects under a direct claim (gets can use them, no list is answered from them:
+  a hub restarted on an empty cache sees clients re-watch without relisting). So every list
+  owner an object names has a record, and the record's member count is exact (``verifying``).
 - The directory is 0700 and the SQLite files (database, WAL, shared memory) 0600: Secrets are
   cached, and nothing in here is for other users. Values are kept inside SQLite (no side files),
   so there is no other file to protect.
@@ -233,8 +239,13 @@ class _Outcome:
 
 @dataclasses.dataclass
 class _PageSession:
+    """A chunked list between its first page and its last (writer thread only)."""
+
     names: set[keys.ObjectKey]
     started: float
+    direct: set[keys.ObjectKey] = dataclasses.field(default_factory=set)
+    """Items its pages held by a direct claim they did not have before (the list had no record
+    yet): at the last page that claim becomes the list's."""
 
 
 class Store:
@@ -364,14 +375,6 @@ class Store:
         for ns, names in chosen:
             for name in sorted(names) if ordered else names:
                 yield keys.ObjectKey(scope, ns, name), names[name]
-
-    def has_objects(self, scope: keys.Scope, namespace: str = "") -> bool:
-        namespaces = self._objects.get(scope)
-        if not namespaces:
-            return False
-        if namespace and scope.namespaced_keys:
-            return bool(namespaces.get(namespace))
-        return True
 
     def count(self, scope: keys.Scope, namespace: str = "") -> int:
         """Objects of ``scope`` (in ``namespace`` when given)."""
@@ -668,6 +671,24 @@ class _Batch:
             return self.outcome.objects[key]
         return self.store._lookup(key)
 
+    def has_record(self, list_key: keys.ListKey) -> bool:
+        return list_key in self.outcome.lists or list_key in self.store._lists
+
+    def scope_keys(self, list_key: keys.ListKey) -> Iterator[keys.ObjectKey]:
+        """Every object key of ``list_key``'s scope and namespace (index + overlay), once each;
+        keys removed in the overlay too (their lookup is None)."""
+        scope = list_key.scope
+        for key, _ in self.store.objects(scope, list_key.namespace, ordered=False):
+            yield key
+        for key, entry in self.outcome.objects.items():
+            if (
+                entry is not None
+                and key.scope == scope
+                and list_key.covers_namespace(key.namespace)
+                and self.store._lookup(key) is None
+            ):
+                yield key
+
     def members(self, list_key: keys.ListKey) -> list[keys.ObjectKey]:
         """Current members of ``list_key`` (index + overlay)."""
         owner = str(list_key)
@@ -714,9 +735,18 @@ class _Batch:
             self.bodies.pop(change.key, None)
 
     def touch_list(
-        self, list_key: keys.ListKey, resource_version: str, kind: str, api_version: str
+        self,
+        list_key: keys.ListKey,
+        resource_version: str,
+        kind: str,
+        api_version: str,
+        *,
+        create: bool = False,
     ) -> None:
+        """Advance ``list_key``'s record; make it only when ``create`` (a whole list was seen)."""
         current = self.outcome.lists.get(list_key) or self.store._lists.get(list_key)
+        if current is None and not create:
+            return
         rv = entries.parse_rv(resource_version)
         if current is not None:
             if not resource_version or (0 <= rv < current.rv):
@@ -818,39 +848,67 @@ class _Batch:
         unchanged: set[keys.ObjectKey] = set()
         items = list(self._items(list_key, parsed, unchanged))
         later_page = job.continued is True or (job.continued is None and session is not None)
+        touch = (list_key, head.resource_version, head.item_kind, head.api_version)
         if head.continue_token:
             # One page of a chunked list: store its items, release nothing until the last page.
             if not later_page or session is None:
                 session = pages[list_key] = _PageSession(set(), now)
             session.names.update(item.key for item in items)
             session.names.update(unchanged)
-            for item in items:
-                change = applying.apply_object(self.lookup(item.key), item, str(list_key))
-                if change is not None:
-                    self.change(change)
-        elif later_page and session is None:
-            # The last page of a list whose first pages we never saw: keep, release nothing.
-            for item in items:
-                change = applying.apply_object(self.lookup(item.key), item, str(list_key))
-                if change is not None:
-                    self.change(change)
+            self._claim(list_key, items, session)
+            self.touch_list(*touch)
+            return
+        if later_page and session is None:
+            # The last page of a list whose first pages we never saw: keep, release nothing; it
+            # proves no list whole, so it makes no record.
+            self._claim(list_key, items, None)
+            self.touch_list(*touch)
+            return
+        if later_page and session is not None:
+            del pages[list_key]
+            keep = session.names | unchanged
+            self._adopt(list_key, session)
         else:
-            covered = items
-            if later_page and session is not None:
-                del pages[list_key]
-                keep = session.names | unchanged
-            else:
-                pages.pop(list_key, None)
-                keep = unchanged
-            previous = [k for k in self.members(list_key) if k not in keep]
-            list_rv = entries.parse_rv(head.resource_version)
-            for change in applying.replace_list(self.lookup, previous, covered, list_key, list_rv):
+            pages.pop(list_key, None)
+            keep = unchanged
+        candidates = [k for k in self.scope_keys(list_key) if k not in keep]
+        list_rv = entries.parse_rv(head.resource_version)
+        for change in applying.replace_list(self.lookup, candidates, items, list_key, list_rv):
+            self.change(change)
+        self.touch_list(*touch, create=True)
+
+    def _claim(
+        self, list_key: keys.ListKey, items: list[applying.Item], session: _PageSession | None
+    ) -> None:
+        """Items of one page: the list's when it has a record. A list without one owns nothing
+        yet (an owner always names a record): its items are held by a direct claim, which the
+        last page turns into the list's (``_adopt``)."""
+        recorded = self.has_record(list_key)
+        owner = str(list_key) if recorded else entries.DIRECT
+        for item in items:
+            current = self.lookup(item.key)
+            if (
+                not recorded
+                and session is not None
+                and (current is None or entries.DIRECT not in current.owners)
+            ):
+                session.direct.add(item.key)
+            change = applying.apply_object(current, item, owner)
+            if change is not None:
                 self.change(change)
-        self.touch_list(list_key, head.resource_version, head.item_kind, head.api_version)
+
+    def _adopt(self, list_key: keys.ListKey, session: _PageSession) -> None:
+        """The last page: every earlier page's item becomes the list's."""
+        for key in session.names:
+            change = applying.adopt(self.lookup(key), key, list_key, key in session.direct)
+            if change is not None:
+                self.change(change)
 
     def watch_lines(self, job: WatchLines) -> None:
         list_key = job.list_key
-        owner = str(list_key)
+        # A watch never makes a list whole: without the list's record its events are held like
+        # gets (a hub restarted on an empty cache sees clients re-watch without relisting).
+        owner = str(list_key) if self.has_record(list_key) else entries.DIRECT
         last_rv = ""
         kind = api_version = ""
         for line in job.lines:
@@ -924,6 +982,12 @@ class _Batch:
     # writing (inside the transaction)
 
     def write(self, cache: diskcache.Cache) -> None:
+        # A list replacement can remove objects other lists own: their records' counts change.
+        for owner, count in self.counts.items():
+            list_key = keys.parse_list_key(owner)
+            record = self.store._lists.get(list_key)
+            if record is not None and record.members != count:
+                self.outcome.lists.setdefault(list_key, record)
         for key, entry in self.outcome.objects.items():
             name = str(key)
             if entry is None:

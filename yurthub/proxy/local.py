@@ -8,14 +8,20 @@ the error), and always for kubelet's own lease and ``get node`` (``kubelet-lease
 Answers (decisions that differ from YurtHub are marked *):
 
 - get: the cached object, or 404. Table / PartialObjectMetadata views when the client asks.
-- list: for a list the cache holds exactly (same component, resource, namespace, selector) its
-  own members*; otherwise the component's objects of that resource and namespace filtered by
-  the request's label and field selectors* (YurtHub ignores selectors). The list's
-  resourceVersion is the highest seen (the list record's, advanced by watch events and
-  bookmarks*). A list never cached is 404, except a ``metadata.name`` field selector (empty
-  list); kubelet's empty pods list is 404 (§3.7: kubelet must not kill pods after a wipe).
+- list: complete or 404*. Answered only when a list the cache saw whole covers it: same
+  component and resource (and view), all namespaces or the request's, and every requirement
+  of its label and field selectors among the request's (``cache.coverage``). Then the answer
+  is the component's objects of that resource in the namespace filtered by the request's
+  selectors* (YurtHub ignores selectors), at the highest resourceVersion seen (the covering
+  list's record, advanced by watch events and bookmarks*, or an object's). Anything else is
+  a 404 (YurtHub answers whatever files it has): a watch alone (a hub restarted on an empty
+  cache), gets, a narrower or other-namespace list, hold some objects, not all, and kubelet
+  reads a pod missing from its list as deleted and kills it. Except a ``metadata.name`` field
+  selector, answered like a get (the object, else an empty list); and kubelet's empty pods
+  list, always 404 (§3.7: kubelet must not kill pods after a wipe).
 - watch: 200, held open; BOOKMARK events every ``bookmark_interval`` when the client allows
-  them*; ``sendInitialEvents=true`` gets the cached objects as ADDED plus the end bookmark*.
+  them*; ``sendInitialEvents=true`` gets the cached objects as ADDED plus the end bookmark*,
+  under the list rule (a list streamed as events: complete, or a 404 before the stream).
   Closed when ``timeoutSeconds`` elapses (absent or 0: ``min-request-timeout`` x (1+rand)),
   when the cloud is healthy again (so clients re-watch upstream), or at hub shutdown.
 - create: 201 echo of the body; Events are also cached. A ServiceAccount TokenRequest gets a
@@ -53,6 +59,7 @@ from yurthub import requestinfo, statuses
 from yurthub.cache import (
     agents,
     cacheability,
+    coverage,
     entries,
     framing,
     keys,
@@ -242,20 +249,16 @@ class Answerer:
             fields = selectors.parse_fields(info.field_selector)
         except selectors.SelectorError as e:
             return _status(400, str(e))
-        candidates = self._scopes(info, media)
-        scope = next((c for c in candidates if self._known(c, info.namespace)), candidates[0])
-        list_key = keys.list_key(scope, info.namespace, labels.canonical(), fields.canonical())
-        record = self._store.list_record(list_key)
-        chosen = _select(self._store, scope, info.namespace, labels, fields, record, list_key)
-        if not chosen:
-            known = self._known(scope, info.namespace)
-            # Reference §3.7: an empty pod list would make kubelet delete every pod.
-            kubelet_pods = info.component == "kubelet" and info.resource == "pods"
-            if not known or kubelet_pods:
-                if reason is seams.LocalReason.UPSTREAM_ERROR:
-                    return None  # the upstream's failure is the truer answer
-                if kubelet_pods or fields.name is None:
-                    return _not_found(info, "")
+        listing = self._listing(info, self._scopes(info, media), labels, fields)
+        if listing is None or (
+            not listing.chosen and (_kubelet_pods(info) or listing.record is None)
+        ):
+            if reason is seams.LocalReason.UPSTREAM_ERROR:
+                return None  # the upstream's failure is the truer answer
+            if listing is None or _kubelet_pods(info):
+                return _not_found(info, "")
+            # Named, and not cached: an empty list, as YurtHub answers (reference §3.7 step 3).
+        scope, record, chosen = listing.scope, listing.record, listing.chosen
         rv = max([e.rv for _, e in chosen] + [record.rv if record is not None else -1])
         resource_version = "" if rv < 0 else str(rv)
         if record is not None and record.rv == rv:
@@ -302,11 +305,35 @@ class Answerer:
 
         return await _stream_items(request, _open_items(view), bodies, convert)
 
-    def _known(self, scope: keys.Scope, namespace: str) -> bool:
-        """Was this component's list of this resource (in this namespace) ever cached."""
-        if self._store.has_objects(scope, namespace):
-            return True
-        return any(k.covers_namespace(namespace) for k, _ in self._store.list_records(scope))
+    def _listing(
+        self,
+        info: requestinfo.RequestInfo,
+        candidates: list[keys.Scope],
+        labels: selectors.LabelSelector,
+        fields: selectors.FieldSelector,
+    ) -> _Listing | None:
+        """What a list answers with; None when nothing may answer it (a 404).
+
+        Complete or nothing: only a whole cached list that covers the request answers it
+        (``coverage``), with the objects of the scope that match the request's selectors: a
+        partial pod list served as whole would make kubelet kill the pods it lacks. A request
+        no list covers that names its object (``metadata.name``) is answered like a get.
+        """
+        for scope in candidates:
+            wanted = keys.list_key(scope, info.namespace, labels.canonical(), fields.canonical())
+            found = coverage.best(
+                self._store.list_records(scope), wanted, info.namespace, labels, fields
+            )
+            if found is not None:
+                chosen = _select(self._store, scope, info.namespace, labels, fields)
+                return _Listing(scope, found[1], chosen)
+        if fields.name is None:
+            return None
+        for scope in candidates:
+            chosen = _select(self._store, scope, info.namespace, labels, fields)
+            if chosen:
+                return _Listing(scope, None, chosen)
+        return _Listing(candidates[0], None, [])
 
     def _kind(
         self,
@@ -342,13 +369,19 @@ class Answerer:
         except selectors.SelectorError as e:
             return _status(400, str(e))
         list_key = keys.list_key(scope, info.namespace, labels.canonical(), fields.canonical())
+        bookmarks = info.allow_watch_bookmarks
+        initial = None
+        if _flag(request.query.get("sendInitialEvents", "")) and bookmarks:
+            # A list streamed as events: complete or nothing, as a list (``_listing``).
+            initial = self._listing(info, [scope], labels, fields)
+            if initial is None or (not initial.chosen and _kubelet_pods(info)):
+                return _not_found(info, "")
         resp = web.StreamResponse(status=200, headers={"Content-Type": JSON})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
-        bookmarks = info.allow_watch_bookmarks
         try:
-            if _flag(request.query.get("sendInitialEvents", "")) and bookmarks:
-                await self._initial_events(resp, info, scope, list_key, labels, fields)
+            if initial is not None:
+                await self._initial_events(resp, info, list_key, initial)
             next_bookmark = asyncio.get_running_loop().time() + self._bookmark_interval
             while True:
                 now = asyncio.get_running_loop().time()
@@ -392,20 +425,16 @@ class Answerer:
         self,
         resp: web.StreamResponse,
         info: requestinfo.RequestInfo,
-        scope: keys.Scope,
         list_key: keys.ListKey,
-        labels: selectors.LabelSelector,
-        fields: selectors.FieldSelector,
+        listing: _Listing,
     ) -> None:
-        record = self._store.list_record(list_key)
-        chosen = _select(self._store, scope, info.namespace, labels, fields, record, list_key)
         bodies = await self._store.bodies(
-            (k for k, _ in chosen), within=_within(scope, info.namespace)
+            (k for k, _ in listing.chosen), within=_within(listing.scope, info.namespace)
         )
         for body in bodies:
             if body is not None:
                 await resp.write(b'{"type":"ADDED","object":' + body + b"}\n")
-        end = orjson.loads(self._bookmark(info, scope, list_key))
+        end = orjson.loads(self._bookmark(info, listing.scope, list_key))
         end["object"]["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
         await resp.write(orjson.dumps(end) + b"\n")
 
@@ -538,6 +567,16 @@ class Answerer:
         return _status(404, f"the cloud is unreachable and {path} is not cached")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Listing:
+    """What an offline list answers with."""
+
+    scope: keys.Scope
+    record: entries.ListRecord | None
+    """The cached list covering the request (its own when cached); None: answered by name."""
+    chosen: list[tuple[keys.ObjectKey, entries.Entry]]
+
+
 class _Reply(Exception):
     """Raised with a finished answer from deep inside (bad request bodies)."""
 
@@ -597,17 +636,19 @@ def _identity(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
 
 
+def _kubelet_pods(info: requestinfo.RequestInfo) -> bool:
+    """Reference §3.7: an empty pod list would make kubelet delete every pod; it is a 404."""
+    return info.component == "kubelet" and info.resource == "pods"
+
+
 def _select(
     cache: store.Store,
     scope: keys.Scope,
     namespace: str,
     labels: selectors.LabelSelector,
     fields: selectors.FieldSelector,
-    record: entries.ListRecord | None,
-    list_key: keys.ListKey,
 ) -> list[tuple[keys.ObjectKey, entries.Entry]]:
-    """The objects a list answers with: the exact list's members, else a filtered scan."""
-    owner = str(list_key) if record is not None else None
+    """The objects of ``scope`` in ``namespace`` (all when empty) the selectors match."""
     name = fields.name
     if name is not None and namespace:
         key = keys.object_key(scope, namespace, name)
@@ -615,27 +656,13 @@ def _select(
         candidates = [] if found is None else [(key, found)]
     else:
         candidates = list(cache.objects(scope, namespace))
-    if owner is None and labels.empty() and fields.empty():
+    if labels.empty() and fields.empty():
         return candidates
-    chosen = []
-    for key, entry in candidates:
-        if owner is not None and owner not in entry.owners:
-            continue
-        if not labels.empty() and not labels.matches(entry.labels or {}):
-            continue
-        if not fields.empty() and not fields.matches(_fields(key, entry)):
-            continue
-        chosen.append((key, entry))
-    return chosen
-
-
-def _fields(key: keys.ObjectKey, entry: entries.Entry) -> dict[str, str]:
-    # Name and namespace are the key's; the entry keeps only the kind's other fields.
-    return {
-        **entry.fields,
-        "metadata.name": key.name,
-        "metadata.namespace": key.namespace,
-    }
+    return [
+        (key, entry)
+        for key, entry in candidates
+        if coverage.matches(key, entry, labels=labels, fields=fields)
+    ]
 
 
 def _open_items(document: dict[str, Any]) -> bytes:

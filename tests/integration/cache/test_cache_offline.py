@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import pathlib
+import shutil
 import time
 from typing import Any
 
@@ -165,6 +166,42 @@ async def test_watch_follows_into_the_cache_and_bookmarks_offline(edge: Edge) ->
     bookmark = events[0]["object"]
     assert bookmark["kind"] == "Pod" and bookmark["apiVersion"] == "v1"
     assert bookmark["metadata"]["resourceVersion"] == offline["metadata"]["resourceVersion"]
+
+
+async def test_a_watch_resumed_on_a_wiped_cache_is_no_pod_list(edge: Edge) -> None:
+    # kubelet lists once, then re-watches from its last version for as long as the watch
+    # works. A hub restarted on an empty cache (wiped, replaced disk) only ever sees the events
+    # since: served offline as the pod list, every other pod would read as deleted and be killed.
+    pods = await warm(edge)
+    rv = pods["metadata"]["resourceVersion"]
+    await edge.stop_hub()
+    shutil.rmtree(edge.hub_settings.cache.disk_cache_path)
+    await edge.start_hub()
+    await edge.wait_health(True)
+    params = {**MY_PODS, "watch": "true", "resourceVersion": rv, "allowWatchBookmarks": "true"}
+    async with edge.session.get(
+        edge.url + PODS, params=params, headers={"User-Agent": KUBELET_UA}
+    ) as resp:
+        assert resp.status == 200
+        edge.sim.state.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "resumed-pod", "namespace": "default"},
+                "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
+            }
+        )
+        async with asyncio.timeout(5):
+            async for line in resp.content:
+                if orjson.loads(line)["object"]["metadata"].get("name") == "resumed-pod":
+                    break
+    await edge.flush()
+    assert edge.rt.store.list_records() == []
+    await edge.cut()
+    status, body = await edge.get(PODS, params=MY_PODS)
+    assert status == 404 and body["reason"] == "NotFound", body
+    status, pod = await edge.get("/api/v1/namespaces/default/pods/resumed-pod")
+    assert status == 200 and pod["spec"]["nodeName"] == NODE
 
 
 async def test_held_watch_ends_when_the_cloud_is_back(edge: Edge) -> None:

@@ -10,7 +10,7 @@ import diskcache
 import orjson
 import pytest
 
-from yurthub.cache import entries, keys, store
+from yurthub.cache import entries, keys, store, verifying
 
 POD = keys.Scope("kubelet", "pods", "v1")
 MINE = keys.list_key(POD, "", "", "spec.nodeName=n1")
@@ -37,6 +37,12 @@ def pod_list(rv: int, *items: dict[str, Any], cont: str = "") -> bytes:
 
 def event(kind: str, obj: dict[str, Any]) -> bytes:
     return orjson.dumps({"type": kind, "object": {"kind": "Pod", "apiVersion": "v1", **obj}})
+
+
+def bookmark(rv: int) -> bytes:
+    return orjson.dumps(
+        {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": str(rv)}}}
+    )
 
 
 def names(s: store.Store, scope: keys.Scope = POD) -> dict[str, str]:
@@ -97,18 +103,104 @@ async def test_lists_with_different_selectors_coexist_on_disk(tmp_path: pathlib.
         store.PutList(MINE, pod_list(5, pod("a", 1), pod("b", 2, app="x"))),
         store.PutList(LABELLED, pod_list(6, pod("b", 2, app="x"), pod("c", 3, app="x", node="n2"))),
     )
-    await apply(s, store.PutList(MINE, pod_list(7, pod("a", 1))))  # b moved off n1
-    assert names(s) == {"a": "1", "b": "2", "c": "3"}  # b still covered by the labelled list
+    # Each relist has its say over what it matches only: c is not on n1, a is not labelled.
+    await apply(s, store.PutList(MINE, pod_list(7, pod("a", 1), pod("b", 2, app="x"))))
+    await apply(
+        s,
+        store.PutList(LABELLED, pod_list(8, pod("b", 2, app="x"), pod("c", 3, app="x", node="n2"))),
+    )
+    assert names(s) == {"a": "1", "b": "2", "c": "3"}
     await s.close()
     reopened = await store.Store.open(tmp_path / "c")
     try:
         assert names(reopened) == {"a": "1", "b": "2", "c": "3"}
         assert {str(k): r.members for k, r in reopened.list_records()} == {
-            str(MINE): 1,
+            str(MINE): 2,
             str(LABELLED): 2,
         }
     finally:
         await reopened.close()
+
+
+def verified(path: pathlib.Path) -> None:
+    con = verifying.connect(path)
+    try:
+        report = verifying.verify(con)
+    finally:
+        con.close()
+    assert report.ok, [str(p) for p in report.problems]
+
+
+async def test_a_watch_alone_makes_no_list_record(tmp_path: pathlib.Path) -> None:
+    # A hub restarted on a wiped cache sees kubelet re-watch without relisting: the events are
+    # kept (gets can use them) but say nothing about what else exists.
+    s = await store.Store.open(tmp_path / "c")
+    try:
+        watch = store.WatchLines(MINE, (event("ADDED", pod("a", 11)), bookmark(20)))
+        await apply(s, watch, store.WatchLines(MINE, (bookmark(21),)))
+        assert names(s) == {"a": "11"}
+        assert s.list_records() == []
+        a = s.entry(keys.object_key(POD, "default", "a"))
+        assert a is not None and a.owners == {entries.DIRECT}
+        verified(s.path)
+        # A DELETED under a selector still takes it away.
+        await apply(s, store.WatchLines(MINE, (event("DELETED", pod("a", 12)),)))
+        assert names(s) == {}
+        # The list makes the record; the watch continuing it advances it from then on.
+        await apply(
+            s,
+            store.WatchLines(MINE, (event("ADDED", pod("b", 13)),)),
+            store.PutList(MINE, pod_list(30, pod("b", 13), pod("c", 14))),
+            store.WatchLines(MINE, (event("ADDED", pod("d", 31)), bookmark(40))),
+        )
+        record = s.list_record(MINE)
+        assert record is not None and (record.resource_version, record.members) == ("40", 3)
+        b = s.entry(keys.object_key(POD, "default", "b"))
+        assert b is not None and b.owners == {str(MINE), entries.DIRECT}
+        verified(s.path)
+    finally:
+        await s.close()
+
+
+async def test_a_chunked_list_makes_its_record_at_its_last_page(cache: store.Store) -> None:
+    got = store.PutObject(POD, orjson.dumps({"kind": "Pod", **pod("got", 1)}))
+    await apply(cache, got)
+    await apply(
+        cache, store.PutList(MINE, pod_list(9, pod("a", 2), pod("got", 1), cont="t1"), False)
+    )
+    assert cache.list_record(MINE) is None  # half a list answers nothing
+    assert set(names(cache)) == {"a", "got"}
+    verified(cache.path)
+    await apply(cache, store.PutList(MINE, pod_list(9, pod("b", 3)), continued=True))
+    record = cache.list_record(MINE)
+    assert record is not None and (record.resource_version, record.members) == ("9", 3)
+    owners = {k.name: e.owners for k, e in cache.objects(POD)}
+    # Page items are the list's only; the earlier get's own claim stays.
+    assert owners == {"a": {str(MINE)}, "b": {str(MINE)}, "got": {str(MINE), entries.DIRECT}}
+    verified(cache.path)
+
+
+async def test_a_last_page_without_its_first_pages_makes_no_record(cache: store.Store) -> None:
+    await apply(cache, store.PutList(MINE, pod_list(9, pod("b", 3)), continued=True))
+    assert names(cache) == {"b": "3"} and cache.list_record(MINE) is None
+    verified(cache.path)
+
+
+async def test_a_list_removes_the_ghosts_it_matches(cache: store.Store) -> None:
+    await apply(
+        cache,
+        store.PutObject(POD, orjson.dumps({"kind": "Pod", **pod("ghost", 3)})),
+        store.PutObject(POD, orjson.dumps({"kind": "Pod", **pod("fresh", 12)})),
+        store.PutObject(POD, orjson.dumps({"kind": "Pod", **pod("elsewhere", 3, node="n2")})),
+        store.PutList(LABELLED, pod_list(4, pod("b", 2, app="x"))),
+    )
+    await apply(cache, store.PutList(MINE, pod_list(10, pod("a", 1))))
+    # ghost: on n1 by its stored spec, older than the list, not in it. fresh: newer than the
+    # list's snapshot. elsewhere: not something a list of n1's pods says anything about.
+    assert names(cache) == {"a": "1", "elsewhere": "3", "fresh": "12"}
+    record = cache.list_record(LABELLED)
+    assert record is not None and record.members == 0  # b was on n1 too
+    verified(cache.path)
 
 
 async def test_chunked_list_pages_replace_only_at_the_end(cache: store.Store) -> None:

@@ -1,4 +1,9 @@
-"""Pure apply decisions: RV guard, list replacement with coexisting selectors, watch DELETED."""
+"""Pure apply decisions: RV guard, list replacement with coexisting selectors, watch DELETED.
+
+A list replacement is authoritative for what its selector matches in its namespace: an object it
+matches (on stored labels and fields) and lacks is removed, whoever brought it in; an object it
+does not match only loses this list's claim.
+"""
 
 from __future__ import annotations
 
@@ -30,8 +35,8 @@ def pod(name: str, rv: int, node: str = "n1", **labels: str) -> dict[str, Any]:
     }
 
 
-def item(name: str, rv: int, **labels: str) -> applying.Item:
-    obj = pod(name, rv, **labels)
+def item(name: str, rv: int, node: str = "n1", **labels: str) -> applying.Item:
+    obj = pod(name, rv, node, **labels)
     return applying.item_from_object(POD, obj, orjson.dumps(obj))
 
 
@@ -55,9 +60,9 @@ class Index:
         return [k for k, e in self.entries.items() if str(list_key) in e.owners]
 
     def replace(self, list_key: keys.ListKey, *items: applying.Item, rv: int = -1) -> None:
-        self.apply(
-            list(applying.replace_list(self.lookup, self.members(list_key), items, list_key, rv))
-        )
+        # As the store does: every cached object of the scope is a candidate.
+        candidates = list(self.entries)
+        self.apply(list(applying.replace_list(self.lookup, candidates, items, list_key, rv)))
 
     def put(self, it: applying.Item, owner: str) -> None:
         self.apply([applying.apply_object(self.lookup(it.key), it, owner)])
@@ -115,27 +120,57 @@ def test_lists_with_different_selectors_coexist() -> None:
         "p2": ("2", sorted([str(MINE), str(LABELLED)])),
         "p3": ("3", [str(LABELLED)]),
     }
-    # The labelled list shrinks: p2 stays (still on my node), p3 goes.
-    index.replace(LABELLED)
-    assert index.state() == {"p1": ("1", [str(MINE)]), "p2": ("2", [str(MINE)])}
+    # p2 is relabelled (my node's list sees it first), then the labelled list loses it: it no
+    # longer matches app=x, so the labelled list only lets go of it; p3 still matches and goes.
+    index.replace(MINE, item("p1", 1), item("p2", 4, app="y"))
+    index.replace(LABELLED, rv=10)
+    assert index.state() == {"p1": ("1", [str(MINE)]), "p2": ("4", [str(MINE)])}
 
 
-def test_list_replacement_keeps_directly_fetched_objects() -> None:
+def test_a_list_removes_what_it_matches_and_lacks_whoever_brought_it() -> None:
     index = Index()
-    index.put(item("p1", 1), entries.DIRECT)
-    index.replace(MINE, item("p1", 1), item("p2", 2))
-    index.replace(MINE, item("p2", 3))
-    assert index.state() == {"p1": ("1", [entries.DIRECT]), "p2": ("3", [str(MINE)])}
+    index.replace(MINE, item("p1", 1), item("p2", 2, app="x"))
+    index.put(item("ghost", 3), entries.DIRECT)  # a get; deleted in the cloud since
+    index.put(item("elsewhere", 3, node="n2"), entries.DIRECT)  # not on my node
+    index.replace(LABELLED, item("p2", 2, app="x"))
+    index.replace(MINE, item("p1", 1), rv=10)
+    # p2 is on my node (stored spec.nodeName=n1), so my node's list says it is gone: it goes
+    # although the labelled list has it (that list's watch re-adds it if it still exists).
+    assert index.state() == {
+        "elsewhere": ("3", [entries.DIRECT]),
+        "p1": ("1", [str(MINE)]),
+    }
 
 
-def test_list_keeps_members_newer_than_its_snapshot() -> None:
+def test_a_list_keeps_what_it_lacks_when_newer_than_its_snapshot() -> None:
     index = Index()
     index.replace(MINE, item("p1", 1))
     index.put(item("p2", 12), str(MINE))  # from the watch, after the next snapshot
+    index.put(item("p3", 13), entries.DIRECT)  # a get, after the next snapshot
     index.replace(MINE, item("p1", 1), rv=10)
-    assert set(index.state()) == {"p1", "p2"}
+    assert set(index.state()) == {"p1", "p2", "p3"}
     index.replace(MINE, item("p1", 1), rv=20)
     assert set(index.state()) == {"p1"}
+
+
+def test_a_namespaced_list_has_no_say_outside_its_namespace() -> None:
+    index = Index()
+    other = item("p1", 1)
+    moved = applying.Item(
+        keys.object_key(POD, "other", "p1"), other.entry.with_owners(frozenset()), other.body
+    )
+    index.put(moved, entries.DIRECT)
+    index.replace(keys.list_key(POD, "default", "", ""), rv=10)
+    assert set(index.state()) == {"p1"}
+
+
+def test_a_selector_on_fields_the_cache_does_not_keep_removes_only_its_members() -> None:
+    index = Index()
+    unknown = keys.list_key(POD, "", "", "spec.unknown!=x")
+    index.put(item("p1", 1), str(unknown))
+    index.put(item("p2", 1), entries.DIRECT)
+    index.replace(unknown, rv=10)
+    assert index.state() == {"p2": ("1", [entries.DIRECT])}
 
 
 @pytest.mark.parametrize(
