@@ -28,7 +28,7 @@ Rules (DESIGN.md "The cache", reference §3.3-3.5, and what we do beyond YurtHub
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from yurthub.cache import coverage, entries, keys, selectors
@@ -157,20 +157,32 @@ def adopt(
     return Write(key, current.with_owners(owners), None)
 
 
+def concerned(list_key: keys.ListKey) -> coverage.Matcher:
+    """The objects of its scope and namespace a whole list of ``list_key`` may change: its own
+    members, and what its selector matches (``coverage.authority``)."""
+    owner = str(list_key)
+    matches = coverage.authority(list_key)
+    if matches is None:
+        return lambda namespace, name, entry: owner in entry.owners
+    return lambda namespace, name, entry: owner in entry.owners or matches(namespace, name, entry)
+
+
 def replace_list(
     lookup: Lookup,
-    candidates: Iterable[keys.ObjectKey],
+    candidates: Iterable[tuple[keys.ObjectKey, entries.Entry]],
     items: Iterable[Item],
     list_key: keys.ListKey,
     list_rv: int = -1,
+    keep: Collection[keys.ObjectKey] = (),
 ) -> list[Change]:
     """A whole list response: its items, and what it no longer holds let go.
 
-    ``candidates``: the cached objects the list may no longer hold, at least its members and
-    every object of its scope and namespace (others are ignored). Each one it lacks goes if the
-    list's selector matches it, else only loses the list's claim; unless it is newer than the
-    list (``rv > list_rv``, e.g. added by a watch event after the snapshot a lagging apiserver
-    served): the snapshot says nothing about it.
+    ``candidates``: cached objects with their current entries, at least those of the list's
+    scope and namespace it is ``concerned`` with (others are ignored). ``keep``: objects the
+    list holds that are not among ``items`` (earlier pages, items unchanged). Each candidate
+    it lacks goes if the list's selector matches it, else only loses the list's claim; unless
+    it is newer than the list (``rv > list_rv``, e.g. added by a watch event after the
+    snapshot a lagging apiserver served): the snapshot says nothing about it.
     """
     owner = str(list_key)
     changes: list[Change] = []
@@ -181,11 +193,8 @@ def replace_list(
         if change is not None:
             changes.append(change)
     matches = coverage.authority(list_key)
-    for key in candidates:
-        if key in seen:
-            continue
-        current = lookup(key)
-        if current is None:
+    for key, current in candidates:
+        if key in seen or key in keep:
             continue
         if list_rv >= 0 and current.rv > list_rv:
             continue
@@ -193,14 +202,12 @@ def replace_list(
             matches is not None
             and key.scope == list_key.scope
             and list_key.covers_namespace(key.namespace)
-            and matches(key, current)
+            and matches(key.namespace, key.name, current)
         ):
             changes.append(Remove(key))
-            continue
-        if owner not in current.owners:
-            continue
-        remaining = current.owners - {owner}
-        changes.append(
-            Remove(key) if not remaining else Write(key, current.with_owners(remaining), None)
-        )
+        elif owner in current.owners:
+            remaining = current.owners - {owner}
+            changes.append(
+                Remove(key) if not remaining else Write(key, current.with_owners(remaining), None)
+            )
     return changes

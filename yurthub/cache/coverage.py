@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable
 
 from yurthub.cache import entries, keys, selectors
 
-Matcher = Callable[[keys.ObjectKey, entries.Entry], bool]
-"""True when a stored object matches a list's selectors."""
+Matcher = Callable[[str, str, entries.Entry], bool]
+"""True when a stored object (namespace, name, index entry) matches a list's selectors."""
 
 _METADATA_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 
@@ -119,27 +119,29 @@ def authority(list_key: keys.ListKey) -> Matcher | None:
     cached = _selection(list_key)
     if cached is None or not cached.fields.fields <= decidable_fields(list_key.scope):
         return None
-    return functools.partial(matches, labels=cached.labels, fields=cached.fields)
+    return matcher(cached.labels, cached.fields)
 
 
-def matches(
-    key: keys.ObjectKey,
-    entry: entries.Entry,
-    *,
-    labels: selectors.LabelSelector,
-    fields: selectors.FieldSelector,
-) -> bool:
-    """Does a stored object match these selectors (its name and namespace are its key's)."""
-    if labels.requirements and not labels.matches(entry.labels):
-        return False
-    for term in fields.terms:
-        if term.field == "metadata.name":
-            value = key.name
-        elif term.field == "metadata.namespace":
-            value = key.namespace
-        else:
-            value = entry.fields.get(term.field, "")
-        equal = value == term.value
-        if equal != (term.operator is selectors.Operator.EQUALS):
+def matcher(labels: selectors.LabelSelector, fields: selectors.FieldSelector) -> Matcher:
+    """These selectors as a test of stored objects (their name and namespace are their key's).
+
+    Compiled once per list: a list replacement tests every object of its scope with it.
+    """
+    label_test = labels.matches if labels.requirements else None
+    terms = tuple((t.field, t.value, t.operator is selectors.Operator.EQUALS) for t in fields.terms)
+
+    def matches(namespace: str, name: str, entry: entries.Entry) -> bool:
+        if label_test is not None and not label_test(entry.labels):
             return False
-    return True
+        for field, value, equal in terms:
+            if field == "metadata.name":
+                found = name
+            elif field == "metadata.namespace":
+                found = namespace
+            else:
+                found = entry.fields.get(field, "")
+            if (found == value) != equal:
+                return False
+        return True
+
+    return matches

@@ -56,7 +56,7 @@ import diskcache
 import diskcache.core
 import orjson
 
-from yurthub.cache import applying, entries, framing, keys
+from yurthub.cache import applying, coverage, entries, framing, keys
 
 logger = logging.getLogger(__name__)
 
@@ -365,16 +365,21 @@ class Store:
     ) -> Iterator[tuple[keys.ObjectKey, entries.Entry]]:
         """Entries of ``scope``; in ``namespace`` only when given. Sorted by namespace, name,
         unless ``ordered`` is False (the writer looking for a list's members needs no order)."""
-        namespaces = self._objects.get(scope)
-        if not namespaces:
-            return
-        if namespace and scope.namespaced_keys:
-            chosen = [(namespace, namespaces.get(namespace) or {})]
-        else:
-            chosen = sorted(namespaces.items()) if ordered else list(namespaces.items())
-        for ns, names in chosen:
+        chosen = self._namespaces(scope, namespace)
+        for ns, names in sorted(chosen) if ordered else chosen:
             for name in sorted(names) if ordered else names:
                 yield keys.ObjectKey(scope, ns, name), names[name]
+
+    def _namespaces(
+        self, scope: keys.Scope, namespace: str = ""
+    ) -> list[tuple[str, dict[str, entries.Entry]]]:
+        """The index of ``scope`` by namespace: ``namespace``'s only when given."""
+        namespaces = self._objects.get(scope)
+        if not namespaces:
+            return []
+        if namespace and scope.namespaced_keys:
+            return [(namespace, namespaces.get(namespace) or {})]
+        return list(namespaces.items())
 
     def count(self, scope: keys.Scope, namespace: str = "") -> int:
         """Objects of ``scope`` (in ``namespace`` when given)."""
@@ -674,20 +679,33 @@ class _Batch:
     def has_record(self, list_key: keys.ListKey) -> bool:
         return list_key in self.outcome.lists or list_key in self.store._lists
 
-    def scope_keys(self, list_key: keys.ListKey) -> Iterator[keys.ObjectKey]:
-        """Every object key of ``list_key``'s scope and namespace (index + overlay), once each;
-        keys removed in the overlay too (their lookup is None)."""
+    def scope_entries(
+        self, list_key: keys.ListKey, wanted: coverage.Matcher
+    ) -> Iterator[tuple[keys.ObjectKey, entries.Entry]]:
+        """The objects of ``list_key``'s scope and namespace (index + overlay) ``wanted`` picks.
+
+        A relist of a narrow list scans every object of a large scope: the index is read as it
+        is, and a key made only for what ``wanted`` picks.
+        """
         scope = list_key.scope
-        for key, _ in self.store.objects(scope, list_key.namespace, ordered=False):
-            yield key
-        for key, entry in self.outcome.objects.items():
-            if (
-                entry is not None
-                and key.scope == scope
-                and list_key.covers_namespace(key.namespace)
-                and self.store._lookup(key) is None
-            ):
-                yield key
+        overlay = self.outcome.objects
+        touched: dict[str, set[str]] = {}
+        for key in overlay:
+            if key.scope == scope and list_key.covers_namespace(key.namespace):
+                touched.setdefault(key.namespace, set()).add(key.name)
+        for namespace, names in self.store._namespaces(scope, list_key.namespace):
+            skip = touched.get(namespace)
+            for name, entry in names.items():
+                if skip and name in skip:
+                    continue  # the overlay's entry is the current one
+                if wanted(namespace, name, entry):
+                    yield keys.ObjectKey(scope, namespace, name), entry
+        for namespace, changed in touched.items():
+            for name in changed:
+                key = keys.ObjectKey(scope, namespace, name)
+                found = overlay[key]
+                if found is not None and wanted(namespace, name, found):
+                    yield key, found
 
     def members(self, list_key: keys.ListKey) -> list[keys.ObjectKey]:
         """Current members of ``list_key`` (index + overlay)."""
@@ -871,9 +889,11 @@ class _Batch:
         else:
             pages.pop(list_key, None)
             keep = unchanged
-        candidates = [k for k in self.scope_keys(list_key) if k not in keep]
         list_rv = entries.parse_rv(head.resource_version)
-        for change in applying.replace_list(self.lookup, candidates, items, list_key, list_rv):
+        candidates = self.scope_entries(list_key, applying.concerned(list_key))
+        for change in applying.replace_list(
+            self.lookup, candidates, items, list_key, list_rv, keep
+        ):
             self.change(change)
         self.touch_list(*touch, create=True)
 

@@ -658,11 +658,8 @@ def _select(
         candidates = list(cache.objects(scope, namespace))
     if labels.empty() and fields.empty():
         return candidates
-    return [
-        (key, entry)
-        for key, entry in candidates
-        if coverage.matches(key, entry, labels=labels, fields=fields)
-    ]
+    matches = coverage.matcher(labels, fields)
+    return [(key, entry) for key, entry in candidates if matches(key.namespace, key.name, entry)]
 
 
 def _open_items(document: dict[str, Any]) -> bytes:

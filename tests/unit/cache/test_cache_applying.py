@@ -61,7 +61,7 @@ class Index:
 
     def replace(self, list_key: keys.ListKey, *items: applying.Item, rv: int = -1) -> None:
         # As the store does: every cached object of the scope is a candidate.
-        candidates = list(self.entries)
+        candidates = list(self.entries.items())
         self.apply(list(applying.replace_list(self.lookup, candidates, items, list_key, rv)))
 
     def put(self, it: applying.Item, owner: str) -> None:

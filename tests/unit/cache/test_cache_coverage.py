@@ -122,7 +122,7 @@ def test_authority_matches_on_stored_labels_and_fields(
 ) -> None:
     matcher = coverage.authority(list_key)
     assert matcher is not None
-    assert matcher(obj, stored) is matched
+    assert matcher(obj.namespace, obj.name, stored) is matched
 
 
 @pytest.mark.parametrize(
@@ -141,5 +141,5 @@ def test_no_authority_over_fields_the_cache_does_not_hold(list_key: keys.ListKey
 def test_metadata_only_lists_are_authoritative_by_labels_and_names() -> None:
     matcher = coverage.authority(keys.list_key(PARTIAL_POD, "", "app=a", "metadata.name=p"))
     assert matcher is not None
-    assert matcher(key(PARTIAL_POD), entry({"app": "a"}))
-    assert not matcher(key(PARTIAL_POD, name="q"), entry({"app": "a"}))
+    assert matcher("default", "p", entry({"app": "a"}))
+    assert not matcher("default", "q", entry({"app": "a"}))
