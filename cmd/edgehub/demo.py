@@ -73,6 +73,8 @@ class Progress:
     """Prints one line per step: elapsed time, a mark, and what happened."""
 
     color: bool
+    binary: str = "edgehub"
+    """How the user runs edgehub (``make demo``: ``.venv/bin/edgehub``, maybe not on PATH)."""
     started: float = dataclasses.field(default_factory=time.monotonic)
 
     def _stamp(self) -> str:
@@ -387,7 +389,7 @@ async def _stay_up(out: Progress, cast: dict[str, Any]) -> None:
         f"kubectl --kubeconfig {cast['admin']} get akrii                  # straight to the cloud"
     )
     out.cmd(f"curl -s {node.hub.server_url}/v1/readyz; curl -s {node.hub.server_url}/metrics")
-    out.cmd(f"edgehub cache ls --disk-cache-path {node.hub.settings.cache.disk_cache_path}")
+    out.cmd(f"{out.binary} cache ls --disk-cache-path {node.hub.settings.cache.disk_cache_path}")
     out.info("Press Ctrl-C to stop (type 'cut' or 'heal' + Enter to switch the link).")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -443,7 +445,8 @@ def command(workdir: pathlib.Path, exit_after: bool) -> None:
     workdir = workdir.resolve()
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True, mode=0o700)
-    out = Progress(color=sys.stdout.isatty())
+    binary = os.path.abspath(sys.argv[0]) if sys.argv[0].endswith("edgehub") else "edgehub"
+    out = Progress(color=sys.stdout.isatty(), binary=binary)
     click.echo(f"edgehub demo: everything runs on loopback; files in {workdir}")
     try:
         asyncio.run(_story(workdir, out, stay=not exit_after))
