@@ -6,7 +6,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench proto readme clean
+.PHONY: demo test lint bench proto readme clean cluster-bins
+
+# The real Kubernetes parts of the test bed (etcd, kube-apiserver, controller-manager,
+# scheduler, kubemark, kubectl), built from tests/cluster/go.mod into
+# ~/.cache/edgehub/k8s-<version>/ once per machine and pin (the first build takes ~25 min on
+# 2 cores; afterwards this is a no-op).
+K8S_BIN = $(shell $(PYTHON) tests/cluster/build.py --print-dir)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,8 +29,11 @@ lint: $(STAMP)
 	$(BIN)/mypy yurthub discovery managers cmd/edgehub
 	$(BIN)/lint-imports
 
-test: lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+cluster-bins:
+	$(PYTHON) tests/cluster/build.py
+
+test: lint cluster-bins
+	EDGEHUB_K8S_BIN=$(K8S_BIN) $(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
