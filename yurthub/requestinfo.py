@@ -22,6 +22,9 @@ open):
   is a ``BadRequestError`` too (the apiserver answers 500 there).
 - The request content type keeps the bare media type of the first ``Accept`` clause, lower-cased,
   without parameters (YurtHub keeps parameters unless one is ``as=``).
+- kubemark's hollow components (User-Agent ``hollow-kubelet``, ``hollow-proxy``) run kubelet's
+  and kube-proxy's own code and are treated as ``kubelet`` and ``kube-proxy``
+  (``COMPONENT_ALIASES``): scale tests of a hub with kubemark see what real nodes see.
 - Undecodable bytes in the User-Agent or path (aiohttp hands them over as lone surrogates) are
   replaced by U+FFFD, so every later encode (metrics labels, logs) is safe.
 """
@@ -75,6 +78,15 @@ JSON_MEDIA_TYPE = "application/json"
 # hub 2 s to fall back to the cache before the client gives up.
 WATCH_DEADLINE_GRACE = 15.0
 LIST_GET_DEADLINE_MARGIN = 2.0
+
+COMPONENT_ALIASES = {"hollow-kubelet": "kubelet", "hollow-proxy": "kube-proxy"}
+"""User-Agent products that are another component under a different name."""
+
+
+def component_of(user_agent: str) -> str:
+    """The component a User-Agent names: its product (before the first ``/``), aliased."""
+    product = user_agent.split("/", 1)[0]
+    return COMPONENT_ALIASES.get(product, product)
 
 
 class BadRequestError(ValueError):
@@ -143,6 +155,9 @@ class RequestInfo:
     limit: int | None = None
     """``limit`` query parameter, when given."""
     allow_watch_bookmarks: bool = False
+    send_initial_events: bool = False
+    """A streaming list (client-go's WatchListClient): the watch starts with the whole state as
+    ADDED events, ended by a BOOKMARK annotated ``k8s.io/initial-events-end``."""
     is_upgrade: bool = False
     """``Connection: upgrade`` (exec/attach/port-forward over SPDY or WebSocket)."""
 
@@ -257,7 +272,7 @@ def classify(
         subresource=subresource,
         name=name,
         parts=tuple(parts),
-        component=user_agent.split("/", 1)[0],
+        component=component_of(user_agent),
         content_type=_bare_media_type(accept.split(",", 1)[0]),
         partial_object_metadata=_partial_object_metadata(accept, verb),
         label_selector=label_selector,
@@ -269,6 +284,7 @@ def classify(
         list_continue=params["continue"][0] if params.get("continue") else None,
         limit=_int_param(params, "limit"),
         allow_watch_bookmarks=_bool_param(params, "allowWatchBookmarks"),
+        send_initial_events=verb == "watch" and _bool_param(params, "sendInitialEvents"),
         user_agent=user_agent,
         accept=accept,
         body_content_type=body_content_type,

@@ -210,6 +210,20 @@ class WatchLines:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class InitialEvents:
+    """A streaming list's initial events, up to and including the BOOKMARK annotated
+    ``k8s.io/initial-events-end``: the whole state of ``list_key`` at the bookmark's
+    resourceVersion, applied exactly as a whole list response would be."""
+
+    list_key: keys.ListKey
+    lines: tuple[bytes, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(len(line) for line in self.lines)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class PutDocument:
     """A non-resource document (``/version``, discovery) as received."""
 
@@ -222,7 +236,7 @@ class PutDocument:
         return len(self.body)
 
 
-Job = PutObject | PutList | WatchLines | PutDocument
+Job = PutObject | PutList | WatchLines | InitialEvents | PutDocument
 
 
 @dataclasses.dataclass
@@ -788,6 +802,8 @@ class _Batch:
             self.put_list(job)
         elif isinstance(job, WatchLines):
             self.watch_lines(job)
+        elif isinstance(job, InitialEvents):
+            self.initial_events(job)
         else:
             self.documents[job.key] = entries.encode_document(job.content_type, job.body)
 
@@ -889,13 +905,58 @@ class _Batch:
         else:
             pages.pop(list_key, None)
             keep = unchanged
-        list_rv = entries.parse_rv(head.resource_version)
+        self._replace_whole(list_key, items, keep, head.resource_version)
+        self.touch_list(*touch, create=True)
+
+    def _replace_whole(
+        self,
+        list_key: keys.ListKey,
+        items: list[applying.Item],
+        keep: set[keys.ObjectKey],
+        resource_version: str,
+    ) -> None:
+        """A list seen whole: it is authoritative for everything its selector covers."""
+        list_rv = entries.parse_rv(resource_version)
         candidates = self.scope_entries(list_key, applying.concerned(list_key))
         for change in applying.replace_list(
             self.lookup, candidates, items, list_key, list_rv, keep
         ):
             self.change(change)
-        self.touch_list(*touch, create=True)
+
+    def initial_events(self, job: InitialEvents) -> None:
+        """A completed streaming list is as good as a list response: replace what it covers and
+        make the list answerable. Anything but ADDED events and one end BOOKMARK (a view, an
+        undecodable line) and the events are applied one by one instead, as any watch's."""
+        list_key = job.list_key
+        listed: list[framing.ListItem] = []
+        end_rv = kind = api_version = ""
+        for line in job.lines:
+            try:
+                event = framing.parse_event(line)
+            except framing.BadBody:
+                self.watch_lines(WatchLines(list_key, job.lines))
+                return
+            obj_kind = str(event.object.get("kind") or "")
+            if obj_kind in ("Table", _PARTIAL):
+                self.watch_lines(WatchLines(list_key, job.lines))
+                return
+            if event.type == "ADDED":
+                listed.append(framing.ListItem.of(event.object, event.raw))
+                continue
+            meta = event.object.get("metadata")
+            if event.type != "BOOKMARK" or not isinstance(meta, dict):
+                self.watch_lines(WatchLines(list_key, job.lines))
+                return
+            end_rv = str(meta.get("resourceVersion") or "")
+            kind, api_version = obj_kind, str(event.object.get("apiVersion") or "")
+        if not end_rv:
+            self.watch_lines(WatchLines(list_key, job.lines))
+            return
+        self.store._pages.pop(list_key, None)
+        unchanged: set[keys.ObjectKey] = set()
+        items = list(self._items(list_key, iter(listed), unchanged))
+        self._replace_whole(list_key, items, unchanged, end_rv)
+        self.touch_list(list_key, end_rv, kind, api_version, create=True)
 
     def _claim(
         self, list_key: keys.ListKey, items: list[applying.Item], session: _PageSession | None

@@ -7,7 +7,13 @@ keep (``cacheability``) and hands complete units to ``store.Store.submit``:
 - get/create/update/patch: the body, once complete (a status subresource answer is the parent
   object and lands on the parent's key);
 - list: the body, once complete; a list cut short is never applied (no half lists);
-- watch: each complete event line as it arrives, so the cache follows the stream;
+- watch: each complete event line as it arrives, so the cache follows the stream; except the
+  initial events of a streaming list (``sendInitialEvents=true``, client-go's WatchListClient,
+  which kubelet and kube-proxy use since 1.35): those are held until the BOOKMARK annotated
+  ``k8s.io/initial-events-end`` and applied as one whole list (authoritative, answerable
+  offline), as the list response they replace would be. Held bytes count against the same
+  bounds as a list body; past them, or if the stream ends before the end bookmark, the held
+  events are applied one by one, as any watch's;
 - ``/version`` and discovery documents (``/api``, ``/apis``, ``/api/<v>``, ``/apis/<g>/<v>``),
   keyed by path and representation (aggregated discovery differs from the legacy document).
 
@@ -100,7 +106,7 @@ class Tee:
         except selectors.SelectorError:
             return None
         if info.verb == "watch":
-            return _WatchSink(self, list_key)
+            return _WatchSink(self, list_key, streaming_list=info.send_initial_events)
         # A request with a continue token is a later page; without one it is a first page or a
         # whole list (the store tells them apart by the response's own continue token).
         return _BodySink(self, store.PutList(list_key, b"", bool(info.list_continue)), "list")
@@ -187,16 +193,40 @@ class _BodySink:
         self._size = 0
 
 
+_END_MARK = b"k8s.io/initial-events-end"
+
+
+def is_initial_events_end(line: bytes) -> bool:
+    """The BOOKMARK that ends a streaming list's initial events (a cheap test first: every
+    other line of the stream is decoded by the writer anyway, this one only here)."""
+    if _END_MARK not in line or b"BOOKMARK" not in line:
+        return False
+    try:
+        event = framing.parse_event(line)
+    except framing.BadBody:
+        return False
+    meta = event.object.get("metadata")
+    notes = meta.get("annotations") if isinstance(meta, dict) else None
+    return (
+        event.type == "BOOKMARK"
+        and isinstance(notes, dict)
+        and notes.get(_END_MARK.decode()) == "true"
+    )
+
+
 class _WatchSink:
-    """Cuts a watch stream into events and submits them as they complete."""
+    """Cuts a watch stream into events and submits them as they complete (a streaming list's
+    initial events as one ``InitialEvents`` job)."""
 
-    __slots__ = ("_dropped", "_list_key", "_splitter", "_tee")
+    __slots__ = ("_dropped", "_held", "_held_bytes", "_list_key", "_splitter", "_tee")
 
-    def __init__(self, tee: Tee, list_key: keys.ListKey) -> None:
+    def __init__(self, tee: Tee, list_key: keys.ListKey, *, streaming_list: bool = False) -> None:
         self._tee = tee
         self._list_key = list_key
         self._splitter = framing.LineSplitter(tee._max_event)
         self._dropped = False
+        self._held: list[bytes] | None = [] if streaming_list else None
+        self._held_bytes = 0
 
     def feed(self, chunk: bytes) -> None:
         if self._dropped:
@@ -204,22 +234,72 @@ class _WatchSink:
         try:
             lines = self._splitter.feed(bytes(chunk))
         except framing.FrameTooLarge:
-            self._dropped = True
+            self._stop()
             self._tee.drop("watch event larger than the cache's event bound", "watch")
             return
+        if self._held is not None and lines:
+            lines = self._hold(lines)
+        self._submit(lines)
+
+    def _submit(self, lines: list[bytes]) -> None:
         if lines and not self._tee.submit(store.WatchLines(self._list_key, tuple(lines)), "watch"):
             # Later events without these would leave gaps: stop caching this stream. Objects it
             # missed stay stale until they change again or the client lists again.
-            self._dropped = True
+            self._stop()
+
+    def _hold(self, lines: list[bytes]) -> list[bytes]:
+        """Hold initial events until the end bookmark; the lines to apply as plain events."""
+        held = self._held
+        assert held is not None
+        for i, line in enumerate(lines):
+            if self._held_bytes + len(line) > self._tee._max_body or not self._tee.reserve(
+                len(line)
+            ):
+                self._tee.once.warn(
+                    "streaming list larger than the cache's body bound: its events are cached "
+                    "one by one and make no offline list",
+                    "watch",
+                )
+                return self._release() + lines[i:]
+            held.append(line)
+            self._held_bytes += len(line)
+            if is_initial_events_end(line):
+                whole = self._release()
+                if not self._tee.submit(
+                    store.InitialEvents(self._list_key, tuple(whole)), "streaming list"
+                ):
+                    self._stop()
+                    return []
+                return lines[i + 1 :]
+        return []
+
+    def _release(self) -> list[bytes]:
+        """Stop holding: the held lines, their bytes given back to the tee's bound."""
+        held = self._held or []
+        self._held = None
+        self._tee.release(self._held_bytes)
+        self._held_bytes = 0
+        return held
+
+    def _stop(self) -> None:
+        self._dropped = True
+        self._release()
 
     async def finish(self) -> None:
         if self._dropped:
             return
-        self._dropped = True
+        # A stream that ended before its end bookmark proved no list: its events are events.
+        lines = self._release()
         rest = self._splitter.rest()
         if rest:
-            self._tee.submit(store.WatchLines(self._list_key, (rest,)), "watch")
+            lines.append(rest)
+        self._dropped = True
+        if lines:
+            self._tee.submit(store.WatchLines(self._list_key, tuple(lines)), "watch")
 
     def abort(self, reason: str) -> None:
-        # Complete events were applied as they came; only an unfinished one is dropped.
+        # Complete events are applied (held ones now, as events); an unfinished one is dropped.
+        lines = self._release()
         self._dropped = True
+        if lines:
+            self._tee.submit(store.WatchLines(self._list_key, tuple(lines)), "watch")

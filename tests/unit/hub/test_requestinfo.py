@@ -224,6 +224,10 @@ def test_content_type(method: str, url: str, accept: str, want: str) -> None:
         ("GET", "/api/v1/nodes/mynode", "flanneld/0.11.0", "flanneld", "flanneld/0.11.0"),
         ("GET", "/api/v1/nodes/mynode", "Kubelet/v1.32 (linux/amd64)", "kubelet", None),
         ("POST", "/healthz", "kubelet", "", "kubelet"),
+        # kubemark's hollow components are kubelet and kube-proxy under another name
+        ("GET", "/api/v1/nodes/n", "hollow-kubelet", "kubelet", "hollow-kubelet"),
+        ("GET", "/api/v1/services", "hollow-proxy/v1", "kube-proxy", "hollow-proxy/v1"),
+        ("GET", "/api/v1/services", "hollow-proxyx", "hollow-proxyx", "hollow-proxyx"),
         ("GET", "/api/v1/nodes/mynode", "", "", ""),
     ],
 )

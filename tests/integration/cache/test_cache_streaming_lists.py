@@ -1,0 +1,165 @@
+"""Streaming lists (client-go's WatchListClient, on by default since 1.35): a watch with
+``sendInitialEvents=true`` whose initial events end with the ``k8s.io/initial-events-end``
+BOOKMARK is as good as a list for the offline answer; one cut short is not."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+from multidict import CIMultiDict
+
+from yurthub import requestinfo
+from yurthub.cache import agents, keys, store, teeing
+
+KUBELET = "kubelet/v1.37.2 (linux/amd64) kubernetes/abcdef0"
+JSON = {"Content-Type": "application/json"}
+PODS = keys.Scope("kubelet", "pods", "v1")
+LIST_KEY = keys.list_key(PODS, "", "", "spec.nodeName=n")
+
+
+def pod(name: str, rv: int) -> dict[str, object]:
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": "d", "resourceVersion": str(rv)},
+        "spec": {"nodeName": "n"},
+    }
+
+
+def event(kind: str, obj: dict[str, object]) -> bytes:
+    return orjson.dumps({"type": kind, "object": obj}) + b"\n"
+
+
+def end_bookmark(rv: int) -> bytes:
+    return event(
+        "BOOKMARK",
+        {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "metadata": {
+                "resourceVersion": str(rv),
+                "annotations": {"k8s.io/initial-events-end": "true"},
+            },
+        },
+    )
+
+
+def watch_info(*, initial: bool = True) -> requestinfo.RequestInfo:
+    query = {"watch": "1", "fieldSelector": "spec.nodeName=n", "allowWatchBookmarks": "true"}
+    if initial:
+        query |= {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
+    headers = CIMultiDict({"User-Agent": KUBELET, "Accept": "application/json"})
+    return requestinfo.classify("GET", "/api/v1/pods", query, headers)
+
+
+@pytest.fixture
+async def cache(tmp_path: pathlib.Path) -> AsyncIterator[store.Store]:
+    c = await store.Store.open(tmp_path / "cache")
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+def tee_for(cache: store.Store, max_body: int = 1 << 20) -> teeing.Tee:
+    return teeing.Tee(
+        cache, agents.AgentSet(node_name="n"), max_body_bytes=max_body, max_event_bytes=1 << 20
+    )
+
+
+def names(cache: store.Store) -> list[str]:
+    return [k.name for k, _ in cache.objects(PODS)]
+
+
+async def seed_list(cache: store.Store, *pods: str) -> None:
+    body = orjson.dumps(
+        {
+            "kind": "PodList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": "3"},
+            "items": [pod(p, 2) for p in pods],
+        }
+    )
+    assert cache.submit(store.PutList(LIST_KEY, body))
+    assert await cache.flush(5)
+
+
+async def test_completed_initial_events_replace_the_list_and_make_it_answerable(
+    cache: store.Store,
+) -> None:
+    await seed_list(cache, "gone", "kept")
+    sink = tee_for(cache).open(watch_info(), 200, JSON)
+    assert sink is not None
+    stream = event("ADDED", pod("kept", 5)) + event("ADDED", pod("new", 6)) + end_bookmark(9)
+    # Split mid-line: the held events are cut into lines like any stream.
+    sink.feed(stream[:37])
+    sink.feed(stream[37:])
+    assert await cache.flush(5)
+    assert names(cache) == ["kept", "new"]  # "gone" was not in the new state: released
+    record = cache.list_record(LIST_KEY)
+    assert record is not None and record.resource_version == "9" and record.members == 2
+    # Live events after the end bookmark follow as ordinary watch events.
+    sink.feed(event("DELETED", pod("new", 10)))
+    await sink.finish()
+    assert await cache.flush(5)
+    assert names(cache) == ["kept"]
+
+
+async def test_a_stream_cut_before_the_end_bookmark_proves_no_list(cache: store.Store) -> None:
+    sink = tee_for(cache).open(watch_info(), 200, JSON)
+    assert sink is not None
+    sink.feed(event("ADDED", pod("a", 5)) + event("ADDED", pod("b", 6)))
+    sink.abort("upstream went away")
+    assert await cache.flush(5)
+    # The complete events are kept (gets can use them), but no list is answerable from them.
+    assert names(cache) == ["a", "b"]
+    assert cache.list_record(LIST_KEY) is None
+
+
+async def test_a_streaming_list_over_the_body_bound_is_cached_event_by_event(
+    cache: store.Store,
+) -> None:
+    await seed_list(cache, "old")
+    first = event("ADDED", pod("a", 5))
+    sink = tee_for(cache, max_body=len(first) + 10).open(watch_info(), 200, JSON)
+    assert sink is not None
+    sink.feed(first + event("ADDED", pod("b", 6)) + end_bookmark(9))
+    await sink.finish()
+    assert await cache.flush(5)
+    # Not replaced as a list ("old" stays), but every event was applied.
+    assert names(cache) == ["a", "b", "old"]
+    assert cache.stats.dropped_responses == 0
+
+
+async def test_a_plain_watch_with_the_same_events_makes_no_list(cache: store.Store) -> None:
+    sink = tee_for(cache).open(watch_info(initial=False), 200, JSON)
+    assert sink is not None
+    sink.feed(event("ADDED", pod("a", 5)) + end_bookmark(9))
+    await sink.finish()
+    assert await cache.flush(5)
+    assert names(cache) == ["a"]
+    assert cache.list_record(LIST_KEY) is None
+
+
+@pytest.mark.parametrize(
+    ("line", "want"),
+    [
+        (end_bookmark(3), True),
+        (
+            event("ADDED", {"metadata": {"annotations": {"k8s.io/initial-events-end": "true"}}}),
+            False,
+        ),
+        (event("BOOKMARK", {"metadata": {"resourceVersion": "3"}}), False),
+        (
+            b'{"type":"BOOKMARK","object":{"metadata":{"annotations":'
+            b'{"k8s.io/initial-events-end":"false"}}}}',
+            False,
+        ),
+        (b"BOOKMARK k8s.io/initial-events-end not json", False),
+    ],
+)
+def test_end_bookmark_recognition(line: bytes, want: bool) -> None:
+    assert teeing.is_initial_events_end(line) is want
