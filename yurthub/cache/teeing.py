@@ -23,8 +23,11 @@ watch event) and globally: bodies being collected and jobs queued for the writer
 store's submission bound (many large lists at once would otherwise each hold up to
 ``max_body_bytes``). Past a bound the sink stops caching that response (counted in
 ``Stats.dropped_responses``, logged once per reason); the client stream is never touched.
-Only JSON is kept (DESIGN.md: protobuf caching is a later goal); a compressed body is not
-interpreted.
+Only JSON is kept (DESIGN.md: protobuf caching is a later goal). A gzip body (the apiserver
+compresses lists and, since 1.3x, watch streams for clients that send ``Accept-Encoding: gzip``,
+as every Go client does) is inflated for the cache only, in bounded steps that stop as soon as
+the sink stops collecting: the client still gets the compressed bytes, so the edge link keeps
+its compression. Other encodings are not interpreted.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import zlib
 from collections.abc import Mapping
 
 from yurthub import requestinfo
@@ -76,11 +80,20 @@ class Tee:
 
     def open(
         self, info: requestinfo.RequestInfo, status: int, headers: Mapping[str, str]
-    ) -> _BodySink | _WatchSink | None:
+    ) -> _BodySink | _WatchSink | _Gunzip | None:
         if not 200 <= status < 300:
             return None
-        if headers.get("Content-Encoding", "identity").lower() not in ("", "identity"):
+        encoding = headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity", "gzip"):
             return None
+        sink = self._open(info, headers)
+        if sink is not None and encoding == "gzip":
+            return _Gunzip(self, sink)
+        return sink
+
+    def _open(
+        self, info: requestinfo.RequestInfo, headers: Mapping[str, str]
+    ) -> _BodySink | _WatchSink | None:
         content_type = headers.get("Content-Type", "")
         if not info.is_resource_request:
             return self._document(info, content_type)
@@ -159,6 +172,10 @@ class _BodySink:
         self._size = 0
         self._dropped = False
 
+    @property
+    def collecting(self) -> bool:
+        return not self._dropped
+
     def feed(self, chunk: bytes) -> None:
         if self._dropped:
             return
@@ -227,6 +244,10 @@ class _WatchSink:
         self._dropped = False
         self._held: list[bytes] | None = [] if streaming_list else None
         self._held_bytes = 0
+
+    @property
+    def collecting(self) -> bool:
+        return not self._dropped
 
     def feed(self, chunk: bytes) -> None:
         if self._dropped:
@@ -303,3 +324,53 @@ class _WatchSink:
         self._dropped = True
         if lines:
             self._tee.submit(store.WatchLines(self._list_key, tuple(lines)), "watch")
+
+
+class _Gunzip:
+    """Inflates a gzip body for the sink behind it, never more than ``STEP`` bytes at a time
+    and nothing once that sink stops collecting (a decompression bomb costs one step)."""
+
+    STEP = 256 << 10
+
+    __slots__ = ("_broken", "_inner", "_tee", "_z")
+
+    def __init__(self, tee: Tee, inner: _BodySink | _WatchSink) -> None:
+        self._tee = tee
+        self._inner = inner
+        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._broken = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self._broken:
+            return
+        data = bytes(chunk)
+        try:
+            while data and self._inner.collecting:
+                out = self._z.decompress(data, self.STEP)
+                if out:
+                    self._inner.feed(out)
+                data = self._z.unconsumed_tail
+        except zlib.error as e:
+            self._fail(f"gzip body does not inflate: {e}")
+            return
+        if not self._inner.collecting:
+            self._broken = True
+
+    async def finish(self) -> None:
+        if self._broken:
+            return
+        self._broken = True
+        if not self._z.eof:
+            self._inner.abort("gzip body ended early")
+            self._tee.drop("gzip body ended before its end", "gzip")
+            return
+        await self._inner.finish()
+
+    def abort(self, reason: str) -> None:
+        self._broken = True
+        self._inner.abort(reason)
+
+    def _fail(self, reason: str) -> None:
+        self._broken = True
+        self._inner.abort(reason)
+        self._tee.drop(reason, "gzip")
