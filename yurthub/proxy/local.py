@@ -55,7 +55,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from yurthub import requestinfo, statuses
+from yurthub import protodecoding, requestinfo, statuses
 from yurthub.cache import (
     agents,
     cacheability,
@@ -469,9 +469,9 @@ class Answerer:
         apiserver rejects it, which is right.
         """
         try:
-            request_obj = framing.parse_object(body) if body else {}
-        except framing.BadBody:
-            return _status(400, "the TokenRequest body is not JSON")
+            request_obj = _decoded(info, body) if body else {}
+        except ValueError as e:
+            return _status(400, f"the TokenRequest body cannot be read: {e}")
         now = int(self._clock())
         spec = request_obj.get("spec") if isinstance(request_obj.get("spec"), dict) else {}
         assert isinstance(spec, dict)
@@ -521,9 +521,13 @@ class Answerer:
             return await self._mutation(request, info)
         body = await _read_body(request)
         try:
-            lease = framing.parse_object(body)
-        except framing.BadBody:
-            return _status(400, "the Lease body is not JSON")
+            lease = _decoded(info, body)
+        except ValueError as e:
+            return _status(400, f"the Lease body cannot be read: {e}")
+        # The cache keeps JSON (kubelet PUTs protobuf and accepts a JSON answer).
+        body = orjson.dumps(lease) if info.body_content_type == PROTOBUF else body
+        if lease.get("kind") not in (None, "Lease"):
+            return _status(400, f"the body is a {lease.get('kind')!r}, not a Lease")
         meta = lease.get("metadata")
         name = meta.get("name") if isinstance(meta, dict) else None
         if not isinstance(name, str) or not name or (info.name and name != info.name):
@@ -586,6 +590,20 @@ class _Reply(Exception):
 
 
 # --- helpers -------------------------------------------------------------------------------------
+
+
+PROTOBUF = requestinfo.PROTOBUF_MEDIA_TYPE
+
+
+def _decoded(info: requestinfo.RequestInfo, body: bytes) -> dict[str, Any]:
+    """A request body as a JSON-shaped dict: JSON, or protobuf (what Go clients send by
+    default: kubelet's lease renewals and TokenRequests). ``ValueError`` when unreadable."""
+    if info.body_content_type == PROTOBUF:
+        return protodecoding.decode(body)
+    try:
+        return framing.parse_object(body)
+    except framing.BadBody as e:
+        raise ValueError(f"not JSON: {e}") from e
 
 
 def _status(code: int, message: str, details: statuses.StatusDetails | None = None) -> web.Response:

@@ -110,6 +110,67 @@ async def test_kubelet_lease_writes_offline(tmp_path: pathlib.Path) -> None:
         assert (await get(session, f"{collection}/other-node", "kubelet-lease"))[0] == 404
 
 
+def _pb(number: int, value: int | bytes | str) -> bytes:
+    """One protobuf field (varint or length-delimited), as Go's gogo encoder writes it."""
+
+    def varint(n: int) -> bytes:
+        out = bytearray()
+        while True:
+            out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+            n >>= 7
+            if not n:
+                return bytes(out)
+
+    if isinstance(value, int):
+        return varint(number << 3) + varint(value)
+    data = value.encode() if isinstance(value, str) else value
+    return varint(number << 3 | 2) + varint(len(data)) + data
+
+
+def _envelope(api_version: str, kind: str, raw: bytes) -> bytes:
+    return b"k8s\x00" + _pb(1, _pb(1, api_version) + _pb(2, kind)) + _pb(2, raw)
+
+
+async def test_kubelet_protobuf_lease_and_token_request_offline(tmp_path: pathlib.Path) -> None:
+    # A real kubelet sends its Lease renewals and TokenRequests as protobuf.
+    leases = keys.Scope("kubelet", "leases", "v1", "coordination.k8s.io")
+    cached = {
+        "kind": "Lease",
+        "apiVersion": "coordination.k8s.io/v1",
+        "metadata": {"name": NODE, "namespace": "kube-node-lease", "resourceVersion": "4"},
+        "spec": {"holderIdentity": NODE},
+    }
+    job = store.PutObject(leases, orjson.dumps(cached), "kube-node-lease")
+    meta = _pb(1, NODE) + _pb(3, "kube-node-lease") + _pb(6, "4")
+    lease = _envelope(
+        "coordination.k8s.io/v1", "Lease", _pb(1, meta) + _pb(2, _pb(1, NODE) + _pb(2, 40))
+    )
+    token = _envelope("authentication.k8s.io/v1", "TokenRequest", _pb(2, _pb(1, "api")))
+    async with answering(tmp_path, job) as (session, base):
+        url = f"{base}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}"
+        headers = {
+            "User-Agent": KUBELET,
+            "X-Reason": "kubelet-lease",
+            "Content-Type": "application/vnd.kubernetes.protobuf",
+            "Accept": "application/vnd.kubernetes.protobuf,application/json",
+        }
+        async with session.put(url, data=lease, headers=headers) as resp:
+            assert resp.status == 200, await resp.text()
+            assert resp.content_type == "application/json"
+            answer = await resp.json()
+        assert answer["spec"] == {"holderIdentity": NODE, "leaseDurationSeconds": 40}
+        status, body = await get(session, url, "kubelet-lease")
+        assert status == 200 and body["spec"]["leaseDurationSeconds"] == 40
+        async with session.put(url, data=b"k8s\x00garbage", headers=headers) as resp:
+            assert resp.status == 400 and "cannot be read" in (await resp.json())["message"]
+        url = f"{base}/api/v1/namespaces/default/serviceaccounts/default/token"
+        async with session.post(
+            url, data=token, headers={**headers, "X-Reason": "offline"}
+        ) as resp:
+            assert resp.status == 201, await resp.text()
+            assert (await resp.json())["spec"]["audiences"] == ["api"]
+
+
 async def test_a_client_leaving_mid_list_is_no_server_error(
     tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:

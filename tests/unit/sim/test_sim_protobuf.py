@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from yurthub.testing.sim import errors, protobuf
+from yurthub import protodecoding as protobuf
+from yurthub.testing.sim import bodies, errors, negotiation
 
 
 def _varint(n: int) -> bytes:
@@ -96,8 +97,11 @@ def test_secret_bytes_service_int_or_string_and_times() -> None:
     ],
 )
 def test_undecodable_bodies_are_clear_415s(body: bytes, fragment: str) -> None:
-    with pytest.raises(errors.ApiError) as e:
+    with pytest.raises(protobuf.ProtobufError, match=fragment):
         protobuf.decode(body)
+    # The simulator answers them 415, naming what it could not read.
+    with pytest.raises(errors.ApiError) as e:
+        bodies.decode(body, negotiation.BodyFormat.PROTOBUF)
     assert e.value.code == 415
     assert fragment in str(e.value)
 

@@ -14,8 +14,8 @@ import orjson
 import yaml
 from aiohttp import web
 
-from yurthub import statuses
-from yurthub.testing.sim import errors, negotiation, protobuf
+from yurthub import protodecoding, statuses
+from yurthub.testing.sim import errors, negotiation
 
 _YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -44,7 +44,16 @@ def decode(raw: bytes, fmt: negotiation.BodyFormat) -> Any:
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
     if fmt is negotiation.BodyFormat.PROTOBUF:
-        return protobuf.decode(raw)
+        try:
+            return protodecoding.decode(raw)
+        except protodecoding.ProtobufError as e:
+            raise errors.ApiError(
+                statuses.failure(
+                    415,
+                    f"the simulated apiserver could not decode the protobuf body: {e}; "
+                    "send application/json instead",
+                )
+            ) from e
     if fmt in (negotiation.BodyFormat.YAML, negotiation.BodyFormat.APPLY_PATCH):
         try:
             return yaml.load(raw, Loader=_YamlLoader)  # a safe loader

@@ -1,7 +1,9 @@
-"""Decoding Kubernetes protobuf request bodies into the JSON-shaped dicts the sim stores.
+"""Decoding Kubernetes protobuf request bodies into JSON-shaped dicts. PURE: bytes in, dicts out.
 
-Why: kubectl's typed clients (``kubectl create configmap|secret|namespace|deployment|
-job|cronjob|service|role|rolebinding|token|priorityclass|pdb|quota ...``) POST
+Who needs it: the hub answers kubelet's lease renewals itself, and kubelet PUTs its Lease as
+protobuf (as every Go client with its default content type does); the simulated apiserver
+stores what clients send, and kubectl's typed clients (``kubectl create configmap|secret|
+namespace|deployment|job|cronjob|service|role|rolebinding|token|priorityclass|pdb|quota ...``) POST
 ``application/vnd.kubernetes.protobuf`` bodies; a server that cannot read them
 breaks those commands. Answers stay JSON: those clients also accept JSON.
 
@@ -22,9 +24,9 @@ Proto semantics that differ from JSON, and what we do:
 - an empty ``Time`` means "unset" and is dropped; other empty messages stay ``{}``;
 - ``bytes`` become base64 strings, ``IntOrString`` an int or a string, maps dicts.
 
-A field number missing from the table of a message is a clear 415 naming the
-message and field (status messages are lenient: unknown fields are skipped,
-the server ignores status on create anyway). Pure: bytes in, dicts out.
+A field number missing from the table of a message raises ``ProtobufError`` naming the
+message and field (status messages are lenient: unknown fields are skipped, the server
+ignores status on create anyway); callers answer it with a 415.
 """
 
 from __future__ import annotations
@@ -32,9 +34,6 @@ from __future__ import annotations
 import base64
 import datetime
 from typing import Any
-
-from yurthub import statuses
-from yurthub.testing.sim import errors
 
 MAGIC = b"k8s\x00"
 CONTENT_TYPE = "application/vnd.kubernetes.protobuf"
@@ -397,17 +396,7 @@ _ROOT_KINDS = frozenset(k for k, v in SCHEMAS.items() if 1 in v and v[1] == "met
 
 
 class ProtobufError(ValueError):
-    """A body the sim cannot decode; the message names the message type and field."""
-
-
-def _unsupported(message: str) -> errors.ApiError:
-    return errors.ApiError(
-        statuses.failure(
-            415,
-            f"the simulated apiserver could not decode the protobuf body: {message}; "
-            "send application/json instead",
-        )
-    )
+    """A body that cannot be decoded; the message names the message type and field."""
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -593,7 +582,7 @@ def decode_message(name: str, data: bytes, *, path: str = "") -> dict[str, Any]:
 def decode(data: bytes) -> dict[str, Any]:
     """A protobuf-encoded object (with the ``k8s\\0`` envelope) as a JSON-shaped dict."""
     if not data.startswith(MAGIC):
-        raise _unsupported("the body does not start with the k8s protobuf magic")
+        raise ProtobufError("the body does not start with the k8s protobuf magic")
     try:
         api_version = kind = ""
         raw = b""
@@ -608,10 +597,10 @@ def decode(data: bytes) -> dict[str, Any]:
                 raw = value
         if kind not in _ROOT_KINDS and kind not in ("DeleteOptions", "Eviction"):
             raise ProtobufError(
-                f"kind {api_version} {kind or '<none>'} is not among the kinds the sim reads as "
+                f"kind {api_version} {kind or '<none>'} is not among the kinds read as "
                 f"protobuf ({', '.join(sorted(_ROOT_KINDS))})"
             )
         body = decode_message(kind, raw)
-    except (ProtobufError, UnicodeDecodeError) as e:
-        raise _unsupported(str(e)) from e
+    except UnicodeDecodeError as e:
+        raise ProtobufError(f"a string is not UTF-8: {e}") from e
     return {"kind": kind, "apiVersion": api_version, **body}
