@@ -328,16 +328,22 @@ class _WatchSink:
 
 class _Gunzip:
     """Inflates a gzip body for the sink behind it, never more than ``STEP`` bytes at a time
-    and nothing once that sink stops collecting (a decompression bomb costs one step)."""
+    and nothing once that sink stops collecting (a decompression bomb costs one step).
+
+    A body may be several gzip members back to back: the apiserver compresses each flush of a
+    watch stream as a member of its own (Go's readers take that as one stream; so do we).
+    """
 
     STEP = 256 << 10
 
-    __slots__ = ("_broken", "_inner", "_tee", "_z")
+    __slots__ = ("_broken", "_fresh", "_inner", "_tee", "_z")
 
     def __init__(self, tee: Tee, inner: _BodySink | _WatchSink) -> None:
         self._tee = tee
         self._inner = inner
         self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._fresh = True
+        """The current member has not started: the body may end here."""
         self._broken = False
 
     def feed(self, chunk: bytes) -> None:
@@ -346,10 +352,16 @@ class _Gunzip:
         data = bytes(chunk)
         try:
             while data and self._inner.collecting:
+                self._fresh = False
                 out = self._z.decompress(data, self.STEP)
                 if out:
                     self._inner.feed(out)
-                data = self._z.unconsumed_tail
+                if self._z.eof:
+                    data = self._z.unused_data
+                    self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    self._fresh = True
+                else:
+                    data = self._z.unconsumed_tail
         except zlib.error as e:
             self._fail(f"gzip body does not inflate: {e}")
             return
@@ -360,7 +372,7 @@ class _Gunzip:
         if self._broken:
             return
         self._broken = True
-        if not self._z.eof:
+        if not (self._fresh or self._z.eof):
             self._inner.abort("gzip body ended early")
             self._tee.drop("gzip body ended before its end", "gzip")
             return

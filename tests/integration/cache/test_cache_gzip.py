@@ -78,7 +78,7 @@ async def test_a_gzip_list_is_cached_inflated(cache: store.Store) -> None:
 
 
 async def test_a_gzip_watch_stream_is_cached_event_by_event(cache: store.Store) -> None:
-    # Go's gzip writer flushes after every event: each chunk inflates on its own.
+    # A gzip writer flushed after every event: each chunk inflates on its own.
     z = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
     sink = tee_for(cache).open(info({"watch": "1"}), 200, GZIP)
     assert sink is not None
@@ -89,6 +89,35 @@ async def test_a_gzip_watch_stream_is_cached_event_by_event(cache: store.Store) 
         assert name in names(cache)  # applied before the stream ends
     sink.feed(z.flush())
     await sink.finish()
+
+
+async def test_a_streaming_list_in_gzip_members_is_a_whole_list(cache: store.Store) -> None:
+    # What kube-apiserver 1.37 sends: every flush of a watch is a gzip member of its own.
+    added = orjson.dumps({"type": "ADDED", "object": pod("a", 3)}) + b"\n"
+    end = orjson.dumps(
+        {
+            "type": "BOOKMARK",
+            "object": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "metadata": {
+                    "resourceVersion": "7",
+                    "annotations": {"k8s.io/initial-events-end": "true"},
+                },
+            },
+        }
+    )
+    stream = gzip.compress(added) + gzip.compress(end + b"\n")
+    query = {"watch": "1", "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
+    sink = tee_for(cache).open(info(query), 200, GZIP)
+    assert sink is not None
+    sink.feed(stream[:40])
+    sink.feed(stream[40:])  # the second member starts mid-chunk
+    assert await cache.flush(5)
+    record = cache.list_record(keys.list_key(PODS, "d", "", ""))
+    assert record is not None and record.resource_version == "7"
+    await sink.finish()
+    assert cache.stats.dropped_responses == 0
 
 
 async def test_a_truncated_or_corrupt_gzip_caches_nothing(cache: store.Store) -> None:
