@@ -33,7 +33,7 @@ cluster-bins:
 	$(PYTHON) tests/cluster/build.py
 
 test: lint cluster-bins
-	EDGEHUB_K8S_BIN=$(K8S_BIN) $(BIN)/python -m pytest -q -p no:cacheprovider
+	EDGEHUB_K8S_BIN=$(K8S_BIN) EDGEHUB_KUBECTL=$(K8S_BIN)/kubectl $(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -2,16 +2,29 @@
 
 ``no_leftover_tasks`` fails any async test that leaves a task running: every
 task must have an owner that ends it (DESIGN.md, house style).
+
+Every test drives the kubectl of the pinned, Go-built test bed (``make cluster-bins``), also
+when pytest runs without ``make test``: ``EDGEHUB_KUBECTL`` is set here before any test module
+reads it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 
 import pytest
 
+from yurthub.testing import k8sbinaries
+
 pytest_plugins = ["yurthub.testing.fixtures"]
+
+if "EDGEHUB_KUBECTL" not in os.environ:
+    try:
+        os.environ["EDGEHUB_KUBECTL"] = str(k8sbinaries.locate().path("kubectl"))
+    except k8sbinaries.MissingBinariesError:
+        pass  # the real-cluster tests fail with the build command; the rest use PATH's
 
 
 @pytest.fixture(autouse=True)

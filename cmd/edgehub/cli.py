@@ -19,6 +19,7 @@ import click
 COMMANDS: dict[str, str] = {
     "agent": "edgehub.agent:command",
     "cache": "edgehub.cache:command",
+    "cluster": "edgehub.cluster:command",
     "demo": "edgehub.demo:command",
     "discover": "edgehub.discover:command",
     "handler": "edgehub.handler:command",

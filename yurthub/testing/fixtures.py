@@ -9,6 +9,13 @@
   admin kubeconfig and a private discovery cache; returns the CompletedProcess
   and raises ``KubectlError`` (with stderr) on a non-zero exit unless
   ``check=False``.
+- ``real_cluster``: one real control plane per test session (``realcluster.RealCluster``:
+  etcd, kube-apiserver, controller-manager, scheduler built by ``make cluster-bins``), stopped
+  at the end of the session; its processes die with the test run even if it is killed.
+  Missing binaries fail the test with the command that builds them (never a skip).
+
+``kubectl`` is ``$EDGEHUB_KUBECTL``, else the pinned one of the Go-built test bed when it is
+built, else the one on ``PATH``.
 """
 
 from __future__ import annotations
@@ -22,9 +29,20 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import pytest
 import pytest_asyncio
 
-from yurthub.testing import simapiserver
+from yurthub.testing import k8sbinaries, realcluster, simapiserver
 
-KUBECTL = os.environ.get("EDGEHUB_KUBECTL", shutil.which("kubectl") or "/usr/bin/kubectl")
+
+def _kubectl() -> str:
+    explicit = os.environ.get("EDGEHUB_KUBECTL")
+    if explicit:
+        return explicit
+    try:
+        return str(k8sbinaries.locate().path("kubectl"))
+    except k8sbinaries.MissingBinariesError:
+        return shutil.which("kubectl") or "/usr/bin/kubectl"
+
+
+KUBECTL = _kubectl()
 
 
 class KubectlError(AssertionError):
@@ -67,6 +85,19 @@ def sim_apiserver_thread(
 ) -> Iterator[simapiserver.SimApiserverThread]:
     with simapiserver.SimApiserverThread(workdir=tmp_path / "simapiserver") as sim:
         yield sim
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[realcluster.RealCluster]:
+    try:
+        binaries = k8sbinaries.locate()
+    except k8sbinaries.MissingBinariesError as e:
+        pytest.fail(str(e), pytrace=False)
+    cluster = realcluster.RealCluster(
+        tmp_path_factory.mktemp("real-cluster"), binaries, die_with_parent=True
+    )
+    with cluster:
+        yield cluster
 
 
 @pytest.fixture

@@ -107,9 +107,23 @@ class Authority:
         )
         return cls(key=key, cert=cert)
 
+    @classmethod
+    def load(cls, cert_pem: bytes, key_pem: bytes) -> Authority:
+        """The authority whose PEM certificate and key were written earlier (``key_pem``)."""
+        key = serialization.load_pem_private_key(key_pem, password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise CertificateError("the CA key is not an ECDSA key")
+        return cls(key=key, cert=x509.load_pem_x509_certificate(cert_pem))
+
     @property
     def cert_pem(self) -> bytes:
         return self.cert.public_bytes(serialization.Encoding.PEM)
+
+    @property
+    def key_pem(self) -> bytes:
+        """The CA's private key (PKCS#8 PEM), for a signer that runs elsewhere (the real
+        controller-manager's CSR signer). Never log it."""
+        return _key_pem(self.key)
 
     def _sign(
         self,
@@ -218,6 +232,16 @@ class Authority:
             lifetime=lifetime,
         )
         return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def signing_key_pair() -> tuple[bytes, bytes]:
+    """A fresh (private PKCS#8 PEM, public SubjectPublicKeyInfo PEM) ECDSA P-256 pair, e.g. for
+    the ServiceAccount token signer of a real apiserver (ES256)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return _key_pem(key), public
 
 
 def subject_of(cert_pem: bytes) -> tuple[str, list[str]]:

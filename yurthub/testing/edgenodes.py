@@ -1,0 +1,299 @@
+"""A whole edge node on loopback: a link you can cut, edgehub, and a kubemark hollow node.
+
+    with realcluster.RealCluster(d) as cluster:
+        node = edgenodes.EdgeNode(cluster, "edge-1", workdir=d / "edge-1")
+        node.start()                 # returns once the Node is Ready in the cloud
+        node.cut()                   # blackhole the hub's link to the apiserver
+        node.hollow.restart_kubelet()
+        node.heal()
+        node.stop()
+
+Pieces, each a process with its log under ``workdir/logs`` (hollow node: ``workdir/hollow``):
+
+- ``edgehub partition`` between the hub and the apiserver (``cut``/``heal``/``set_mode``);
+- ``edgehub hub`` for the node, holding the node's identity (``system:node:<name>`` in
+  ``system:nodes`` and ``openyurt:yurthub``, minted by the cluster's CA), cache in
+  ``workdir/cache``;
+- ``HollowNode``: kubemark's kubelet and kube-proxy, talking to the hub's HTTP proxy.
+
+Invariant: ``stop`` ends every process ``start`` began, also after a failed start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from yurthub.cache import entries, verifying
+from yurthub.testing import hollownodes, processes, realcluster
+
+T = TypeVar("T")
+
+
+def edgehub_argv(*args: str) -> list[str]:
+    """The installed edgehub, run by this interpreter (no PATH lookup)."""
+    return [sys.executable, "-m", "edgehub", *args]
+
+
+def eventually(
+    check: Callable[[], T | None],
+    timeout: float,
+    what: str,
+    *,
+    interval: float = 0.5,
+    alive: Callable[[], None] | None = None,
+) -> T:
+    """Call ``check`` until it returns something other than None/False; raise after
+    ``timeout`` with ``what`` (and ``alive`` raising if a process died meanwhile)."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while True:
+        if alive is not None:
+            alive()
+        try:
+            result = check()
+        except (OSError, ValueError, KeyError, processes.ProcessError) as e:
+            last, result = e, None
+        if result is not None and result is not False:
+            return result
+        if time.monotonic() >= deadline:
+            suffix = f" (last error: {last})" if last else ""
+            raise TimeoutError(f"{what} not seen within {timeout:.0f} s{suffix}")
+        time.sleep(interval)
+
+
+def http(method: str, url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return int(r.status), r.read()
+    except urllib.error.HTTPError as e:
+        return int(e.code), e.read()
+
+
+class EdgeNode:
+    def __init__(
+        self,
+        cluster: realcluster.RealCluster,
+        name: str,
+        *,
+        workdir: pathlib.Path,
+        hub_args: Sequence[str] = (),
+        labels: Mapping[str, str] | None = None,
+        proxy: bool = True,
+        kubelet: bool = True,
+        identity: pathlib.Path | None = None,
+        die_with_parent: bool = True,
+    ) -> None:
+        """``kubelet=False``: a hub alone (no hollow node; ``start`` returns once the hub is
+        ready). ``identity``: the hub's kubeconfig instead of the node's own identity."""
+        self.cluster = cluster
+        self.name = name
+        self.workdir = workdir
+        self._hub_args = list(hub_args)
+        self._with_kubelet = kubelet
+        self._identity = identity
+        self._die = die_with_parent
+        self.partition_port, self.control_port, self.proxy_port, self.serve_port = (
+            realcluster.free_ports(4)
+        )
+        self.cache_dir = workdir / "cache"
+        self.hollow = hollownodes.HollowNode(
+            cluster.binaries,
+            name,
+            server=self.proxy_url,
+            workdir=workdir / "hollow",
+            labels=labels,
+            proxy=proxy,
+            die_with_parent=die_with_parent,
+        )
+        self._partition: processes.Process | None = None
+        self._hub: processes.Process | None = None
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://127.0.0.1:{self.proxy_port}"
+
+    @property
+    def serve_url(self) -> str:
+        return f"http://127.0.0.1:{self.serve_port}"
+
+    @property
+    def hub_log(self) -> pathlib.Path:
+        return self.workdir / "logs" / "hub.log"
+
+    def start(self, *, wait_ready: bool = True, timeout: float = 90.0) -> None:
+        try:
+            self._start(wait_ready, timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, wait_ready: bool, timeout: float) -> None:
+        assert self.cluster.ports is not None
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        identity = self._identity or self.cluster.node_kubeconfig(
+            self.name, extra_groups=("openyurt:yurthub",)
+        )
+        self._partition = self._process(
+            "partition",
+            edgehub_argv(
+                "partition",
+                "--listen",
+                f"127.0.0.1:{self.partition_port}",
+                "--upstream",
+                f"127.0.0.1:{self.cluster.ports.apiserver}",
+                "--control",
+                f"127.0.0.1:{self.control_port}",
+            ),
+        )
+        self._partition.start()
+        self._hub = self._process(
+            "hub",
+            edgehub_argv(
+                "hub",
+                "--server-addr",
+                f"https://127.0.0.1:{self.partition_port}",
+                "--node-name",
+                self.name,
+                "--kubeconfig",
+                str(identity),
+                "--disk-cache-path",
+                str(self.cache_dir),
+                "--proxy-port",
+                str(self.proxy_port),
+                "--serve-port",
+                str(self.serve_port),
+                *self._hub_args,
+            ),
+        )
+        self._hub.start()
+        eventually(
+            lambda: http("GET", f"{self.serve_url}/v1/readyz")[0] == 200,
+            30,
+            f"hub of {self.name} ready",
+            interval=0.2,
+            alive=self.check_alive,
+        )
+        if not self._with_kubelet:
+            return
+        self.hollow.start()
+        if wait_ready:
+            self.wait_ready(timeout)
+
+    def _process(self, component: str, argv: list[str]) -> processes.Process:
+        return processes.Process(
+            f"{component} {self.name}",
+            argv,
+            self.workdir / "logs" / f"{component}.log",
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            die_with_parent=self._die,
+        )
+
+    def check_alive(self) -> None:
+        for proc in (self._partition, self._hub):
+            if proc is not None and not proc.alive:
+                raise proc.failure("is not running")
+        if self._with_kubelet:
+            self.hollow.check_alive()
+
+    # --- the cloud's view -------------------------------------------------------------
+
+    def node(self) -> dict[str, Any]:
+        out = self.cluster.kubectl("get", "node", self.name, "-o", "json").stdout
+        node: dict[str, Any] = json.loads(out)
+        return node
+
+    def condition(self, kind: str = "Ready") -> str:
+        for cond in self.node().get("status", {}).get("conditions", []):
+            if cond.get("type") == kind:
+                return str(cond.get("status"))
+        return ""
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        eventually(
+            lambda: self.condition() == "True",
+            timeout,
+            f"node {self.name} Ready",
+            alive=self.check_alive,
+        )
+
+    # --- the link -------------------------------------------------------------------
+
+    def set_mode(self, mode: str) -> None:
+        status, body = http("PUT", f"http://127.0.0.1:{self.control_port}/mode?mode={mode}")
+        if status != 200:
+            raise processes.ProcessError(f"partition refused mode {mode}: {status} {body!r}")
+
+    def cut(self, mode: str = "blackhole") -> None:
+        self.set_mode(mode)
+
+    def heal(self) -> None:
+        self.set_mode("pass")
+
+    def metrics(self) -> str:
+        return http("GET", f"{self.serve_url}/metrics")[1].decode()
+
+    def cloud_healthy(self) -> bool | None:
+        """The hub's view of its one apiserver (None before the first probe)."""
+        for line in self.metrics().splitlines():
+            if line.startswith("node_yurthub_server_healthy_status{"):
+                return float(line.rsplit(" ", 1)[1]) == 1.0
+        return None
+
+    def wait_cloud(self, healthy: bool, timeout: float = 40.0) -> None:
+        eventually(
+            lambda: self.cloud_healthy() is healthy,
+            timeout,
+            f"hub of {self.name} seeing the cloud {'healthy' if healthy else 'unhealthy'}",
+            alive=self.check_alive,
+        )
+
+    # --- the kubelet's view ---------------------------------------------------------
+
+    def running_pods(self) -> dict[str, str] | None:
+        """``namespace/name -> uid`` of the pods the hollow kubelet's runtime runs (its
+        ``/runningpods/`` debug endpoint), or None when the kubelet does not answer."""
+        return self.hollow.running_pods()
+
+    # --- the hub's cache -----------------------------------------------------------------
+
+    def cached(self, prefix: str) -> dict[str, str]:
+        """``key -> resourceVersion`` of the objects cached under ``prefix`` (e.g.
+        ``kubelet/pods.v1.core/ns/``), read-only beside the running hub; lists excluded."""
+        con = verifying.connect(self.cache_dir)
+        try:
+            return {
+                row.key: entries.decode_header(row.value).resource_version
+                for row in verifying.rows(con, prefix)
+                if row.kind == "object" and row.value is not None
+            }
+        finally:
+            con.close()
+
+    def cached_lists(self, prefix: str) -> dict[str, str]:
+        """``list key -> resourceVersion`` of the list records under ``prefix``: the lists the
+        hub saw whole and can answer offline."""
+        con = verifying.connect(self.cache_dir)
+        try:
+            return {
+                row.key: entries.decode_list(row.value).resource_version
+                for row in verifying.rows(con, prefix)
+                if row.kind == "list" and row.value is not None
+            }
+        finally:
+            con.close()
+
+    def stop(self) -> None:
+        if self._with_kubelet:
+            self.hollow.stop()
+        for proc in (self._hub, self._partition):
+            if proc is not None:
+                proc.stop()

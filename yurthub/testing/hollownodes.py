@@ -1,0 +1,186 @@
+"""kubemark hollow nodes: the real kubelet and kube-proxy code, with a fake container runtime.
+
+``HollowNode(binaries, "edge-1", server=hub_url, workdir=d).start()`` runs ``kubemark
+--morph=kubelet`` and ``--morph=proxy`` for node ``edge-1``, both talking to ``server``
+(usually an edgehub proxy, plain HTTP on loopback: the hub holds the node's identity, so the
+kubeconfig carries no credentials). The hollow kubelet registers its Node, renews its Lease,
+patches its status and runs the pods bound to it on kubemark's fake runtime, over client-go
+with protobuf, exactly as a kubelet does.
+
+kubemark's components identify as ``hollow-kubelet`` / ``hollow-proxy`` (User-Agent); the hub
+treats them as kubelet / kube-proxy (``requestinfo.COMPONENT_ALIASES``).
+
+The kubelet keeps no state between runs (kubemark makes a fresh root directory each start,
+under ``workdir/tmp``): a restarted hollow kubelet learns its pods from the apiserver (or
+the hub's cache) only, which is what the autonomy tests need.
+
+Dangers: kubemark's kubelet binds its server on 0.0.0.0 (kubemark hard-codes it) at a free
+port we pick; its healthz port is kubelet's default 10248 on loopback, and a second hollow
+kubelet on the machine only logs that it is taken.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import urllib.request
+from collections.abc import Mapping
+
+import yaml
+
+from yurthub.testing import k8sbinaries, processes, realcluster
+
+
+def hub_kubeconfig(server: str) -> str:
+    """A kubeconfig for ``server`` with no credentials (the hub authenticates upstream)."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "hub", "cluster": {"server": server}}],
+        "users": [{"name": "node", "user": {}}],
+        "contexts": [{"name": "hub", "context": {"cluster": "hub", "user": "node"}}],
+        "current-context": "hub",
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def kubelet_argv(
+    binary: pathlib.Path,
+    name: str,
+    kubeconfig: pathlib.Path,
+    port: int,
+    labels: Mapping[str, str],
+) -> list[str]:
+    argv = [
+        str(binary),
+        "--morph=kubelet",
+        f"--name={name}",
+        f"--kubeconfig={kubeconfig}",
+        f"--kubelet-port={port}",
+        "--kubelet-read-only-port=0",
+        "--use-host-image-service=false",
+        "--max-pods=110",
+        "--v=1",
+    ]
+    if labels:
+        argv.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
+    return argv
+
+
+def proxy_argv(binary: pathlib.Path, name: str, kubeconfig: pathlib.Path) -> list[str]:
+    return [
+        str(binary),
+        "--morph=proxy",
+        f"--name={name}",
+        f"--kubeconfig={kubeconfig}",
+        "--v=1",
+    ]
+
+
+class HollowNode:
+    def __init__(
+        self,
+        binaries: k8sbinaries.Binaries,
+        name: str,
+        *,
+        server: str,
+        workdir: pathlib.Path,
+        labels: Mapping[str, str] | None = None,
+        proxy: bool = True,
+        die_with_parent: bool = False,
+    ) -> None:
+        self.name = name
+        self.workdir = workdir
+        self.kubeconfig = workdir / "kubeconfig"
+        self._binaries = binaries
+        self._server = server
+        self._labels = dict(labels or {})
+        self._with_proxy = proxy
+        self._die_with_parent = die_with_parent
+        self.kubelet_port = 0
+        self._kubelet: processes.Process | None = None
+        self._proxy: processes.Process | None = None
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.kubeconfig.write_text(hub_kubeconfig(self._server))
+        self.start_kubelet()
+        if self._with_proxy:
+            self._proxy = self._process(
+                "kube-proxy",
+                proxy_argv(self._binaries.path("kubemark"), self.name, self.kubeconfig),
+            )
+            self._proxy.start()
+
+    def start_kubelet(self) -> None:
+        if self._kubelet is not None and self._kubelet.alive:
+            raise processes.ProcessError(f"the hollow kubelet of {self.name} already runs")
+        (self.kubelet_port,) = realcluster.free_ports(1)
+        self._kubelet = self._process(
+            "kubelet",
+            kubelet_argv(
+                self._binaries.path("kubemark"),
+                self.name,
+                self.kubeconfig,
+                self.kubelet_port,
+                self._labels,
+            ),
+        )
+        self._kubelet.start()
+
+    def stop_kubelet(self) -> None:
+        if self._kubelet is not None:
+            self._kubelet.stop()
+
+    def restart_kubelet(self) -> None:
+        self.stop_kubelet()
+        self.start_kubelet()
+
+    def running_pods(self) -> dict[str, str] | None:
+        """``namespace/name -> uid`` of the pods the kubelet's (fake) runtime runs, from its
+        ``/runningpods/`` debug endpoint (kubemark serves it in plain HTTP with kubelet's
+        legacy anonymous AlwaysAllow defaults); None when the kubelet does not answer (yet)."""
+        if self._kubelet is None or not self._kubelet.alive:
+            return None
+        url = f"http://127.0.0.1:{self.kubelet_port}/runningpods/"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                doc = json.loads(r.read(8 << 20))
+        except (OSError, ValueError):
+            return None
+        pods: dict[str, str] = {}
+        for item in doc.get("items") or []:
+            meta = item.get("metadata") or {}
+            pods[f"{meta.get('namespace')}/{meta.get('name')}"] = str(meta.get("uid") or "")
+        return pods
+
+    @property
+    def kubelet_log(self) -> pathlib.Path:
+        return self.workdir / "logs" / "kubelet.log"
+
+    @property
+    def proxy_log(self) -> pathlib.Path:
+        return self.workdir / "logs" / "kube-proxy.log"
+
+    def check_alive(self) -> None:
+        """Raise with the log tail if a component that should run has exited."""
+        for proc in (self._kubelet, self._proxy):
+            if proc is not None and not proc.alive:
+                raise proc.failure("is not running")
+
+    def stop(self) -> None:
+        for proc in (self._proxy, self._kubelet):
+            if proc is not None:
+                proc.stop()
+
+    def _process(self, component: str, argv: list[str]) -> processes.Process:
+        tmp = self.workdir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        return processes.Process(
+            f"hollow {component} {self.name}",
+            argv,
+            self.workdir / "logs" / f"{component}.log",
+            env=dict(os.environ, TMPDIR=str(tmp)),
+            die_with_parent=self._die_with_parent,
+        )

@@ -1,0 +1,189 @@
+"""Child processes of the test bed: started with their output in a log file, stopped for sure.
+
+Each process runs in a session of its own (its pid is its process group), so stopping it
+reaches whatever it forked. ``Record`` is what a later ``edgehub cluster down`` needs to stop
+a process it did not start: pid plus the kernel's start time of that pid, so a pid reused by
+an unrelated program after a crash is never signalled.
+
+``die_with_parent`` asks the kernel to SIGKILL the child when the starting *thread* exits
+(``PR_SET_PDEATHSIG``): use it only from a thread that lives as long as the child should
+(pytest's main thread), never from a worker thread.
+
+Dangers: log files grow with the component's verbosity; keep ``--v`` low.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import os
+import pathlib
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+
+
+class ProcessError(RuntimeError):
+    """A component did not start or died; the message carries its last log lines."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Record:
+    name: str
+    pid: int
+    start_time: str
+    """Field 22 of ``/proc/<pid>/stat`` when started: tells this process from a later one."""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Record:
+        return cls(name=str(doc["name"]), pid=int(doc["pid"]), start_time=str(doc["start_time"]))
+
+
+def start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot), or None if it is gone.
+
+    A zombie is gone: it has exited and only waits to be reaped (an orphan's new parent in a
+    container may never reap it)."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+    fields = stat.rsplit(")", 1)[1].split()
+    if len(fields) <= 19 or fields[0] == "Z":
+        return None
+    return fields[19]
+
+
+def tail(path: pathlib.Path, lines: int = 15) -> str:
+    """The last ``lines`` lines of a log file (bounded read), or a note that there is none."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read()
+    except OSError as e:
+        return f"(no log: {e})"
+    text = data.decode("utf-8", "replace").splitlines()[-lines:]
+    return "\n".join(text) if text else "(empty log)"
+
+
+def _pdeathsig() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class Process:
+    """One component: ``start`` it, ask ``alive``, read its ``log``, ``stop`` it."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log: pathlib.Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: pathlib.Path | None = None,
+        die_with_parent: bool = False,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log = log
+        self._env = dict(env) if env is not None else None
+        self._cwd = cwd
+        self._die_with_parent = die_with_parent
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Record:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        preexec: Callable[[], None] | None = _pdeathsig if self._die_with_parent else None
+        with self.log.open("ab") as out:
+            self._popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                cwd=self._cwd,
+                start_new_session=True,
+                preexec_fn=preexec,  # prctl must run in the child
+            )
+        return self.record()
+
+    def record(self) -> Record:
+        pid = self.pid
+        return Record(self.name, pid, start_time(pid) or "")
+
+    @property
+    def pid(self) -> int:
+        if self._popen is None:
+            raise ProcessError(f"{self.name} was never started")
+        return self._popen.pid
+
+    @property
+    def alive(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._popen is None else self._popen.poll()
+
+    def failure(self, what: str) -> ProcessError:
+        """An error for ``what`` went wrong, with the exit status and the log's last lines."""
+        status = "" if self.alive else f" (exited with {self.returncode})"
+        return ProcessError(
+            f"{self.name} {what}{status}; last lines of {self.log}:\n{tail(self.log)}"
+        )
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the process group, SIGKILL it after ``grace`` seconds; idempotent."""
+        if self._popen is None:
+            return
+        if self._popen.poll() is None:
+            _signal_group(self._popen.pid, signal.SIGTERM)
+            try:
+                self._popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                _signal_group(self._popen.pid, signal.SIGKILL)
+                self._popen.wait()
+        # Children it forked may outlive it in its group: they go too.
+        _signal_group(self._popen.pid, signal.SIGKILL)
+
+    def kill(self) -> None:
+        """SIGKILL at once (a crash, as the tests need one)."""
+        if self._popen is not None and self._popen.poll() is None:
+            _signal_group(self._popen.pid, signal.SIGKILL)
+            self._popen.wait()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def stop_recorded(records: Sequence[Record], grace: float = 10.0) -> list[str]:
+    """Stop processes another program started (``edgehub cluster down``), newest first.
+
+    A record whose pid is gone or now belongs to another program (its start time differs) is
+    skipped. Returns the names of the processes that were running and are now stopped.
+    """
+    stopped: list[str] = []
+    for record in reversed(records):
+        if not record.start_time or start_time(record.pid) != record.start_time:
+            continue
+        _signal_group(record.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while start_time(record.pid) == record.start_time and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _signal_group(record.pid, signal.SIGKILL)
+        stopped.append(record.name)
+    return stopped
