@@ -247,22 +247,27 @@ def test_yurt_hub_cfg_is_found_by_the_hub_and_caches_the_agent() -> None:
     assert component in agents.parse_agents(cm["data"][agents.CONFIGMAP_KEY])
 
 
-def test_hub_rbac_grants_its_lease_and_configmap_reads() -> None:
-    roles = {m.namespace: m.doc for m in load(MANIFESTS / "hub" / "rbac.yaml") if m.kind == "Role"}
-    bindings = [m.doc for m in load(MANIFESTS / "hub" / "rbac.yaml") if m.kind == "RoleBinding"]
-    assert _allows(
-        roles["kube-node-lease"]["rules"],
-        "coordination.k8s.io",
-        "leases",
-        ("get", "create", "update"),
-    )
+def test_hub_rbac_grants_what_kube_proxy_and_the_config_follower_need() -> None:
+    docs = load(MANIFESTS / "hub" / "rbac.yaml")
+    roles = {m.namespace: m.doc for m in docs if m.kind == "Role"}
+    cluster_roles = [m.doc for m in docs if m.kind == "ClusterRole"]
+    bindings = [m.doc for m in docs if m.kind in ("RoleBinding", "ClusterRoleBinding")]
+    # The node's own Lease is the Node authorizer's business: no grant beside it.
+    assert "kube-node-lease" not in roles
     config_namespace = hub_settings.CacheSettings().config_namespace
     assert _allows(roles[config_namespace]["rules"], "", "configmaps", ("get", "list", "watch"))
+    # kube-proxy reads these through the hub with the node's identity (the real-cluster suite
+    # shows the Node authorizer refusing them otherwise).
+    (proxied,) = cluster_roles
+    for group, resource in (
+        ("discovery.k8s.io", "endpointslices"),
+        ("networking.k8s.io", "servicecidrs"),
+    ):
+        assert _allows(proxied["rules"], group, resource, ("get", "list", "watch"))
+    assert {v for r in proxied["rules"] for v in r["verbs"]} == {"get", "list", "watch"}
+    names = {r["metadata"]["name"] for r in [*roles.values(), *cluster_roles]}
     for binding in bindings:
-        assert (
-            binding["roleRef"]["name"]
-            == roles[binding["metadata"]["namespace"]]["metadata"]["name"]
-        )
+        assert binding["roleRef"]["name"] in names
         assert binding["subjects"] == [
             {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}
         ]
