@@ -15,8 +15,16 @@ With ``groupRecursive``, devices below another matched device (by sysfs path com
 not string prefix) join the top-most one's group; members are ordered by devpath so
 ``UDEV_DEVNODE_<i>`` is stable (Akri: hash-set order [quirk]).
 
-Scanning is blocking (sysfs reads) and runs in the default executor. This machine has no
-``/run/udev``: ENV/TAG matching then only sees what the kernel puts in ``uevent``.
+Scanning is blocking (sysfs reads) and runs in a thread of its own per scan (named
+``SCAN_THREAD``), not in the default executor: a long scan (a big ``/sys``, many rules) must
+not starve the executor the rest of the process relies on. The scan checks a cancellation
+flag before every device, so when its stream ends (its Configuration was deleted or changed,
+the agent went away) the thread stops within one device, not one pass later. Rule values
+are compiled by ``discovery.patterns`` (RE2, linear time): no rule makes a device take long.
+At most ``MAX_RULES`` rules per Configuration.
+
+This machine has no ``/run/udev``: ENV/TAG matching then only sees what the kernel puts in
+``uevent``.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import dataclasses
 import logging
 import os
 import re
+import threading
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any
 
@@ -42,6 +51,9 @@ PCI_RESOURCE_PREFIX = "PCI_RESOURCE"
 PERMISSIONS = ("r", "w", "m", "rw", "rm", "rwm", "wm")
 DEFAULT_INTERVAL = 10.0
 SYS = "/sys"
+MAX_RULES = 64
+"""Rules per Configuration: each is one enumeration of /sys per scan."""
+SCAN_THREAD = "udev scan"
 
 Member = tuple[str, str | None]
 """(devpath, devnode) of one matched device."""
@@ -57,6 +69,8 @@ class Details:
 def parse_details(text: str) -> Details:
     values = details.mapping(details.load(text), "", ("udevRules", "groupRecursive", "permissions"))
     texts = details.string_list(details.required(values, "udevRules"), "udevRules")
+    if len(texts) > MAX_RULES:
+        raise details.DetailsError("udevRules", f"{len(texts)} rules; at most {MAX_RULES}")
     rules = []
     for i, rule in enumerate(texts):
         try:
@@ -95,9 +109,14 @@ def extract_usb_address(devnode: str) -> tuple[str, str] | None:
         return None
     parts = devnode.split("/")
     bus, dev = parts[-2], parts[-1]
-    if bus.isdecimal() and dev.isdecimal():
+    # ASCII digits only: int() would also take other scripts' digits.
+    if _ascii_number(bus) and _ascii_number(dev):
         return str(int(bus)), str(int(dev))
     return None
+
+
+def _ascii_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 # domain:bus:slot.function. Akri accepts any hex groups, so PNP ids such as ``00:00:0.0``
@@ -245,7 +264,13 @@ def _member_for(view: PyudevView) -> Member:
     return (view.devpath, None)
 
 
-def find(context: Any, terms: tuple[udev_rules.Term, ...]) -> list[Member]:
+class ScanCancelled(Exception):
+    """The scan's cancellation flag was set (its stream ended)."""
+
+
+def find(
+    context: Any, terms: tuple[udev_rules.Term, ...], cancelled: threading.Event
+) -> list[Member]:
     """Devices matching one rule (blocking: call from a thread)."""
     enumerator = context.list_devices()
     for match in udev_rules.enumerator_matches(terms):
@@ -256,6 +281,8 @@ def find(context: Any, terms: tuple[udev_rules.Term, ...]) -> list[Member]:
             enumerator = method(*match.args)
     found = []
     for device in enumerator:
+        if cancelled.is_set():
+            raise ScanCancelled
         view = PyudevView(device)
         if udev_rules.matches(terms, view):
             found.append(_member_for(view))
@@ -269,14 +296,16 @@ def read_iommu_group(devpath: str) -> str | None:
         return None
 
 
-def scan(parsed: Details, resource_name: str, vfio: bool) -> list[devices.Device]:
-    """One full discovery pass (blocking)."""
+def scan(
+    parsed: Details, resource_name: str, vfio: bool, cancelled: threading.Event | None = None
+) -> list[devices.Device]:
+    """One full discovery pass (blocking); ``ScanCancelled`` once ``cancelled`` is set."""
     import pyudev  # loaded only by processes that run the udev handler
 
     context = pyudev.Context()
     found: list[Member] = []
     for terms in parsed.rules:
-        found.extend(find(context, terms))
+        found.extend(find(context, terms, cancelled or threading.Event()))
     groups = group_members(found, parsed.group_recursive)
     iommu = {}
     if vfio:
@@ -301,8 +330,44 @@ class Udev:
         vfio = properties.get("vfioPassthrough", b"").decode("utf-8", "replace")
         vfio_enabled = vfio.strip().lower() == "true"
         while True:
-            yield await asyncio.to_thread(scan, details, resource_name, vfio_enabled)
+            yield await scan_in_thread(details, resource_name, vfio_enabled)
             await asyncio.sleep(self.interval)
+
+
+async def scan_in_thread(parsed: Details, resource_name: str, vfio: bool) -> list[devices.Device]:
+    """:func:`scan` in a thread of its own; cancelling the caller stops the scan too."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[list[devices.Device]] = loop.create_future()
+    cancelled = threading.Event()
+
+    def settle(result: list[devices.Device] | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result or [])
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = scan(parsed, resource_name, vfio, cancelled)
+        except ScanCancelled:
+            return
+        except Exception as e:
+            error = e
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:
+            pass  # the loop closed meanwhile: nobody waits for this scan any more
+
+    # Daemon: a scan never holds the process up at exit; it is told to stop on cancel.
+    threading.Thread(target=run, name=SCAN_THREAD, daemon=True).start()
+    try:
+        return await future
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise
 
 
 def create(options: sdk.HandlerOptions) -> Udev:

@@ -7,11 +7,16 @@ action keys (``NAME``, ``RUN{}``, ...) and unknown names are parse errors that g
 1-based column, so a Configuration author sees exactly what to fix.
 
 Matching semantics (kept from Akri so existing Configurations find the same devices):
-  * glob (``fnmatch``) for what Akri hands to libudev's enumerator: ``==`` on DEVPATH,
-    KERNEL, SUBSYSTEM, TAG, ATTR, ENV and ``!=`` on SUBSYSTEM and ATTR;
-  * a regular expression that must match the whole value (``re.fullmatch``) for everything
-    else: ``!=`` on DEVPATH/KERNEL/ENV/TAG, DRIVER, and the ancestor-walking SUBSYSTEMS,
-    ATTRS, DRIVERS, KERNELS and TAGS.
+  * a glob (glibc ``fnmatch(3)``, as libudev) for what Akri hands to libudev's enumerator:
+    ``==`` on DEVPATH, KERNEL, SUBSYSTEM, TAG, ATTR, ENV and ``!=`` on SUBSYSTEM and ATTR;
+  * a regular expression that must match the whole value for everything else: ``!=`` on
+    DEVPATH/KERNEL/ENV/TAG, DRIVER, and the ancestor-walking SUBSYSTEMS, ATTRS, DRIVERS,
+    KERNELS and TAGS.
+
+Every value is compiled once, at parse time, by ``discovery.patterns`` on RE2: matching is
+linear-time whatever a Configuration says, and regular expressions mean what they mean in
+Akri's Rust ``regex`` (constructs where the two engines disagree are parse errors). A value
+is at most ``patterns.MAX_PATTERN_BYTES`` long and a rule has at most ``MAX_TERMS`` terms.
 
 Deliberate differences from Akri ([quirk]s, decided for the careful user):
   * Every term must hold (AND, as in udev). Akri passes repeated ``KERNEL==``/``SUBSYSTEM==``/
@@ -32,10 +37,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import fnmatch
 import re
 from collections.abc import Iterable, Iterator
 from typing import Protocol
+
+from discovery import patterns
 
 
 class Field(enum.Enum):
@@ -66,6 +72,9 @@ UNSUPPORTED = frozenset(
 
 ASSIGNMENTS = ("+=", "-=", ":=", "=")
 
+MAX_TERMS = 64
+"""Terms in one rule: each costs one match per device (and ancestor) scanned."""
+
 
 class Op(enum.Enum):
     EQ = "=="
@@ -88,8 +97,8 @@ class Term:
     op: Op
     value: str
     column: int
-    regex: re.Pattern[str] | None = None
-    """Compiled for regex-matched terms (see :func:`uses_glob`)."""
+    pattern: patterns.Pattern
+    """``value`` compiled: a glob or a regular expression (see :func:`uses_glob`)."""
 
     def __str__(self) -> str:
         key = f"{{{self.key}}}" if self.key is not None else ""
@@ -117,6 +126,8 @@ def parse(rule: str) -> tuple[Term, ...]:
     terms: list[Term] = []
     pos = _skip_spaces(rule, 0)
     while pos < len(rule):
+        if len(terms) == MAX_TERMS:
+            raise RuleError(pos + 1, f"a rule has at most {MAX_TERMS} terms")
         term, pos = _parse_term(rule, pos)
         terms.append(term)
         pos = _skip_spaces(rule, pos)
@@ -195,13 +206,13 @@ def _parse_term(rule: str, start: int) -> tuple[Term, int]:
     if end >= len(rule):
         raise RuleError(pos + 1, "unterminated value: missing closing '\"'")
     value = rule[pos + 1 : end]
-    regex = None
-    if not uses_glob(field, op):
-        try:
-            regex = re.compile(value)
-        except re.error as e:
-            raise RuleError(pos + 2 + (e.pos or 0), f"invalid regular expression: {e.msg}") from e
-    return Term(field, key, op, value, start + 1, regex), end + 1
+    glob = uses_glob(field, op)
+    try:
+        pattern = patterns.glob(value) if glob else patterns.regex(value)
+    except patterns.PatternError as e:
+        what = "glob" if glob else "regular expression"
+        raise RuleError(pos + 2 + e.offset, f"invalid {what}: {e.message}") from e
+    return Term(field, key, op, value, start + 1, pattern), end + 1
 
 
 # --------------------------------------------------------------------------- matching
@@ -224,11 +235,6 @@ class DeviceView(Protocol):
     def parent(self) -> DeviceView | None: ...
     def property(self, key: str) -> str | None: ...
     def attribute(self, key: str) -> str | None: ...
-
-
-def glob_match(value: str, pattern: str) -> bool:
-    """udev-style glob: ``*``, ``?``, ``[...]`` and ``|`` alternatives."""
-    return any(fnmatch.fnmatchcase(value, alt) for alt in pattern.split("|"))
 
 
 def _lineage(device: DeviceView) -> Iterator[DeviceView]:
@@ -260,9 +266,7 @@ def _own_value(term: Term, device: DeviceView) -> Iterable[str]:
 
 
 def _compare(term: Term, value: str) -> bool:
-    if term.regex is not None:
-        return term.regex.fullmatch(value) is not None
-    return glob_match(value, term.value)
+    return term.pattern.fullmatch(value)
 
 
 def term_matches(term: Term, device: DeviceView) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,46 @@ async def test_udev_handler_process_through_the_registry(
                     break
         assert {d.device.id for d in snapshot.devices} == _pyudev_ids("tty")
         assert {d.shared for d in snapshot.devices} == {False}
+
+
+def _scan_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == udev.SCAN_THREAD]
+
+
+async def test_a_scan_stops_when_its_configuration_goes() -> None:
+    # 64 rules that every device passes to its regex terms: one pass over /sys per rule, so a
+    # scan takes seconds here; it must not run on once nobody wants its result.
+    rules = ", ".join(['\'KERNEL!="x.*", DRIVER!="(.|.)*!"\''] * udev.MAX_RULES)
+    settings = registry.RegistrySettings(directory=None)
+    async with registry.running(settings) as reg:
+        reg.register_embedded(udev.create(sdk.HandlerOptions(interval=60)))
+        reg.request("ns/all", "udev", f"udevRules: [{rules}]")
+        async with asyncio.timeout(5):
+            while not _scan_threads():
+                await asyncio.sleep(0.01)
+        await reg.stop_request("ns/all")
+        async with asyncio.timeout(2):
+            while _scan_threads():
+                await asyncio.sleep(0.01)
+
+
+async def test_a_pathological_rule_neither_slows_discovery_nor_stalls_the_loop() -> None:
+    # Issue 14: DEVPATH!="(.|.)*!" took seconds per device on Python's backtracking re, with
+    # the GIL held, so an agent embedded in the hub froze the hub's event loop.
+    lags: list[float] = []
+
+    async def tick() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(0.01)
+            lags.append(loop.time() - before - 0.01)
+
+    async with asyncio.TaskGroup() as tg:
+        ticker = tg.create_task(tick(), name="loop lag probe")
+        found = await _discover(
+            'udevRules: [\'SUBSYSTEM=="tty", DEVPATH!="(.|.)*!", KERNEL!="(a|aa)*b"\']'
+        )
+        ticker.cancel()
+    assert {d.id for d in found} == _pyudev_ids("tty")
+    assert lags and max(lags) < 0.5, max(lags)

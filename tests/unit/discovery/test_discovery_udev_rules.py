@@ -97,7 +97,11 @@ def test_empty_rule_has_no_terms(rule: str) -> None:
         ('KERNEL{k}=="x"', 1, "KERNEL takes no {key}"),
         ('ATTR{}=="x"', 5, "empty {key}"),
         ('DRIVER=="(unclosed"', 10, "invalid regular expression"),
-        ('KERNEL!="a[b"', 11, "invalid regular expression"),
+        ('KERNEL!="a[b"', 10, "invalid regular expression"),
+        ('KERNEL!="x[a[b]]"', 13, "nested character class"),
+        ('KERNEL=="[[:nope:]]"', 11, "invalid glob: unknown character class"),
+        ('KERNEL!="' + "x" * 1025 + '"', 10, "at most 1024"),
+        (",".join(['KERNEL=="x"'] * 65), 769, "at most 64 terms"),
     ],
 )
 def test_errors_name_the_column(rule: str, column: int, message: str) -> None:
@@ -110,7 +114,8 @@ def test_errors_name_the_column(rule: str, column: int, message: str) -> None:
 def test_glob_only_values_are_not_compiled_as_regex() -> None:
     # '*x' is not a valid regex, but KERNEL== is a glob match (enumerator semantics).
     (term,) = udev_rules.parse('KERNEL=="*x"')
-    assert term.regex is None
+    assert term.pattern.kind == "glob"
+    assert udev_rules.parse('DRIVER=="x"')[0].pattern.kind == "regex"
     assert udev_rules.parse('KERNEL=="ttyS0", ATTR{x}=="a,b(c)"')[1].value == "a,b(c)"
     assert udev_rules.parse('KERNEL=="x",')[0].value == "x"  # trailing comma as in udev
 
