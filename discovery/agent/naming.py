@@ -111,10 +111,23 @@ def vdev_id(configuration: str, number: int) -> str:
     return f"{configuration}-{number}"
 
 
+_MAX_INDEX_DIGITS = 9
+
+
 def slot_index(slot: str) -> int:
-    """The index after the last ``-`` of a slot (or vdev) id."""
+    """The index after the last ``-`` of a slot (or vdev) id.
+
+    Only canonical ASCII decimals: ``str.isdigit`` also takes superscripts (on which ``int``
+    raises ``ValueError``) and ``int`` takes every script's digits, so a key such as
+    ``inst-\u0663`` would alias slot 3; ``inst-01`` would alias ``inst-1``.
+    """
     _, sep, tail = slot.rpartition("-")
-    if not sep or not tail.isdigit():
+    if (
+        not sep
+        or not 0 < len(tail) <= _MAX_INDEX_DIGITS
+        or not (tail.isascii() and tail.isdigit())
+        or (tail[0] == "0" and tail != "0")
+    ):
         raise NamingError(f"not a slot id: {slot!r}")
     return int(tail)
 
@@ -172,17 +185,24 @@ def usage_node(usage: SlotUsage) -> str | None:
 
 
 def parse_device_usage(
-    device_usage: Mapping[str, str], capacity: int, *, strict: bool = True
+    device_usage: Mapping[str, str],
+    capacity: int,
+    *,
+    strict: bool = True,
+    instance: str | None = None,
 ) -> tuple[SlotUsage, ...]:
     """``Instance.spec.deviceUsage`` -> one usage per slot index ``0..capacity-1``.
 
     Keys absent from the map are free. ``strict`` (Akri's rule) rejects an index
     outside the capacity; the agent parses leniently after a capacity change so a
     shrunk Instance does not wedge its plugin (the dropped slots simply vanish).
+    With ``instance``, every key must be one of its slot ids (``<instance>-<i>``).
     """
     slots: list[SlotUsage] = [None] * capacity
     for key, value in device_usage.items():
         index = slot_index(key)
+        if instance is not None and key != slot_id(instance, index):
+            raise NamingError(f"{key!r} is not a slot of {instance}")
         usage = parse_usage(value)
         if index >= capacity:
             if strict:

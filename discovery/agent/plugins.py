@@ -28,6 +28,18 @@ Every other plugin and the reconcile loop carry on; nothing a plugin does
 can end ``run``. Events go out through a bounded queue drained by their own
 task, so an unreachable apiserver never stalls convergence.
 
+The same holds for what an Instance says: its ``capacity`` and ``deviceUsage``
+are written by other nodes, controllers and users. One that does not parse
+(``slots.InvalidUsage``: a key that is not a canonical ASCII slot id of this
+Instance, a malformed value, a capacity outside ``0..max_capacity``) or that
+makes its update fail in any other way puts that Instance alone *out of
+service*: every slot of its plugin is Unhealthy and it offers no vdev to the
+Configuration plugin (nothing is handed out on a table we cannot read), its
+slots are not reclaimed, a Warning Event ``InvalidInstance`` names the field,
+one log line says it, and it is re-read with the same capped back-off, or at
+once when the object changes. Allocate on it fails with FAILED_PRECONDITION
+naming the field.
+
 Dangers: kubelet calls Allocate with a short deadline; the claim is one
 apiserver round trip (more on conflicts). When the apiserver is unreachable,
 Allocate fails rather than handing out a slot nobody recorded.
@@ -70,6 +82,8 @@ START_FAILED = "DevicePluginFailed"
 """Event reason: the plugin's gRPC server could not be started."""
 REGISTRATION_FAILED = "DevicePluginRegistrationFailed"
 """Event reason: kubelet did not accept the plugin's registration."""
+INVALID_INSTANCE = "InvalidInstance"
+"""Event reason: an Instance's capacity/deviceUsage cannot be read; it is out of service."""
 _EVENT_QUEUE = 64
 
 
@@ -247,6 +261,11 @@ class Plugin(pb_grpc.DevicePluginServicer):
         except slots.SlotUnavailable as e:
             logger.warning("%s: allocation refused: %s", self.resource, e)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"unable to claim slot: {e}")
+        except slots.InvalidUsage as e:
+            logger.warning("%s: allocation refused, invalid Instance: %s", self.resource, e)
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION, f"unable to claim slot: invalid Instance: {e}"
+            )
         except (kubeapi.KubeError, instances.WriteFailed) as e:
             logger.warning("%s: allocation could not be recorded: %s", self.resource, e)
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot record the claim: {e}")
@@ -256,17 +275,37 @@ class Plugin(pb_grpc.DevicePluginServicer):
         raise NotImplementedError
 
 
+@dataclasses.dataclass(slots=True)
+class _OutOfService:
+    """Why an Instance plugin hands nothing out, and when to read its object again."""
+
+    reason: str
+    message: str
+    resource_version: str
+    backoff: float
+    retry_at: float
+
+
 class InstancePlugin(Plugin):
     def __init__(self, manager: Manager, namespace: str, instance: str, configuration: str):
         super().__init__(manager, instance)
         self.namespace = namespace
         self.configuration = configuration
         self.slots: tuple[naming.SlotUsage, ...] = ()
+        """The last table read without error (kept while out of service, for the metrics)."""
+        self.out_of_service: _OutOfService | None = None
 
     def update(self, obj: Mapping[str, Any]) -> None:
-        capacity = int(instances.spec_of(obj).get("capacity") or 0)
-        self.slots = naming.parse_device_usage(instances.usage_of(obj), capacity, strict=False)
+        """Read the slot table; ``slots.InvalidUsage`` leaves the plugin unchanged."""
+        spec = instances.spec_of(obj)
+        self.slots = slots.slot_table(self.name, spec, self.manager.settings.max_capacity)
         self.publish(slots.instance_health(self.name, self.slots, self.manager.node))
+
+    def withdraw(self) -> None:
+        """Offer nothing: every slot Unhealthy (kubelet keeps the pods it already runs)."""
+        self.publish(
+            [(naming.slot_id(self.name, i), slots.UNHEALTHY) for i in range(len(self.slots))]
+        )
 
     async def allocate(self, device_ids: list[str]) -> Any:
         named = self.manager.named((self.namespace, self.configuration), self.name)
@@ -274,10 +313,17 @@ class InstancePlugin(Plugin):
             raise slots.SlotUnavailable(f"{self.name} is not currently discovered on this node")
         node = self.manager.node
 
+        max_capacity = self.manager.settings.max_capacity
+
         def claim(current: dict[str, Any]) -> dict[str, str]:
-            capacity = int(instances.spec_of(current).get("capacity") or 0)
+            spec = instances.spec_of(current)
+            slots.slot_table(self.name, spec, max_capacity)  # InvalidUsage names the field
             return slots.claim_instance_slots(
-                instances.usage_of(current), self.name, capacity, device_ids, node
+                instances.usage_of(current),
+                self.name,
+                slots.capacity_of(spec, max_capacity),
+                device_ids,
+                node,
             )
 
         await self.manager.write_usage(self.namespace, self.name, claim)
@@ -311,9 +357,15 @@ class ConfigurationPlugin(Plugin):
             def claim(
                 current: dict[str, Any], instance: str = target.instance, vdev: str = vdev
             ) -> dict[str, str]:
-                capacity = int(instances.spec_of(current).get("capacity") or 0)
+                spec = instances.spec_of(current)
+                max_capacity = self.manager.settings.max_capacity
+                slots.slot_table(instance, spec, max_capacity)
                 usage, _ = slots.claim_configuration_slot(
-                    instances.usage_of(current), instance, capacity, vdev, node
+                    instances.usage_of(current),
+                    instance,
+                    slots.capacity_of(spec, max_capacity),
+                    vdev,
+                    node,
                 )
                 return usage
 
@@ -439,15 +491,19 @@ class Manager:
             plugin = self.instance_plugins.get(key)
             if plugin is None:
                 plugin = InstancePlugin(self, key[0], key[1], configuration)
-                plugin.update(obj)
+                in_service = self._read_instance(plugin, obj)
                 # Kept even when it cannot be served: the kubelet tick retries it.
                 self.instance_plugins[key] = plugin
                 await self._serve(plugin)
             else:
-                plugin.update(obj)
+                in_service = self._read_instance(plugin, obj)
             used = sum(1 for s in plugin.slots if s is not None)
             self.metrics.set_slots(key[1], used, len(plugin.slots))
-            attached.setdefault((key[0], configuration), {})[key[1]] = plugin.slots
+            if in_service:
+                attached.setdefault((key[0], configuration), {})[key[1]] = plugin.slots
+        for (namespace, _), (configuration, _) in wanted.items():
+            # Out of service Instances still keep their Configuration plugin (with no vdev).
+            attached.setdefault((namespace, configuration), {})
         for key in [k for k in self.configuration_plugins if k not in attached]:
             await self.configuration_plugins.pop(key).stop()
         for key, members in sorted(attached.items()):
@@ -459,6 +515,72 @@ class Manager:
                 await self._serve(config_plugin)
             else:
                 config_plugin.update(members)
+
+    def _read_instance(self, plugin: InstancePlugin, obj: Mapping[str, Any]) -> bool:
+        """Update ``plugin`` from its Instance; False while the Instance is out of service.
+
+        Any error is this Instance's alone (see the module docstring): it is never raised.
+        """
+        version = kubeapi.resource_version_of(obj)
+        current = plugin.out_of_service
+        if (
+            current is not None
+            and current.resource_version == version
+            and time.monotonic() < current.retry_at
+        ):
+            return False
+        try:
+            plugin.update(obj)
+        except slots.InvalidUsage as e:
+            self._out_of_service(plugin, version, INVALID_INSTANCE, f"{plugin.name}: {e}")
+            return False
+        except Exception as e:
+            # Not foreseen: still this Instance only, but with the traceback to fix it.
+            logger.debug("updating %s failed", plugin.resource, exc_info=True)
+            self._out_of_service(
+                plugin, version, INVALID_INSTANCE, f"{plugin.name}: {type(e).__name__}: {e}"
+            )
+            return False
+        if current is not None:
+            plugin.out_of_service = None
+            logger.info("Instance %s/%s is in service again", plugin.namespace, plugin.name)
+            target = self._objects.get((plugin.namespace, plugin.name))
+            if self.recorder is not None and target is not None:
+                self.recorder.clear(target, current.reason)
+        return True
+
+    def _out_of_service(
+        self, plugin: InstancePlugin, version: str, reason: str, message: str
+    ) -> None:
+        timings = self.settings.timings
+        previous = plugin.out_of_service
+        backoff = min(
+            (previous.backoff if previous else timings.backoff_initial) * 2, timings.backoff_cap
+        )
+        plugin.out_of_service = _OutOfService(
+            reason, message, version, backoff, time.monotonic() + backoff
+        )
+        plugin.withdraw()
+        if previous is not None and (previous.reason, previous.message) == (reason, message):
+            logger.debug("%s (again; next read in %.1fs)", message, backoff)
+            return
+        logger.warning(
+            "Instance %s/%s is out of service: %s; other Instances carry on",
+            plugin.namespace,
+            plugin.name,
+            message,
+        )
+        target = self._objects.get((plugin.namespace, plugin.name))
+        if target is not None:
+            self._post(target, reason, message)
+
+    def _post(self, target: dict[str, Any], reason: str, message: str) -> None:
+        if self.recorder is None:
+            return
+        try:
+            self._events.put_nowait((target, reason, message))
+        except asyncio.QueueFull:
+            logger.debug("event queue full; not posting %s", reason)
 
     def _all(self) -> list[Plugin]:
         return [*self.instance_plugins.values(), *self.configuration_plugins.values()]
@@ -506,11 +628,8 @@ class Manager:
             plugin.backoff,
         )
         target = self._event_target(plugin)
-        if self.recorder is not None and target is not None:
-            try:
-                self._events.put_nowait((target, reason, message))
-            except asyncio.QueueFull:
-                logger.debug("event queue full; not posting %s for %s", reason, plugin.resource)
+        if target is not None:
+            self._post(target, reason, message)
 
     def _recovered(self, plugin: Plugin) -> None:
         assert plugin.failure is not None
@@ -607,13 +726,23 @@ class Manager:
             await self._sync()
 
     def failed_plugins(self) -> dict[str, str]:
-        """Resource name -> the error of every plugin that is not working right now."""
-        return {p.resource: p.failure[1] for p in self._all() if p.failure is not None}
+        """Resource name -> the error of every plugin that is not working right now
+        (including Instances out of service)."""
+        failed = {p.resource: p.failure[1] for p in self._all() if p.failure is not None}
+        for plugin in self.instance_plugins.values():
+            if plugin.out_of_service is not None:
+                failed.setdefault(plugin.resource, plugin.out_of_service.message)
+        return failed
 
     # -- for the slot reclaimer
 
     def held_slots(self) -> dict[str, tuple[naming.SlotUsage, ...]]:
-        return {key[1]: plugin.slots for key, plugin in self.instance_plugins.items()}
+        """Slots of the Instances in service (one we cannot read is left alone)."""
+        return {
+            key[1]: plugin.slots
+            for key, plugin in self.instance_plugins.items()
+            if plugin.out_of_service is None
+        }
 
     def namespace_of(self, instance: str) -> str | None:
         for key in self.instance_plugins:

@@ -5,7 +5,9 @@ An Instance with capacity N has slots ``<instance>-0 .. <instance>-(N-1)``;
 apiserver object is the only source of truth: every function here takes the
 current ``deviceUsage`` map and returns the map to write back (the caller writes
 it with a resourceVersion guard, so two nodes racing for one slot cannot both
-win) or raises ``SlotUnavailable``.
+win) or raises ``SlotUnavailable``. A map or capacity that does not follow the Akri
+format raises ``InvalidUsage`` naming the field: the agent then treats that one
+Instance as out of service (``plugins``), never as free slots.
 
 The Configuration plugin advertises virtual devices ("vdevs", ``<config>-<n>``):
 each attached Instance with a free slot contributes exactly one free vdev, and
@@ -27,6 +29,58 @@ UNHEALTHY = "Unhealthy"
 
 class SlotUnavailable(Exception):
     """The requested slot is held by someone else (or does not exist)."""
+
+
+class InvalidUsage(ValueError):
+    """An Instance's ``capacity`` or ``deviceUsage`` is malformed; the message names the field."""
+
+
+def capacity_of(spec: Mapping[str, object], max_capacity: int) -> int:
+    capacity = spec.get("capacity", 0)
+    if not isinstance(capacity, int) or isinstance(capacity, bool):
+        raise InvalidUsage(f"spec.capacity {capacity!r} is not an integer")
+    if not 0 <= capacity <= max_capacity:
+        raise InvalidUsage(f"spec.capacity {capacity} is outside 0..{max_capacity}")
+    return capacity
+
+
+def _parse(
+    device_usage: Mapping[str, str], capacity: int, instance: str
+) -> tuple[naming.SlotUsage, ...]:
+    try:
+        return naming.parse_device_usage(device_usage, capacity, strict=False, instance=instance)
+    except naming.NamingError as e:
+        raise InvalidUsage(f"spec.deviceUsage of {instance}: {e}") from e
+
+
+def slot_table(
+    instance: str, spec: Mapping[str, object], max_capacity: int
+) -> tuple[naming.SlotUsage, ...]:
+    """The slots of an Instance as read from its ``spec`` (one usage per index), checking
+    every field; slots beyond a shrunk capacity are dropped (Akri kept them, §5.3)."""
+    capacity = capacity_of(spec, max_capacity)
+    raw = spec.get("deviceUsage") or {}
+    if not isinstance(raw, Mapping):
+        raise InvalidUsage("spec.deviceUsage is not a map")
+    usage: dict[str, str] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str):
+            raise InvalidUsage(f"spec.deviceUsage key {key!r} is not a string")
+        if not isinstance(value, str):
+            raise InvalidUsage(f"spec.deviceUsage[{key!r}] is not a string: {value!r}")
+        try:
+            naming.slot_index(key)
+        except naming.NamingError:
+            raise InvalidUsage(f"spec.deviceUsage key {key!r} is not a slot id") from None
+        try:
+            naming.parse_usage(value)
+        except naming.NamingError:
+            raise InvalidUsage(
+                f"spec.deviceUsage[{key!r}] = {value!r} is not a deviceUsage value "
+                "(<node> or C:<vdev>:<node>)"
+            ) from None
+        usage[key] = value
+    return _parse(usage, capacity, instance)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,7 +131,7 @@ def claim_instance_slots(
     Allocate after its own restart or a container restart, and refusing its
     own slot is what made Akri reject pods with "Unable to claim slot".
     """
-    slots = naming.parse_device_usage(device_usage, capacity, strict=False)
+    slots = _parse(device_usage, capacity, instance)
     updated = dict(device_usage)
     for device_id in device_ids:
         try:
@@ -101,7 +155,7 @@ def claim_configuration_slot(
     Returns the new map and the claimed index. If this node already holds a
     slot under that vdev, that slot is returned unchanged (idempotent retry).
     """
-    slots = naming.parse_device_usage(device_usage, capacity, strict=False)
+    slots = _parse(device_usage, capacity, instance)
     mine = naming.ConfigurationUsage(vdev, node)
     for index, usage in enumerate(slots):
         if usage == mine:

@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
+import grpc.aio
 import pytest
 
 from discovery import devices
@@ -404,3 +406,82 @@ async def test_agent_outlives_a_directory_too_long_for_any_socket(
         assert agent.plugins is not None
         assert all("too long" in m for m in agent.plugins.failed_plugins().values())
         assert len(agent.plugins.failed_plugins()) == 4  # two Instance, two Configuration
+
+
+@pytest.mark.parametrize(
+    ("usage", "why"),
+    [
+        ({"garbage": NODE}, "spec.deviceUsage key 'garbage'"),
+        ({"{name}-\u0663": NODE}, "not a slot id"),  # Arabic-Indic 3: int() would take it
+        ({"{name}-0": "C:only-two-parts"}, "not a deviceUsage value"),
+    ],
+)
+async def test_a_malformed_instance_is_contained_and_reported(
+    sockdir: Path,
+    api: kubeapi.KubeApi,
+    sim: simapiserver.SimApiserver,
+    caplog: pytest.LogCaptureFixture,
+    usage: dict[str, str],
+    why: str,
+) -> None:
+    # Issue 14: the NamingError of one Instance's deviceUsage ended the manager, and with it
+    # the agent. Now that Instance alone is out of service (its slots Unhealthy, an Event on
+    # it, re-checked with back-off), every other Instance is served, and a fix heals it.
+    caplog.set_level(logging.INFO, logger="discovery.agent.plugins")
+    named = named_devices("dev0", "dev1")
+    good, bad = sorted(named)
+    async with manager_running(sockdir / "dp", api) as (manager, kubelet):
+        manager.set_devices(("default", CONFIG), named, {})
+        manager.on_instance_event("ADDED", instance(bad, "uid-bad"))
+        broken = instance(bad, "uid-bad")
+        broken["metadata"]["resourceVersion"] = "2"
+        broken["spec"]["deviceUsage"] = {k.format(name=bad): v for k, v in usage.items()}
+        await kubelet.wait_for_devices(f"akri.sh/{bad}", lambda d: d == {f"{bad}-0": "Healthy"})
+        manager.on_instance_event("MODIFIED", broken)
+        manager.on_instance_event("ADDED", instance(good, "uid-good"))
+
+        await kubelet.wait_for_devices(f"akri.sh/{good}")
+        # Nothing of the bad one can be handed out: its slot, and its Configuration vdev.
+        await kubelet.wait_for_devices(f"akri.sh/{bad}", lambda d: d == {f"{bad}-0": "Unhealthy"})
+        await kubelet.wait_for_devices(f"akri.sh/{CONFIG}", lambda d: len(d) == 1)
+        await eventually(lambda: len(events_for(sim, plugins.INVALID_INSTANCE)) == 1)
+        (event,) = events_for(sim, plugins.INVALID_INSTANCE)
+        assert event["involvedObject"]["uid"] == "uid-bad" and why in event["message"]
+        assert why in manager.failed_plugins()[f"akri.sh/{bad}"]
+        await asyncio.sleep(0.5)  # several back-off rounds at the 0.2 s cap
+        assert len(warnings_about(caplog, why)) == 1
+        assert len(events_for(sim, plugins.INVALID_INSTANCE)) == 1
+        assert bad not in manager.held_slots()
+
+        fixed = instance(bad, "uid-bad")
+        fixed["metadata"]["resourceVersion"] = "3"
+        fixed["spec"]["deviceUsage"] = {f"{bad}-0": NODE}
+        manager.on_instance_event("MODIFIED", fixed)
+        await kubelet.wait_for_devices(f"akri.sh/{bad}", lambda d: d == {f"{bad}-0": "Healthy"})
+        await kubelet.wait_for_devices(f"akri.sh/{CONFIG}", lambda d: len(d) == 1)
+        assert manager.failed_plugins() == {}
+        assert manager.held_slots()[bad] == (naming.NodeUsage(NODE),)
+
+
+async def test_allocate_on_a_malformed_instance_says_why(
+    sockdir: Path, api: kubeapi.KubeApi, sim: simapiserver.SimApiserver
+) -> None:
+    for crd in CRDS:
+        await cluster.kubectl(sim, "apply", "-f", str(crd))
+    named = named_devices("dev0")
+    (name,) = named
+    body = instance(name, "")
+    body["metadata"] = {"name": name, "namespace": "default"}
+    async with manager_running(sockdir / "dp", api) as (manager, kubelet):
+        manager.set_devices(("default", CONFIG), named, {})
+        manager.on_instance_event("ADDED", await api.create(kubeapi.INSTANCES, "default", body))
+        await kubelet.wait_for_devices(f"akri.sh/{name}")
+        # Broken behind the reflector's back: the claim reads the stored object.
+        stored = await api.get_or_none(kubeapi.INSTANCES, "default", name)
+        assert stored is not None
+        stored["spec"]["deviceUsage"] = {"garbage": "node-b"}
+        await api.replace(kubeapi.INSTANCES, "default", name, stored)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await kubelet.allocate(f"akri.sh/{name}", [f"{name}-0"])
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "spec.deviceUsage key 'garbage'" in (caught.value.details() or "")

@@ -63,7 +63,23 @@ def test_slot_index(slot: str, expected: int) -> None:
     assert naming.slot_index(slot) == expected
 
 
-@pytest.mark.parametrize("bad", ["not-a-slot-id", "nodash", "x-", "x-1a"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "not-a-slot-id",
+        "nodash",
+        "x-",
+        "x-1a",
+        # Only ASCII digits (issue 14): int() takes these, str.isdigit() more still.
+        "x-\u0663",  # ARABIC-INDIC DIGIT THREE: int() says 3
+        "x-\uff11",  # FULLWIDTH DIGIT ONE
+        "x-\u00b2",  # SUPERSCRIPT TWO: isdigit() but int() raises ValueError
+        "x-+1",
+        "x- 1",
+        "x-01",  # not canonical: would alias x-1
+        "x-" + "9" * 5000,  # int() refuses over 4300 digits (ValueError)
+    ],
+)
 def test_slot_index_rejects(bad: str) -> None:
     with pytest.raises(naming.NamingError):
         naming.slot_index(bad)

@@ -111,3 +111,38 @@ def test_stale_slots_respect_grace() -> None:
     assert (to_free, table) == ([], {"a-1": 100.0})
     to_free, table = slots.stale_slots(held, {"a-0"}, table, now=121.0, grace=20.0)
     assert (to_free, table) == (["a-1"], {"cfg-0": 121.0})
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"capacity": 2, "deviceUsage": {"garbage": "node-a"}}, "spec.deviceUsage key 'garbage'"),
+        ({"capacity": 2, "deviceUsage": {"inst-\u0661": "node-a"}}, "key 'inst-\u0661'"),
+        ({"capacity": 2, "deviceUsage": {"other-0": "node-a"}}, "not a slot of inst"),
+        ({"capacity": 2, "deviceUsage": {"inst-0": "C:node-a"}}, "spec.deviceUsage['inst-0']"),
+        ({"capacity": 2, "deviceUsage": {"inst-0": 7}}, "spec.deviceUsage['inst-0'] is not a str"),
+        ({"capacity": 2, "deviceUsage": ["inst-0"]}, "spec.deviceUsage is not a map"),
+        ({"capacity": "2", "deviceUsage": {}}, "spec.capacity '2' is not an integer"),
+        ({"capacity": 10**12, "deviceUsage": {}}, "spec.capacity 1000000000000 is outside 0..64"),
+        ({"capacity": -1, "deviceUsage": {}}, "spec.capacity -1 is outside 0..64"),
+        ({"capacity": True, "deviceUsage": {}}, "spec.capacity True is not an integer"),
+    ],
+)
+def test_slot_table_names_what_is_wrong(spec: dict[str, object], message: str) -> None:
+    with pytest.raises(slots.InvalidUsage) as caught:
+        slots.slot_table("inst", spec, max_capacity=64)
+    assert message in str(caught.value)
+
+
+def test_slot_table_drops_slots_a_shrunk_capacity_lost() -> None:
+    spec = {"capacity": 2, "deviceUsage": {"inst-0": "node-a", "inst-3": "node-b"}}
+    assert slots.slot_table("inst", spec, 64) == (naming.NodeUsage("node-a"), None)
+    assert slots.slot_table("inst", {}, 64) == ()
+
+
+@pytest.mark.parametrize("bad", [{"instance-a-\u0663": "node-b"}, {"instance-a-0": "C:x"}])
+def test_claims_on_a_malformed_map_fail_as_invalid_usage(bad: dict[str, str]) -> None:
+    with pytest.raises(slots.InvalidUsage):
+        slots.claim_instance_slots(bad, "instance-a", 4, ["instance-a-1"], "node-a")
+    with pytest.raises(slots.InvalidUsage):
+        slots.claim_configuration_slot(bad, "instance-a", 4, "config-a-0", "node-a")
