@@ -4,6 +4,12 @@ Every gRPC server of ours (the registry's registration socket, a handler served 
 each kubelet device plugin) listens through :func:`prepare_unix_socket` and
 :func:`add_unix_port`, and is stopped through :func:`stop`.
 
+Socket modes are explicit, never the umask's: :func:`add_unix_port` binds in a fresh
+private directory (0700) next to the final path, and :meth:`StagedSocket.publish`, called
+after ``server.start()``, sets the mode and renames the socket into place. Nobody can
+connect before the mode is set, and no process-wide ``umask`` is changed (the hub runs other
+threads). A connection follows the socket's inode, so the rename does not disturb grpc.
+
 Listening: grpc reports a failed bind only as "Failed to bind" (or a bare port 0), so
 :func:`prepare_unix_socket` checks what it can first and raises :class:`ServeError` naming the
 path and the reason (path too long for ``sun_path``, directory not creatable, permission,
@@ -35,8 +41,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import socket
 import stat
+import tempfile
 from pathlib import Path
 
 import grpc.aio
@@ -86,15 +94,47 @@ def prepare_unix_socket(path: Path) -> None:
         raise ServeError(f"cannot listen on {path}: {reason}", reason) from e
 
 
-def add_unix_port(server: grpc.aio.Server, path: Path) -> None:
-    """Listen on ``path`` (prepared by :func:`prepare_unix_socket`); ``ServeError`` if grpc
-    refuses."""
+class StagedSocket:
+    """A socket bound in a private directory; :meth:`publish` moves it to ``path``."""
+
+    def __init__(self, path: Path, staging: Path) -> None:
+        self.path = path
+        self.staging = staging
+
+    def publish(self, mode: int) -> None:
+        """Set ``mode`` and rename the socket into place (blocking: a few syscalls)."""
+        try:
+            os.chmod(self.staging, mode)
+            os.replace(self.staging, self.path)
+        except OSError as e:
+            raise ServeError(f"cannot listen on {self.path}: {e.strerror or e}") from e
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        shutil.rmtree(self.staging.parent, ignore_errors=True)
+
+
+def add_unix_port(server: grpc.aio.Server, path: Path) -> StagedSocket:
+    """Listen on ``path`` (prepared by :func:`prepare_unix_socket`) once published; see the
+    module docstring. ``ServeError`` if grpc refuses."""
     try:
-        bound = server.add_insecure_port(f"unix:{path}")
+        staging = Path(tempfile.mkdtemp(prefix=".", dir=path.parent)) / "s"
+    except OSError as e:
+        raise ServeError(f"cannot listen on {path}: {e.strerror or e}", e.strerror) from e
+    staged = StagedSocket(path, staging)
+    if len(os.fsencode(staging)) > MAX_SOCKET_PATH:
+        staged.discard()
+        raise ServeError(f"socket path {path} is too long to be bound and renamed into place")
+    try:
+        bound = server.add_insecure_port(f"unix:{staging}")
     except RuntimeError as e:
+        staged.discard()
         raise ServeError(f"cannot listen on {path}: {e}") from e
     if bound == 0:
+        staged.discard()
         raise ServeError(f"cannot listen on {path}")
+    return staged
 
 
 def _cancel_requests() -> int:

@@ -48,11 +48,19 @@ Semantics (Akri reference §1.4, without its quirks):
     in ``Snapshot.invalid_details`` (the Configuration must change) and not retried.
   * Property resolution errors are reported in ``Snapshot.errors`` and retried with back-off.
 
+Trust (THREAT_MODEL.md, "Discovery"): the registration socket is created mode
+``RegistrySettings.socket_mode`` (0660) explicitly, never by umask: only its owner, its group
+and root can register. What they register and report passes ``discovery.admission``: a
+refused registration ends with ``INVALID_ARGUMENT`` naming the field and one log line; UDS
+endpoints must also *be* a socket in the handlers directory (checked here, off the loop);
+at most ``max_endpoints_per_name`` endpoints per name (``RESOURCE_EXHAUSTED``). A device
+that cannot be admitted is left out of its endpoint's list, logged once per stream and
+reported in ``Snapshot.rejected``; a writable mount is made read-only unless allowed.
+
 Dangers: a misbehaving handler can only cost one bounded stream per request; device lists
 are capped at ``RegistrySettings.max_devices`` per endpoint (the excess is dropped with an
-error) and registrations at ``RegistrySettings.max_endpoints`` (the registration socket is
-reachable by anything that mounts the handlers directory; re-registering a known endpoint
-always works). All state is owned by one event loop; no locking.
+error) and registrations at ``RegistrySettings.max_endpoints`` (re-registering a known
+endpoint always works). All state is owned by one event loop; no locking.
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ import dataclasses
 import enum
 import logging
 import os
+import stat
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -71,7 +80,7 @@ from urllib.parse import urlsplit
 import grpc
 import grpc.aio
 
-from discovery import details, devices, grpcserving, sdk, wire
+from discovery import admission, details, devices, grpcserving, sdk, wire
 from discovery.proto import discovery_pb2
 
 logger = logging.getLogger(__name__)
@@ -137,6 +146,8 @@ class Snapshot:
     Configuration. Not retried until the request is replaced."""
     errors: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Last transient error per endpoint uid (stream failures, property resolution)."""
+    rejected: tuple[str, ...] = ()
+    """Why devices reported by the current streams were left out (``discovery.admission``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -157,37 +168,54 @@ class RegistrySettings:
     """Registered endpoints; more are refused (``RESOURCE_EXHAUSTED``). Each one costs a
     stream per request, so whatever can reach the registration socket must not grow that
     without bound (a node runs a handful of handlers)."""
+    max_endpoints_per_name: int = 16
+    """Endpoints of one handler name (``RESOURCE_EXHAUSTED`` above): every request using
+    that name streams from each of them."""
+    socket_mode: int = 0o660
+    """Mode of ``agent-registration.sock``, set explicitly (the umask plays no part)."""
+    handler_networks: tuple[admission.Network, ...] = ()
+    """Where NETWORK endpoints may be (``--handler-networks``); empty refuses them all."""
+    writable_mount_handlers: frozenset[str] = frozenset()
+    """Handler names whose device mounts may stay writable (``--writable-mount-handlers``)."""
+    protected_paths: tuple[Path, ...] = ()
+    """Host directories no device mount may expose; the handlers directory always is."""
 
-
-class RegistrationError(ValueError):
-    """A registration request is malformed."""
-
-
-def endpoint_from_request(message: discovery_pb2.RegisterDiscoveryHandlerRequest) -> Endpoint:
-    if not message.name:
-        raise RegistrationError("name must not be empty")
-    if not message.endpoint:
-        raise RegistrationError("endpoint must not be empty")
-    if message.endpoint_type == wire.NETWORK:
-        parts = urlsplit(
-            message.endpoint if "://" in message.endpoint else f"http://{message.endpoint}"
+    def policy(self) -> admission.Policy:
+        directory = None if self.directory is None else os.path.abspath(self.directory)
+        protected = {os.path.abspath(p) for p in self.protected_paths}
+        if directory is not None:
+            protected.add(directory)
+        return admission.Policy(
+            handlers_directory=directory,
+            registration_socket=(
+                None if directory is None else os.path.join(directory, sdk.REGISTRATION_SOCKET)
+            ),
+            networks=self.handler_networks,
+            writable_mounts=self.writable_mount_handlers,
+            protected=tuple(sorted(protected)),
         )
-        try:
-            port = parts.port
-        except ValueError as e:
-            raise RegistrationError(f"endpoint {message.endpoint!r}: {e}") from e
-        if parts.scheme != "http" or not parts.hostname or port is None:
-            raise RegistrationError(
-                f"NETWORK endpoint must look like http://<ip>:<port>, got {message.endpoint!r}"
-            )
-        kind = EndpointKind.NETWORK
-    elif message.endpoint_type == wire.UDS:
-        if not os.path.isabs(message.endpoint):
-            raise RegistrationError(f"UDS endpoint must be an absolute path: {message.endpoint!r}")
-        kind = EndpointKind.UDS
-    else:
-        raise RegistrationError(f"unknown endpoint_type {message.endpoint_type}")
-    return Endpoint(message.name, message.endpoint, kind, message.shared)
+
+
+def endpoint_from_request(
+    message: discovery_pb2.RegisterDiscoveryHandlerRequest, policy: admission.Policy
+) -> Endpoint:
+    """The endpoint a registration asks for; ``admission.Refused`` names what is wrong."""
+    if message.endpoint_type not in (wire.NETWORK, wire.UDS):
+        raise admission.Refused("endpoint_type", f"unknown value {message.endpoint_type}")
+    network = message.endpoint_type == wire.NETWORK
+    checked = admission.endpoint(message.name, message.endpoint, network, policy)
+    kind = EndpointKind.NETWORK if network else EndpointKind.UDS
+    return Endpoint(checked.name, checked.endpoint, kind, message.shared)
+
+
+def check_socket(path: str) -> None:
+    """``admission.Refused`` unless ``path`` is a Unix socket (not a link to one). Blocking."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as e:
+        raise admission.Refused("endpoint", f"{path!r}: {e.strerror or e}") from None
+    if not stat.S_ISSOCK(mode):
+        raise admission.Refused("endpoint", f"{path!r} is not a Unix socket")
 
 
 def merge(
@@ -260,6 +288,9 @@ class DiscoveryRequest:
         self._kicks: dict[str, _Kick] = {}
         self._lists: dict[str, tuple[bool, list[devices.Device]]] = {}
         self._errors: dict[str, str] = {}
+        self._rejected: dict[str, dict[str, str]] = {}
+        """uid -> device id -> why it was left out, for the current stream of each endpoint."""
+        self._downgraded: dict[str, set[str]] = {}
         self._invalid: str | None = None
         self._snapshot = Snapshot(version=0)
         # Set (and replaced) on every publish: waiters hold the event of the version they saw.
@@ -293,6 +324,9 @@ class DiscoveryRequest:
             reported=frozenset(self._lists),
             invalid_details=self._invalid,
             errors=dict(sorted(self._errors.items())),
+            rejected=tuple(
+                sorted(m for uid in sorted(self._rejected) for m in self._rejected[uid].values())
+            ),
         )
         if dataclasses.replace(candidate, version=self._snapshot.version) == self._snapshot:
             return
@@ -307,6 +341,8 @@ class DiscoveryRequest:
 
     def _drop(self, uid: str, error: str | None) -> None:
         self._lists.pop(uid, None)
+        self._rejected.pop(uid, None)
+        self._downgraded.pop(uid, None)
         if error is None:
             self._errors.pop(uid, None)
         else:
@@ -335,6 +371,8 @@ class DiscoveryRequest:
         self._kicks.pop(uid, None)
         self._lists.pop(uid, None)
         self._errors.pop(uid, None)
+        self._rejected.pop(uid, None)
+        self._downgraded.pop(uid, None)
         self._publish()
         if task is not None and task is not asyncio.current_task():
             task.cancel()
@@ -397,7 +435,7 @@ class DiscoveryRequest:
         plain = {k: v or b"" for k, v in properties.items()}
         async for found in sdk.device_lists(handler, parsed, plain):
             backoff.reset()
-            self._set_list(endpoint.uid, endpoint.shared, self._capped(endpoint, found))
+            self._set_list(endpoint.uid, endpoint.shared, self._admit(endpoint, found))
 
     async def _stream_grpc(
         self, endpoint: Endpoint, properties: Mapping[str, bytes | None], backoff: _Backoff
@@ -418,7 +456,7 @@ class DiscoveryRequest:
                 async for response in call:
                     backoff.reset()
                     found = wire.devices_from_response(response)
-                    self._set_list(endpoint.uid, endpoint.shared, self._capped(endpoint, found))
+                    self._set_list(endpoint.uid, endpoint.shared, self._admit(endpoint, found))
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
                     raise _InvalidDetails(e.details() or "invalid discoveryDetails") from e
@@ -438,6 +476,39 @@ class DiscoveryRequest:
             limit,
         )
         return found[:limit]
+
+    def _admit(self, endpoint: Endpoint, found: list[devices.Device]) -> list[devices.Device]:
+        """The devices of one list that ``discovery.admission`` accepts (see module doc)."""
+        policy = self._registry.policy
+        admitted: list[devices.Device] = []
+        rejected: dict[str, str] = {}
+        downgraded: set[str] = set()
+        before = self._rejected.get(endpoint.uid, {})
+        was_downgraded = self._downgraded.get(endpoint.uid, set())
+        for device in self._capped(endpoint, found):
+            try:
+                device, made_read_only = admission.device(device, endpoint.name, policy)
+            except admission.Refused as e:
+                message = f"{endpoint.uid}: {e}"
+                rejected[device.id] = message
+                if before.get(device.id) != message:
+                    logger.warning("left out a device of %s: %s", self.key, message)
+                continue
+            if made_read_only:
+                downgraded.add(device.id)
+                if device.id not in was_downgraded:
+                    logger.info(
+                        "%s: writable mounts of device %r of %s made read-only "
+                        "(not allowed for handler %r)",
+                        endpoint.uid,
+                        device.id,
+                        self.key,
+                        endpoint.name,
+                    )
+            admitted.append(device)
+        self._rejected[endpoint.uid] = rejected
+        self._downgraded[endpoint.uid] = downgraded
+        return admitted
 
 
 class _InvalidDetails(Exception):
@@ -463,6 +534,7 @@ class Registry:
 
     def __init__(self, settings: RegistrySettings, tg: asyncio.TaskGroup) -> None:
         self.settings = settings
+        self.policy = settings.policy()
         self._tg = tg
         self._endpoints: dict[str, Endpoint] = {}
         self._embedded: dict[str, sdk.Handler[Any]] = {}
@@ -585,19 +657,27 @@ class Registry:
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> discovery_pb2.Empty:
         try:
-            endpoint = endpoint_from_request(message)
-        except RegistrationError as e:
-            logger.warning("rejected a discovery handler registration: %s", e)
+            endpoint = endpoint_from_request(message, self.policy)
+            if endpoint.kind is EndpointKind.UDS:
+                await asyncio.to_thread(check_socket, endpoint.endpoint)
+        except admission.Refused as e:
+            logger.warning("refused a discovery handler registration: %s", e)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        limit = self.settings.max_endpoints
-        if endpoint.uid not in self._endpoints and len(self._endpoints) >= limit:
-            logger.warning(
-                "rejected discovery handler %s: %d already registered", endpoint.uid, limit
-            )
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{limit} discovery handler endpoints are registered already",
-            )
+        if endpoint.uid not in self._endpoints:
+            limit = self.settings.max_endpoints
+            same_name = sum(1 for e in self._endpoints.values() if e.name == endpoint.name)
+            per_name = self.settings.max_endpoints_per_name
+            refusal = None
+            if len(self._endpoints) >= limit:
+                refusal = f"endpoint: {limit} discovery handler endpoints are registered already"
+            elif same_name >= per_name:
+                refusal = (
+                    f"name: {same_name} endpoints of {endpoint.name!r} are registered already; "
+                    f"at most {per_name}"
+                )
+            if refusal is not None:
+                logger.warning("refused discovery handler %r: %s", endpoint.uid, refusal)
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
         self.register(endpoint)
         return discovery_pb2.Empty()
 
@@ -631,11 +711,19 @@ async def _serving(settings: RegistrySettings) -> AsyncGenerator[Registry, None]
                 server.add_generic_rpc_handlers(
                     (wire.registration_service(registry._register_rpc),)
                 )
-                grpcserving.add_unix_port(server, path)
+                staged = grpcserving.add_unix_port(server, path)
+                try:
+                    await server.start()
+                    staged.publish(settings.socket_mode)
+                finally:
+                    staged.discard()
                 # Only now is the socket ours to remove (an unusable one belongs to no one).
                 socket_path = path
-                await server.start()
-                logger.info("discovery handler registration served on %s", socket_path)
+                logger.info(
+                    "discovery handler registration served on %s (mode %o)",
+                    socket_path,
+                    settings.socket_mode,
+                )
             yield registry
         finally:
             try:

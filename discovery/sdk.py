@@ -52,6 +52,8 @@ DetailsError = details.DetailsError
 ENTRY_POINT_GROUP = "edgehub.discovery_handlers"
 REGISTRATION_SOCKET = "agent-registration.sock"
 DISCOVERY_PORT = 10000
+SOCKET_MODE = 0o660
+"""Mode of a handler's socket: the agent (root, or the same user/group) dials it."""
 
 DetailsT = TypeVar("DetailsT")
 
@@ -220,6 +222,9 @@ class Endpoint:
     """The registered endpoint: a socket path (UDS) or ``http://ip:port`` (NETWORK)."""
     network: bool
     socket_path: Path | None
+    staged: grpcserving.StagedSocket | None = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
 
 
 ServeError = grpcserving.ServeError
@@ -333,9 +338,13 @@ def _bind(server: grpc.aio.Server, name: str, settings: ServeSettings) -> Endpoi
             raise ServeError(f"cannot listen on {host}:{settings.port}")
         return Endpoint(f"http://{host}:{port}", network=True, socket_path=None)
     path = (settings.socket_path or settings.directory / f"{name}.sock").absolute()
+    directory = settings.directory.absolute()
+    if path.parent != directory:
+        # The agent accepts only sockets directly in its handlers directory.
+        raise ServeError(f"socket {path} must be directly in {directory}")
     grpcserving.prepare_unix_socket(path)
-    grpcserving.add_unix_port(server, path)
-    return Endpoint(str(path), network=False, socket_path=path)
+    staged = grpcserving.add_unix_port(server, path)
+    return Endpoint(str(path), network=False, socket_path=path, staged=staged)
 
 
 async def serve(
@@ -349,7 +358,13 @@ async def serve(
     servicer = _DiscoveryServicer(handler, stream_dropped)
     server.add_generic_rpc_handlers((wire.discovery_handler_service(servicer.Discover),))
     endpoint = _bind(server, handler.name, settings)
-    await server.start()
+    try:
+        await server.start()
+        if endpoint.staged is not None:
+            endpoint.staged.publish(SOCKET_MODE)
+    finally:
+        if endpoint.staged is not None:
+            endpoint.staged.discard()
     logger.info("serving discovery handler %s on %s", handler.name, endpoint.address)
     try:
         if on_ready is not None:

@@ -95,6 +95,18 @@ def _service_host(environ: Mapping[str, str]) -> str | None:
     help="Also embed debugEcho (Akri: ENABLE_DEBUG_ECHO).",
 )
 @click.option(
+    "--handler-networks",
+    default="",
+    help="Comma-separated CIDRs where discovery handlers may serve NETWORK endpoints (Akri's "
+    "POD_IP mode, e.g. the pod network). Empty: only sockets in the handlers directory.",
+)
+@click.option(
+    "--writable-mount-handlers",
+    default="",
+    help="Comma-separated handler names whose device mounts may be writable; the mounts of "
+    "every other handler are made read-only.",
+)
+@click.option(
     "--device-plugins-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("/var/lib/kubelet/device-plugins"),
@@ -160,6 +172,8 @@ def command(
     discovery_handlers_directory: Path,
     embedded_handlers: str,
     enable_debug_echo: bool,
+    handler_networks: str,
+    writable_mount_handlers: str,
     device_plugins_dir: Path,
     pod_resources_socket: Path,
     cdi_dir: Path,
@@ -183,6 +197,12 @@ def command(
     if kubeconfig is not None and not kubeconfig.is_file():
         click.echo(f"error: kubeconfig {kubeconfig} does not exist", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE)
+    try:
+        networks = settings.parse_handler_networks(handler_networks)
+        writable = settings.parse_handler_names(writable_mount_handlers)
+    except ValueError as e:
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
     agent_settings = settings.AgentSettings(
         node_name=node_name,
         kube=settings.KubeSettings(
@@ -197,6 +217,8 @@ def command(
         device_plugins_dir=device_plugins_dir,
         pod_resources_socket=pod_resources_socket,
         cdi_dir=cdi_dir,
+        handler_networks=networks,
+        writable_mount_handlers=writable,
         metrics_address=metrics_address,
         metrics_port=metrics_port,
         timings=settings.Timings(

@@ -99,6 +99,17 @@ def _duration(value: str) -> float:
     default=pathlib.Path("/var/run/cdi"),
     help="With --enable-discovery: where CDI spec files are written.",
 )
+@click.option(
+    "--handler-networks",
+    default="",
+    help="With --enable-discovery: comma-separated CIDRs where discovery handlers may serve "
+    "NETWORK endpoints. Empty: only sockets in the handlers directory.",
+)
+@click.option(
+    "--writable-mount-handlers",
+    default="",
+    help="With --enable-discovery: handler names whose device mounts may be writable.",
+)
 def command(**opts: object) -> None:
     """Run the hub: an offline-capable proxy in front of kube-apiserver."""
     try:
@@ -148,6 +159,14 @@ def _discovery_companion(opts: dict[str, object], node_name: str) -> lifecycle.C
     unknown = sorted(set(handlers) - set(agent_settings.EMBEDDED_HANDLERS))
     if unknown:
         raise click.BadParameter(f"unknown embedded handlers: {', '.join(unknown)}")
+    try:
+        networks = agent_settings.parse_handler_networks(str(opts["handler_networks"]))
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--handler-networks") from e
+    try:
+        writable = agent_settings.parse_handler_names(str(opts["writable_mount_handlers"]))
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--writable-mount-handlers") from e
 
     def companion(node: assembly.Node) -> contextlib.AbstractAsyncContextManager[object]:
         def path(key: str) -> pathlib.Path:
@@ -167,6 +186,8 @@ def _discovery_companion(opts: dict[str, object], node_name: str) -> lifecycle.C
                 device_plugins_dir=path("device_plugins_dir"),
                 pod_resources_socket=path("pod_resources_socket"),
                 cdi_dir=path("cdi_dir"),
+                handler_networks=networks,
+                writable_mount_handlers=writable,
                 metrics_port=None,
             )
         )

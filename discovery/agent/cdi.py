@@ -11,6 +11,13 @@ atomically (temp file in the same directory, fsync, rename, fsync the
 directory) so a container runtime never reads a half-written spec, and never
 leave a stale temp file behind.
 
+Secrets: a spec file is 0644 (container runtimes and ``cdi`` tools read it), so it
+never carries a Secret's value. ``build_spec`` takes the values of the
+Configuration's Secret-sourced discovery properties (``withheld``) and leaves out
+every environment entry whose value contains one of them, or its base64 form; a
+handler copying a password into a device property is the case. Nothing is lost:
+Allocate answers (gRPC to kubelet, not on disk) still carry every variable.
+
 Dangers: CDI names are stricter than Kubernetes names (a class must start
 with a letter and contain no dots). A Configuration whose name is not a valid
 CDI class gets no spec file (``valid_kind`` is False, the caller logs it); its
@@ -21,12 +28,13 @@ devices is invalid CDI, so the file is removed instead of written empty.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +55,29 @@ def spec_path(cdi_dir: Path, configuration: str) -> Path:
     return cdi_dir / f"{naming.AKRI_PREFIX}-{configuration}.json"
 
 
-def _env(properties: Mapping[str, str]) -> list[str]:
-    return [f"{key}={value}" for key, value in sorted(properties.items())]
+def secret_texts(values: Iterable[bytes]) -> tuple[str, ...]:
+    """What a Secret's value may look like inside a property: as text and base64-encoded."""
+    texts = set()
+    for value in values:
+        if value:
+            texts.add(value.decode("utf-8", "replace"))
+            texts.add(base64.b64encode(value).decode())
+    return tuple(sorted(texts))
 
 
-def device_edits(device: devices.Device) -> dict[str, Any]:
+def _env(properties: Mapping[str, str], withheld: Collection[str] = ()) -> list[str]:
+    return [
+        f"{key}={value}"
+        for key, value in sorted(properties.items())
+        if not any(secret in value for secret in withheld)
+    ]
+
+
+def device_edits(device: devices.Device, withheld: Collection[str] = ()) -> dict[str, Any]:
     edits: dict[str, Any] = {}
-    if device.properties:
-        edits["env"] = _env(device.properties)
+    env = _env(device.properties, withheld)
+    if env:
+        edits["env"] = env
     if device.device_specs:
         edits["deviceNodes"] = [
             {"path": s.container_path, "hostPath": s.host_path, "permissions": s.permissions}
@@ -76,12 +99,16 @@ def build_spec(
     configuration: str,
     named: Iterable[discovered.NamedDevice],
     broker_properties: Mapping[str, str],
+    withheld: Collection[str] = (),
 ) -> dict[str, Any] | None:
-    """The CDI spec of one Configuration, or None when there is nothing valid to write."""
+    """The CDI spec of one Configuration, or None when there is nothing valid to write.
+
+    ``withheld``: texts (``secret_texts``) no environment value of the file may contain.
+    """
     if not valid_kind(configuration):
         return None
     entries = [
-        {"name": d.digest, "containerEdits": device_edits(d.device)}
+        {"name": d.digest, "containerEdits": device_edits(d.device, withheld)}
         for d in sorted(named, key=lambda d: d.digest)
         if _DEVICE_RE.fullmatch(d.digest)
     ]
@@ -92,8 +119,9 @@ def build_spec(
         "kind": naming.cdi_kind(configuration),
         "devices": entries,
     }
-    if broker_properties:
-        spec["containerEdits"] = {"env": _env(broker_properties)}
+    env = _env(broker_properties, withheld)
+    if env:
+        spec["containerEdits"] = {"env": env}
     return spec
 
 

@@ -158,6 +158,8 @@ class View:
     recheck_in: float | None
     invalid_details: str | None
     errors: Mapping[str, str]
+    rejected: tuple[str, ...] = ()
+    """Why reported devices were not admitted (``registry.Snapshot.rejected``)."""
 
 
 @dataclasses.dataclass
@@ -246,6 +248,7 @@ class Requests:
             recheck_in=recheck_in(tracked.health, snapshot, now, self.timings),
             invalid_details=snapshot.invalid_details,
             errors=snapshot.errors,
+            rejected=snapshot.rejected,
         )
 
 

@@ -85,6 +85,8 @@ REGISTRATION_FAILED = "DevicePluginRegistrationFailed"
 INVALID_INSTANCE = "InvalidInstance"
 """Event reason: an Instance's capacity/deviceUsage cannot be read; it is out of service."""
 _EVENT_QUEUE = 64
+SOCKET_MODE = 0o660
+"""Plugin sockets: kubelet (root) dials them; set explicitly, not by umask."""
 
 
 class PluginStartFailed(Exception):
@@ -185,10 +187,14 @@ class Plugin(pb_grpc.DevicePluginServicer):
             ) from e
         server = grpc.aio.server()
         pb_grpc.add_DevicePluginServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+        staged = None
         try:
-            grpcserving.add_unix_port(server, path)
+            staged = grpcserving.add_unix_port(server, path)
             await server.start()
+            await asyncio.to_thread(staged.publish, SOCKET_MODE)
         except BaseException as e:
+            if staged is not None:
+                await asyncio.to_thread(staged.discard)
             await grpcserving.stop(server, None)
             if isinstance(e, grpcserving.ServeError | RuntimeError | OSError):
                 raise PluginStartFailed(

@@ -13,6 +13,9 @@ reaches the handler on its next query without restarting anything.
 
 Danger: resolved values can be Secret payloads. They are returned as bytes
 to the registry and never logged; error messages name the object and key only.
+``secret_names`` tells which properties came from a Secret, so the agent can keep
+their values out of world-readable files (CDI specs) when a handler copies them
+into a device's properties.
 """
 
 from __future__ import annotations
@@ -74,6 +77,23 @@ def _from_secret(obj: Mapping[str, Any] | None, key: str) -> bytes | None:
     # The apiserver folds stringData into data; be lenient with servers that do not.
     string_data = obj.get("stringData") or {}
     return str(string_data[key]).encode() if isinstance(string_data.get(key), str) else None
+
+
+def secret_names(properties: Sequence[Mapping[str, Any]] | None) -> frozenset[str]:
+    """Names of the properties whose value comes from a Secret (``secretKeyRef``)."""
+    names = set()
+    for prop in properties or ():
+        value_from = prop.get("valueFrom") or {}
+        name = prop.get("name")
+        if (
+            isinstance(name, str)
+            and prop.get("value") is None
+            and isinstance(value_from, Mapping)
+            and value_from.get("configMapKeyRef") is None
+            and value_from.get("secretKeyRef") is not None
+        ):
+            names.add(name)
+    return frozenset(names)
 
 
 async def resolve(properties: Sequence[Mapping[str, Any]] | None, reader: ObjectReader) -> Resolved:

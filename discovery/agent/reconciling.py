@@ -16,7 +16,9 @@ one worker per key at a time (``queueing.WorkQueue``):
    inside the stream.
 5. Join every discovered device's Instance; leave Instances of vanished
    devices only when the request is trusted (``discovering.trusted``).
-6. Write the CDI spec; hand the named devices to the plugin manager.
+6. Write the CDI spec (without the values of Secret-sourced properties: the file
+   is world-readable); hand the named devices to the plugin manager. Devices the
+   registry did not admit are named in a ``DevicesRejected`` Warning Event.
 7. Success: requeue after ``requeue``; failure: back-off from 1 s doubling,
    capped (Akri's was uncapped).
 
@@ -51,6 +53,9 @@ from discovery.agent import (
 logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]
+
+DEVICES_REJECTED = "DevicesRejected"
+"""Event reason: a handler reported devices the agent does not admit (``discovery.admission``)."""
 
 
 class PluginSink(Protocol):
@@ -303,10 +308,12 @@ class Reconciler:
         if not request_spec.handler:
             raise ValueError("spec.discoveryHandler.name is empty")
         try:
-            await properties.resolve(request_spec.properties, self.api)
+            resolved = await properties.resolve(request_spec.properties, self.api)
         except (properties.UnsolvableProperty, properties.InvalidProperty) as e:
             await self.requests.stop(key)
             raise ValueError(f"discovery properties: {e}") from e
+        secret_names = properties.secret_names(request_spec.properties)
+        withheld = cdi.secret_texts(v for n, v in resolved.items() if n in secret_names and v)
         self.requests.ensure(key, request_spec)
         if not self.requests.is_registered(request_spec.handler):
             await self.recorder.post(
@@ -323,6 +330,14 @@ class Reconciler:
             await self.recorder.post(
                 configuration, "Warning", "InvalidDiscoveryDetails", view.invalid_details
             )
+        if view.rejected:
+            # Devices a handler reported that the agent does not admit (host root mounts,
+            # device nodes outside /dev, ...): the user must hear why they have no Instance.
+            await self.recorder.post(
+                configuration, "Warning", DEVICES_REJECTED, "; ".join(view.rejected)
+            )
+        else:
+            self.recorder.clear(configuration, DEVICES_REJECTED)
 
         named = discovered.name_devices(key[1], view.devices, self.node)
         decided = plan(configuration, named, view.trusted, self.instances.store.values(), self.node)
@@ -340,7 +355,7 @@ class Reconciler:
                 self.api, key[0], name, instances.leave(self.node), attempts=attempts
             )
         broker_properties = broker_properties_of(spec)
-        cdi_ready = await self._write_cdi(key, named, broker_properties)
+        cdi_ready = await self._write_cdi(key, named, broker_properties, withheld)
         self.plugins.set_devices(key, named, broker_properties, cdi_ready)
         shared = sum(1 for d in named.values() if d.shared)
         self.metrics.set_instances(key, shared, len(named) - shared)
@@ -397,13 +412,17 @@ class Reconciler:
         return cdi.spec_path(self.settings.cdi_dir, key[1])
 
     async def _write_cdi(
-        self, key: Key, named: Mapping[str, discovered.NamedDevice], broker: Mapping[str, str]
+        self,
+        key: Key,
+        named: Mapping[str, discovered.NamedDevice],
+        broker: Mapping[str, str],
+        withheld: tuple[str, ...] = (),
     ) -> bool:
         """Write (or remove) the CDI spec; True when a spec file now holds these devices."""
         path = self._cdi_path(key)
         if path is None:
             return False
-        spec = cdi.build_spec(key[1], named.values(), broker)
+        spec = cdi.build_spec(key[1], named.values(), broker, withheld)
         if spec is None:
             if named and not cdi.valid_kind(key[1]):
                 logger.warning(

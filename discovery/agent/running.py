@@ -130,7 +130,14 @@ class Agent:
                 stack.push_async_callback(runner.cleanup)
             try:
                 reg = await stack.enter_async_context(
-                    registry.running(registry.RegistrySettings(directory=s.discovery_handlers_dir))
+                    registry.running(
+                        registry.RegistrySettings(
+                            directory=s.discovery_handlers_dir,
+                            handler_networks=s.handler_networks,
+                            writable_mount_handlers=s.writable_mount_handlers,
+                            protected_paths=settings.protected_paths(s),
+                        )
+                    )
                 )
             except grpcserving.ServeError as e:
                 raise StartupError(f"discovery handlers directory: {e}") from e

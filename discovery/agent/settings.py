@@ -11,6 +11,8 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
+from discovery import admission
+
 EMBEDDED_HANDLERS = ("debugEcho", "udev", "opcua", "onvif")
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -101,7 +103,45 @@ class AgentSettings:
     metrics_port: int | None = 8080
     """``None`` serves no /metrics; 0 picks a free port."""
     max_capacity: int = 1024
-    """Largest Configuration capacity accepted (slot tables are per capacity)."""
+    """Largest Configuration (and Instance) capacity accepted (slot tables are per capacity)."""
+    handler_networks: tuple[admission.Network, ...] = ()
+    """Where handlers may register NETWORK endpoints (``--handler-networks``); none by default:
+    only sockets in ``discovery_handlers_dir`` are accepted."""
+    writable_mount_handlers: frozenset[str] = frozenset()
+    """Handler names whose device mounts stay writable (``--writable-mount-handlers``); the
+    mounts of every other handler are made read-only."""
     workers: int = 4
     """Configurations reconciled concurrently."""
     timings: Timings = Timings()
+
+
+def parse_handler_networks(text: str) -> tuple[admission.Network, ...]:
+    """``--handler-networks``: comma-separated CIDRs or addresses; ValueError names a bad one."""
+    networks: list[admission.Network] = []
+    for item in text.split(","):
+        if item.strip():
+            try:
+                networks.extend(admission.parse_networks([item]))
+            except ValueError as e:
+                raise ValueError(f"{item.strip()!r} is not a network (CIDR): {e}") from None
+    return tuple(networks)
+
+
+def parse_handler_names(text: str) -> frozenset[str]:
+    """A comma-separated list of handler names (``--writable-mount-handlers``)."""
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    for name in names:
+        admission.check_name(name)
+    return names
+
+
+def protected_paths(agent_settings: AgentSettings) -> tuple[Path, ...]:
+    """Host directories no discovered device may mount: kubelet's (the parent of its
+    device-plugin directory: pods' volumes and secrets live there too), the pod-resources
+    socket's and the CDI spec directory (the handlers directory is added by the registry)."""
+    paths = [agent_settings.device_plugins_dir, agent_settings.device_plugins_dir.parent]
+    if agent_settings.pod_resources_socket is not None:
+        paths.append(agent_settings.pod_resources_socket.parent)
+    if agent_settings.cdi_dir is not None:
+        paths.append(agent_settings.cdi_dir)
+    return tuple(dict.fromkeys(p.absolute() for p in paths))

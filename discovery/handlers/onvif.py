@@ -245,7 +245,12 @@ async def network_info(
 def parse_target(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdecimal() or not 0 < int(port) < 65536:
+    if (
+        not sep
+        or not host
+        or not (port.isascii() and port.isdecimal())
+        or not 0 < int(port) < 65536
+    ):
         raise ValueError(f"ONVIF_PROBE_TARGET must be host:port, got {value!r}")
     return host, int(port)
 

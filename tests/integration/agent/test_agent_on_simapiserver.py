@@ -438,7 +438,7 @@ def serve_scripted(
     tg: asyncio.TaskGroup, handler: Scripted, base: Path, socket: str
 ) -> asyncio.Task[None]:
     serve_settings = sdk.ServeSettings(
-        directory=base / "akri", socket_path=base / socket, registration_retry=0.1
+        directory=base / "akri", socket_path=base / "akri" / socket, registration_retry=0.1
     )
     return tg.create_task(sdk.serve(handler, serve_settings), name=f"scripted on {socket}")
 
@@ -538,3 +538,70 @@ async def test_service_account_credentials_follow_token_rotation(sim: Any, sockd
             return list(await cluster.instances(sim)) == [f"cfg-{digest('sa')}"]
 
         await cluster.eventually(created)
+
+
+@dataclasses.dataclass(frozen=True)
+class Echoing:
+    """A local handler that, like some third-party ones, copies a discovery property (here a
+    camera password resolved from a Secret) into its device's properties."""
+
+    name: str = "echoing"
+    shared: bool = False
+
+    def parse_details(self, text: str) -> str:
+        return text
+
+    async def discover(
+        self, details: str, properties: Mapping[str, bytes]
+    ) -> AsyncGenerator[list[devices.Device], None]:
+        password = properties["password"].decode()
+        yield [
+            devices.Device(
+                "cam", {"CAMERA_URL": f"rtsp://admin:{password}@10.1.2.3/", "MODEL": "x"}
+            )
+        ]
+        await asyncio.Event().wait()
+        yield []
+
+
+async def test_cdi_files_carry_no_secret_values(sim: Any, sockdir: Path) -> None:
+    # Issue 14: CDI specs are world-readable (0644); a broker property carrying a value
+    # resolved from a Secret must reach the container through Allocate only.
+    secret = "s3cr3t-pa55"
+    await cluster.kubectl(
+        sim, "create", "secret", "generic", "cam", f"--from-literal=pw={secret}", "-n", "default"
+    )
+    prop = [{"name": "password", "valueFrom": {"secretKeyRef": {"name": "cam", "key": "pw"}}}]
+    await cluster.kubectl(
+        sim,
+        "apply",
+        "-f",
+        "-",
+        stdin=configuration("cams", "echoing", "", discoveryProperties=prop),
+    )
+    async with node(sim, sockdir, "node-a", embedded=False) as (agent, kubelet, _):
+        assert agent.registry is not None
+        agent.registry.register_embedded(Echoing())
+        (name,) = await _instances_eventually(sim, 1)
+        cdi_file = sockdir / "cdi" / "akri.sh-cams.json"
+
+        async def written() -> bool:
+            return cdi_file.exists()
+
+        await cluster.eventually(written)
+        text = cdi_file.read_text()
+        assert secret not in text and "MODEL=x" in text and "FROM_CONFIG=yes" in text
+        assert cdi_file.stat().st_mode & 0o777 == 0o644
+        resource = f"akri.sh/{name}"
+        await kubelet.wait_for_devices(resource)
+        response = await kubelet.allocate(resource, [f"{name}-0"])
+        (container,) = response.container_responses
+        assert container.envs["CAMERA_URL"] == f"rtsp://admin:{secret}@10.1.2.3/"
+
+
+async def _instances_eventually(sim: Any, count: int) -> list[str]:
+    async def enough() -> bool:
+        return len(await cluster.instances(sim)) == count
+
+    await cluster.eventually(enough, within=15.0)
+    return sorted(await cluster.instances(sim))

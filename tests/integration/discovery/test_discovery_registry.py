@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import signal
+import socket
+import stat
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from pathlib import Path
@@ -15,7 +18,7 @@ import grpc.aio
 import pytest
 from discovery_support import HandlerProcesses, wait_until
 
-from discovery import details, devices, registry, sdk, wire
+from discovery import admission, details, devices, registry, sdk, wire
 from discovery.handlers import debug_echo
 
 FAST = registry.RegistrySettings(
@@ -39,6 +42,13 @@ async def _until(
             if predicate(snapshot):
                 return snapshot
     raise AssertionError("unreachable")
+
+
+def _socket_file(path: Path) -> str:
+    """A Unix socket file nobody listens on (a connection is refused)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(str(path))
+    return str(path)
 
 
 def _ids(snapshot: registry.Snapshot) -> list[tuple[str, bool, str]]:
@@ -151,7 +161,7 @@ async def test_unreachable_endpoint_is_removed(reg: registry.Registry, sock_dir:
     request = reg.request("ns/cfg", "ghost", "")
     async with grpc.aio.insecure_channel(f"unix:{sock_dir / 'agent-registration.sock'}") as ch:
         await wire.register_call(ch)(
-            wire.register_request("ghost", str(sock_dir / "nothing.sock"), False, True)
+            wire.register_request("ghost", _socket_file(sock_dir / "nothing.sock"), False, True)
         )
     assert [e.name for e in reg.endpoints()] == ["ghost"]
     await wait_until(lambda: reg.endpoints() == (), seconds=5)
@@ -161,41 +171,100 @@ async def test_unreachable_endpoint_is_removed(reg: registry.Registry, sock_dir:
 @pytest.mark.parametrize(
     ("name", "endpoint", "network", "message"),
     [
-        ("", "/x.sock", False, "name must not be empty"),
-        ("h", "", False, "endpoint must not be empty"),
-        ("h", "relative.sock", False, "absolute path"),
-        ("h", "https://127.0.0.1:1", True, "http://<ip>:<port>"),
+        ("", "{dir}/x.sock", False, "name: must not be empty"),
+        ("a/b", "{dir}/x.sock", False, "name: 'a/b' contains '/'"),
+        ("a\x00b", "{dir}/x.sock", False, "name: 'a\\x00b' contains a control character"),
+        ("n" * 254, "{dir}/x.sock", False, "name: is 254 characters long; at most 253"),
+        ("h", "", False, "endpoint: must not be empty"),
+        ("h", "relative.sock", False, "endpoint: 'relative.sock' is not an absolute"),
+        ("h", "/tmp/elsewhere.sock", False, "endpoint: '/tmp/elsewhere.sock' is not a socket in"),
+        ("h", "{dir}/../x.sock", False, "is not an absolute, normalized path"),
+        ("h", "{dir}/missing.sock", False, "No such file or directory"),
+        ("h", "{dir}/regular-file", False, "is not a Unix socket"),
+        ("h", "{dir}/agent-registration.sock", False, "is the agent's registration socket"),
+        ("h", "https://127.0.0.1:1", True, "endpoint: NETWORK endpoint must be http://<ip>"),
         ("h", "http://127.0.0.1", True, "http://<ip>:<port>"),
+        ("h", "http://10.0.0.1:80", True, "10.0.0.1 is not in an allowed handler network"),
+        ("h", "http://localhost:80", True, "names a host"),
     ],
 )
 async def test_malformed_registrations_are_rejected(
-    reg: registry.Registry, sock_dir: Path, name: str, endpoint: str, network: bool, message: str
+    sock_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    endpoint: str,
+    network: bool,
+    message: str,
 ) -> None:
-    async with grpc.aio.insecure_channel(f"unix:{sock_dir / 'agent-registration.sock'}") as ch:
+    (sock_dir / "regular-file").write_text("")
+    settings = dataclasses.replace(
+        FAST, directory=sock_dir, handler_networks=admission.parse_networks(["127.0.0.0/8"])
+    )
+    endpoint = endpoint.format(dir=sock_dir)
+    async with (
+        registry.running(settings) as reg,
+        grpc.aio.insecure_channel(f"unix:{sock_dir / 'agent-registration.sock'}") as ch,
+    ):
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await wire.register_call(ch)(wire.register_request(name, endpoint, network, False))
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert message in (caught.value.details() or "")
-    assert reg.endpoints() == ()
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert message in (caught.value.details() or "")
+        assert reg.endpoints() == ()
+    refusals = [r for r in caplog.records if "refused a discovery handler" in r.getMessage()]
+    assert len(refusals) == 1 and message in refusals[0].getMessage()
+
+
+async def test_allowed_network_endpoints_register(sock_dir: Path) -> None:
+    settings = dataclasses.replace(
+        FAST, directory=sock_dir, handler_networks=admission.parse_networks(["127.0.0.0/8"])
+    )
+    async with (
+        registry.running(settings) as reg,
+        grpc.aio.insecure_channel(f"unix:{sock_dir / 'agent-registration.sock'}") as ch,
+    ):
+        await wire.register_call(ch)(wire.register_request("h", "http://127.0.0.9:1", True, True))
+        assert [e.uid for e in reg.endpoints()] == ["h@http://127.0.0.9:1"]
+
+
+async def test_the_registration_socket_is_0660_whatever_the_umask(sock_dir: Path) -> None:
+    previous = os.umask(0)
+    try:
+        async with registry.running(dataclasses.replace(FAST, directory=sock_dir)):
+            mode = (sock_dir / "agent-registration.sock").lstat().st_mode
+            assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o660, oct(mode)
+            # Nothing of the private staging directory is left behind.
+            assert sorted(p.name for p in sock_dir.iterdir()) == ["agent-registration.sock"]
+    finally:
+        os.umask(previous)
 
 
 async def test_registrations_are_bounded_but_known_endpoints_may_re_register(
     sock_dir: Path,
 ) -> None:
-    settings = dataclasses.replace(FAST, directory=sock_dir, max_endpoints=2)
+    settings = dataclasses.replace(
+        FAST, directory=sock_dir, max_endpoints=3, max_endpoints_per_name=2
+    )
+    paths = [_socket_file(sock_dir / f"h{n}.sock") for n in range(5)]
     async with (
         registry.running(settings) as reg,
         grpc.aio.insecure_channel(f"unix:{sock_dir / 'agent-registration.sock'}") as ch,
     ):
         register = wire.register_call(ch)
-        for n in (1, 2):
-            await register(wire.register_request("h", f"/tmp/h{n}.sock", False, False))
+        for path in paths[:2]:
+            await register(wire.register_request("h", path, False, False))
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await register(wire.register_request("h", "/tmp/h3.sock", False, False))
+            await register(wire.register_request("h", paths[2], False, False))
         assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "2 discovery handler endpoints" in (caught.value.details() or "")
-        await register(wire.register_request("h", "/tmp/h2.sock", False, False))
-        assert [e.endpoint for e in reg.endpoints()] == ["/tmp/h1.sock", "/tmp/h2.sock"]
+        assert "name: 2 endpoints of 'h' are registered already; at most 2" in (
+            caught.value.details() or ""
+        )
+        await register(wire.register_request("other", paths[3], False, False))
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await register(wire.register_request("third", paths[4], False, False))
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "3 discovery handler endpoints" in (caught.value.details() or "")
+        await register(wire.register_request("h", paths[1], False, False))
+        assert [e.endpoint for e in reg.endpoints()] == [paths[0], paths[1], paths[3]]
 
 
 @dataclasses.dataclass
@@ -343,3 +412,57 @@ async def test_reported_tells_an_empty_list_from_no_list_yet(
         await reg.stop_request("ns/cfg")
         for server in servers:
             server.cancel()
+
+
+@dataclasses.dataclass
+class Mounting:
+    """An in-process handler reporting the devices it is given (mounts and device nodes)."""
+
+    found: list[devices.Device]
+    name: str = "mounting"
+    shared: bool = False
+
+    def parse_details(self, text: str) -> str:
+        return text
+
+    async def discover(
+        self, parsed: str, properties: Mapping[str, bytes]
+    ) -> AsyncGenerator[list[devices.Device], None]:
+        yield self.found
+        await asyncio.Event().wait()
+        yield []
+
+
+async def test_devices_exposing_the_host_are_left_out_and_mounts_made_read_only(
+    sock_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    plugins_dir = Path("/var/lib/kubelet/device-plugins")
+    settings = dataclasses.replace(FAST, directory=sock_dir, protected_paths=(plugins_dir,))
+    good = devices.Device(
+        "good",
+        mounts=(devices.Mount(container_path="/data", host_path="/srv/data", read_only=False),),
+        device_specs=(devices.DeviceSpec("/dev/ttyS0", "/dev/ttyS0", "rw"),),
+    )
+    root = devices.Device(
+        "root", mounts=(devices.Mount(container_path="/host", host_path="/", read_only=True),)
+    )
+    plugins = devices.Device(
+        "plugins", mounts=(devices.Mount(container_path="/p", host_path=str(plugins_dir)),)
+    )
+    disk = devices.Device("disk", device_specs=(devices.DeviceSpec("/d", "/etc/shadow", "r"),))
+    async with registry.running(settings) as reg:
+        reg.register_embedded(Mounting([good, root, plugins, disk]))
+        request = reg.request("ns/cfg", "mounting", "")
+        snapshot = await _until(request, lambda s: bool(s.devices))
+    assert [d.device.id for d in snapshot.devices] == ["good"]
+    (admitted,) = snapshot.devices
+    assert admitted.device.mounts[0].read_only is True
+    assert snapshot.rejected == (
+        "mounting@embedded: device 'disk' deviceSpecs[0].hostPath: "
+        "'/etc/shadow' is not a node under /dev/",
+        f"mounting@embedded: device 'plugins' mounts[0].hostPath: "
+        f"'{plugins_dir}' exposes {plugins_dir}",
+        "mounting@embedded: device 'root' mounts[0].hostPath: "
+        "'/' (the whole file system) is refused",
+    )
+    assert len([r for r in caplog.records if "left out a device" in r.getMessage()]) == 3

@@ -126,3 +126,21 @@ async def test_write_is_atomic_idempotent_and_removable(tmp_path: Path) -> None:
     await cdi.remove_spec(path)
     await cdi.remove_spec(path)
     assert not path.exists()
+
+
+def test_values_carrying_a_secret_stay_out_of_the_spec_file() -> None:
+    device = devices.Device(
+        "cam",
+        {"URL": "rtsp://admin:pw123@cam/", "B64": "cHcxMjM=", "MODEL": "x"},
+    )
+    named = discovered.name_devices("cfg", [(device, True)], "n")
+    withheld = cdi.secret_texts([b"pw123", b""])
+    spec = cdi.build_spec("cfg", named.values(), {"TOKEN": "pw123", "SITE": "a"}, withheld)
+    assert spec is not None
+    assert spec["devices"][0]["containerEdits"]["env"] == ["MODEL=x"]
+    assert spec["containerEdits"] == {"env": ["SITE=a"]}
+    assert "pw123" not in json.dumps(spec) and "cHcxMjM=" not in json.dumps(spec)
+    # Everything withheld: no empty env lists (CDI shape).
+    spec = cdi.build_spec("cfg", named.values(), {"TOKEN": "pw123"}, withheld)
+    assert spec is not None and "containerEdits" not in spec
+    assert_cdi_shape(spec)

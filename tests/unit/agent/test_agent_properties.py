@@ -80,3 +80,14 @@ async def test_missing_required_fails_without_leaking_values(kind: str, source: 
 async def test_property_without_name_is_invalid() -> None:
     with pytest.raises(properties.InvalidProperty):
         await properties.resolve([{"value": "x"}], Objects())
+
+
+def test_secret_names_are_the_secret_sourced_properties() -> None:
+    props = [
+        {"name": "A", "value": "x"},
+        {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+        {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}},
+        {"name": "D"},
+    ]
+    assert properties.secret_names(props) == {"B"}
+    assert properties.secret_names(None) == frozenset()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from edgehub import discover as discover_command
 
-from discovery import details, devices, registry, sdk, wire
+from discovery import admission, details, devices, registry, sdk, wire
 from discovery.handlers import debug_echo, opcua
 from discovery.proto import discovery_pb2
 
@@ -186,7 +186,12 @@ def test_merge_dedupes_by_id_and_sharedness() -> None:
     ],
 )
 def test_endpoint_from_registration(endpoint: str, network: bool, target: str) -> None:
-    parsed = registry.endpoint_from_request(wire.register_request("udev", endpoint, network, False))
+    policy = registry.RegistrySettings(
+        directory=Path("/var/lib/akri"),
+        handler_networks=admission.parse_networks(["10.0.0.0/8", "fd00::/8"]),
+    ).policy()
+    message = wire.register_request("udev", endpoint, network, False)
+    parsed = registry.endpoint_from_request(message, policy)
     assert parsed.uid == f"udev@{endpoint}"
     assert parsed.target == target
     assert parsed.kind is (registry.EndpointKind.NETWORK if network else registry.EndpointKind.UDS)
