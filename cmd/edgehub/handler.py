@@ -45,7 +45,8 @@ from edgehub import cli
     "--socket-path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Unix socket to serve on instead of <directory>/<name>.sock.",
+    help="Unix socket to serve on instead of <directory>/<name>.sock (it must be directly in "
+    "the directory: the agent accepts no other).",
 )
 @click.option(
     "--registration-retry",
