@@ -91,7 +91,7 @@ def build() -> int:
     out.mkdir(parents=True, exist_ok=True)
     pin.unlink(missing_ok=True)
     flags = ldflags(k8s, etcd)
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false")
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=readonly -buildvcs=false")
     started = time.monotonic()
     for i, (name, pkg) in enumerate(BINARIES, 1):
         t0 = time.monotonic()
