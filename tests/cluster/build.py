@@ -108,7 +108,15 @@ def build() -> int:
             str(tmp),
             pkg,
         ]
-        proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True)
+        try:
+            proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True)
+        except FileNotFoundError:
+            print(
+                f"cluster-bins: FAILED building {name}: `go` is not on PATH "
+                "(the test bed needs Go >= 1.26 and the Go module proxy)",
+                file=sys.stderr,
+            )
+            return 1
         if proc.returncode != 0:
             tail = " | ".join(proc.stderr.strip().splitlines()[-5:]) or f"exit {proc.returncode}"
             print(f"cluster-bins: FAILED building {name} ({pkg}): {tail}", file=sys.stderr)
