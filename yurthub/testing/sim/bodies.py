@@ -65,6 +65,27 @@ def decode(raw: bytes, fmt: negotiation.BodyFormat) -> Any:
         raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from e
 
 
+GZIP_THRESHOLD = 128 << 10
+"""kube-apiserver compresses a response body over 128 KiB for a client that accepts gzip."""
+
+
+def accepts_gzip(request: web.BaseRequest) -> bool:
+    codings = request.headers.get("Accept-Encoding", "")
+    for clause in codings.split(","):
+        name, _, params = clause.strip().partition(";")
+        if name.strip().lower() == "gzip" and params.replace(" ", "") not in ("q=0", "q=0.0"):
+            return True
+    return False
+
+
+def compress_large(request: web.BaseRequest, response: web.Response) -> web.Response:
+    """gzip ``response`` as kube-apiserver would: only over the threshold, only gzip."""
+    body = response.body
+    if isinstance(body, bytes) and len(body) > GZIP_THRESHOLD and accepts_gzip(request):
+        response.enable_compression(web.ContentCoding.gzip)
+    return response
+
+
 def dump_yaml(obj: Any) -> bytes:
     return yaml.safe_dump(obj, sort_keys=False).encode()
 

@@ -215,7 +215,7 @@ async def list_(
         continue_token=query.get("continue"),
     )
     body = encode_list(rt, result, neg, now=ctx.state.clock(), include=include_object(query))
-    return bodies.respond(body, as_yaml=neg.yaml)
+    return bodies.compress_large(request, bodies.respond(body, as_yaml=neg.yaml))
 
 
 async def read_object(ctx: context.ServerContext, request: web.Request) -> Any:

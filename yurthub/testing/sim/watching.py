@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import logging
 from typing import Any
 
@@ -26,6 +27,7 @@ from aiohttp import web
 
 from yurthub.cache import selectors
 from yurthub.testing.sim import (
+    bodies,
     context,
     conversion,
     crud,
@@ -130,8 +132,15 @@ async def watch(
     duration = float(timeout) if timeout else ctx.default_watch_timeout
     encoder = _Encoder(rt, neg, crud.include_object(query), ctx.state.clock)
 
-    response = web.StreamResponse(status=200, headers={"Content-Type": neg.content_type})
+    # A streaming list replaces a LIST, and kube-apiserver compresses it like one: every write
+    # a gzip member of its own (plain watches stay uncompressed).
+    gzipped = bool(send_initial) and bodies.accepts_gzip(request)
+    headers = {"Content-Type": neg.content_type}
+    if gzipped:
+        headers["Content-Encoding"] = "gzip"
+    response = web.StreamResponse(status=200, headers=headers)
     response.enable_chunked_encoding()
+    write = _Writer(response, gzipped)
     try:
         start = ctx.state.watch(
             rt,
@@ -143,7 +152,7 @@ async def watch(
         if e.code != 410:
             raise
         await response.prepare(request)
-        await response.write(_error_event(e))
+        await write(_error_event(e))
         await response.write_eof()
         return response
 
@@ -157,13 +166,14 @@ async def watch(
         for kind, stored in start.initial:
             batch.append(encoder.event(kind, stored))
             if len(batch) >= BATCH:
-                await response.write(b"".join(batch))
+                await write(b"".join(batch))
                 batch.clear()
-        if send_initial and bookmarks:
-            batch.append(encoder.bookmark(start.rv, initial_end=True))
         if batch:
-            await response.write(b"".join(batch))
-        await _pump(ctx, response, watcher, encoder, deadline, bookmarks)
+            await write(b"".join(batch))
+            batch.clear()
+        if send_initial and bookmarks:
+            await write(encoder.bookmark(start.rv, initial_end=True))
+        await _pump(ctx, write, watcher, encoder, deadline, bookmarks)
     except (ConnectionResetError, RuntimeError) as e:
         # The client went away mid-write; nothing to tell it.
         log.debug("watch client disconnected: %s", e)
@@ -175,9 +185,22 @@ async def watch(
     return response
 
 
+class _Writer:
+    """Writes to a watch response, each write a gzip member of its own when compressing."""
+
+    def __init__(self, response: web.StreamResponse, gzipped: bool) -> None:
+        self._response = response
+        self._gzipped = gzipped
+
+    async def __call__(self, data: bytes) -> None:
+        if self._gzipped:
+            data = gzip.compress(data, compresslevel=1, mtime=0)
+        await self._response.write(data)
+
+
 async def _pump(
     ctx: context.ServerContext,
-    response: web.StreamResponse,
+    write: _Writer,
     watcher: storage.Watcher,
     encoder: _Encoder,
     deadline: float,
@@ -195,7 +218,7 @@ async def _pump(
                 kind, event = await watcher.next()
         except TimeoutError:
             if bookmarks and loop.time() >= next_bookmark and watcher.pending() == 0:
-                await response.write(encoder.bookmark(ctx.state.resource_version))
+                await write(encoder.bookmark(ctx.state.resource_version))
                 next_bookmark = loop.time() + ctx.bookmark_interval
             continue
         except storage.WatcherClosed as e:
@@ -210,6 +233,6 @@ async def _pump(
                 closed = True
                 break
             batch.append(encoder.event(kind, event.obj))
-        await response.write(b"".join(batch))
+        await write(b"".join(batch))
         if closed:
             return
