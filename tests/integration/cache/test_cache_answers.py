@@ -159,8 +159,14 @@ async def test_kubelet_protobuf_lease_and_token_request_offline(tmp_path: pathli
             assert resp.content_type == "application/json"
             answer = await resp.json()
         assert answer["spec"] == {"holderIdentity": NODE, "leaseDurationSeconds": 40}
-        status, body = await get(session, url, "kubelet-lease")
-        assert status == 200 and body["spec"]["leaseDurationSeconds"] == 40
+        # The renewal is written behind the answer: a later GET agrees once it landed.
+        async with asyncio.timeout(5):
+            while True:
+                status, body = await get(session, url, "kubelet-lease")
+                if body.get("spec", {}).get("leaseDurationSeconds") == 40:
+                    break
+                await asyncio.sleep(0.05)
+        assert status == 200
         async with session.put(url, data=b"k8s\x00garbage", headers=headers) as resp:
             assert resp.status == 400 and "cannot be read" in (await resp.json())["message"]
         url = f"{base}/api/v1/namespaces/default/serviceaccounts/default/token"
