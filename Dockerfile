@@ -1,5 +1,5 @@
-# The edgehub image: one `edgehub` binary for the hub, the discovery agent and the
-# discovery handlers (manifests/ choose the sub-command).
+# The edgehub image: one `edgehub` binary for the hub, the discovery agent, the
+# discovery handlers and the cloud-side manager (manifests/ choose the sub-command).
 #
 #   docker build -t ghcr.io/edgehub/edgehub:0.1.0 .
 #
@@ -13,6 +13,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY cmd ./cmd
 COPY discovery ./discovery
+COPY kubecontrol ./kubecontrol
 COPY managers ./managers
 COPY yurthub ./yurthub
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .

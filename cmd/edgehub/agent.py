@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import os
-from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -25,6 +24,7 @@ import click
 from discovery import signalling
 from discovery.agent import running, settings
 from edgehub import cli
+from kubecontrol import credentials
 
 
 def _version() -> str:
@@ -39,14 +39,6 @@ def _handlers(value: str, enable_debug_echo: bool) -> tuple[str, ...]:
     if enable_debug_echo and "debugEcho" not in names:
         names.append("debugEcho")
     return tuple(dict.fromkeys(names))
-
-
-def _service_host(environ: Mapping[str, str]) -> str | None:
-    host = environ.get("KUBERNETES_SERVICE_HOST", "")
-    port = environ.get("KUBERNETES_SERVICE_PORT", "443")
-    if not host:
-        return None
-    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
 
 
 @click.command("agent", context_settings=cli.COMMAND_CONTEXT)
@@ -187,10 +179,8 @@ def command(
 ) -> None:
     """Run the discovery agent: Configurations -> Instances, device plugins, CDI specs."""
     service_account = None
-    if kubeconfig is None and (service_account_dir / "token").is_file():
-        service_account = settings.ServiceAccount(
-            directory=service_account_dir, server=_service_host(os.environ)
-        )
+    if kubeconfig is None:
+        service_account = credentials.in_cluster(service_account_dir, os.environ)
     if kubeconfig is None and server_addr is None and service_account is None:
         click.echo("error: give --kubeconfig or --server-addr (or run in a Pod)", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE)

@@ -31,7 +31,8 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from discovery.agent import kubeapi, naming, slots
+from discovery.agent import naming, resources, slots
+from kubecontrol import kubeapi
 
 logger = logging.getLogger(__name__)
 
@@ -229,17 +230,17 @@ async def write(
     to the caller's back-off.
     """
     for attempt in range(1, attempts + 1):
-        current = await api.get_or_none(kubeapi.INSTANCES, namespace, name)
+        current = await api.get_or_none(resources.INSTANCES, namespace, name)
         decision = mutate(current)
         try:
             if isinstance(decision, NoChange):
                 return current
             if isinstance(decision, Create):
-                return await api.create(kubeapi.INSTANCES, namespace, decision.body)
+                return await api.create(resources.INSTANCES, namespace, decision.body)
             if isinstance(decision, Replace):
-                return await api.replace(kubeapi.INSTANCES, namespace, name, decision.body)
+                return await api.replace(resources.INSTANCES, namespace, name, decision.body)
             await api.delete(
-                kubeapi.INSTANCES, namespace, name, resource_version=decision.resource_version
+                resources.INSTANCES, namespace, name, resource_version=decision.resource_version
             )
             return None
         except (kubeapi.Conflict, kubeapi.NotFound) as e:

@@ -60,19 +60,10 @@ import grpc
 import grpc.aio
 
 from discovery import grpcserving
-from discovery.agent import (
-    cdi,
-    discovered,
-    events,
-    instances,
-    kubeapi,
-    kubelet,
-    naming,
-    settings,
-    slots,
-)
+from discovery.agent import cdi, discovered, instances, kubelet, naming, settings, slots
 from discovery.proto import deviceplugin_v1beta1_pb2 as pb
 from discovery.proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from kubecontrol import events, kubeapi
 
 logger = logging.getLogger(__name__)
 

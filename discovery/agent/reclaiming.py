@@ -22,9 +22,10 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from discovery.agent import instances, kubeapi, naming, settings, slots
+from discovery.agent import instances, naming, settings, slots
 from discovery.proto import podresources_v1_pb2 as pr
 from discovery.proto import podresources_v1_pb2_grpc as pr_grpc
+from kubecontrol import kubeapi
 
 logger = logging.getLogger(__name__)
 

@@ -37,18 +37,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from discovery import registry
-from discovery.agent import (
-    cdi,
-    discovered,
-    discovering,
-    events,
-    instances,
-    kubeapi,
-    properties,
-    queueing,
-    settings,
-    watching,
-)
+from discovery.agent import cdi, discovered, discovering, instances, properties, resources, settings
+from kubecontrol import events, kubeapi, queueing, watching
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +169,7 @@ class Reconciler:
         timings = agent_settings.timings
         self.configurations = watching.Reflector(
             api,
-            kubeapi.CONFIGURATIONS,
+            resources.CONFIGURATIONS,
             self._on_configuration,
             watch_timeout=agent_settings.kube.watch_timeout,
             backoff_initial=timings.watch_backoff_initial,
@@ -188,7 +178,7 @@ class Reconciler:
         self._on_instance_event = on_instance_event
         self.instances = watching.Reflector(
             api,
-            kubeapi.INSTANCES,
+            resources.INSTANCES,
             self._on_instance,
             watch_timeout=agent_settings.kube.watch_timeout,
             backoff_initial=timings.watch_backoff_initial,
@@ -389,7 +379,7 @@ class Reconciler:
         if cached is not None and (self.node in _finalizers(cached)) == present:
             return
         for _ in range(self.settings.timings.write_attempts):
-            current = await self.api.get_or_none(kubeapi.CONFIGURATIONS, *key)
+            current = await self.api.get_or_none(resources.CONFIGURATIONS, *key)
             if current is None:
                 return
             finalizers = _finalizers(current)
@@ -400,7 +390,7 @@ class Reconciler:
             )
             current.setdefault("metadata", {})["finalizers"] = finalizers
             try:
-                await self.api.replace(kubeapi.CONFIGURATIONS, key[0], key[1], current)
+                await self.api.replace(resources.CONFIGURATIONS, key[0], key[1], current)
                 return
             except (kubeapi.Conflict, kubeapi.NotFound):
                 continue

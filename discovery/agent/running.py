@@ -26,15 +26,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from discovery import grpcserving, registry, sdk
-from discovery.agent import (
-    events,
-    kubeapi,
-    metrics,
-    plugins,
-    reclaiming,
-    reconciling,
-    settings,
-)
+from discovery.agent import metrics, plugins, reclaiming, reconciling, settings
+from kubecontrol import events, kubeapi
 
 logger = logging.getLogger(__name__)
 

@@ -12,22 +12,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from discovery import admission
+from kubecontrol import credentials
 
 EMBEDDED_HANDLERS = ("debugEcho", "udev", "opcua", "onvif")
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ServiceAccount:
-    """A Pod's ServiceAccount credentials: ``token`` and ``ca.crt`` in ``directory``."""
-
-    directory: Path = SERVICE_ACCOUNT_DIR
-    server: str | None = None
-    """``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``; ``KubeSettings.url``
-    (e.g. the hub's proxy) takes precedence."""
-    token_reload: float = 60.0
-    """Seconds between re-reads of the token file: kubelet rotates the projected token
-    (valid 1 h, replaced at 80 %), so a token read once would expire."""
+# Where a Pod's credentials come from: shared with the managers (``kubecontrol.credentials``).
+SERVICE_ACCOUNT_DIR = credentials.SERVICE_ACCOUNT_DIR
+ServiceAccount = credentials.ServiceAccount
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

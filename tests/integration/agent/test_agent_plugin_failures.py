@@ -27,10 +27,11 @@ import grpc.aio
 import pytest
 
 from discovery import devices
-from discovery.agent import discovered, events, kubeapi, metrics, naming, plugins, running
+from discovery.agent import discovered, metrics, naming, plugins, resources, running
 from discovery.agent import settings as agent_settings
 from discovery.testing import cluster
 from discovery.testing import kubelet as sim_kubelet
+from kubecontrol import events, kubeapi
 from yurthub.testing import simapiserver
 
 NODE = "node-a"
@@ -298,7 +299,7 @@ async def test_a_claim_recorded_while_plugins_stop_leaves_stopping_to_the_manage
     body = instance(kept, "")
     # No owner: the simulator's garbage collector would delete an Instance of a missing owner.
     body["metadata"] = {"name": kept, "namespace": "default"}
-    await api.create(kubeapi.INSTANCES, "default", body)
+    await api.create(resources.INSTANCES, "default", body)
     async with manager_running(directory, api) as (manager, kubelet):
         manager.set_devices(("default", CONFIG), named, {})
         for name in named:

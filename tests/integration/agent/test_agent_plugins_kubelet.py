@@ -15,8 +15,9 @@ import pytest
 from kubernetes_asyncio import client as k8s_client
 
 from discovery import devices
-from discovery.agent import discovered, kubeapi, metrics, plugins, settings
+from discovery.agent import discovered, metrics, plugins, settings
 from discovery.testing import kubelet as sim_kubelet
+from kubecontrol import kubeapi
 
 NODE = "node-a"
 

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from manifests_support import MANIFESTS, one
 
-from discovery.agent import kubeapi, running, settings
+from discovery.agent import running, settings
 from discovery.testing import cluster
+from kubecontrol import kubeapi
 from yurthub.testing import simapiserver
 
 Request = tuple[str, str, str]  # (verb, group, resource)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from discovery.agent import queueing
+from kubecontrol import queueing
 
 
 async def test_due_order_and_collapse() -> None:

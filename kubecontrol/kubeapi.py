@@ -1,10 +1,12 @@
-"""The agent's only door to the apiserver: a thin adapter over one kubernetes_asyncio ApiClient.
+"""The only door to the apiserver of the agent and the managers: a thin adapter over one
+kubernetes_asyncio ApiClient.
 
 Everything inward of this module sees plain JSON dicts and the small error
 hierarchy below; no kubernetes_asyncio model or exception leaks out. The
-adapter speaks raw REST paths so Configurations, Instances, ConfigMaps,
-Secrets and Events share one code path (and the hub's proxy, which the agent
-may be pointed at, sees ordinary list/watch/get/put requests it can cache).
+adapter speaks raw REST paths so every resource (custom or built-in, and
+subresources such as a CSR's ``approval``) shares one code path, and the hub's
+proxy, which the agent may be pointed at, sees ordinary list/watch/get/put
+requests it can cache.
 
 Invariants:
   * One ApiClient per agent, created by ``connect`` and closed by its owner.
@@ -31,7 +33,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import exceptions as k8s_exceptions
 
-from discovery.agent import settings
+from kubecontrol import credentials
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +81,6 @@ class Resource:
         return base
 
 
-CONFIGURATIONS = Resource("akri.sh", "v0", "configurations")
-INSTANCES = Resource("akri.sh", "v0", "instances")
 CONFIGMAPS = Resource("", "v1", "configmaps")
 SECRETS = Resource("", "v1", "secrets")
 EVENTS = Resource("", "v1", "events")
@@ -102,7 +102,7 @@ async def connect(
     url: str | None,
     kubeconfig: Path | None,
     user_agent: str,
-    service_account: settings.ServiceAccount | None = None,
+    service_account: credentials.ServiceAccount | None = None,
 ) -> k8s_client.ApiClient:
     """An ApiClient for ``url`` (e.g. the hub's proxy) and/or credentials.
 
@@ -144,7 +144,7 @@ class _ServiceAccountToken:
     failed re-read keeps the previous token (it is still valid for a while) and logs why.
     """
 
-    def __init__(self, account: settings.ServiceAccount) -> None:
+    def __init__(self, account: credentials.ServiceAccount) -> None:
         self._account = account
         self._path = account.directory / "token"
         self.value = ""

@@ -1,9 +1,12 @@
-"""Kubernetes Events on Configurations: how a user learns why discovery is not happening.
+"""Kubernetes Events on the objects a controller works on: how a user learns what it did
+and why something is not happening (the agent on Configurations, the managers on CSRs and
+their Lease).
 
 Best effort: an Event that cannot be posted is logged at debug and dropped
 (the same message is always logged by the caller). Repeats of the same
-(object, reason, message) are suppressed, so a Configuration in back-off does
+(object, reason, message) are suppressed, so an object in back-off does
 not post an Event per retry; the table is bounded and forgets the oldest.
+Events of cluster-scoped objects go to namespace ``default``, as client-go's recorder does.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from discovery.agent import kubeapi
+from kubecontrol import kubeapi
 
 logger = logging.getLogger(__name__)
 
@@ -22,9 +25,10 @@ _MAX_REMEMBERED = 1024
 
 
 class Recorder:
-    def __init__(self, api: kubeapi.KubeApi, node_name: str, component: str = "edgehub-agent"):
+    def __init__(self, api: kubeapi.KubeApi, host: str, component: str = "edgehub-agent"):
+        """``host``: the node (agent) or Pod (manager) that reports, ``source.host``."""
         self.api = api
-        self.node_name = node_name
+        self.host = host
         self.component = component
         self._last: collections.OrderedDict[tuple[str, str, str], str] = collections.OrderedDict()
 
@@ -55,12 +59,12 @@ class Recorder:
             "reason": reason,
             "message": message[:1024],
             "type": kind,
-            "source": {"component": self.component, "host": self.node_name},
+            "source": {"component": self.component, "host": self.host},
             "firstTimestamp": now,
             "lastTimestamp": now,
             "count": 1,
             "reportingComponent": self.component,
-            "reportingInstance": self.node_name,
+            "reportingInstance": self.host,
         }
         try:
             await self.api.create(kubeapi.EVENTS, namespace, event)

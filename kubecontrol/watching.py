@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from discovery.agent import kubeapi
+from kubecontrol import kubeapi
 
 logger = logging.getLogger(__name__)
 
