@@ -9,7 +9,7 @@ proxy, which the agent may be pointed at, sees ordinary list/watch/get/put
 requests it can cache.
 
 Invariants:
-  * One ApiClient per agent, created by ``connect`` and closed by its owner.
+  * One ApiClient per process, created by ``connect`` and closed by its owner.
   * Every request has a timeout; watch streams are read line by line with a
     hard line-size limit, never buffered whole.
   * Errors: 404 -> ``NotFound``, 409 -> ``Conflict``, 410 -> ``Gone``,
@@ -71,19 +71,29 @@ class Resource:
     version: str
     plural: str
 
-    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
         base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
-        if namespace is not None:
+        if namespace:
             base += f"/namespaces/{namespace}"
         base += f"/{self.plural}"
         if name is not None:
             base += f"/{name}"
+            if subresource is not None:
+                base += f"/{subresource}"
         return base
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
 
 
 CONFIGMAPS = Resource("", "v1", "configmaps")
 SECRETS = Resource("", "v1", "secrets")
 EVENTS = Resource("", "v1", "events")
+LEASES = Resource("coordination.k8s.io", "v1", "leases")
+CERTIFICATE_SIGNING_REQUESTS = Resource("certificates.k8s.io", "v1", "certificatesigningrequests")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -225,8 +235,17 @@ class KubeApi:
             raise KubeError(f"{what}: response is not a JSON object")
         return result
 
-    async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList:
-        result = await self._call("GET", resource.path(namespace))
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ObjectList:
+        """All of ``resource`` (in ``namespace``, or every namespace) matching the selectors."""
+        query = _selectors(label_selector, field_selector)
+        result = await self._call("GET", resource.path(namespace), query=query)
         items = result.get("items") or []
         rv = str((result.get("metadata") or {}).get("resourceVersion") or "")
         return ObjectList([i for i in items if isinstance(i, dict)], rv)
@@ -246,10 +265,17 @@ class KubeApi:
         return await self._call("POST", resource.path(namespace), body=body)
 
     async def replace(
-        self, resource: Resource, namespace: str, name: str, body: Mapping[str, Any]
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
     ) -> JSONObject:
-        """PUT; a ``metadata.resourceVersion`` in ``body`` makes it conditional (409 on a race)."""
-        return await self._call("PUT", resource.path(namespace, name), body=body)
+        """PUT (of the object, or of ``subresource`` such as a CSR's ``approval``); a
+        ``metadata.resourceVersion`` in ``body`` makes it conditional (409 on a race)."""
+        return await self._call("PUT", resource.path(namespace, name, subresource), body=body)
 
     async def delete(
         self,
@@ -278,18 +304,26 @@ class KubeApi:
         return await self.get_or_none(SECRETS, namespace, name)
 
     async def watch(
-        self, resource: Resource, resource_version: str, timeout_seconds: int
+        self,
+        resource: Resource,
+        resource_version: str,
+        timeout_seconds: int,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> AsyncIterator[WatchEvent]:
         """One watch request from ``resource_version``; ends when the server closes it.
 
         Raises ``Gone`` when the server reports 410 (the caller relists).
         """
-        path = resource.path()
+        path = resource.path(namespace)
         query = [
             ("watch", "true"),
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", str(timeout_seconds)),
+            *_selectors(label_selector, field_selector),
         ]
         try:
             response = await self.api_client.call_api(
@@ -319,6 +353,15 @@ class KubeApi:
             raise _error(e, f"watch {path}") from e
         finally:
             response.release()
+
+
+def _selectors(label_selector: str | None, field_selector: str | None) -> list[tuple[str, str]]:
+    query = []
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    return query
 
 
 async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:

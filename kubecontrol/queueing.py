@@ -34,6 +34,10 @@ class WorkQueue(Generic[K]):
         self._due.pop(key, None)
         self._again.pop(key, None)
 
+    def __len__(self) -> int:
+        """Keys waiting (due or delayed), not counting those a worker holds: the depth."""
+        return len(self._due) + len(self._again)
+
     def pending(self, key: K) -> float | None:
         """Seconds until ``key`` is due (None when not scheduled)."""
         due = self._due.get(key, self._again.get(key))

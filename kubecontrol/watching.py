@@ -1,4 +1,5 @@
-"""List+watch one resource cluster-wide into an in-memory store, forever.
+"""List+watch one resource (cluster-wide, or one namespace, optionally through label/field
+selectors) into an in-memory store, forever.
 
 ``Reflector.run`` lists, then watches from the list's resourceVersion; a 410
 (``Gone``) relists at once, any other failure reconnects after a capped,
@@ -9,7 +10,9 @@ misses a deletion that happened while the watch was down.
 
 Consumers get ``(event type, object)`` through a synchronous callback (it
 must not block: the reconciler only enqueues a key) and read current objects
-from ``store``. ``synced`` is set once the first list has been applied.
+from ``store`` (keyed ``(namespace, name)``; ``""`` for cluster-scoped objects). ``synced`` is
+set once the first list has been applied. Memory is bounded by the objects the scope
+matches: narrow it with ``namespace`` and selectors where a controller needs less.
 """
 
 from __future__ import annotations
@@ -38,10 +41,16 @@ class Reflector:
         watch_timeout: int = 300,
         backoff_initial: float = 0.5,
         backoff_cap: float = 30.0,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> None:
         self.api = api
         self.resource = resource
         self.on_event = on_event
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.field_selector = field_selector
         self.watch_timeout = watch_timeout
         self.backoff_initial = backoff_initial
         self.backoff_cap = backoff_cap
@@ -77,7 +86,12 @@ class Reflector:
         while True:
             try:
                 if resource_version is None:
-                    listed = await self.api.list(self.resource)
+                    listed = await self.api.list(
+                        self.resource,
+                        self.namespace,
+                        label_selector=self.label_selector,
+                        field_selector=self.field_selector,
+                    )
                     self._apply_list(listed.items)
                     resource_version = listed.resource_version
                     self.synced.set()
@@ -85,7 +99,12 @@ class Reflector:
                 opened = time.monotonic()
                 events = 0
                 async for event in self.api.watch(
-                    self.resource, resource_version, self.watch_timeout
+                    self.resource,
+                    resource_version,
+                    self.watch_timeout,
+                    namespace=self.namespace,
+                    label_selector=self.label_selector,
+                    field_selector=self.field_selector,
                 ):
                     events += 1
                     backoff = self.backoff_initial

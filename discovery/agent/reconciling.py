@@ -3,7 +3,7 @@
 ``plan`` is the pure decision (reference §4): which Instances this node
 joins (creates or adds itself to) and which it leaves (removes itself from,
 the last node deleting). ``Reconciler`` carries it out per Configuration key,
-one worker per key at a time (``queueing.WorkQueue``):
+one worker per key at a time (``kubecontrol.controlling.Controller``):
 
 1. Configuration gone → stop discovery, leave its Instances, drop its CDI spec
    and plugins. Being deleted → the same, then remove this node's finalizer.
@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 from discovery import registry
 from discovery.agent import cdi, discovered, discovering, instances, properties, resources, settings
-from kubecontrol import events, kubeapi, queueing, watching
+from kubecontrol import controlling, events, kubeapi, watching
 
 logger = logging.getLogger(__name__)
 
@@ -142,11 +142,6 @@ def _copy(obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return None if obj is None else dict(obj)
 
 
-def next_backoff(previous: float | None, initial: float, cap: float) -> float:
-    """500 ms seed doubled: 1, 2, 4, ... seconds, never above ``cap``."""
-    return min((previous if previous is not None else initial) * 2, cap)
-
-
 class Reconciler:
     def __init__(
         self,
@@ -165,27 +160,30 @@ class Reconciler:
         self.plugins = plugins
         self.metrics = metrics
         self.recorder = recorder
-        self.queue: queueing.WorkQueue[Key] = queueing.WorkQueue()
         timings = agent_settings.timings
-        self.configurations = watching.Reflector(
-            api,
-            resources.CONFIGURATIONS,
-            self._on_configuration,
-            watch_timeout=agent_settings.kube.watch_timeout,
-            backoff_initial=timings.watch_backoff_initial,
-            backoff_cap=timings.watch_backoff_cap,
+        self.controller = controlling.Controller(
+            "configurations",
+            self.reconcile,
+            controlling.Timings(
+                workers=agent_settings.workers,
+                # Akri's seed is doubled before the first retry: 1 s with the default 0.5 s.
+                backoff_initial=min(2 * timings.backoff_initial, timings.backoff_cap),
+                backoff_cap=timings.backoff_cap,
+                watch_timeout=agent_settings.kube.watch_timeout,
+                watch_backoff_initial=timings.watch_backoff_initial,
+                watch_backoff_cap=timings.watch_backoff_cap,
+            ),
+            on_error=self._report_failure,
+        )
+        self.queue = self.controller.queue
+        self.configurations = self.controller.watch(
+            api, resources.CONFIGURATIONS, self._on_configuration
         )
         self._on_instance_event = on_instance_event
-        self.instances = watching.Reflector(
-            api,
-            resources.INSTANCES,
-            self._on_instance,
-            watch_timeout=agent_settings.kube.watch_timeout,
-            backoff_initial=timings.watch_backoff_initial,
-            backoff_cap=timings.watch_backoff_cap,
+        self.instances = self.controller.watch(
+            api, resources.INSTANCES, self._on_instance, primary=False
         )
         self.requests: discovering.Requests | None = None
-        self._backoff: dict[Key, float] = {}
 
     # -- triggers
 
@@ -237,42 +235,19 @@ class Reconciler:
             ),
             on_snapshot=on_snapshot,
         )
-        tg.create_task(self.configurations.run(), name="watch configurations")
-        tg.create_task(self.instances.run(), name="watch instances")
+        tg.create_task(self.controller.run_caches(), name="watch configurations and instances")
         tg.create_task(self._follow_registrations(), name="follow handler registrations")
-        await self.configurations.synced.wait()
-        await self.instances.synced.wait()
-        for number in range(self.settings.workers):
-            tg.create_task(self._worker(), name=f"reconcile worker {number}")
+        await self.controller.wait_synced()
+        tg.create_task(self.controller.run_workers(), name="reconcile configurations")
 
     async def _follow_registrations(self) -> None:
         async for name in self.registry.registrations():
             self.handler_registered(name)
 
-    async def _worker(self) -> None:
-        timings = self.settings.timings
-        while True:
-            key = await self.queue.get()
-            try:
-                again = await self.reconcile(key)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                delay = next_backoff(
-                    self._backoff.get(key), timings.backoff_initial, timings.backoff_cap
-                )
-                self._backoff[key] = delay
-                logger.warning("reconcile of %s/%s failed (%s); retry in %.1fs", *key, e, delay)
-                obj = self.configurations.store.get(key)
-                if obj is not None:
-                    await self.recorder.post(obj, "Warning", "ReconcileFailed", str(e))
-                self.queue.add(key, delay)
-            else:
-                self._backoff.pop(key, None)
-                if again is not None:
-                    self.queue.add(key, again)
-            finally:
-                self.queue.done(key)
+    async def _report_failure(self, key: Key, error: Exception) -> None:
+        obj = self.configurations.store.get(key)
+        if obj is not None:
+            await self.recorder.post(obj, "Warning", "ReconcileFailed", str(error))
 
     # -- one reconcile
 
@@ -372,7 +347,7 @@ class Reconciler:
         await self._remove_cdi(key)
         self.plugins.forget_configuration(key)
         self.metrics.forget_configuration(key)
-        self._backoff.pop(key, None)
+        self.controller.backoff.forget(key)
 
     async def _set_finalizer(self, key: Key, *, present: bool) -> None:
         cached = self.configurations.store.get(key)

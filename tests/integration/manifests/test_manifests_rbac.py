@@ -64,9 +64,11 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> set[Request]:
         seen.add(rbac_request(method, path, watch=False))
         return await call(self, method, path, **kw)
 
-    def recording_watch(self: kubeapi.KubeApi, resource: kubeapi.Resource, *a: Any) -> Any:
-        seen.add(rbac_request("GET", resource.path(), watch=True))
-        return watch(self, resource, *a)
+    def recording_watch(
+        self: kubeapi.KubeApi, resource: kubeapi.Resource, *a: Any, **kw: Any
+    ) -> Any:
+        seen.add(rbac_request("GET", resource.path(kw.get("namespace")), watch=True))
+        return watch(self, resource, *a, **kw)
 
     monkeypatch.setattr(kubeapi.KubeApi, "_call", recording_call)
     monkeypatch.setattr(kubeapi.KubeApi, "watch", recording_watch)

@@ -122,17 +122,6 @@ def test_vanished_instances_left_only_when_trusted_and_only_own_config_and_node(
     assert reconciling.plan(CONFIG, {}, False, existing, "node-a").leave == ()
 
 
-def test_backoff_doubles_from_one_second_and_is_capped() -> None:
-    delays: list[float] = []
-    previous = None
-    for _ in range(12):
-        previous = reconciling.next_backoff(previous, 0.5, 300.0)
-        delays.append(previous)
-    assert delays[:4] == [1.0, 2.0, 4.0, 8.0]
-    assert delays[-1] == 300.0
-    assert max(delays) == 300.0
-
-
 def test_request_spec_changes_on_details_or_properties() -> None:
     base = {"discoveryHandler": {"name": "h", "discoveryDetails": "a"}}
     same = discovering.RequestSpec.of(base)
