@@ -214,9 +214,7 @@ def _job(obj: dict[str, Any]) -> None:
 
 
 def _csr(obj: dict[str, Any]) -> None:
-    spec = obj.setdefault("spec", {})
-    if isinstance(spec, dict):
-        spec.setdefault("usages", ["digital signature", "key encipherment", "client auth"])
+    # certificates.k8s.io/v1 defaults nothing in the spec: usages and signerName are required.
     obj.setdefault("status", {})
 
 

@@ -40,6 +40,7 @@ from yurthub import statuses
 from yurthub.cache import selectors
 from yurthub.testing.sim import (
     auth,
+    certificates,
     conversion,
     defaulting,
     errors,
@@ -470,6 +471,8 @@ class State:
             defaulting.on_create(rt, obj, self.allocator)
         if rt.storage == CRD_STORAGE:
             self._accept_crd(obj)
+        elif rt.storage == certificates.STORAGE:
+            certificates.validate_create(obj)
         if dry_run:
             return freeze(rt.resource, obj, 0)
         if rt.storage == CRD_STORAGE:
@@ -526,6 +529,12 @@ class State:
         objectmeta.validate_metadata(rt, meta, name)
         self._check_preconditions(rt, old, meta.get("uid"), meta.get("resourceVersion"))
         new = self._merge_update(rt, old, obj, subresource, full)
+        if rt.storage == certificates.STORAGE:
+            # Every CSR update path keeps the spec (the request is what was approved).
+            new["spec"] = copy.deepcopy(old.obj.get("spec"))
+            if not full:  # ``full`` is the test hook that writes anything
+                certificates.validate_update(old.obj, new, subresource)
+            certificates.stamp_conditions(old.obj, new, self._now())
         objectmeta.drop_empty(new["metadata"])
         if rt.custom:
             self._validate_fields(schemas.apply(rt, new), field_validation, warnings)

@@ -28,6 +28,7 @@ from yurthub import statuses
 from yurthub.testing.sim import (
     auth,
     bodies,
+    certificates,
     context,
     crud,
     errors,
@@ -239,12 +240,16 @@ def sign_if_approved(state: storage.State, rt: resources.ResourceType, csr: stor
     if status.get("certificate") or spec.get("signerName") not in SIGNED_BY_SIM:
         return
     obj = csr.copy()
+    usages = [str(u) for u in spec.get("usages") or ()]
     try:
+        problem = certificates.signer_problem(
+            str(spec["signerName"]), certificates.parse_request(spec), usages
+        )
+        if problem is not None:
+            raise pki.CertificateError(problem)
         request_pem = base64.b64decode(str(spec.get("request", "")))
         lifetime = datetime.timedelta(seconds=int(spec.get("expirationSeconds") or 365 * 86400))
-        cert = state.authority.sign_request(
-            request_pem, usages=[str(u) for u in spec.get("usages") or ()], lifetime=lifetime
-        )
+        cert = state.authority.sign_request(request_pem, usages=usages, lifetime=lifetime)
     except (ValueError, pki.CertificateError) as e:
         obj["status"].setdefault("conditions", []).append(
             {
