@@ -22,7 +22,9 @@ import asyncio
 import datetime
 import logging
 import random
+import socket
 import time
+import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -32,6 +34,12 @@ logger = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 WallClock = Callable[[], datetime.datetime]
+
+
+def default_identity() -> str:
+    """``hostname_uuid``, as kube-controller-manager names its candidates: the Pod's name
+    tells operators which replica leads, the uuid keeps a restarted one a new candidate."""
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
 
 
 def _utcnow() -> datetime.datetime:

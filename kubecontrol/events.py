@@ -42,7 +42,8 @@ class Recorder:
         self._last.move_to_end(key)
         while len(self._last) > _MAX_REMEMBERED:
             self._last.popitem(last=False)
-        namespace = str(meta.get("namespace") or "default")
+        own_namespace = str(meta.get("namespace") or "")
+        namespace = own_namespace or "default"
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
@@ -52,7 +53,7 @@ class Recorder:
                 "apiVersion": obj.get("apiVersion", ""),
                 "kind": obj.get("kind", ""),
                 "name": meta.get("name", ""),
-                "namespace": namespace,
+                "namespace": own_namespace,
                 "uid": uid,
                 "resourceVersion": meta.get("resourceVersion", ""),
             },

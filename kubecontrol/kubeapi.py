@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import exceptions as k8s_exceptions
@@ -126,8 +127,8 @@ async def connect(
             await k8s_config.load_kube_config(
                 config_file=str(kubeconfig), client_configuration=configuration
             )
-        except (OSError, k8s_config.ConfigException, ValueError) as e:
-            raise KubeError(f"cannot load kubeconfig {kubeconfig}: {e}") from e
+        except (OSError, k8s_config.ConfigException, ValueError, yaml.YAMLError) as e:
+            raise KubeError(f"cannot load kubeconfig {kubeconfig}: {_first_line(e)}") from e
     elif service_account is not None:
         if url is None and service_account.server is None:
             raise KubeError("in a Pod without KUBERNETES_SERVICE_HOST: give the apiserver URL")
@@ -180,6 +181,11 @@ class _ServiceAccountToken:
             self._read_at = time.monotonic()
             return
         configuration.api_key["BearerToken"] = self.value
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _error(e: BaseException, what: str) -> KubeError:

@@ -11,7 +11,7 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import NameOID
 
 CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client"
@@ -25,7 +25,7 @@ HUB_DNS = (
 )
 HUB_IPS = ("10.96.0.1", "169.254.2.1", "127.0.0.1")
 
-Key = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+Key = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey
 
 
 def new_key() -> ec.EllipticCurvePrivateKey:
@@ -53,7 +53,10 @@ def request_pem(
     names += [x509.UniformResourceIdentifier(u) for u in uris]
     if names:
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-    signed = builder.sign(key or new_key(), hashes.SHA256())
+    key = key or new_key()
+    # Ed25519 signs the message itself: no separate digest.
+    digest = None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256()
+    signed = builder.sign(key, digest)
     return signed.public_bytes(serialization.Encoding.PEM)
 
 

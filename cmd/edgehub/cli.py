@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "discover": "edgehub.discover:command",
     "handler": "edgehub.handler:command",
     "hub": "edgehub.hub:command",
+    "manager": "edgehub.manager:command",
     "partition": "edgehub.partition:command",
     "sim-apiserver": "edgehub.sim_apiserver:command",
 }

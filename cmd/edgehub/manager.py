@@ -1,0 +1,179 @@
+"""``edgehub manager``: the cloud-side controllers (first: the CSR approver for hubs).
+
+Runs as a Deployment with several replicas; one leads through a coordination.k8s.io Lease
+(as kube-controller-manager) and only the leader acts, the others keep warm caches. Without
+``--kubeconfig`` it authenticates with the Pod's ServiceAccount. Every flag also reads
+``EDGEHUB_<FLAG>``. SIGTERM/SIGINT stop it cleanly (workers stopped, Lease released, exit 0);
+a second signal exits at once. Bad flags, an unknown controller, an unusable kubeconfig or a
+health port in use exit 3 with one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib.metadata
+import os
+import socket
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from discovery import signalling
+from edgehub import cli
+from kubecontrol import credentials
+from managers import csrapproving, registry, running, settings
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("edgehub")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    raise SystemExit(cli.EXIT_STARTUP_FAILURE)
+
+
+def _organizations(value: str) -> frozenset[str]:
+    return frozenset(o.strip() for o in value.split(",") if o.strip())
+
+
+@click.command("manager", context_settings=cli.COMMAND_CONTEXT)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    envvar=["EDGEHUB_KUBECONFIG", "KUBECONFIG"],
+    help="Credentials and server of the apiserver; without it, the Pod's ServiceAccount.",
+)
+@click.option(
+    "--service-account-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=credentials.SERVICE_ACCOUNT_DIR,
+    help="In a Pod without --kubeconfig: the ServiceAccount token and ca.crt used as "
+    "credentials (the server is $KUBERNETES_SERVICE_HOST).",
+)
+@click.option(
+    "--controllers",
+    default="*",
+    help="Controllers to run: a comma list; '*' is all, 'name' enables one, '-name' leaves one "
+    f"out. Known: {', '.join(registry.FACTORIES)}.",
+)
+@click.option(
+    "--leader-elect",
+    type=click.BOOL,
+    default=True,
+    is_flag=False,
+    flag_value=True,
+    help="Elect a leader among replicas through a Lease; only the leader acts "
+    "(--leader-elect=false: act at once, for a single replica).",
+)
+@click.option(
+    "--leader-elect-namespace", default="kube-system", help="Namespace of the leader Lease."
+)
+@click.option("--leader-elect-lease-name", default="edgehub-manager", help="Name of the Lease.")
+@click.option(
+    "--leader-elect-lease-duration",
+    default=15,
+    type=click.IntRange(min=1),
+    help="Seconds a standby waits after the last renewal it saw before taking over.",
+)
+@click.option(
+    "--leader-elect-renew-deadline",
+    default=10.0,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds the leader keeps acting without a successful renewal (< lease duration).",
+)
+@click.option(
+    "--leader-elect-retry-period",
+    default=2.0,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds between tries to acquire or renew the Lease.",
+)
+@click.option(
+    "--bind-address", default="0.0.0.0", help="Address of /healthz, /readyz and /metrics."
+)
+@click.option(
+    "--health-port",
+    default=settings.HEALTH_PORT,
+    type=click.IntRange(0, 65535),
+    help="Port of /healthz, /readyz and /metrics; 0 picks a free port.",
+)
+@click.option(
+    "--hub-cert-organizations",
+    default="",
+    help="csrapprover: comma list of extra organizations hub client certificates may carry "
+    "(the hubs' --hub-cert-organizations); openyurt:tenant:<ns> is always allowed, system:* "
+    "never.",
+)
+@click.option(
+    "--concurrent-csr-workers",
+    default=2,
+    type=click.IntRange(min=1, max=64),
+    help="csrapprover: CSRs decided at the same time.",
+)
+def command(
+    kubeconfig: Path | None,
+    service_account_dir: Path,
+    controllers: str,
+    leader_elect: bool,
+    leader_elect_namespace: str,
+    leader_elect_lease_name: str,
+    leader_elect_lease_duration: int,
+    leader_elect_renew_deadline: float,
+    leader_elect_retry_period: float,
+    bind_address: str,
+    health_port: int,
+    hub_cert_organizations: str,
+    concurrent_csr_workers: int,
+) -> None:
+    """Run the cloud-side controllers (CSR approver for hubs) with Lease leader election."""
+    try:
+        chosen = registry.select(controllers)
+    except registry.UnknownController as e:
+        _fail(str(e))
+    service_account = None
+    if kubeconfig is None:
+        service_account = credentials.in_cluster(service_account_dir, os.environ)
+        if service_account is None:
+            _fail(f"give --kubeconfig, or run in a Pod ({service_account_dir}/token is missing)")
+    elif not kubeconfig.is_file():
+        _fail(f"kubeconfig {kubeconfig} does not exist")
+    if service_account is not None and service_account.server is None:
+        _fail("in a Pod without KUBERNETES_SERVICE_HOST: give --kubeconfig")
+    approver = settings.CsrApprover(
+        extra_organizations=_organizations(hub_cert_organizations),
+        timings=dataclasses.replace(settings.CSR_APPROVER_TIMINGS, workers=concurrent_csr_workers),
+    )
+    try:
+        csrapproving.Policy(extra_organizations=approver.extra_organizations)
+    except ValueError as e:
+        _fail(f"--hub-cert-organizations: {e}")
+    manager_settings = settings.ManagerSettings(
+        controllers=chosen,
+        kube=settings.KubeSettings(
+            kubeconfig=kubeconfig,
+            service_account=service_account,
+            user_agent=f"edgehub-manager/{_version()}",
+        ),
+        leader_election=settings.LeaderElection(
+            enabled=leader_elect,
+            namespace=leader_elect_namespace,
+            name=leader_elect_lease_name,
+            lease_duration=leader_elect_lease_duration,
+            renew_deadline=leader_elect_renew_deadline,
+            retry_period=leader_elect_retry_period,
+        ),
+        bind_address=bind_address,
+        health_port=health_port,
+        host=socket.gethostname(),
+        csr_approver=approver,
+    )
+    try:
+        asyncio.run(signalling.run_until_signalled(running.run(manager_settings)))
+    except running.StartupError as e:
+        _fail(str(e))

@@ -1,0 +1,61 @@
+"""The manager's settings tree: frozen dataclasses built once (by the CLI or a test).
+
+Defaults are kube-controller-manager's where it has one (leader election 15/10/2 s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from kubecontrol import controlling, credentials
+
+HEALTH_PORT = 10272
+# CSRs are decided on their events; the resync retries what a lost write left pending.
+CSR_APPROVER_TIMINGS = controlling.Timings(workers=2, resync=600.0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KubeSettings:
+    kubeconfig: Path | None = None
+    """Credentials and server; without it, ``service_account``."""
+    service_account: credentials.ServiceAccount | None = None
+    """In a Pod: the ServiceAccount token and CA, server from ``KUBERNETES_SERVICE_HOST``."""
+    user_agent: str = "edgehub-manager/0.0.0"
+    request_timeout: float = 30.0
+    """Seconds for one non-watch request."""
+    watch_timeout: int = 300
+    """Server-side timeout of one watch request; the watch is then resumed."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaderElection:
+    enabled: bool = True
+    namespace: str = "kube-system"
+    name: str = "edgehub-manager"
+    identity: str = ""
+    """``hostname_uuid``, unique per process (the CLI sets it)."""
+    lease_duration: int = 15
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CsrApprover:
+    extra_organizations: frozenset[str] = frozenset()
+    """Organizations hub client CSRs may carry besides openyurt:yurthub and system:nodes (the
+    hubs' ``--hub-cert-organizations``); ``openyurt:tenant:*`` is always allowed."""
+    timings: controlling.Timings = CSR_APPROVER_TIMINGS
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ManagerSettings:
+    controllers: tuple[str, ...]
+    kube: KubeSettings = KubeSettings()
+    leader_election: LeaderElection = LeaderElection()
+    bind_address: str = "0.0.0.0"
+    health_port: int | None = HEALTH_PORT
+    """``/healthz``, ``/readyz``, ``/metrics``; 0 picks a free port, None serves nothing."""
+    host: str = ""
+    """This replica's name in Events (the Pod's hostname)."""
+    csr_approver: CsrApprover = CsrApprover()

@@ -1,0 +1,115 @@
+"""Running ``edgehub manager`` in-process against the simulated apiserver, and submitting CSRs
+as the identities that really send them (a node, a bootstrap token, a hub)."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from kubecontrol import credentials
+from managers import settings
+from yurthub.testing import simapiserver
+
+CSRS = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
+NAMESPACE = "kube-system"
+ACCOUNT = "edgehub-manager"
+# Short but client-go-shaped leader election: lease > renew deadline > 1.2 x retry period.
+FAST_ELECTION = {"lease_duration": 2, "renew_deadline": 1.2, "retry_period": 0.2}
+
+NODE_GROUPS = ("system:nodes",)
+HUB_GROUPS = ("openyurt:yurthub", "system:nodes")
+TOKEN_USER = "system:bootstrap:abcdef"
+TOKEN_GROUPS = ("system:bootstrappers", "system:bootstrappers:kubeadm:default-node-token")
+
+
+def service_account_dir(sim: simapiserver.SimApiserver, directory: Path) -> Path:
+    """The projected volume a Pod of ServiceAccount kube-system/edgehub-manager would get."""
+    if not any(
+        a["metadata"]["name"] == ACCOUNT for a in sim.state.list("serviceaccounts", NAMESPACE)
+    ):
+        sim.state.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": ACCOUNT, "namespace": NAMESPACE},
+            }
+        )
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "token").write_text(sim.service_account_token(NAMESPACE, ACCOUNT))
+    (directory / "ca.crt").write_bytes(sim.ca_pem)
+    return directory
+
+
+def manager_settings(
+    sim: simapiserver.SimApiserver,
+    account_dir: Path,
+    *,
+    election: bool = False,
+    identity: str = "",
+    **csr: Any,
+) -> settings.ManagerSettings:
+    return settings.ManagerSettings(
+        controllers=("csrapprover",),
+        kube=settings.KubeSettings(
+            service_account=credentials.ServiceAccount(account_dir, server=sim.url),
+            request_timeout=5.0,
+        ),
+        leader_election=settings.LeaderElection(
+            enabled=election, identity=identity, **FAST_ELECTION
+        ),
+        bind_address="127.0.0.1",
+        health_port=0,
+        host=identity or "test-manager",
+        csr_approver=settings.CsrApprover(**csr),
+    )
+
+
+def session_for(sim: simapiserver.SimApiserver, user: str, groups: tuple[str, ...]) -> Any:
+    """An aiohttp session authenticated as ``user`` (a static token the sim accepts)."""
+    token = sim.issue_token(user, groups)
+    connector = aiohttp.TCPConnector(ssl=ssl.create_default_context(cadata=sim.ca_pem.decode()))
+    return aiohttp.ClientSession(
+        sim.url, headers={"Authorization": f"Bearer {token}"}, connector=connector
+    )
+
+
+async def submit(
+    sim: simapiserver.SimApiserver, body: dict[str, Any], user: str, groups: tuple[str, ...]
+) -> dict[str, Any]:
+    async with (
+        session_for(sim, user, groups) as session,
+        session.post(CSRS, json=body) as resp,
+    ):
+        answer: dict[str, Any] = await resp.json()
+        assert resp.status == 201, answer
+        return answer
+
+
+def csr_state(sim: simapiserver.SimApiserver, name: str) -> dict[str, Any]:
+    return sim.state.get("certificatesigningrequests", None, name)
+
+
+def conditions(sim: simapiserver.SimApiserver, name: str) -> dict[str, dict[str, Any]]:
+    status = csr_state(sim, name).get("status") or {}
+    return {c["type"]: c for c in status.get("conditions") or []}
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+async def get_text(port: int, path: str) -> tuple[int, str]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}{path}") as resp,
+    ):
+        return resp.status, await resp.text()

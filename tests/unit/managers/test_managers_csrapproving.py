@@ -1,0 +1,306 @@
+"""The CSR approver's decisions as a table: the hub's exact shapes are approved, a CSR that
+claims to be the hub's but fails a check is denied naming the check, anything else is left."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import csr_support as cs
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from managers import csrapproving as ca
+
+NODE = "edge-1"
+NODE_USER = f"system:node:{NODE}"
+NODES = ["system:nodes", "system:authenticated"]
+HUB = ["openyurt:yurthub", "system:nodes", "system:authenticated"]
+TOKEN_USER = "system:bootstrap:abcdef"
+TOKEN = ["system:bootstrappers", "system:bootstrappers:kubeadm:default-node-token"]
+CLIENT = ["digital signature", "key encipherment", "client auth"]
+CLIENT_EC = ["digital signature", "client auth"]
+SERVING = ["digital signature", "key encipherment", "server auth"]
+SERVING_EC = ["digital signature", "server auth"]
+
+# One key for the table: generating one per row would make the table slow.
+KEY = cs.new_key()
+
+
+def client(
+    *,
+    cn: str = NODE_USER,
+    orgs: tuple[str, ...] = ("openyurt:yurthub", "system:nodes"),
+    signer: str = cs.CLIENT_SIGNER,
+    usages: list[str] = CLIENT,
+    user: str = NODE_USER,
+    groups: list[str] = HUB,
+    **sans: Any,
+) -> dict[str, Any]:
+    pem = cs.request_pem(cn, orgs, key=KEY, **sans)
+    return cs.csr("c", pem, signer, usages, username=user, groups=groups)
+
+
+def serving(
+    *,
+    cn: str = NODE_USER,
+    orgs: tuple[str, ...] = ("system:nodes",),
+    signer: str = cs.SERVING_SIGNER,
+    usages: list[str] = SERVING_EC,
+    user: str = NODE_USER,
+    groups: list[str] = HUB,
+    dns: tuple[str, ...] = cs.HUB_DNS,
+    ips: tuple[str, ...] = cs.HUB_IPS,
+    **sans: Any,
+) -> dict[str, Any]:
+    pem = cs.request_pem(cn, orgs, dns=dns, ips=ips, key=KEY, **sans)
+    return cs.csr("s", pem, signer, usages, username=user, groups=groups)
+
+
+APPROVE = [
+    ("hub client, renewed by the hub", client()),
+    ("hub client, EC key usages", client(usages=CLIENT_EC)),
+    ("hub client, first one with a bootstrap token", client(user=TOKEN_USER, groups=TOKEN)),
+    ("hub client, made with kubelet's identity", client(groups=NODES)),
+    (
+        "hub client, tenant organization",
+        client(orgs=("openyurt:yurthub", "system:nodes", "openyurt:tenant:team-a")),
+    ),
+    ("hub client, usages in any order", client(usages=["client auth", "digital signature"])),
+    ("hub serving, by the node", serving()),
+    ("hub serving, RSA usages", serving(usages=SERVING)),
+    ("hub serving, bootstrap token", serving(user=TOKEN_USER, groups=TOKEN)),
+    ("hub serving, custom cluster domain", serving(dns=("kubernetes.default.svc.edge.example",))),
+    ("hub serving, bootstrap token, IPs only", serving(user=TOKEN_USER, groups=TOKEN, dns=())),
+]
+
+
+@pytest.mark.parametrize(("case", "obj"), APPROVE, ids=[c for c, _ in APPROVE])
+def test_hub_shapes_are_approved(case: str, obj: dict[str, Any]) -> None:
+    decision = ca.decide(obj)
+    assert isinstance(decision, ca.Approve), decision
+    assert decision.node == NODE and decision.reason == "AutoApproved"
+    assert "edgehub" in decision.message and NODE in decision.message
+
+
+DENY = [
+    # claimed by O=openyurt:yurthub
+    ("client for the serving signer", client(signer=cs.SERVING_SIGNER), "SignerName"),
+    ("client for kubelet's client signer", client(signer=cs.KUBELET_CLIENT_SIGNER), "SignerName"),
+    ("client for a custom signer", client(signer="example.com/anything"), "SignerName"),
+    ("client, CN not a node", client(cn="admin"), "CommonName"),
+    ("client, CN with a bad node name", client(cn="system:node:Bad_Name"), "CommonName"),
+    ("client, empty node name", client(cn="system:node:"), "CommonName"),
+    ("client without system:nodes", client(orgs=("openyurt:yurthub",)), "Organizations"),
+    (
+        "client claiming cluster-admin",
+        client(orgs=("openyurt:yurthub", "system:nodes", "system:masters")),
+        "Organizations",
+    ),
+    (
+        "client with an unlisted organization",
+        client(orgs=("openyurt:yurthub", "system:nodes", "kubeadm:cluster-admins")),
+        "Organizations",
+    ),
+    (
+        "client, bare tenant prefix",
+        client(orgs=("openyurt:yurthub", "system:nodes", "openyurt:tenant:")),
+        "Organizations",
+    ),
+    ("client with a DNS SAN", client(dns=["edge-1"]), "SubjectAltNames"),
+    ("client with an IP SAN", client(ips=["192.0.2.1"]), "SubjectAltNames"),
+    ("client asking for server auth too", client(usages=[*CLIENT, "server auth"]), "Usages"),
+    ("client without client auth", client(usages=["digital signature"]), "Usages"),
+    ("client with cert sign", client(usages=[*CLIENT, "cert sign"]), "Usages"),
+    ("client for another node", client(cn="system:node:edge-2"), "Requester"),
+    ("client requested by a user", client(user="alice", groups=["developers"]), "Requester"),
+    (
+        "client, token not in bootstrappers",
+        client(user=TOKEN_USER, groups=["system:authenticated"]),
+        "Requester",
+    ),
+    ("client, node name without the nodes group", client(groups=["openyurt:yurthub"]), "Requester"),
+    # claimed by the serving SANs
+    ("serving with an email SAN", serving(emails=["a@example.com"]), "SubjectAltNames"),
+    ("serving with a URI SAN", serving(uris=["spiffe://cluster/ns/x"]), "SubjectAltNames"),
+    ("serving, extra organization", serving(orgs=("system:nodes", "x")), "Organizations"),
+    ("serving, CN not a node", serving(cn="kubernetes"), "CommonName"),
+    ("serving, client usages", serving(usages=CLIENT), "Usages"),
+    ("serving without digital signature", serving(usages=["server auth"]), "Usages"),
+    ("serving for another node", serving(cn="system:node:edge-2"), "Requester"),
+    (
+        "serving by a ServiceAccount",
+        serving(user="system:serviceaccount:ns:sa", groups=["system:serviceaccounts"]),
+        "Requester",
+    ),
+    # claimed by a bootstrap token asking for a serving certificate
+    (
+        "serving by a token, no SANs",
+        serving(user=TOKEN_USER, groups=TOKEN, dns=(), ips=()),
+        "SubjectAltNames",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "obj", "check"), DENY, ids=[c for c, _, _ in DENY])
+def test_claims_that_fail_a_check_are_denied_naming_it(
+    case: str, obj: dict[str, Any], check: str
+) -> None:
+    decision = ca.decide(obj)
+    assert isinstance(decision, ca.Deny), decision
+    assert decision.check == check and decision.reason == f"Invalid{check}"
+    assert decision.message.startswith("edgehub manager denied")
+
+
+def plain(
+    pem: bytes, signer: str, usages: list[str], user: str, groups: list[str]
+) -> dict[str, Any]:
+    return cs.csr("p", pem, signer, usages, username=user, groups=groups)
+
+
+IGNORE = [
+    (
+        "kubelet's serving CSR",
+        plain(cs.kubelet_serving_request(NODE), cs.SERVING_SIGNER, SERVING, NODE_USER, NODES),
+        "not a hub",
+    ),
+    (
+        # Through the hub, kubelet's requests carry the hub's identity: still kubelet's.
+        "kubelet's serving CSR sent through the hub",
+        plain(cs.kubelet_serving_request(NODE), cs.SERVING_SIGNER, SERVING, NODE_USER, HUB),
+        "not a hub",
+    ),
+    (
+        "kubelet's client CSR (bootstrap)",
+        plain(
+            cs.request_pem(NODE_USER, ["system:nodes"], key=KEY),
+            cs.KUBELET_CLIENT_SIGNER,
+            CLIENT_EC,
+            TOKEN_USER,
+            TOKEN,
+        ),
+        "not a hub",
+    ),
+    (
+        "someone's client certificate",
+        plain(
+            cs.request_pem("alice", ["developers"], key=KEY),
+            cs.CLIENT_SIGNER,
+            CLIENT,
+            "alice",
+            ["x"],
+        ),
+        "not a hub",
+    ),
+    (
+        "a node name on a custom signer",
+        plain(
+            cs.request_pem(NODE_USER, ["system:nodes"], dns=cs.HUB_DNS, key=KEY),
+            "example.com/signer",
+            SERVING,
+            NODE_USER,
+            NODES,
+        ),
+        "not a hub",
+    ),
+    (
+        "a bare 'kubernetes' DNS name is a possible hostname, not a hub marker",
+        plain(
+            cs.request_pem(NODE_USER, ["system:nodes"], dns=["kubernetes"], key=KEY),
+            cs.SERVING_SIGNER,
+            SERVING,
+            NODE_USER,
+            NODES,
+        ),
+        "not a hub",
+    ),
+    (
+        "already approved",
+        cs.csr(
+            "a",
+            cs.hub_client_request(NODE),
+            cs.CLIENT_SIGNER,
+            CLIENT,
+            username=NODE_USER,
+            groups=HUB,
+            conditions=[{"type": "Approved", "status": "True"}],
+        ),
+        "already approved",
+    ),
+    (
+        "already denied",
+        cs.csr(
+            "d",
+            cs.hub_client_request(NODE),
+            cs.CLIENT_SIGNER,
+            CLIENT,
+            username=NODE_USER,
+            groups=HUB,
+            conditions=[{"type": "Denied", "status": "True"}],
+        ),
+        "already denied",
+    ),
+    (
+        "a garbage request by a node",
+        plain(b"garbage", cs.CLIENT_SIGNER, CLIENT, NODE_USER, HUB),
+        "not a hub",
+    ),
+    ("no spec", {"metadata": {"name": "x"}}, "no spec"),
+]
+
+
+@pytest.mark.parametrize(("case", "obj", "why"), IGNORE, ids=[c for c, _, _ in IGNORE])
+def test_what_is_not_the_hubs_is_never_touched(case: str, obj: dict[str, Any], why: str) -> None:
+    decision = ca.decide(obj)
+    assert isinstance(decision, ca.Ignore), decision
+    assert why in decision.why
+
+
+def test_a_token_made_serving_request_that_does_not_parse_is_denied() -> None:
+    obj = plain(b"garbage", cs.SERVING_SIGNER, SERVING_EC, TOKEN_USER, TOKEN)
+    decision = ca.decide(obj)
+    assert isinstance(decision, ca.Deny) and decision.check == "Request"
+
+
+@pytest.mark.parametrize(
+    ("key", "check"),
+    [
+        (rsa.generate_private_key(65537, 2048), None),
+        (rsa.generate_private_key(65537, 1024), "PublicKey"),
+        (ec.generate_private_key(ec.SECP384R1()), None),
+        (ec.generate_private_key(ec.SECP256K1()), "PublicKey"),
+    ],
+    ids=["rsa-2048", "rsa-1024", "p-384", "secp256k1"],
+)
+def test_key_strength(key: Any, check: str | None) -> None:
+    obj = cs.csr(
+        "k",
+        cs.hub_client_request(NODE, key=key),
+        cs.CLIENT_SIGNER,
+        CLIENT,
+        username=NODE_USER,
+        groups=HUB,
+    )
+    decision = ca.decide(obj)
+    if check is None:
+        assert isinstance(decision, ca.Approve), decision
+    else:
+        assert isinstance(decision, ca.Deny) and decision.check == check, decision
+
+
+def test_ed25519_is_accepted() -> None:
+    pem = cs.hub_client_request(NODE, key=ed25519.Ed25519PrivateKey.generate())
+    obj = cs.csr("e", pem, cs.CLIENT_SIGNER, CLIENT_EC, username=NODE_USER, groups=HUB)
+    assert isinstance(ca.decide(obj), ca.Approve)
+
+
+def test_operator_allowed_organizations() -> None:
+    obj = client(orgs=("openyurt:yurthub", "system:nodes", "edge-operators"))
+    assert isinstance(ca.decide(obj), ca.Deny)
+    policy = ca.Policy(extra_organizations=frozenset({"edge-operators"}))
+    assert isinstance(ca.decide(obj, policy), ca.Approve)
+
+
+@pytest.mark.parametrize("org", ["system:masters", "system:nodes", ""])
+def test_policy_refuses_reserved_organizations(org: str) -> None:
+    with pytest.raises(ValueError):
+        ca.Policy(extra_organizations=frozenset({org}))
