@@ -26,6 +26,7 @@ import yaml
 from edgehub import agent as agent_command
 from edgehub import handler as handler_command
 from edgehub import hub as hub_command
+from edgehub import manager as manager_command
 from manifests_support import (
     HANDLERS,
     IMAGE_REPOSITORY,
@@ -46,15 +47,18 @@ from manifests_support import (
 
 from discovery import handlers, sdk
 from discovery.agent import settings as agent_settings
+from managers import csrapproving
 from yurthub import settings as hub_settings
 from yurthub.cache import agents
 
 EDGEHUB = shutil.which("edgehub", path=str(Path(sys.executable).parent)) or "edgehub"
 NODE = "edge-node-1"
+NAMESPACE = "edgehub-system"
 COMMANDS: dict[str, click.Command] = {
     "hub": hub_command.command,
     "agent": agent_command.command,
     "handler": handler_command.command,
+    "manager": manager_command.command,
 }
 
 
@@ -66,15 +70,23 @@ def container(doc: Mapping[str, Any]) -> dict[str, Any]:
     return dict(only)
 
 
+# What kubelet puts into the fieldRefs the manifests use (the Pods all live in NAMESPACE).
+FIELD_VALUES = {"spec.nodeName": NODE, "metadata.namespace": NAMESPACE}
+
+
 def environment(c: Mapping[str, Any]) -> dict[str, str]:
-    """The container's env as kubelet resolves it here: fieldRef spec.nodeName -> NODE."""
+    """The container's env as kubelet resolves it here (fieldRefs from FIELD_VALUES)."""
     env: dict[str, str] = {}
     for item in c.get("env") or []:
         if "value" in item:
             env[item["name"]] = str(item["value"])
         else:
-            assert item["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}, item
-            env[item["name"]] = NODE
+            (field,) = [
+                path
+                for path in FIELD_VALUES
+                if item["valueFrom"] == {"fieldRef": {"fieldPath": path}}
+            ]
+            env[item["name"]] = FIELD_VALUES[field]
     return env
 
 
@@ -294,7 +306,7 @@ def test_every_flag_exists_in_the_installed_binary() -> None:
         words = command_line(container(m.doc))
         sub = tuple(words[1:3]) if words[1] == "handler" else (words[1],)
         needed.setdefault(sub, set()).update(flags(words))
-    assert set(needed) >= {("hub",), ("agent",)}
+    assert set(needed) >= {("hub",), ("agent",), ("manager",)}
     missing: list[str] = []
     for sub, wanted in sorted(needed.items()):
         shown = subprocess.run(
@@ -414,6 +426,93 @@ def test_sample_configuration_parses_with_its_real_handler(path: Path) -> None:
 def test_every_builtin_handler_has_a_sample() -> None:
     names = {load(p)[0].doc["spec"]["discoveryHandler"]["name"] for p in SAMPLES.glob("*.yaml")}
     assert names == set(handlers.BUILTIN)
+
+
+# --------------------------------------------------------------------------- the manager
+
+
+def manager_deployment() -> dict[str, Any]:
+    return one(MANIFESTS / "manager" / "deployment.yaml", "Deployment")
+
+
+def manager_rbac() -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for m in load(MANIFESTS / "manager" / "rbac.yaml"):
+        found.setdefault(m.kind, []).append(m.doc)
+    return found
+
+
+def test_manager_runs_replicated_with_leader_election_on_its_own_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    deployment = manager_deployment()
+    spec, c = pod_spec(deployment), container(deployment)
+    assert deployment["spec"]["replicas"] >= 2
+    _, params = parse(c, monkeypatch)
+    assert params["leader_elect"] is True
+    assert params["controllers"] == "*"
+    # The Lease lives where the Deployment is, and its Role is there too.
+    namespace = deployment["metadata"]["namespace"]
+    assert params["leader_elect_namespace"] == namespace
+    (role,) = manager_rbac()["Role"]
+    assert role["metadata"]["namespace"] == namespace
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert [params["leader_elect_lease_name"]] == named[0]["resourceNames"]
+    for kind, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        got = probe(c, kind)
+        assert got["path"] == path
+        assert port_number(c, got["port"]) == params["health_port"]
+    assert params["bind_address"] == "0.0.0.0"  # the kubelet probes the Pod IP
+    # In the cloud only: an edge node may lose its link and with it the leader's Lease.
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert {"key": "openyurt.io/is-edge-worker", "operator": "NotIn", "values": ["true"]} in term[
+        "matchExpressions"
+    ]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    grace = spec["terminationGracePeriodSeconds"]
+    assert grace > params["leader_elect_renew_deadline"]  # time to stop and release the Lease
+
+
+def test_manager_rbac_binds_its_service_account_to_exactly_its_grants() -> None:
+    deployment = manager_deployment()
+    docs = manager_rbac()
+    (account,) = docs["ServiceAccount"]
+    assert pod_spec(deployment)["serviceAccountName"] == account["metadata"]["name"]
+    assert deployment["metadata"]["namespace"] == account["metadata"]["namespace"]
+    subject = {
+        "kind": "ServiceAccount",
+        "name": account["metadata"]["name"],
+        "namespace": account["metadata"]["namespace"],
+    }
+    for binding, role in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        (bound,) = docs[binding]
+        (granted,) = docs[role]
+        assert bound["subjects"] == [subject]
+        assert bound["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": role,
+            "name": granted["metadata"]["name"],
+        }
+    (cluster_role,) = docs["ClusterRole"]
+    grants = {
+        (group, resource, verb, tuple(rule.get("resourceNames") or ()))
+        for rule in cluster_role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    signers = (csrapproving.CLIENT_SIGNER, csrapproving.SERVING_SIGNER)
+    assert grants == {
+        ("certificates.k8s.io", "certificatesigningrequests", "get", ()),
+        ("certificates.k8s.io", "certificatesigningrequests", "list", ()),
+        ("certificates.k8s.io", "certificatesigningrequests", "watch", ()),
+        ("certificates.k8s.io", "certificatesigningrequests/approval", "update", ()),
+        ("certificates.k8s.io", "signers", "approve", signers),
+        ("", "events", "create", ()),
+    }
 
 
 # --------------------------------------------------------------------------- the image

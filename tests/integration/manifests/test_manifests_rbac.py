@@ -15,12 +15,15 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import csr_support as cs
 import pytest
 from manifests_support import MANIFESTS, one
 
 from discovery.agent import running, settings
 from discovery.testing import cluster
-from kubecontrol import kubeapi
+from kubecontrol import credentials, kubeapi
+from managers import running as manager_running
+from managers import settings as manager_settings
 from yurthub.testing import simapiserver
 
 Request = tuple[str, str, str]  # (verb, group, resource)
@@ -164,3 +167,109 @@ async def test_agent_cluster_role_allows_every_request_of_the_agent(
         ("get", "", "secrets"),
         ("create", "", "events"),
     } <= recorded
+
+
+# --------------------------------------------------------------------------- the manager
+
+
+def granted(
+    rules: list[Mapping[str, Any]], verb: str, group: str, resource: str, name: str
+) -> bool:
+    return any(
+        group in rule["apiGroups"]
+        and resource in rule["resources"]
+        and verb in rule["verbs"]
+        and (not rule.get("resourceNames") or name in rule["resourceNames"])
+        for rule in rules
+    )
+
+
+async def test_manager_roles_allow_every_request_of_the_manager(
+    sim: simapiserver.SimApiserver, tmp_path: Path
+) -> None:
+    rbac = MANIFESTS / "manager" / "rbac.yaml"
+    await cluster.kubectl(sim, "apply", "-f", str(MANIFESTS / "discovery" / "00-namespace.yaml"))
+    await cluster.kubectl(sim, "apply", "-f", str(rbac))
+    namespace = one(rbac, "ServiceAccount")["metadata"]["namespace"]
+    account = one(rbac, "ServiceAccount")["metadata"]["name"]
+    lease_name = one(rbac, "Role")["rules"][1]["resourceNames"][0]
+    directory = tmp_path / "sa"
+    directory.mkdir()
+    (directory / "token").write_text(sim.service_account_token(namespace, account))
+    (directory / "ca.crt").write_bytes(sim.ca_pem)
+    manager = manager_settings.ManagerSettings(
+        controllers=("csrapprover",),
+        kube=manager_settings.KubeSettings(
+            service_account=credentials.ServiceAccount(directory, server=sim.url)
+        ),
+        leader_election=manager_settings.LeaderElection(
+            namespace=namespace,
+            name=lease_name,
+            identity="rbac-test_1",
+            lease_duration=2,
+            renew_deadline=1.2,
+            retry_period=0.2,
+        ),
+        bind_address="127.0.0.1",
+        health_port=0,
+    )
+    usages = ["client auth", "digital signature"]
+    good = cs.csr("good", cs.hub_client_request("n1"), cs.CLIENT_SIGNER, usages)
+    bad = cs.csr("bad", cs.hub_client_request("n1"), cs.CLIENT_SIGNER, ["client auth"])
+    # The hub's first CSRs come with a bootstrap token.
+    kubeconfig = sim.write_kubeconfig(
+        tmp_path / "token.kubeconfig",
+        "system:bootstrap:abcdef",
+        ["system:bootstrappers"],
+        auth="token",
+    )
+    async with manager_running.running(manager) as running_manager:
+
+        async def leading() -> bool:
+            return running_manager.leading
+
+        await cluster.eventually(leading)
+        for obj in (good, bad):
+            await cluster.kubectl(
+                sim,
+                f"--kubeconfig={kubeconfig}",
+                "create",
+                "-f",
+                "-",
+                stdin=json.dumps(cs.body(obj)),
+            )
+
+        async def decided() -> bool:
+            out = json.loads(await cluster.kubectl(sim, "get", "csr", "-o", "json"))
+            return all((i.get("status") or {}).get("conditions") for i in out["items"])
+
+        await cluster.eventually(decided)
+
+        async def denial_posted() -> bool:
+            return "InvalidUsages" in await cluster.kubectl(sim, "get", "events", "-n", "default")
+
+        await cluster.eventually(denial_posted)
+    user = f"system:serviceaccount:{namespace}:{account}"
+    seen = {
+        (r.verb, r.group, r.rbac[2], r.namespace, r.name) for r in sim.audit_log() if r.user == user
+    }
+    cluster_rules = one(rbac, "ClusterRole")["rules"]
+    role_rules = one(rbac, "Role")["rules"]
+    denied = sorted(
+        request
+        for request in seen
+        if not granted(cluster_rules, *request[:3], request[4])
+        and not (request[3] == namespace and granted(role_rules, *request[:3], request[4]))
+    )
+    assert denied == []
+    # The scenario exercised every kind of request, or the check above proves little.
+    kinds = {(verb, group, resource) for verb, group, resource, _, _ in seen}
+    assert {
+        ("list", "certificates.k8s.io", "certificatesigningrequests"),
+        ("watch", "certificates.k8s.io", "certificatesigningrequests"),
+        ("update", "certificates.k8s.io", "certificatesigningrequests/approval"),
+        ("create", "", "events"),
+        ("get", "coordination.k8s.io", "leases"),
+        ("create", "coordination.k8s.io", "leases"),
+        ("update", "coordination.k8s.io", "leases"),
+    } <= kinds
