@@ -20,5 +20,14 @@ def test_readme_shows_the_two_commands_first() -> None:
 
 def test_reference_covers_every_command() -> None:
     text = README.read_text()
-    for name in ("hub", "agent", "handler", "discover", "cache", "partition", "sim-apiserver"):
+    for name in (
+        "hub",
+        "agent",
+        "handler",
+        "discover",
+        "cache",
+        "partition",
+        "sim-apiserver",
+        "manager",
+    ):
         assert f"### `edgehub {name}`" in text
