@@ -2,7 +2,7 @@
 the leader approves; ``kill -9`` of the leader hands over after the lease expires; SIGTERM
 exits 0 and releases the Lease; a second signal forces a stop that hangs on a cut-off
 apiserver; an unknown controller exits 3 naming the known ones. (The same on the real
-control plane: tests/e2e/managers/test_manager_realcluster.py.)"""
+control plane: tests/e2e/cluster/test_manager_real.py.)"""
 
 from __future__ import annotations
 

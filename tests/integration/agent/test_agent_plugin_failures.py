@@ -475,13 +475,13 @@ async def test_allocate_on_a_malformed_instance_says_why(
     body["metadata"] = {"name": name, "namespace": "default"}
     async with manager_running(sockdir / "dp", api) as (manager, kubelet):
         manager.set_devices(("default", CONFIG), named, {})
-        manager.on_instance_event("ADDED", await api.create(kubeapi.INSTANCES, "default", body))
+        manager.on_instance_event("ADDED", await api.create(resources.INSTANCES, "default", body))
         await kubelet.wait_for_devices(f"akri.sh/{name}")
         # Broken behind the reflector's back: the claim reads the stored object.
-        stored = await api.get_or_none(kubeapi.INSTANCES, "default", name)
+        stored = await api.get_or_none(resources.INSTANCES, "default", name)
         assert stored is not None
         stored["spec"]["deviceUsage"] = {"garbage": "node-b"}
-        await api.replace(kubeapi.INSTANCES, "default", name, stored)
+        await api.replace(resources.INSTANCES, "default", name, stored)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await kubelet.allocate(f"akri.sh/{name}", [f"{name}-0"])
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
