@@ -8,9 +8,10 @@ yurttunnel-agent, yurthub, ``multiplexer-proxy-<node>``), plus ``--cache-agents`
 plus the flag.
 
 ``follow_configmap`` keeps the set current. It lists and watches the ConfigMap THROUGH THE
-HUB'S OWN PROXY with a ``yurthub/...`` User-Agent, so the answers are themselves cached under
-component ``yurthub`` and the configured agents survive a restart while the cloud is down
-(YurtHub does the same with its informers, reference §1.1).
+HUB'S OWN PROXY (``yurthub.following``) with a ``yurthub/...`` User-Agent, so the answers are
+themselves cached under component ``yurthub`` and the configured agents survive a restart while
+the cloud is down (YurtHub does the same with its informers, reference §1.1). The same watch
+feeds the response filters' per-filter additions (``also``): one watch of the ConfigMap per hub.
 
 Dangers: the loop runs for the hub's lifetime and must never spin: every failure waits with a
 capped backoff; a 410 Gone relists; cancellation ends it.
@@ -18,17 +19,15 @@ capped backoff; a 410 Gone relists; cancellation ends it.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
-import random
-import time
 import urllib.parse
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import aiohttp
-import orjson
+
+from yurthub import following
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +44,10 @@ WILDCARD = "*"
 CONFIGMAP_NAME = "yurt-hub-cfg"
 CONFIGMAP_LABEL = "openyurt.io/configmap-name"
 CONFIGMAP_KEY = "cache_agents"
-SHORT_WATCH = 1.0
-"""Seconds: a watch that ends sooner without an event counts as a failure (backoff, relist)."""
-USER_AGENT = "yurthub/edgehub"
-MAX_LIST_BYTES = 4 << 20
+USER_AGENT = following.USER_AGENT
 """The hub's own component is ``yurthub``: a default agent, so its reads are cached."""
+MAX_LIST_BYTES = 4 << 20
+"""ConfigMaps are at most 1 MiB each: a bigger item is not what we asked for."""
 
 
 def parse_agents(text: str) -> tuple[str, ...]:
@@ -124,115 +122,65 @@ class AgentSet:
 # --- following the ConfigMap through the hub ---------------------------------------------------
 
 
-class _Gone(Exception):
-    """The watch's resourceVersion is too old: list again."""
+class ConfigTarget(Protocol):
+    """Something configured by ``yurt-hub-cfg``'s data (the agent set, the filter approver)."""
+
+    def apply_configmap(self, data: Mapping[str, Any] | None) -> bool: ...
+
+
+class _ConfigMapFollower:
+    """``following.Target`` for the one ConfigMap: hands its data to every ``ConfigTarget``."""
+
+    def __init__(self, targets: Sequence[ConfigTarget]) -> None:
+        self._targets = targets
+        self._found: Mapping[str, Any] | None = None
+
+    def begin(self) -> None:
+        self._found = None
+
+    def add(self, obj: Mapping[str, Any]) -> None:
+        if _mapping(obj.get("metadata"), "metadata").get("name") == CONFIGMAP_NAME:
+            self._found = _mapping(obj.get("data"), "the ConfigMap's data")
+
+    def commit(self) -> None:
+        self._apply(self._found)
+
+    def apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        if _mapping(obj.get("metadata"), "metadata").get("name") != CONFIGMAP_NAME:
+            return
+        deleted = event_type == "DELETED"
+        self._apply(None if deleted else _mapping(obj.get("data"), "data"))
+
+    def mark_absent(self) -> None:
+        self._apply(None)
+
+    def _apply(self, data: Mapping[str, Any] | None) -> None:
+        for target in self._targets:
+            target.apply_configmap(data)
 
 
 async def follow_configmap(
-    agent_set: AgentSet,
+    agent_set: ConfigTarget,
     session: aiohttp.ClientSession,
     proxy_url: str,
     *,
     namespace: str = "kube-system",
     max_backoff: float = 30.0,
+    also: Sequence[ConfigTarget] = (),
 ) -> None:
-    """List+watch ``yurt-hub-cfg`` through the hub forever (until cancelled)."""
-    selector = f"{CONFIGMAP_LABEL}={CONFIGMAP_NAME}"
-    base = f"{proxy_url.rstrip('/')}/api/v1/namespaces/{urllib.parse.quote(namespace)}/configmaps"
-    headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
-    first_backoff = min(0.5, max_backoff)
-    backoff = first_backoff
-    while True:
-        try:
-            rv = await _list(agent_set, session, base, selector, headers)
-            backoff = first_backoff
-            while True:
-                rv = await _watch(agent_set, session, base, selector, headers, rv)
-        except asyncio.CancelledError:
-            raise
-        except _Gone:
-            continue
-        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
-            logger.debug("following %s/%s: %s", namespace, CONFIGMAP_NAME, e)
-        await asyncio.sleep(backoff * (1 + random.random() / 2))
-        backoff = min(backoff * 2, max_backoff)
-
-
-async def _list(
-    agent_set: AgentSet,
-    session: aiohttp.ClientSession,
-    base: str,
-    selector: str,
-    headers: Mapping[str, str],
-) -> str:
-    async with session.get(base, params={"labelSelector": selector}, headers=headers) as resp:
-        if resp.status != 200:
-            raise ValueError(f"list configmaps: HTTP {resp.status}")
-        # ConfigMaps are at most 1 MiB each and the selector matches one or two: a bigger answer
-        # is not what we asked for.
-        raw = bytearray()
-        async for chunk in resp.content.iter_chunked(1 << 16):
-            raw += chunk
-            if len(raw) > MAX_LIST_BYTES:
-                raise ValueError(f"the ConfigMap list is larger than {MAX_LIST_BYTES} bytes")
-        body = _mapping(orjson.loads(raw), "the ConfigMap list")
-    items = body.get("items") or []
-    if not isinstance(items, list):
-        raise ValueError("the ConfigMap list's items are not a list")
-    found = None
-    for item in items:
-        obj = _mapping(item, "a ConfigMap")
-        if _mapping(obj.get("metadata"), "metadata").get("name") == CONFIGMAP_NAME:
-            found = _mapping(obj.get("data"), "the ConfigMap's data")
-    agent_set.apply_configmap(found)
-    return str(_mapping(body.get("metadata"), "metadata").get("resourceVersion") or "")
-
-
-async def _watch(
-    agent_set: AgentSet,
-    session: aiohttp.ClientSession,
-    base: str,
-    selector: str,
-    headers: Mapping[str, str],
-    rv: str,
-) -> str:
-    params = {
-        "watch": "true",
-        "labelSelector": selector,
-        "allowWatchBookmarks": "true",
-        "timeoutSeconds": str(random.randint(300, 600)),
-    }
-    if rv:
-        params["resourceVersion"] = rv
-    started = time.monotonic()
-    events = 0
-    async with session.get(base, params=params, headers=headers, timeout=None) as resp:
-        if resp.status == 410:
-            raise _Gone
-        if resp.status != 200:
-            raise ValueError(f"watch configmaps: HTTP {resp.status}")
-        async for line in resp.content:
-            if not line.strip():
-                continue
-            events += 1
-            event = _mapping(orjson.loads(line), "a watch event")
-            obj = _mapping(event.get("object"), "a watch event's object")
-            kind = event.get("type")
-            if kind == "ERROR":
-                if obj.get("code") == 410:
-                    raise _Gone
-                raise ValueError(f"watch error: {obj.get('message', '')}")
-            meta = _mapping(obj.get("metadata"), "metadata")
-            rv = str(meta.get("resourceVersion") or rv)
-            if kind == "BOOKMARK" or meta.get("name") != CONFIGMAP_NAME:
-                continue
-            deleted = kind == "DELETED"
-            agent_set.apply_configmap(None if deleted else _mapping(obj.get("data"), "data"))
-    if not events and time.monotonic() - started < SHORT_WATCH:
-        # client-go's "very short watch": a server that ends every watch at once is asked again
-        # after the backoff, not in a tight loop.
-        raise ValueError("the watch ended at once without an event")
-    return rv
+    """List+watch ``yurt-hub-cfg`` through the hub forever (until cancelled); its data goes to
+    ``agent_set`` and to every one of ``also`` (the filters read their additions from it: one
+    watch for the whole hub)."""
+    await following.follow(
+        _ConfigMapFollower([agent_set, *also]),
+        session,
+        proxy_url,
+        f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/configmaps",
+        what=f"ConfigMap {namespace}/{CONFIGMAP_NAME}",
+        label_selector=f"{CONFIGMAP_LABEL}={CONFIGMAP_NAME}",
+        max_backoff=max_backoff,
+        max_item=MAX_LIST_BYTES,
+    )
 
 
 def _mapping(value: Any, what: str) -> Mapping[str, Any]:

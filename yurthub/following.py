@@ -1,0 +1,225 @@
+"""Following one collection through the hub's own proxy: list, then watch, forever.
+
+The hub's informers (``yurt-hub-cfg`` for the cache agents and the filters, the filters'
+inputs: services, the node, NodePools, NodeBuckets) all run this loop. They talk to the hub's
+OWN proxy with a ``yurthub/...`` User-Agent, so their answers are cached under component
+``yurthub`` and are there again after a restart while the cloud is away (YurtHub does the same,
+reference §1.1), and they pass the readiness gate and are never filtered.
+
+A ``Target`` receives the collection: a list as ``begin`` / ``add`` per item / ``commit`` (so a
+list of 10,000 services is never held as Python objects: items are read one at a time with
+``jsonlists.ListReader`` and the target keeps what it needs), watch events with ``apply``, and
+``mark_absent`` when the collection cannot be read at all (404: the CRD is not installed; 403:
+RBAC does not allow it): the target then counts as synced and empty, and the list is retried
+every ``absent_retry`` seconds (a CRD installed later is picked up).
+
+Dangers: the loop runs for the hub's lifetime and must never spin or die: every failure (a
+transport error, a 5xx, a body of the wrong shape, an event over the bound) waits with a capped
+backoff and lists again; a 410 Gone lists again at once; only cancellation ends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+
+from yurthub import jsonlists
+from yurthub.cache import framing
+
+logger = logging.getLogger(__name__)
+
+USER_AGENT = "yurthub/edgehub"
+"""The hub's own component is ``yurthub``: a default cache agent, never filtered."""
+SHORT_WATCH = 1.0
+"""Seconds: a watch that ends sooner without an event counts as a failure (backoff, relist)."""
+MAX_ITEM_BYTES = 16 << 20
+"""Largest single object (list item or watch event) read; objects in etcd are at most ~1.5 MB."""
+ABSENT_RETRY = 300.0
+READ_SIZE = 1 << 16
+
+
+class Target(Protocol):
+    def begin(self) -> None:
+        """A list starts: collect what follows, apart from the current state."""
+
+    def add(self, obj: Mapping[str, Any]) -> None:
+        """One item of the list (raise ``ValueError`` for one of the wrong shape)."""
+
+    def commit(self) -> None:
+        """The list is complete: it replaces the current state."""
+
+    def apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        """One watch event (ADDED, MODIFIED, DELETED)."""
+
+    def mark_absent(self) -> None:
+        """The collection cannot be read (404, 403): empty, but known."""
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion is too old: list again."""
+
+
+class _Absent(Exception):
+    """404/403 on the list."""
+
+
+async def follow(
+    target: Target,
+    session: aiohttp.ClientSession,
+    proxy_url: str,
+    path: str,
+    *,
+    what: str,
+    label_selector: str = "",
+    field_selector: str = "",
+    max_backoff: float = 30.0,
+    absent_retry: float = ABSENT_RETRY,
+    max_item: int = MAX_ITEM_BYTES,
+) -> None:
+    """List+watch ``path`` (e.g. ``/api/v1/services``) through the hub until cancelled."""
+    url = f"{proxy_url.rstrip('/')}{path}"
+    params = {}
+    if label_selector:
+        params["labelSelector"] = label_selector
+    if field_selector:
+        params["fieldSelector"] = field_selector
+    headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+    first_backoff = min(0.5, max_backoff)
+    backoff = first_backoff
+    absent_logged = False
+    while True:
+        try:
+            rv = await _list(target, session, url, params, headers, max_item)
+            backoff = first_backoff
+            absent_logged = False
+            while True:
+                rv = await _watch(target, session, url, params, headers, rv, max_item)
+        except asyncio.CancelledError:
+            raise
+        except _Gone:
+            continue
+        except _Absent as e:
+            target.mark_absent()
+            log = logger.debug if absent_logged else logger.info
+            log(
+                "%s cannot be read (%s); treated as empty, asked again in %ss",
+                what,
+                e,
+                absent_retry,
+            )
+            absent_logged = True
+            await asyncio.sleep(absent_retry * (1 + random.random() / 4))
+            continue
+        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+            logger.debug("following %s: %s", what, e)
+        await asyncio.sleep(backoff * (1 + random.random() / 2))
+        backoff = min(backoff * 2, max_backoff)
+
+
+async def _list(
+    target: Target,
+    session: aiohttp.ClientSession,
+    url: str,
+    params: Mapping[str, str],
+    headers: Mapping[str, str],
+    max_item: int,
+) -> str:
+    async with session.get(url, params=params, headers=headers) as resp:
+        if resp.status in (403, 404):
+            raise _Absent(f"HTTP {resp.status}")
+        if resp.status != 200:
+            raise ValueError(f"list: HTTP {resp.status}")
+        reader = jsonlists.ListReader(max_item)
+        target.begin()
+        async for chunk in resp.content.iter_chunked(READ_SIZE):
+            _take(target, reader.feed(chunk))
+        _take(target, reader.finish())
+    if reader.broken:
+        raise ValueError(f"the list body: {reader.broken}")
+    items = reader.head.get("items", [])
+    if items is not None and items != []:
+        raise ValueError("the list's items are not a list")
+    target.commit()
+    meta = reader.head.get("metadata")
+    return str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+
+
+def _take(target: Target, pieces: list[jsonlists.Piece]) -> None:
+    for piece in pieces:
+        if isinstance(piece, jsonlists.Item):
+            if not isinstance(piece.value, dict):
+                raise ValueError("a list item is not a JSON object")
+            target.add(piece.value)
+
+
+async def _watch(
+    target: Target,
+    session: aiohttp.ClientSession,
+    url: str,
+    params: Mapping[str, str],
+    headers: Mapping[str, str],
+    rv: str,
+    max_item: int,
+) -> str:
+    query = {
+        **params,
+        "watch": "true",
+        "allowWatchBookmarks": "true",
+        "timeoutSeconds": str(random.randint(300, 600)),
+    }
+    if rv:
+        query["resourceVersion"] = rv
+    started = time.monotonic()
+    events = 0
+    splitter = framing.LineSplitter(max_item)
+    async with session.get(url, params=query, headers=headers, timeout=None) as resp:
+        if resp.status == 410:
+            raise _Gone
+        if resp.status != 200:
+            raise ValueError(f"watch: HTTP {resp.status}")
+        async for chunk in resp.content.iter_chunked(READ_SIZE):
+            try:
+                lines = splitter.feed(chunk)
+            except framing.FrameTooLarge as e:
+                raise ValueError(str(e)) from e
+            for line in lines:
+                events += 1
+                rv = _event(target, line, rv)
+        rest = splitter.rest()
+        if rest:
+            events += 1
+            rv = _event(target, rest, rv)
+    if not events and time.monotonic() - started < SHORT_WATCH:
+        # client-go's "very short watch": a server that ends every watch at once is asked again
+        # after the backoff, not in a tight loop.
+        raise ValueError("the watch ended at once without an event")
+    return rv
+
+
+def _event(target: Target, line: bytes, rv: str) -> str:
+    try:
+        event = orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        raise ValueError(f"a watch event is not JSON: {e}") from e
+    if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+        raise ValueError("a watch event is not an object with an object")
+    obj = event["object"]
+    kind = event.get("type")
+    if kind == "ERROR":
+        if obj.get("code") == 410:
+            raise _Gone
+        raise ValueError(f"watch error: {obj.get('message', '')}")
+    meta = obj.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise ValueError("a watch event's object has metadata that is not an object")
+    rv = str((meta or {}).get("resourceVersion") or rv)
+    if kind in ("ADDED", "MODIFIED", "DELETED"):
+        target.apply(kind, obj)
+    return rv
