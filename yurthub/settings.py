@@ -15,6 +15,8 @@ import ipaddress
 import pathlib
 import urllib.parse
 
+from yurthub.filters import registry
+
 
 class ConfigError(ValueError):
     """A setting is invalid; the CLI prints it and exits with the startup-failure code."""
@@ -125,6 +127,41 @@ class CacheSettings:
     """Namespace of the ``yurt-hub-cfg`` ConfigMap (YurtHub's ``--namespace``)."""
 
 
+class WorkingMode(enum.StrEnum):
+    """``--working-mode``."""
+
+    EDGE = "edge"
+    """An edge node: cache, offline answers, every filter."""
+    CLOUD = "cloud"
+    """A node in the cloud, next to the apiservers: no disk cache (nothing to answer offline
+    for), and the filters that only make sense on the edge (``discardcloudservice``,
+    ``forwardkubesvctraffic``, ``serviceenvupdater``) are off."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FilterSettings:
+    """Response filters (``yurthub.filters``)."""
+
+    enabled: bool = True
+    """``--enable-resource-filter``."""
+    disabled: tuple[str, ...] = ()
+    """``--disabled-resource-filters``: filter names, or ``*`` for all (names checked)."""
+    enable_node_pool: bool = True
+    """``--enable-node-pool``: pool topology from NodePools (``status.nodes``)."""
+    enable_pool_service_topology: bool = False
+    """``--enable-pool-service-topology``: pool topology from NodeBuckets (wins)."""
+    hub_host: str = ""
+    """The address pods reach the hub at, written into the ``kubernetes`` Service and
+    EndpointSlice and into pods' ``KUBERNETES_SERVICE_HOST``; empty: the proxy's
+    ``--bind-proxy-address``."""
+    hub_port: int = 0
+    """Its port; 0: ``--proxy-secure-port``."""
+    inputs_sync_timeout: float = 60.0
+    """Seconds the readiness gate waits for the filters' inputs (services, the node, its pool)
+    while the cloud is reachable; after that the hub serves anyway and an input still missing
+    leaves objects unchanged. Offline the gate never waits for them."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class HubSettings:
     """The whole tree."""
@@ -138,6 +175,17 @@ class HubSettings:
     heartbeat: HeartbeatSettings = HeartbeatSettings()
     proxy: ProxySettings = ProxySettings()
     cache: CacheSettings = CacheSettings()
+    working_mode: WorkingMode = WorkingMode.EDGE
+    filters: FilterSettings = FilterSettings()
+
+    @property
+    def hub_address(self) -> tuple[str, int]:
+        """(host, port) pods reach the apiserver through the hub at (the filters' "master
+        service"): YurtHub's dummy-interface IP or bind-proxy address, and its secure port."""
+        return (
+            self.filters.hub_host or self.listen.bind_proxy_address,
+            self.filters.hub_port or self.listen.proxy_secure_port,
+        )
 
     def __post_init__(self) -> None:
         if not self.node_name:
@@ -148,6 +196,12 @@ class HubSettings:
             raise ConfigError("heartbeat thresholds and retries must be at least 1")
         if self.heartbeat.interval <= 0 or self.heartbeat.timeout <= 0:
             raise ConfigError("heartbeat interval and timeout must be positive")
+        unknown = set(self.filters.disabled) - {*registry.NAMES, registry.WILDCARD}
+        if unknown:
+            raise ConfigError(
+                f"unknown filters in --disabled-resource-filters: {', '.join(sorted(unknown))} "
+                f"(known: {', '.join(registry.NAMES)}, or * for all)"
+            )
         in_flight, pool = self.proxy.max_in_flight, self.upstream
         if pool.pool_limit and pool.pool_limit < in_flight + len(pool.servers):
             raise ConfigError(

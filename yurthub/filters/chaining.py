@@ -1,0 +1,140 @@
+"""Several filters over one object, in order, with every failure contained.
+
+PURE (no I/O; a clock is passed in for the once-a-minute error log).
+
+- A filter returning ``None`` drops the object: the chain stops there.
+- A filter returning a new object hands that on; returning its input means "unchanged", so a
+  body nobody changed is passed on as the bytes that came (no re-encode).
+- A filter that raises changed nothing (filters never mutate their input, see ``objects``):
+  the chain goes on with the object as it was before that filter, so one broken filter costs
+  its own rewrite, never the object nor the other filters' work. The error is logged with its
+  traceback at most once a minute per filter (a stream of bad objects must not flood the log)
+  and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from yurthub.filters import (
+    discardcloudservice,
+    forwardkubesvctraffic,
+    inclusterconfig,
+    inputs,
+    masterservice,
+    nodeportisolation,
+    objects,
+    registry,
+    serviceenvupdater,
+    servicetopology,
+)
+
+logger = logging.getLogger(__name__)
+
+FilterFunction = Callable[[objects.Obj, str, inputs.Inputs], objects.Obj | None]
+
+FUNCTIONS: dict[str, FilterFunction] = {
+    registry.MASTERSERVICE: masterservice.apply,
+    registry.DISCARDCLOUDSERVICE: discardcloudservice.apply,
+    registry.NODEPORTISOLATION: nodeportisolation.apply,
+    registry.SERVICETOPOLOGY: servicetopology.apply,
+    registry.FORWARDKUBESVCTRAFFIC: forwardkubesvctraffic.apply,
+    registry.INCLUSTERCONFIG: inclusterconfig.apply,
+    registry.SERVICEENVUPDATER: serviceenvupdater.apply,
+}
+ERROR_LOG_INTERVAL = 60.0
+
+
+class Observer(Protocol):
+    """Counts what the filters did (the runtime backs it with Prometheus counters)."""
+
+    def changed(self, name: str) -> None: ...
+
+    def dropped(self, name: str) -> None: ...
+
+    def failed(self, name: str) -> None: ...
+
+
+class NullObserver:
+    def changed(self, name: str) -> None:
+        pass
+
+    def dropped(self, name: str) -> None:
+        pass
+
+    def failed(self, name: str) -> None:
+        pass
+
+
+class ErrorLog:
+    """Logs a filter's failure at most once per ``interval`` seconds, with what was skipped."""
+
+    def __init__(
+        self,
+        *,
+        interval: float = ERROR_LOG_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._interval = interval
+        self._clock = clock
+        self._next: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def report(self, name: str, error: BaseException, what: str) -> bool:
+        """True when this one was logged."""
+        now = self._clock()
+        if now < self._next.get(name, float("-inf")):
+            self._suppressed[name] = self._suppressed.get(name, 0) + 1
+            return False
+        self._next[name] = now + self._interval
+        skipped = self._suppressed.pop(name, 0)
+        logger.error(
+            "filter %s failed on %s; the object goes on as it was%s",
+            name,
+            what,
+            f" ({skipped} more failures in the last minute were not logged)" if skipped else "",
+            exc_info=error,
+        )
+        return True
+
+
+class Chain:
+    """The filters of one request."""
+
+    __slots__ = ("_errors", "_filters", "_observer", "_world", "names")
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        world: inputs.Inputs,
+        *,
+        errors: ErrorLog,
+        observer: Observer | None = None,
+    ) -> None:
+        self.names = tuple(names)
+        self._filters = [(name, FUNCTIONS[name]) for name in self.names]
+        self._world = world
+        self._errors = errors
+        self._observer = observer or NullObserver()
+
+    def apply(self, obj: objects.Obj, kind: str) -> objects.Obj | None:
+        """``obj`` itself when no filter changed it, a new object, or None (dropped)."""
+        current = obj
+        for name, function in self._filters:
+            try:
+                out = function(current, kind, self._world)
+            except Exception as e:
+                self._observer.failed(name)
+                ns, n = objects.namespace_name(current)
+                self._errors.report(name, e, f"{kind} {ns}/{n}" if ns else f"{kind} {n}")
+                continue
+            if out is None:
+                self._observer.dropped(name)
+                return None
+            if out is not current:
+                self._observer.changed(name)
+                current = out
+        return current

@@ -1,0 +1,308 @@
+"""The response filters assembled for one hub: the ``seams.ResponseFilter`` the proxy calls.
+
+Usage (``yurthub.assembly``; tests build it the same way)::
+
+    filters = runtime.Filters(settings)               # None-free: check settings.filters.enabled
+    hub = server.Hub(settings, filters=filters)         # remote answers; readiness gate
+    filters.attach_metrics(hub.metrics)
+    cache.local.filters = filters                       # offline answers
+    filters.cloud_healthy = hub.health.any_healthy
+    tg.create_task(filters.follow(hub.proxy_url), name="filter-inputs")
+    # yurt-hub-cfg: the cache's follower feeds filters.approver too (one watch per hub)
+
+Per request: ``registry.Approver`` names the filters (none for most requests: one dict
+lookup), a ``chaining.Chain`` runs them over each object, ``responding`` picks the body shape.
+Every filtered request is logged at debug level with its filters and counted per filter in
+``node_yurthub_filter_requests_total{filter}``; objects changed, dropped or failed in
+``node_yurthub_filter_objects_total{filter,outcome}``; bodies passed unfiltered because they
+could not be read in ``node_yurthub_filter_undecodable_total{format}``. Label values are filter
+names and fixed words: the cardinality is bounded whatever the clients send.
+
+Inputs (``filters.inputs``) are followed through the hub's own proxy (``yurthub.following``)
+only when an active filter needs them: services (``servicetopology``), the node
+(``servicetopology``/``nodeportisolation`` without ``--nodepool-name``), NodePools or NodeBuckets
+(``servicetopology`` pool topology). ``ready`` holds the readiness gate until they and
+``yurt-hub-cfg`` are read, but never while no apiserver is reachable (offline the cache answers
+and a missing input leaves objects unchanged) and never longer than ``inputs_sync_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+import aiohttp
+from prometheus_client import Counter
+
+from yurthub import following, metrics, requestinfo, settings
+from yurthub.cache import agents
+from yurthub.filters import chaining, inputs, jsonbodies, registry, responding
+
+logger = logging.getLogger(__name__)
+
+NODEPOOLS_PATH = "/apis/apps.openyurt.io/v1beta2/nodepools"
+NODEBUCKETS_PATH = "/apis/apps.openyurt.io/v1alpha1/nodebuckets"
+
+
+class _Meter:
+    """``chaining.Observer`` on Prometheus counters (children memoised: hot path)."""
+
+    def __init__(self) -> None:
+        ns, sub = "node", "yurthub"
+        self.requests = Counter(
+            "filter_requests_total",
+            "Requests whose answers went through a response filter, by filter",
+            ["filter"],
+            namespace=ns,
+            subsystem=sub,
+            registry=None,
+        )
+        self.objects = Counter(
+            "filter_objects_total",
+            "Objects a response filter changed, dropped, or failed on (passed unchanged)",
+            ["filter", "outcome"],
+            namespace=ns,
+            subsystem=sub,
+            registry=None,
+        )
+        self.undecodable_total = Counter(
+            "filter_undecodable_total",
+            "Bodies, events or objects passed unfiltered because they could not be decoded",
+            ["format"],
+            namespace=ns,
+            subsystem=sub,
+            registry=None,
+        )
+        self._children: dict[tuple[str, ...], Counter] = {}
+
+    def _child(self, collector: Counter, *values: str) -> Counter:
+        key = (collector._name, *values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = collector.labels(*values)
+        return child
+
+    def request(self, names: tuple[str, ...]) -> None:
+        for name in names:
+            self._child(self.requests, name).inc()
+
+    def changed(self, name: str) -> None:
+        self._child(self.objects, name, "changed").inc()
+
+    def dropped(self, name: str) -> None:
+        self._child(self.objects, name, "dropped").inc()
+
+    def failed(self, name: str) -> None:
+        self._child(self.objects, name, "failed").inc()
+
+    def undecodable(self, fmt: str, count: int = 1) -> None:
+        self._child(self.undecodable_total, fmt).inc(count)
+
+
+class _Stored:
+    """``seams.StoredObjects`` for one offline answer."""
+
+    def __init__(self, chain: chaining.Chain, kind: str, meter: _Meter) -> None:
+        self._chain = chain
+        self._kind = kind
+        self._meter = meter
+
+    def object(self, body: bytes) -> bytes:
+        counts = jsonbodies.Counts()
+        out = jsonbodies.filter_object(self._chain, body, self._kind, counts)
+        if counts.undecodable:
+            self._meter.undecodable("json", counts.undecodable)
+        return out
+
+    def item(self, body: bytes) -> bytes | None:
+        counts = jsonbodies.Counts()
+        out = jsonbodies.filter_item(self._chain, body, self._kind, counts)
+        if counts.undecodable:
+            self._meter.undecodable("json", counts.undecodable)
+        return out
+
+
+class Filters:
+    """``seams.ResponseFilter`` for one hub."""
+
+    def __init__(
+        self, hub: settings.HubSettings, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        f = hub.filters
+        host, port = hub.hub_address
+        self.approver = registry.Approver(
+            node_name=hub.node_name,
+            enabled=f.enabled,
+            disabled=f.disabled,
+            cloud_mode=hub.working_mode is settings.WorkingMode.CLOUD,
+        )
+        if f.enable_pool_service_topology:
+            topology = inputs.PoolTopology.NODEBUCKET
+        elif f.enable_node_pool:
+            topology = inputs.PoolTopology.NODEPOOL
+        else:
+            topology = inputs.PoolTopology.NONE
+        self.inputs = inputs.Inputs(
+            node_name=hub.node_name,
+            hub_address=inputs.Address(host, port),
+            pool_flag=hub.nodepool_name,
+            pool_topology=topology,
+        )
+        self.errors = chaining.ErrorLog()
+        self.meter = _Meter()
+        self.cloud_healthy: Callable[[], bool] = lambda: True
+        """Set by the assembly to the health checker's view; offline the gate never waits."""
+        self._settings = hub
+        self._clock = clock
+        self._since = clock()
+        self._gave_up_waiting = False
+
+    # --- per request -------------------------------------------------------------------------
+
+    def chain(self, info: requestinfo.RequestInfo) -> chaining.Chain | None:
+        """The filters for this request (None: none apply), logged and counted once."""
+        if not info.is_resource_request or info.subresource not in responding.FILTERED_SUBRESOURCES:
+            return None
+        names = self.approver.approve(info.component, info.verb, info.resource)
+        if not names:
+            return None
+        logger.debug(
+            "filters %s for %s (client %s)", ",".join(names), info.describe(), info.user_agent
+        )
+        self.meter.request(names)
+        return chaining.Chain(names, self.inputs, errors=self.errors, observer=self.meter)
+
+    def open(
+        self, info: requestinfo.RequestInfo, status: int, headers: Mapping[str, str]
+    ) -> responding.Transform | None:
+        if not responding.applies(info, status):
+            return None
+        if not self.approver.approve(info.component, info.verb, info.resource):
+            return None  # the common case, decided before any logging or counting
+        encoding = responding.encoding_of(headers)
+        if encoding is None:
+            self.meter.undecodable("encoding")
+            logger.debug(
+                "not filtering %s: Content-Encoding %s",
+                info.describe(),
+                headers.get("Content-Encoding"),
+            )
+            return None
+        chain = self.chain(info)
+        if chain is None:
+            return None
+        cache = self._settings.cache
+        found = responding.open_body(
+            chain,
+            info,
+            headers.get("Content-Type", ""),
+            max_event=cache.max_event_bytes,
+            max_body=cache.max_body_bytes,
+        )
+        if found is None:
+            return None
+        body, fmt = found
+        return responding.Transform(
+            body,
+            fmt=fmt,
+            encoding=encoding,
+            label=info.describe(),
+            on_undecodable=self.meter.undecodable,
+        )
+
+    def stored(self, info: requestinfo.RequestInfo) -> _Stored | None:
+        chain = self.chain(info)
+        if chain is None:
+            return None
+        return _Stored(chain, registry.RESOURCE_KINDS.get(info.resource, ""), self.meter)
+
+    # --- inputs --------------------------------------------------------------------------------
+
+    def needed(self) -> list[tuple[str, inputs.Collection, str, str, str]]:
+        """(what, collection, path, labelSelector, fieldSelector) the active filters read."""
+        names = set(self.approver.names)
+        world = self.inputs
+        out: list[tuple[str, inputs.Collection, str, str, str]] = []
+        topology = registry.SERVICETOPOLOGY in names
+        if topology:
+            out.append(("services", world.services, "/api/v1/services", "", ""))
+        if (topology or registry.NODEPORTISOLATION in names) and not world.pool_flag:
+            out.append(
+                (
+                    f"node {world.node_name}",
+                    world.node,
+                    "/api/v1/nodes",
+                    "",
+                    f"metadata.name={world.node_name}",
+                )
+            )
+        if topology and world.pool_topology is inputs.PoolTopology.NODEPOOL:
+            out.append(("NodePools", world.node_pools, NODEPOOLS_PATH, "", ""))
+        if topology and world.pool_topology is inputs.PoolTopology.NODEBUCKET:
+            selector = f"{inputs.BUCKET_POOL_LABEL}={world.pool_flag}" if world.pool_flag else ""
+            out.append(("NodeBuckets", world.node_buckets, NODEBUCKETS_PATH, selector, ""))
+        return out
+
+    def synced(self) -> bool:
+        return self.approver.synced and all(c.synced for _, c, *_ in self.needed())
+
+    def ready(self) -> bool:
+        """The readiness condition ``filter-inputs``."""
+        if not self.approver.active or self.synced() or not self.cloud_healthy():
+            return True
+        if self._gave_up_waiting:
+            return True
+        waited = self._clock() - self._since
+        if waited < self._settings.filters.inputs_sync_timeout:
+            return False
+        self._gave_up_waiting = True
+        missing = [what for what, c, *_ in self.needed() if not c.synced]
+        if not self.approver.synced:
+            missing.append("yurt-hub-cfg")
+        logger.warning(
+            "the filters' inputs are not read after %.0fs (%s): serving anyway; objects that "
+            "need them pass unchanged until they are",
+            waited,
+            ", ".join(missing),
+        )
+        return True
+
+    async def follow(self, proxy_url: str) -> None:
+        """Follow every needed input through the hub at ``proxy_url`` until cancelled."""
+        needed = self.needed()
+        self._since = self._clock()
+        if not needed:
+            await asyncio.Event().wait()  # nothing to follow; the caller cancels us
+        async with aiohttp.ClientSession() as session, asyncio.TaskGroup() as tg:
+            for what, collection, path, labels, fields in needed:
+                tg.create_task(
+                    following.follow(
+                        collection,
+                        session,
+                        proxy_url,
+                        path,
+                        what=what,
+                        label_selector=labels,
+                        field_selector=fields,
+                        max_item=self._settings.cache.max_event_bytes,
+                    ),
+                    name=f"filter-input-{what}",
+                )
+
+    async def follow_config(self, proxy_url: str) -> None:
+        """Follow ``yurt-hub-cfg`` for the filters alone (a hub running without its cache; with
+        the cache, its follower feeds ``approver`` too: one watch per hub)."""
+        async with aiohttp.ClientSession() as session:
+            await agents.follow_configmap(
+                self.approver,
+                session,
+                proxy_url,
+                namespace=self._settings.cache.config_namespace,
+            )
+
+    def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:
+        meter = self.meter
+        for collector in (meter.requests, meter.objects, meter.undecodable_total):
+            hub_metrics.registry.register(collector)
