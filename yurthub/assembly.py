@@ -8,7 +8,9 @@ that is safe:
 2. start the hub with the cache's tee and local answerer; the heartbeat's Lease is stored as
    kubelet's lease;
 3. tell the local answerer how to see cloud health (held offline watches end when it returns);
-4. follow the ``yurt-hub-cfg`` ConfigMap through the hub's own proxy (so it is cached too);
+4. follow the ``yurt-hub-cfg`` ConfigMap through the hub's own proxy (so it is cached too; one
+   watch feeds the cache agents and the response filters' additions), and the filters'
+   inputs (services, the node, its pool);
 5. wait for the first health probe (bounded by the heartbeat timeout and retries): whatever
    runs beside the hub talks to it at once, and would otherwise meet the readiness gate's 503.
 
@@ -18,7 +20,11 @@ writes flushed, bounded).
 A cache that cannot be opened (permissions, a corrupt database, a full disk at start) does not
 keep the node from working online: the hub then runs as a plain proxy, logs it as an error and
 reports ``node_yurthub_error_keys_persistency_status 0``. Nothing is deleted automatically;
-``edgehub cache verify`` tells the operator what is wrong.
+``edgehub cache verify`` tells the operator what is wrong. ``--working-mode=cloud`` runs without
+the cache on purpose (a node next to the apiservers has nothing to answer offline).
+
+The response filters (``yurthub.filters``) run with or without the cache: online answers
+through the proxy, offline ones through the cache's local answerer.
 """
 
 from __future__ import annotations
@@ -31,16 +37,20 @@ from collections.abc import AsyncIterator
 
 from yurthub import server, settings
 from yurthub.cache import runtime, store
+from yurthub.filters import runtime as filtering
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Node:
-    """A running hub and the cache behind it (None when the cache could not be opened)."""
+    """A running hub and the cache behind it (None when the cache could not be opened, or in
+    cloud mode)."""
 
     hub: server.Hub
     cache: runtime.CacheRuntime | None
+    filters: filtering.Filters | None = None
+    """The response filters (None: ``--enable-resource-filter=false``)."""
 
 
 @contextlib.asynccontextmanager
@@ -52,39 +62,63 @@ async def running(
     Enter and exit from the same task (the hub's TaskGroup belongs to it). ``force``, when set
     during teardown, cuts the graceful phase short (a second signal).
     """
-    try:
-        cache: runtime.CacheRuntime | None = await runtime.open(hub_settings)
-    except store.StoreError as e:
-        log.error(
-            "disk cache %s cannot be opened, running WITHOUT offline answers: %s",
-            hub_settings.cache.disk_cache_path,
-            e,
-        )
-        cache = None
+    cache: runtime.CacheRuntime | None = None
+    if hub_settings.working_mode is settings.WorkingMode.EDGE:
+        try:
+            cache = await runtime.open(hub_settings)
+        except store.StoreError as e:
+            log.error(
+                "disk cache %s cannot be opened, running WITHOUT offline answers: %s",
+                hub_settings.cache.disk_cache_path,
+                e,
+            )
+    filters = filtering.Filters(hub_settings) if hub_settings.filters.enabled else None
     try:
         if cache is None:
-            hub = server.Hub(hub_settings)
+            hub = server.Hub(hub_settings, filters=filters)
             hub.metrics.error_keys_persistency_status.set(0)
         else:
-            hub = server.Hub(hub_settings, tee=cache.tee, local=cache.local)
+            hub = server.Hub(hub_settings, tee=cache.tee, local=cache.local, filters=filters)
             hub.on_lease = cache.on_lease
             cache.attach_metrics(hub.metrics)
+            cache.local.filters = filters
+        if filters is not None:
+            filters.attach_metrics(hub.metrics)
         await hub.start()
         checker = hub.health
         assert checker is not None  # set by start()
         try:
             async with asyncio.TaskGroup() as tg:
-                follower = None
                 if cache is not None:
                     cache.cloud_healthy = checker.any_healthy
-                    follower = tg.create_task(
-                        cache.follow_config(hub.proxy_url), name="cache-agents-config"
-                    )
+                if filters is not None:
+                    filters.cloud_healthy = checker.any_healthy
+                # The followers start once the first probe has told the proxy where to go: asked
+                # before, they would all meet an empty cache's 404 first.
                 await checker.initial_probe_done.wait()
+                followers = []
+                also = [filters.approver] if filters is not None else []
+                if cache is not None:
+                    followers.append(
+                        tg.create_task(
+                            cache.follow_config(hub.proxy_url, also=also),
+                            name="cache-agents-config",
+                        )
+                    )
+                if filters is not None:
+                    if cache is None:
+                        followers.append(
+                            tg.create_task(
+                                filters.follow_config(hub.proxy_url), name="filter-config"
+                            )
+                        )
+                    followers.append(
+                        tg.create_task(filters.follow(hub.proxy_url), name="filter-inputs")
+                    )
                 try:
-                    yield Node(hub=hub, cache=cache)
+                    yield Node(hub=hub, cache=cache, filters=filters)
                 finally:
-                    if follower is not None:
+                    for follower in followers:
                         follower.cancel()
         finally:
             await hub.stop(force=force)

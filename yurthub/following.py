@@ -9,9 +9,10 @@ reference §1.1), and they pass the readiness gate and are never filtered.
 A ``Target`` receives the collection: a list as ``begin`` / ``add`` per item / ``commit`` (so a
 list of 10,000 services is never held as Python objects: items are read one at a time with
 ``jsonlists.ListReader`` and the target keeps what it needs), watch events with ``apply``, and
-``mark_absent`` when the collection cannot be read at all (404: the CRD is not installed; 403:
-RBAC does not allow it): the target then counts as synced and empty, and the list is retried
-every ``absent_retry`` seconds (a CRD installed later is picked up).
+``mark_absent`` when the collection cannot be read at all (404: the CRD is not installed, or
+offline the cache does not hold it; 403: RBAC does not allow it): the target then counts as
+synced and empty, and the list is retried with the usual backoff (a CRD installed later, or the
+cloud coming back, is picked up within ``max_backoff``).
 
 Dangers: the loop runs for the hub's lifetime and must never spin or die: every failure (a
 transport error, a 5xx, a body of the wrong shape, an event over the bound) waits with a capped
@@ -41,7 +42,6 @@ SHORT_WATCH = 1.0
 """Seconds: a watch that ends sooner without an event counts as a failure (backoff, relist)."""
 MAX_ITEM_BYTES = 16 << 20
 """Largest single object (list item or watch event) read; objects in etcd are at most ~1.5 MB."""
-ABSENT_RETRY = 300.0
 READ_SIZE = 1 << 16
 
 
@@ -80,7 +80,6 @@ async def follow(
     label_selector: str = "",
     field_selector: str = "",
     max_backoff: float = 30.0,
-    absent_retry: float = ABSENT_RETRY,
     max_item: int = MAX_ITEM_BYTES,
 ) -> None:
     """List+watch ``path`` (e.g. ``/api/v1/services``) through the hub until cancelled."""
@@ -106,17 +105,13 @@ async def follow(
         except _Gone:
             continue
         except _Absent as e:
+            # Not installed, not allowed, or (through the hub, offline) not cached: known to
+            # be empty for now, and asked again with the usual backoff, so a CRD installed
+            # later or the cloud coming back is noticed within max_backoff.
             target.mark_absent()
             log = logger.debug if absent_logged else logger.info
-            log(
-                "%s cannot be read (%s); treated as empty, asked again in %ss",
-                what,
-                e,
-                absent_retry,
-            )
+            log("%s cannot be read (%s); treated as empty until it can", what, e)
             absent_logged = True
-            await asyncio.sleep(absent_retry * (1 + random.random() / 4))
-            continue
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
             logger.debug("following %s: %s", what, e)
         await asyncio.sleep(backoff * (1 + random.random() / 2))

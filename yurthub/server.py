@@ -19,7 +19,8 @@ Usage (tests, the demo, the CLI)::
 are the health checker and, when the identity comes from ``--kubeconfig``, the identity follower
 (``Upstream.follow_identity``: rotated certificates and token files are picked up while running).
 
-The cache plugs in through ``tee`` / ``local`` (``proxy/seams.py``) and ``hub.on_lease``.
+The cache plugs in through ``tee`` / ``local`` (``proxy/seams.py``) and ``hub.on_lease``, the
+response filters through ``filters``.
 """
 
 from __future__ import annotations
@@ -91,13 +92,17 @@ class Hub:
         tee: seams.Tee | None = None,
         local: seams.LocalAnswerer | None = None,
         identity: kubeconfigs.Identity | None = None,
+        filters: seams.ResponseFilter | None = None,
     ) -> None:
-        """``identity``: use this one (fixed) instead of loading ``--kubeconfig``."""
+        """``identity``: use this one (fixed) instead of loading ``--kubeconfig``.
+        ``filters``: the response filters (``yurthub.filters.runtime``); their inputs join the
+        readiness conditions (``filter-inputs``)."""
         self.settings = hub_settings
         self.metrics = metrics.Metrics()
         self.readiness = readiness.Readiness()
         self._tee = tee
         self._local = local
+        self._filters = filters
         self._identity = identity
         self._stack = contextlib.AsyncExitStack()
         self._health_task: asyncio.Task[None] | None = None
@@ -149,11 +154,13 @@ class Hub:
         self._stack.push_async_callback(client.close)
         self.health = health.HealthChecker(s, client, self.metrics)
         self.health.on_lease = self._pending_on_lease
-        self.remote = remote.RemoteProxy(client, s.proxy, self.metrics, self._tee)
+        self.remote = remote.RemoteProxy(client, s.proxy, self.metrics, self._tee, self._filters)
         checker = self.health
         self.readiness.add("settings", lambda: True)
         self.readiness.add("initial-health-probe", checker.initial_probe_done.is_set)
         self.readiness.add("not-stopping", lambda: not self._stopping)
+        if self._filters is not None:
+            self.readiness.add("filter-inputs", self._filters.ready)
         self.router = routing.Router(
             hub=s,
             balancer=balancing.Balancer(s.upstream.servers, s.upstream.lb_mode),

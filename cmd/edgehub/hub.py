@@ -17,6 +17,7 @@ import click
 
 from edgehub import cli
 from yurthub import assembly, kubeconfigs, lifecycle, requestinfo, settings
+from yurthub.filters import registry
 
 AGENT_COMPONENT = "edgehub-agent"
 
@@ -63,6 +64,33 @@ def _duration(value: str) -> float:
     help="Kubeconfig with the hub's identity (client certificate or token) and cluster CA.",
 )
 @click.option("--shutdown-grace-seconds", default=10.0, type=click.FloatRange(min=0))
+@click.option(
+    "--working-mode",
+    default="edge",
+    type=click.Choice([m.value for m in settings.WorkingMode]),
+    help="edge: cache and every filter; cloud: no cache, and discardcloudservice, "
+    "forwardkubesvctraffic, serviceenvupdater off.",
+)
+@click.option(
+    "--enable-resource-filter/--no-enable-resource-filter",
+    default=True,
+    help="Rewrite what kubelet, kube-proxy, coredns... read (README: Response filters).",
+)
+@click.option(
+    "--disabled-resource-filters",
+    default="",
+    help="Filters to turn off, comma separated ('*': all): " + ", ".join(registry.NAMES) + ".",
+)
+@click.option(
+    "--enable-node-pool/--no-enable-node-pool",
+    default=True,
+    help="servicetopology pool topology from NodePools (apps.openyurt.io/v1beta2).",
+)
+@click.option(
+    "--enable-pool-service-topology/--no-enable-pool-service-topology",
+    default=False,
+    help="servicetopology pool topology from NodeBuckets (wins over --enable-node-pool).",
+)
 @click.option(
     "--enable-discovery/--no-enable-discovery",
     default=False,
@@ -215,6 +243,10 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
     assert kubeconfig is None or isinstance(kubeconfig, pathlib.Path)
     grace = opts["shutdown_grace_seconds"]
     assert isinstance(grace, float)
+    try:
+        disabled = registry.parse_names(s("disabled_resource_filters"))
+    except registry.UnknownFilter as e:
+        raise click.BadParameter(str(e)) from e
     return settings.HubSettings(
         node_name=s("node_name"),
         nodepool_name=s("nodepool_name"),
@@ -246,5 +278,12 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             cache_agents=settings.parse_cache_agents(s("cache_agents"))
             # The embedded agent must keep working offline: its answers are cached.
             + ((AGENT_COMPONENT,) if opts.get("enable_discovery") else ()),
+        ),
+        working_mode=settings.WorkingMode(s("working_mode")),
+        filters=settings.FilterSettings(
+            enabled=bool(opts["enable_resource_filter"]),
+            disabled=disabled,
+            enable_node_pool=bool(opts["enable_node_pool"]),
+            enable_pool_service_topology=bool(opts["enable_pool_service_topology"]),
         ),
     )

@@ -20,7 +20,7 @@ watches run in their request handlers, and ``follow_config`` is a coroutine the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import aiohttp
 
@@ -72,11 +72,16 @@ class CacheRuntime:
         """``seams.LeaseCallback`` for ``Hub.on_lease``."""
         self.store_kubelet_lease(raw)
 
-    async def follow_config(self, proxy_url: str) -> None:
-        """Follow ``yurt-hub-cfg`` through the hub at ``proxy_url`` until cancelled."""
+    async def follow_config(self, proxy_url: str, also: Sequence[agents.ConfigTarget] = ()) -> None:
+        """Follow ``yurt-hub-cfg`` through the hub at ``proxy_url`` until cancelled; ``also``
+        get its data too (the response filters' additions)."""
         async with aiohttp.ClientSession() as session:
             await agents.follow_configmap(
-                self.agents, session, proxy_url, namespace=self.settings.cache.config_namespace
+                self.agents,
+                session,
+                proxy_url,
+                namespace=self.settings.cache.config_namespace,
+                also=also,
             )
 
     def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:

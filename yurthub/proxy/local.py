@@ -35,7 +35,8 @@ Answers (decisions that differ from YurtHub are marked *):
   Accept header prefers and the cache holds); 404 for an uncached discovery path*.
 
 Errors are Kubernetes Status objects. Bodies are spliced from stored bytes, never re-encoded
-(except for views, which are built).
+(except for views, which are built, and objects a response filter changes: the cache stores
+what the cloud sent, and offline answers go through the same filters as online ones).
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ class Answerer:
         self._clock = clock
         self._closing = asyncio.Event()
         self._token_key = secrets.token_bytes(32)
+        self.filters: seams.ResponseFilter | None = None
+        """The response filters: offline answers are filtered as online ones (set by the
+        assembly; None: unfiltered)."""
 
     def close(self) -> None:
         """End every held watch now (hub shutdown)."""
@@ -199,9 +203,9 @@ class Answerer:
             if reason is seams.LocalReason.UPSTREAM_ERROR:
                 return None
             return _not_found(info)
-        if media.representation is cacheability.Representation.OBJECT or (
-            media.representation is cacheability.Representation.PARTIAL and scope.partial
-        ):
+        if media.representation is cacheability.Representation.OBJECT:
+            return _json(200, self._filtered(info, body))
+        if media.representation is cacheability.Representation.PARTIAL and scope.partial:
             return _json(200, body)
         obj = framing.parse_object(body)
         if media.representation is cacheability.Representation.PARTIAL:
@@ -233,8 +237,33 @@ class Answerer:
                     **(meta if isinstance(meta, dict) else {}),
                     **_identity(cached),
                 }
-                return _json(200, orjson.dumps(patched))
-        return _json(200, body)
+                return _json(200, self._filtered(info, orjson.dumps(patched)))
+        return _json(200, self._filtered(info, body))
+
+    # --- response filters (the cache stores what the cloud sent) ---------------------------------
+
+    def _filtered(self, info: requestinfo.RequestInfo, body: bytes) -> bytes:
+        stored = self.filters.stored(info) if self.filters is not None else None
+        return body if stored is None else stored.object(body)
+
+    async def _filtered_items(
+        self, info: requestinfo.RequestInfo, bodies: list[bytes]
+    ) -> list[bytes]:
+        """The list's items through the request's filters, dropped ones left out. Decoding is
+        CPU: the loop gets a turn every ``LIST_WRITE_ITEMS`` items."""
+        stored = self.filters.stored(info) if self.filters is not None else None
+        if stored is None:
+            return bodies
+        out: list[bytes] = []
+        for start in range(0, len(bodies), LIST_WRITE_ITEMS):
+            if start:
+                await asyncio.sleep(0)
+            for body in bodies[start : start + LIST_WRITE_ITEMS]:
+                kept = stored.item(body)
+                if kept is not None:
+                    out.append(kept)
+        bodies.clear()
+        return out
 
     # --- list ------------------------------------------------------------------------------------
 
@@ -269,6 +298,8 @@ class Answerer:
         else:
             found = await self._store.bodies((k for k, _ in chosen), within=within)
             bodies = [b for b in found if b is not None]
+        if media.representation is cacheability.Representation.OBJECT:
+            bodies = await self._filtered_items(info, bodies)
         if media.representation is cacheability.Representation.OBJECT or (
             media.representation is cacheability.Representation.PARTIAL and scope.partial
         ):
@@ -431,7 +462,10 @@ class Answerer:
         bodies = await self._store.bodies(
             (k for k, _ in listing.chosen), within=_within(listing.scope, info.namespace)
         )
+        stored = self.filters.stored(info) if self.filters is not None else None
         for body in bodies:
+            if body is not None and stored is not None:
+                body = stored.item(body)  # one left out: this is a list, streamed
             if body is not None:
                 await resp.write(b'{"type":"ADDED","object":' + body + b"}\n")
         end = orjson.loads(self._bookmark(info, listing.scope, list_key))

@@ -6,9 +6,12 @@ Invariants:
   writer puts it on the transport at once) before the next read. A watch event reaches the
   client as soon as its bytes arrive. ``write`` awaits the drain past the writer's high-water
   mark, so a slow client slows the upstream read (TCP backpressure), never memory.
-- A 2xx response is offered to the ``Tee``; its sink sees exactly the bytes the client got,
+- A 2xx response is offered to the ``Tee``; its sink sees exactly the bytes the upstream sent,
   and gets exactly one of ``finish`` / ``abort``. A tee that raises loses that response (logged)
   and the client still gets all of it.
+- A 2xx response is offered to the ``ResponseFilter`` too; with a transform the client gets
+  what the transform makes of each chunk (the response filters), the tee still the upstream's
+  bytes. A transform that raises ends the answer as an upstream breaking mid-body does.
 - ``UpstreamUnavailable`` is raised only before anything was sent to the client, so the router
   may still answer from the cache or another backend. ``retryable`` says nothing reached the
   apiserver (connect failed, or a stale pooled connection on a body-less request).
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import aiohttp
 import yarl
@@ -54,11 +57,13 @@ class RemoteProxy:
         proxy: settings.ProxySettings,
         collectors: metrics.Metrics,
         tee: seams.Tee | None,
+        filters: seams.ResponseFilter | None = None,
     ) -> None:
         self.client = client
         self._settings = proxy
         self._metrics = collectors
         self.tee = tee
+        self.filters = filters
         self._watches: set[aiohttp.ClientResponse] = set()
         self._closing = False
 
@@ -149,6 +154,17 @@ class RemoteProxy:
         except aiohttp.ClientError as e:
             raise UpstreamUnavailable(server, repr(e), retryable=False) from e
 
+    def _transform(
+        self, info: requestinfo.RequestInfo, up: aiohttp.ClientResponse
+    ) -> seams.BodyTransform | None:
+        if self.filters is None or not 200 <= up.status < 300:
+            return None
+        try:
+            return self.filters.open(info, up.status, up.headers)
+        except Exception:
+            log.exception("the filters could not take %s; passing it unfiltered", info.describe())
+            return None
+
     @contextlib.contextmanager
     def _tracked(
         self, up: aiohttp.ClientResponse, info: requestinfo.RequestInfo, server: str
@@ -175,7 +191,11 @@ class RemoteProxy:
         started: list[web.StreamResponse],
     ) -> web.StreamResponse:
         resp = web.StreamResponse(status=up.status, reason=up.reason)
-        for name, value in headers.response_headers(up.headers.items()):
+        transform = self._transform(info, up)
+        out_headers = headers.response_headers(up.headers.items())
+        if transform is not None:
+            out_headers = transform.response_headers(out_headers)
+        for name, value in out_headers:
             resp.headers.add(name, value)
         sink = None
         if self.tee is not None and 200 <= up.status < 300:
@@ -209,7 +229,18 @@ class RemoteProxy:
                     if request.transport is not None:
                         request.transport.close()
                     return resp
-                await resp.write(chunk)
+                if transform is None:
+                    await resp.write(chunk)
+                elif not await _write_filtered(resp, transform.feed(chunk), info):
+                    if sink is not None:
+                        sink.abort("filter broke mid-body")
+                        sink = None
+                    if info.is_watch:
+                        transform = None  # end the watch cleanly; the client re-watches
+                        break
+                    if request.transport is not None:
+                        request.transport.close()
+                    return resp
                 traffic += len(chunk)
                 if sink is not None:
                     try:
@@ -222,6 +253,13 @@ class RemoteProxy:
             if sink is not None and info.is_watch and self._closing:
                 sink.abort("hub shutting down")
                 sink = None
+            if transform is not None and not await _write_filtered(resp, transform.finish(), info):
+                if sink is not None:
+                    sink.abort("filter broke at the end of the body")
+                    sink = None
+                if not info.is_watch and request.transport is not None:
+                    request.transport.close()
+                    return resp
             await resp.write_eof()
             if sink is not None:
                 current, sink = sink, None
@@ -252,3 +290,20 @@ class RemoteProxy:
                     info.resource,
                     info.subresource,
                 ).inc(traffic)
+
+
+async def _write_filtered(
+    resp: web.StreamResponse, pieces: Iterable[bytes], info: requestinfo.RequestInfo
+) -> bool:
+    """Write what a transform yields; False when the transform raised (logged)."""
+    it = iter(pieces)
+    while True:
+        try:
+            piece = next(it)
+        except StopIteration:
+            return True
+        except Exception:
+            log.exception("the response filters broke off %s", info.describe())
+            return False
+        if piece:
+            await resp.write(piece)

@@ -1,7 +1,8 @@
-"""The seams between the online proxy and the cache: small Protocols, no implementation.
+"""The seams between the proxy and the cache and filters: small Protocols, no implementation.
 
-The routing code (``proxy/routing.py``) calls these; the cache package implements them. ``None``
-for either one means "no cache": the hub still proxies, it just cannot answer offline.
+The routing code (``proxy/routing.py``) calls these; the cache package and the response filters
+(``yurthub.filters``) implement them. ``None`` for the tee or local answerer means "no cache":
+the hub still proxies, it just cannot answer offline; ``None`` for the filter means unfiltered.
 
 Invariants the proxy keeps for implementers:
 
@@ -20,12 +21,19 @@ Invariants the proxy keeps for implementers:
 - ``LocalAnswerer.close`` is called once, in the hub's shutdown phase that ends upstream
   watches: watches held open offline must end cleanly then too, or they hold the whole grace
   period and are cut.
+- ``ResponseFilter.open`` is called for every upstream 2xx response, after ``Tee.open`` and
+  before any body byte is sent. With a ``BodyTransform`` the client gets the headers it
+  returns from ``response_headers`` and, instead of each chunk, what ``feed`` yields for it
+  (possibly nothing yet), then what ``finish`` yields at upstream EOF. The tee still gets the
+  chunks as they came from upstream: the cache stores what the cloud sent, and offline answers
+  are filtered again (``StoredObjects``). A transform that raises ends that answer as an
+  upstream breaking off mid-body would.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from aiohttp import web
@@ -79,6 +87,42 @@ class LocalAnswerer(Protocol):
 
     def close(self) -> None:
         """Hub shutdown: end every watch held open offline (cleanly, as the upstream ones)."""
+
+
+class BodyTransform(Protocol):
+    """Rewrites one upstream body on its way to the client (response filters)."""
+
+    def response_headers(self, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The headers to send instead of the upstream's (e.g. without Content-Length)."""
+
+    def feed(self, chunk: bytes) -> Iterable[bytes]:
+        """What to send for this upstream chunk (may be nothing yet). Never blocks."""
+
+    def finish(self) -> Iterable[bytes]:
+        """Upstream EOF: what is left to send."""
+
+
+class StoredObjects(Protocol):
+    """Filters objects an offline answer is built from (one request's filters)."""
+
+    def object(self, body: bytes) -> bytes:
+        """A whole answer (get, update, patch): the body to send."""
+
+    def item(self, body: bytes) -> bytes | None:
+        """One object of a list or of a watch's initial events; None: leave it out."""
+
+
+class ResponseFilter(Protocol):
+    def open(
+        self, info: requestinfo.RequestInfo, status: int, headers: Mapping[str, str]
+    ) -> BodyTransform | None:
+        """A transform for this upstream response, or None to pass it as it comes."""
+
+    def stored(self, info: requestinfo.RequestInfo) -> StoredObjects | None:
+        """The filters for an answer from the cache, or None when none apply."""
+
+    def ready(self) -> bool:
+        """The filters' inputs are there (readiness gate; cheap, called per request)."""
 
 
 class LeaseCallback(Protocol):

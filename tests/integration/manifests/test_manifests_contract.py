@@ -50,6 +50,7 @@ from discovery.agent import settings as agent_settings
 from managers import csrapproving
 from yurthub import settings as hub_settings
 from yurthub.cache import agents
+from yurthub.filters import runtime as filtering
 
 EDGEHUB = shutil.which("edgehub", path=str(Path(sys.executable).parent)) or "edgehub"
 NODE = "edge-node-1"
@@ -283,6 +284,30 @@ def test_hub_rbac_grants_what_kube_proxy_and_the_config_follower_need() -> None:
         assert binding["subjects"] == [
             {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}
         ]
+
+
+def test_hub_rbac_grants_the_filters_their_pool_inputs() -> None:
+    docs = load(MANIFESTS / "hub" / "rbac.yaml")
+    roles = {m.doc["metadata"]["name"]: m.doc for m in docs if m.kind == "ClusterRole"}
+    (binding,) = [m.doc for m in docs if m.kind == "ClusterRoleBinding"]
+    rules = roles[binding["roleRef"]["name"]]["rules"]
+    for resource in ("nodepools", "nodebuckets"):
+        assert _allows(rules, "apps.openyurt.io", resource, ("get", "list", "watch"))
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}
+    ]
+    paths = {path for _, _, path, _, _ in filtering.Filters(_edge_settings()).needed()}
+    assert runtime_paths() <= paths | {filtering.NODEBUCKETS_PATH}
+
+
+def runtime_paths() -> set[str]:
+    return {filtering.NODEPOOLS_PATH, "/api/v1/services", "/api/v1/nodes"}
+
+
+def _edge_settings() -> hub_settings.HubSettings:
+    return hub_settings.HubSettings(
+        node_name=NODE, upstream=hub_settings.UpstreamSettings(servers=("https://127.0.0.1:1",))
+    )
 
 
 def _allows(

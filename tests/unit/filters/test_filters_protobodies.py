@@ -6,9 +6,17 @@ from typing import Any
 
 import pytest
 from filter_samples import world
-from k8s_protos import CLASSES, entries, envelope, frame, frames, message, open_envelope
 
 from yurthub.filters import chaining, jsonbodies, protobodies
+from yurthub.testing.protomessages import (
+    CLASSES,
+    entries,
+    envelope,
+    frame,
+    frames,
+    message,
+    open_envelope,
+)
 from yurthub.testing.sim import protobuf as sim_protobuf
 
 DISCARD = {"svc.openyurt.io/discard": "true"}

@@ -1,9 +1,15 @@
-"""Kubernetes protobuf messages for the tests, built with the official protobuf runtime.
+"""Kubernetes protobuf bodies for tests, made with the official protobuf runtime.
 
-An encoder and decoder independent of ``yurthub.filters.protobodies``: message classes made at
-run time from descriptors written here from the upstream ``generated.proto`` field numbers, with
-more fields than the hub's codec knows (uid, selector, targetPort, image, ...), so the tests see
-that fields the codec does not name survive a rewrite.
+An encoder and decoder independent of the hub's own (``yurthub.filters.protobodies``): message
+classes built at run time from descriptors written here with the field numbers of the upstream
+``generated.proto`` files, for a subset of Service, EndpointSlice, Pod, ConfigMap and the
+envelope (``runtime.Unknown``, ``WatchEvent``). They hold more fields than the hub's codec names
+(uid, selector, targetPort, image, ...), so tests can see that fields the hub does not read
+survive its rewrites.
+
+    body = protomessages.envelope("Service", protomessages.message("Service", metadata=...))
+    protomessages.open_envelope(body, "Service").spec.clusterIP
+    stream = protomessages.frame("ADDED", body) + ...    # a protobuf watch stream
 """
 
 from __future__ import annotations
@@ -165,7 +171,7 @@ def envelope(kind: str, obj: Any, api_version: str = "v1") -> bytes:
         contentEncoding="",
         contentType="",
     )
-    return b"k8s\x00" + unknown.SerializeToString()
+    return b"k8s\x00" + bytes(unknown.SerializeToString())
 
 
 def open_envelope(body: bytes, name: str) -> Any:
@@ -180,7 +186,7 @@ def entries(field: Any) -> dict[str, str]:
 
 def frame(event_type: str, obj_body: bytes) -> bytes:
     event = message("WatchEvent", type=event_type, object=message("RawExtension", raw=obj_body))
-    data = event.SerializeToString()
+    data = bytes(event.SerializeToString())
     return len(data).to_bytes(4, "big") + data
 
 
