@@ -7,12 +7,16 @@ that is safe:
 1. open the cache (index loaded off the loop) — offline answers work from the first request;
 2. start the hub with the cache's tee and local answerer; the heartbeat's Lease is stored as
    kubelet's lease;
-3. tell the local answerer how to see cloud health (held offline watches end when it returns);
-4. follow the ``yurt-hub-cfg`` ConfigMap through the hub's own proxy (so it is cached too; one
+3. tell the local answerer (and the filters) how to see cloud health (held offline watches end
+   when it returns);
+4. wait for the first health probe (bounded by the heartbeat timeout and retries): asked
+   before it, the followers below would all meet the empty cache's 404 first;
+5. follow the ``yurt-hub-cfg`` ConfigMap through the hub's own proxy (so it is cached too; one
    watch feeds the cache agents and the response filters' additions), and the filters'
    inputs (services, the node, its pool);
-5. wait for the first health probe (bounded by the heartbeat timeout and retries): whatever
-   runs beside the hub talks to it at once, and would otherwise meet the readiness gate's 503.
+6. wait for the filters' inputs (bounded by ``inputs_sync_timeout``, not at all offline):
+   whatever runs beside the hub talks to it at once, and would otherwise meet the readiness
+   gate's 503.
 
 Teardown runs in reverse: stop following, stop the hub (phased), close the cache (queued
 writes flushed, bounded).
@@ -115,6 +119,11 @@ async def running(
                     followers.append(
                         tg.create_task(filters.follow(hub.proxy_url), name="filter-inputs")
                     )
+                    # Whatever runs beside the hub talks to it at once: do not hand it a hub
+                    # whose gate still waits for the filters' inputs (bounded: ``ready`` gives
+                    # up waiting after inputs_sync_timeout, and never waits offline).
+                    while not filters.ready():
+                        await asyncio.sleep(0.05)
                 try:
                     yield Node(hub=hub, cache=cache, filters=filters)
                 finally:
