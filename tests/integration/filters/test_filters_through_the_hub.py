@@ -121,6 +121,19 @@ async def test_a_discarded_load_balancer_never_reaches_kube_proxy(tmp_path: path
         await edge.cut()
         offline = (await edge.get("/api/v1/services", ua=KUBE_PROXY))["items"]
         assert "cloud-lb" not in {s["metadata"]["name"] for s in offline}
+        # A streaming list offline (client-go's WatchListClient): the initial events are the
+        # cached list, filtered; a dropped object is simply not among them.
+        async with edge.watch(
+            "/api/v1/services",
+            ua=KUBE_PROXY,
+            sendInitialEvents="true",
+            allowWatchBookmarks="true",
+            resourceVersionMatch="NotOlderThan",
+        ) as events:
+            initial = []
+            while (event := await events.next())["type"] != "BOOKMARK":
+                initial.append(event["object"]["metadata"]["name"])
+            assert "web" in initial and "cloud-lb" not in initial
         metrics = await edge.metrics()
         assert (
             'node_yurthub_filter_objects_total{filter="discardcloudservice",outcome="dropped"}'
