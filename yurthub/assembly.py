@@ -101,7 +101,7 @@ async def running(
                 # before, they would all meet an empty cache's 404 first.
                 await checker.initial_probe_done.wait()
                 followers = []
-                also = [filters.approver] if filters is not None else []
+                also = [filters] if filters is not None else []
                 if cache is not None:
                     followers.append(
                         tg.create_task(
@@ -122,8 +122,7 @@ async def running(
                     # Whatever runs beside the hub talks to it at once: do not hand it a hub
                     # whose gate still waits for the filters' inputs (bounded: ``ready`` gives
                     # up waiting after inputs_sync_timeout, and never waits offline).
-                    while not filters.ready():
-                        await asyncio.sleep(0.05)
+                    await filters.wait_ready()
                 try:
                     yield Node(hub=hub, cache=cache, filters=filters)
                 finally:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 TOPOLOGY_ANNOTATION = "openyurt.io/topologyKeys"
@@ -53,6 +53,8 @@ class Collection:
 
     synced = False
     """True once a list (or a definitive "there is none": 404/403) has been applied."""
+    on_commit: Callable[[], None] | None = None
+    """Called after each list is applied (the runtime wakes what waits for the inputs)."""
 
     def begin(self) -> None:
         self._pending = self._empty()
@@ -64,6 +66,8 @@ class Collection:
         self._state = self._pending
         self._pending = self._empty()
         self.synced = True
+        if self.on_commit is not None:
+            self.on_commit()
 
     def apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
         self._put(self._state, event_type, obj)

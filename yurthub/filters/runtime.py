@@ -7,8 +7,9 @@ Usage (``yurthub.assembly``; tests build it the same way)::
     filters.attach_metrics(hub.metrics)
     cache.local.filters = filters                       # offline answers
     filters.cloud_healthy = hub.health.any_healthy
+    tg.create_task(cache.follow_config(hub.proxy_url, also=[filters]), name="config")
     tg.create_task(filters.follow(hub.proxy_url), name="filter-inputs")
-    # yurt-hub-cfg: the cache's follower feeds filters.approver too (one watch per hub)
+    await filters.wait_ready()                          # bounded
 
 Per request: ``registry.Approver`` names the filters (none for most requests: one dict
 lookup), a ``chaining.Chain`` runs them over each object, ``responding`` picks the body shape.
@@ -29,9 +30,11 @@ and a missing input leaves objects unchanged) and never longer than ``inputs_syn
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import aiohttp
 from prometheus_client import Counter
@@ -158,6 +161,9 @@ class Filters:
         self._clock = clock
         self._since = clock()
         self._gave_up_waiting = False
+        self._changed = asyncio.Event()
+        for _, collection, *_ in self.needed():
+            collection.on_commit = self._changed.set
 
     # --- per request -------------------------------------------------------------------------
 
@@ -269,6 +275,26 @@ class Filters:
         )
         return True
 
+    def apply_configmap(self, data: Mapping[str, Any] | None) -> bool:
+        """``agents.ConfigTarget``: ``yurt-hub-cfg``'s per-filter additions (the cache's
+        follower hands the data on to us)."""
+        changed = self.approver.apply_configmap(data)
+        self._changed.set()
+        return changed
+
+    async def wait_ready(self) -> None:
+        """Until ``ready``: the inputs are read, the cloud is away, or ``inputs_sync_timeout``
+        has passed since the inputs were first asked for."""
+        remaining = self._since + self._settings.filters.inputs_sync_timeout - self._clock()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, remaining)):
+                while True:
+                    self._changed.clear()
+                    if self.ready():
+                        return
+                    await self._changed.wait()
+        self.ready()  # past the deadline: serve anyway (logged once)
+
     async def follow(self, proxy_url: str) -> None:
         """Follow every needed input through the hub at ``proxy_url`` until cancelled."""
         needed = self.needed()
@@ -296,7 +322,7 @@ class Filters:
         the cache, its follower feeds ``approver`` too: one watch per hub)."""
         async with aiohttp.ClientSession() as session:
             await agents.follow_configmap(
-                self.approver,
+                self,
                 session,
                 proxy_url,
                 namespace=self._settings.cache.config_namespace,
