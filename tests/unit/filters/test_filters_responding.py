@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import zlib
 from typing import Any
@@ -261,3 +262,23 @@ def test_disabled_filter_names_are_checked() -> None:
     with pytest.raises(settings.ConfigError, match="servicetoplogy"):
         hub_settings(disabled=("servicetoplogy",))
     assert hub_settings(disabled=(registry.WILDCARD,)).filters.disabled == ("*",)
+
+
+async def test_wait_ready_wakes_on_inputs_and_gives_up_at_the_deadline() -> None:
+    f = filtering.Filters(hub_settings(inputs_sync_timeout=30.0))
+    f.cloud_healthy = lambda: True
+    async with asyncio.TaskGroup() as tg:
+        waiter = tg.create_task(f.wait_ready(), name="wait-ready")
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        f.apply_configmap(None)
+        for _, collection, *_ in f.needed():
+            await asyncio.sleep(0.01)
+            assert not waiter.done()
+            collection.replace([])
+    assert f.ready()
+    late = filtering.Filters(hub_settings(inputs_sync_timeout=0.2))
+    late.cloud_healthy = lambda: True
+    async with asyncio.timeout(5):
+        await late.wait_ready()  # nothing ever came: served anyway after 0.2 s
+    assert late.ready()
