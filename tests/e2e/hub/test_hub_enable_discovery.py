@@ -170,7 +170,14 @@ def test_sigterm_while_the_agent_waits_for_an_unreachable_cloud(workdir: pathlib
         _hub_argv(workdir, dead, identity, workdir / "akri"), stdout=log, stderr=log
     )
     try:
-        time.sleep(3)  # well into the agent's wait
+        # Into the agent's wait: the hub serves (its handlers are installed by then), then a
+        # moment more. A fixed sleep raced the imports on a loaded machine (SIGTERM killed it).
+        deadline = time.monotonic() + 30
+        while "hub proxy listening" not in (workdir / "hub.log").read_text():
+            assert hub.poll() is None, (workdir / "hub.log").read_text()
+            assert time.monotonic() < deadline, (workdir / "hub.log").read_text()
+            time.sleep(0.1)
+        time.sleep(1)
         assert hub.poll() is None, (workdir / "hub.log").read_text()
         hub.send_signal(signal.SIGTERM)
         code = hub.wait(timeout=20)
