@@ -21,11 +21,14 @@ that is safe:
 Teardown runs in reverse: stop following, stop the hub (phased), close the cache (queued
 writes flushed, bounded).
 
-A cache that cannot be opened (permissions, a corrupt database, a full disk at start) does not
-keep the node from working online: the hub then runs as a plain proxy, logs it as an error and
-reports ``node_yurthub_error_keys_persistency_status 0``. Nothing is deleted automatically;
-``edgehub cache verify`` tells the operator what is wrong. ``--working-mode=cloud`` runs without
-the cache on purpose (a node next to the apiservers has nothing to answer offline).
+A damaged database is moved aside by the store and a new one started (``/v1/readyz`` shows a
+warning, ``node_yurthub_cache_resets_total`` counts it). A cache that cannot be opened at all
+(permissions, a full disk at start) does not keep the node from working online: the hub then
+runs as a plain proxy, logs it as an error, reports
+``node_yurthub_error_keys_persistency_status 0`` and ``/v1/readyz`` answers 500 naming
+``disk-cache`` (the proxy itself is not gated on it). ``edgehub cache verify`` tells the operator
+what is wrong. ``--working-mode=cloud`` runs without the cache on purpose (a node next to the
+apiservers has nothing to answer offline).
 
 The response filters (``yurthub.filters``) run with or without the cache: online answers
 through the proxy, offline ones through the cache's local answerer.
@@ -81,11 +84,16 @@ async def running(
         if cache is None:
             hub = server.Hub(hub_settings, filters=filters)
             hub.metrics.error_keys_persistency_status.set(0)
+            if hub_settings.working_mode is settings.WorkingMode.EDGE:
+                # Online traffic needs no cache: only the probe says the node is not autonomous.
+                hub.readiness.add("disk-cache", lambda: False, gates_proxy=False)
         else:
             hub = server.Hub(hub_settings, tee=cache.tee, local=cache.local, filters=filters)
             hub.on_lease = cache.on_lease
             cache.attach_metrics(hub.metrics)
             cache.local.filters = filters
+            if cache.store.reset:
+                hub.readiness.warn("disk-cache", cache.store.reset)
         if filters is not None:
             filters.attach_metrics(hub.metrics)
         await hub.start()

@@ -263,10 +263,11 @@ class Hub:
         return web.Response(text="OK")
 
     async def _readyz(self, request: web.Request) -> web.Response:
-        missing = self.readiness.not_ready()
+        missing, warnings = self.readiness.report()
+        notes = "".join(f"\nwarning: {w}" for w in warnings)
         if missing:
-            return web.Response(status=500, text=f"not ready: {', '.join(missing)}")
-        return web.Response(text="OK")
+            return web.Response(status=500, text=f"not ready: {', '.join(missing)}{notes}")
+        return web.Response(text=f"OK{notes}")
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(

@@ -21,8 +21,12 @@ Rules (DESIGN.md "The cache", reference §3.3-3.5, and what we do beyond YurtHub
   it may only mean "no longer matches" (the apiserver sends the previous object in both cases),
   so only that list's claim goes, plus any direct-get claim (a get says nothing about the
   present); other lists keep the object until their own watch says otherwise.
-- Pods without ``spec.nodeName`` are never stored (reference §3.3): not yet scheduled pods are
-  not this node's business and YurtHub refuses them too.
+- A list is stored whole or not at all: every item is stored (a pod without ``spec.nodeName``
+  too: YurtHub refuses those everywhere, reference §3.3 **[quirk]**, so a ``kubectl get pods -A``
+  answered offline lacked the pending pods the cloud had listed), and a list with an item the
+  cache cannot store (no name, a Status) or outside the list's namespace is not stored at all.
+- An object whose body names another object than the request's URL (name, or namespace) is not
+  stored: it would answer for the wrong key offline.
 """
 
 from __future__ import annotations
@@ -63,7 +67,23 @@ Change = Write | Remove
 
 
 class NotStorable(ValueError):
-    """An object the cache refuses (no name, unscheduled pod, a Status...)."""
+    """An object the cache refuses (no name, a Status, another object than the URL's...)."""
+
+
+class WrongObject(NotStorable):
+    """The body names another object (name or namespace) than the request it answers."""
+
+
+def check_identity(item: Item, name: str, namespace: str) -> None:
+    """Raise ``WrongObject`` unless ``item`` is the object a request for ``namespace``/``name``
+    may answer with (empty: not given by the URL)."""
+    if name and item.key.name != name:
+        raise WrongObject(f"the body names {item.key.name!r}, the URL {name!r}")
+    # ``namespaces`` objects have no namespace level in their key (their URL names them twice).
+    if namespace and item.key.namespace and item.key.namespace != namespace:
+        raise WrongObject(
+            f"the body is in namespace {item.key.namespace!r}, the URL in {namespace!r}"
+        )
 
 
 def is_newer_or_same(incoming: entries.Entry, current: entries.Entry) -> bool:
@@ -96,12 +116,8 @@ def item_from_object(
     if not isinstance(name, str) or not name:
         raise NotStorable("object has no name")
     namespace = meta.get("namespace")
-    if not isinstance(namespace, str):
+    if not isinstance(namespace, str) or not namespace:
         namespace = fallback_namespace
-    if scope.resource == "pods" and not scope.partial:
-        spec = obj.get("spec")
-        if not isinstance(spec, Mapping) or not spec.get("nodeName"):
-            raise NotStorable("pod has no spec.nodeName")
     fields = selectors.field_values(scope.resource, obj)
     entry = entries.entry_from_object(obj, fields, frozenset(), len(body))
     return Item(keys.object_key(scope, namespace, name), entry, body)

@@ -2,10 +2,17 @@
 
 PURE: bytes in, bytes out.
 
-An entry value is ``MAGIC | u32 header length | header JSON | body``. The header carries what an
-offline answer needs without decoding the body (resourceVersion, labels, the field-selector
-fields of that kind, kind/apiVersion) and which lists cover the object (``owners``); the body is
-the object's JSON exactly as stored. List records use the same layout with an empty body.
+An entry value is ``MAGIC | u32 header length | u32 CRC-32 | header JSON | body``. The header
+carries what an offline answer needs without decoding the body (resourceVersion, labels, the
+field-selector fields of that kind, kind/apiVersion) and which lists cover the object
+(``owners``); the body is the object's JSON exactly as stored. List records use the same layout
+with an empty body. The CRC covers the length and everything after the CRC: a flipped or lost
+byte anywhere but in the magic makes the value ``CorruptEntry`` (the magic itself is compared).
+It is a check against a failing disk, not against someone who can write the cache (root).
+
+Older hubs wrote ``EHC1`` values (no CRC): ``is_legacy`` tells them apart, ``upgrade`` checks
+one as well as it can be checked (header decodes, an object's body is a JSON object) and
+re-encodes it with a CRC. The store does that once, when it opens a cache (``store``).
 
 Invariants:
 
@@ -25,14 +32,20 @@ from __future__ import annotations
 import dataclasses
 import struct
 import sys
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-MAGIC = b"EHC1"
+MAGIC = b"EHC2"
+LEGACY_MAGIC = b"EHC1"
+"""Values of hubs before entries carried a CRC."""
 _LEN = struct.Struct(">I")
-_HEAD = len(MAGIC) + _LEN.size
+_LENGTH_CRC = struct.Struct(">II")
+_LEGACY_HEAD = len(LEGACY_MAGIC) + _LEN.size
+_CRC_AT = len(MAGIC) + _LEN.size
+_HEAD = _CRC_AT + _LEN.size
 
 _KEY_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 
@@ -131,7 +144,9 @@ def entry_from_object(
 
 def _pack(header: Mapping[str, Any], body: bytes) -> bytes:
     head = orjson.dumps(header)
-    return b"".join((MAGIC, _LEN.pack(len(head)), head, body))
+    length = _LEN.pack(len(head))
+    crc = zlib.crc32(body, zlib.crc32(head, zlib.crc32(length)))
+    return b"".join((MAGIC, length, _LEN.pack(crc), head, body))
 
 
 def _unpack(value: bytes) -> tuple[dict[str, Any], bytes]:
@@ -139,23 +154,38 @@ def _unpack(value: bytes) -> tuple[dict[str, Any], bytes]:
     return header, value[end:]
 
 
-def _header(value: bytes) -> tuple[dict[str, Any], int]:
-    """The decoded header and the offset where the body starts."""
+def _checked(value: bytes) -> int:
+    """The offset where the header ends (and the body starts), once the CRC matched."""
     if not isinstance(value, bytes) or value[: len(MAGIC)] != MAGIC:
+        if isinstance(value, bytes) and value[: len(LEGACY_MAGIC)] == LEGACY_MAGIC:
+            raise CorruptEntry("an entry of an older hub (no checksum)")
         raise CorruptEntry("not a cache entry (bad magic)")
     if len(value) < _HEAD:
         raise CorruptEntry("truncated entry header")
-    (length,) = _LEN.unpack_from(value, len(MAGIC))
-    end = _HEAD + length
+    length, crc = _LENGTH_CRC.unpack_from(value, len(MAGIC))
+    end: int = _HEAD + length
     if end > len(value):
         raise CorruptEntry("truncated entry header")
+    # memoryview: no copy of a large body just to checksum it.
+    if zlib.crc32(memoryview(value)[_HEAD:], zlib.crc32(value[len(MAGIC) : _CRC_AT])) != crc:
+        raise CorruptEntry("checksum mismatch (the stored bytes changed)")
+    return end
+
+
+def _header(value: bytes) -> tuple[dict[str, Any], int]:
+    """The decoded header and the offset where the body starts."""
+    end = _checked(value)
+    return _decode_header(value[_HEAD:end]), end
+
+
+def _decode_header(raw: bytes) -> dict[str, Any]:
     try:
-        header = orjson.loads(value[_HEAD:end])
+        header = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise CorruptEntry(f"entry header is not JSON: {e}") from e
     if not isinstance(header, dict):
         raise CorruptEntry("entry header is not an object")
-    return header, end
+    return header
 
 
 def encode_object(entry: Entry, body: bytes) -> bytes:
@@ -185,11 +215,51 @@ def decode_header(value: bytes) -> Entry:
 
 
 def body_of(value: bytes) -> bytes:
-    """Only the body of an entry, without decoding the header (the hot path of offline lists)."""
-    if value[: len(MAGIC)] != MAGIC or len(value) < _HEAD:
-        raise CorruptEntry("not a cache entry (bad magic)")
-    (length,) = _LEN.unpack_from(value, len(MAGIC))
-    return value[_HEAD + length :]
+    """Only the body of an entry, checked but without decoding the header (the hot path of
+    offline lists). Raises ``CorruptEntry``."""
+    return value[_checked(value) :]
+
+
+def is_legacy(value: bytes) -> bool:
+    """An ``EHC1`` value (written before entries carried a CRC)."""
+    return value[: len(LEGACY_MAGIC)] == LEGACY_MAGIC
+
+
+def upgrade(value: bytes) -> bytes:
+    """An ``EHC1`` value re-encoded with a CRC, after the checks that can still be made without
+    one: the header decodes as the kind of entry it says it is, and an object's or document's
+    body is a JSON object. Raises ``CorruptEntry`` for one that fails them.
+
+    A byte flipped inside a string of an old body passes (nothing recorded what it was); that
+    is the price of keeping a cache across the upgrade instead of starting every node empty.
+    """
+    if len(value) < _LEGACY_HEAD or not is_legacy(value):
+        raise CorruptEntry("not an entry of an older hub")
+    (length,) = _LEN.unpack_from(value, len(LEGACY_MAGIC))
+    end = _LEGACY_HEAD + length
+    if end > len(value):
+        raise CorruptEntry("truncated entry header")
+    header = _decode_header(value[_LEGACY_HEAD:end])
+    body = value[end:]
+    kind = header.get("t")
+    if kind == "o":
+        _entry(header, len(body))
+    elif kind == "l":
+        if body:
+            raise CorruptEntry("a list record with a body")
+    elif kind != "d":
+        raise CorruptEntry("unknown entry type")
+    if kind != "l":
+        try:
+            decoded = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            raise CorruptEntry(f"body is not JSON: {e}") from e
+        if not isinstance(decoded, dict):
+            raise CorruptEntry("body is not a JSON object")
+    packed = _pack(header, body)
+    if kind == "l":
+        decode_list(packed)
+    return packed
 
 
 def _entry(header: Mapping[str, Any], size: int) -> Entry:

@@ -159,6 +159,9 @@ class ListHead:
     resource_version: str
     continue_token: str
     """Non-empty: more pages follow (a chunked list, ``limit=``)."""
+    has_items: bool = True
+    """The body has an ``items`` member (an array, or null for an empty Go slice): a Status or
+    an object answered with 2xx to a list request has none."""
 
     @property
     def item_kind(self) -> str:
@@ -182,6 +185,7 @@ def parse_list(body: bytes) -> tuple[ListHead, Iterator[ListItem]]:
         raise BadBody(f"list body is not UTF-8: {e}") from e
     spans: list[_Span] = []
     head: dict[str, Any] = {}
+    has_items = False
     try:
         pos = _skip(text, 0)
         if text[pos : pos + 1] != "{":
@@ -198,6 +202,7 @@ def parse_list(body: bytes) -> tuple[ListHead, Iterator[ListItem]]:
                 pos = _skip(text, pos + 1)
                 if key == "items" and text[pos : pos + 1] == "[":
                     pos = _items(text, pos, spans)
+                    has_items = True
                 else:
                     head[key], pos = _DECODER.raw_decode(text, pos)
                 pos = _skip(text, pos)
@@ -218,11 +223,16 @@ def parse_list(body: bytes) -> tuple[ListHead, Iterator[ListItem]]:
     api_version = head.get("apiVersion")
     if not isinstance(kind, str) or not isinstance(api_version, str):
         raise BadBody("list body lacks kind or apiVersion")
+    if "items" in head:
+        if head["items"] is not None:
+            raise BadBody("list items are not an array")
+        has_items = True
     list_head = ListHead(
         kind=kind,
         api_version=api_version,
         resource_version=str(meta.get("resourceVersion") or ""),
         continue_token=str(meta.get("continue") or ""),
+        has_items=has_items,
     )
     ascii_only = text.isascii()
 
@@ -267,6 +277,7 @@ def _half_typed(name: str, namespace: str, rv: str, raw: bytes, head: ListHead) 
 
 _PEEK = 64 << 10
 _CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"]*)"')
+_KIND = re.compile(rb'"kind"\s*:\s*"([^"]*)"')
 
 
 def is_whole_list(body: bytes) -> bool:
@@ -278,12 +289,14 @@ def is_whole_list(body: bytes) -> bool:
     head = body[:_PEEK]
     meta = head.find(b'"metadata"')
     items = head.find(b'"items"')
-    if meta < 0 or (0 <= items < meta):
+    # No items, or a kind that is not a list (a Status answered 2xx): never a whole list, so it
+    # can never make a queued real one pointless.
+    if meta < 0 or items < 0 or items < meta:
         return False
-    end = items if items >= 0 else len(head)
-    if items < 0 and len(body) > _PEEK:
+    kind = _KIND.search(head, 0, items)
+    if kind is None or not kind.group(1).endswith(b"List"):
         return False
-    match = _CONTINUE.search(head, meta, end)
+    match = _CONTINUE.search(head, meta, items)
     return match is None or not match.group(1)
 
 

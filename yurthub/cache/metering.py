@@ -58,6 +58,22 @@ class CacheCollector:
             value=stats.superseded_lists,
         )
         yield CounterMetricFamily(
+            f"{PREFIX}corrupt_entries",
+            "Stored entries dropped because they failed their checksum or were not written by "
+            "this hub (treated as cache misses).",
+            value=stats.corrupt_entries,
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}resets",
+            "Times the cache database was found damaged at open, moved aside and started empty.",
+            value=1 if self._store.reset else 0,
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}refused_objects",
+            "Objects not stored because the body named another object than the request's URL.",
+            value=stats.refused_objects,
+        )
+        yield CounterMetricFamily(
             f"{PREFIX}write_batches",
             "Transactions committed by the cache writer.",
             value=stats.batches,

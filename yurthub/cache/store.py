@@ -96,11 +96,13 @@ def _row_scope(scope: keys.Scope, obj: Mapping[str, Any]) -> keys.Scope:
 # Values in MODE_RAW rows are our bytes as given to ``Cache.set``. A range holds objects only:
 # a namespaced list's record (``<scope>/<ns>?<selector>``) sorts inside its scope's range, and
 # only list keys have a raw ``?`` (``keys.escape`` encodes it in every segment).
+# ``filename`` is read so that a row pointing at a side file is refused, never followed.
 _SELECT_RANGE = (
-    "SELECT key, mode, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1"
+    "SELECT key, mode, value, filename FROM Cache WHERE key >= ? AND key < ? AND raw = 1"
     " AND instr(key, '?') = 0 ORDER BY key"
 )
-_SELECT_IN = "SELECT key, mode, value FROM Cache WHERE key IN ({}) AND raw = 1"
+_SELECT_IN = "SELECT key, mode, value, filename FROM Cache WHERE key IN ({}) AND raw = 1"
+_SELECT_ONE = "SELECT mode, value, filename FROM Cache WHERE key = ? AND raw = 1"
 _IN_CHUNK = 500
 _RANGE_READ_MIN = 64
 _MODE_RAW = diskcache.core.MODE_RAW
@@ -131,10 +133,40 @@ def trim_heap() -> None:
         _MALLOC_TRIM()
 
 
-def _raw_body(mode: int, value: bytes | None) -> bytes | None:
-    if mode != _MODE_RAW or value is None:
-        return None
-    return entries.body_of(value)
+def _raw_value(mode: object, value: object, filename: object) -> bytes:
+    """A row's value as stored by this hub: raw bytes inside the row. Anything else (a pickled
+    value, a side file, text) was not written by us: ``CorruptEntry``, never unpickled or read
+    from a path the database names (a copied cache could name any file, or run code)."""
+    if mode != _MODE_RAW or filename is not None or not isinstance(value, bytes):
+        raise entries.CorruptEntry("not a raw row written by this hub")
+    return value
+
+
+def _raw_body(mode: object, value: object, filename: object) -> bytes:
+    """The checked body of an object row; raises ``CorruptEntry``."""
+    return entries.body_of(_raw_value(mode, value, filename))
+
+
+def raw_get(cache: diskcache.Cache, key: str) -> bytes | None:
+    """``cache.get(key)`` for the writer, without diskcache's unpickling or side files: None when
+    absent; raises ``CorruptEntry`` for a row this hub did not write."""
+    row = cache._sql(_SELECT_ONE, (key,)).fetchone()
+    return None if row is None else _raw_value(*row)
+
+
+def delete_row(cache: diskcache.Cache, key: str) -> None:
+    """``cache.delete(key)`` inside the writer's transaction, by SQL: diskcache's own would also
+    unlink whatever side file a (tampered) row names."""
+    cache._sql("DELETE FROM Cache WHERE key = ? AND raw = 1", (key,))
+
+
+class CorruptRead(Exception):
+    """Stored entries failed their checksum (or were not this hub's) when read. They are being
+    dropped (with the lists that needed them); the caller treats the read as a cache miss."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(f"{len(names)} corrupt cache entries: {', '.join(names[:3])}")
+        self.names = names
 
 
 class StoreError(OSError):
@@ -159,6 +191,12 @@ class Stats:
     """Responses whose caching the tee gave up (over a size bound, queue full)."""
     superseded_lists: int = 0
     """Queued lists dropped because a newer whole list of the same key came in."""
+    corrupt_entries: int = 0
+    """Stored entries dropped because they failed their checksum or were not this hub's (at
+    open, or when read)."""
+    refused_objects: int = 0
+    """Objects not stored because their body named another object than the request's URL, or
+    lay outside their list's namespace."""
     error_keys: set[str] = dataclasses.field(default_factory=set)
     """Keys whose last write failed (YurtHub's "error keys")."""
     last_error: str = ""
@@ -174,7 +212,11 @@ class PutObject:
     scope: keys.Scope
     body: bytes
     namespace: str = ""
-    """Request namespace, used when the object does not name its own."""
+    """Request namespace, used when the object does not name its own; an object naming another
+    one is not stored."""
+    name: str = ""
+    """The name in the request's URL (get/update/patch), "" for a create: an object naming
+    another one is not stored."""
     local: bool = False
     """Made by the hub offline (kubelet's lease renewal): may differ at the same version."""
 
@@ -236,7 +278,19 @@ class PutDocument:
         return len(self.body)
 
 
-Job = PutObject | PutList | WatchLines | InitialEvents | PutDocument
+@dataclasses.dataclass(frozen=True, slots=True)
+class DropCorrupt:
+    """Rows that failed their check when read: remove them, and every list record that counted
+    one of them as a member (that list is no longer whole)."""
+
+    names: tuple[str, ...]
+
+    @property
+    def size(self) -> int:
+        return 0
+
+
+Job = PutObject | PutList | WatchLines | InitialEvents | PutDocument | DropCorrupt
 
 
 @dataclasses.dataclass
@@ -246,7 +300,15 @@ class _Outcome:
     objects: dict[keys.ObjectKey, entries.Entry | None] = dataclasses.field(default_factory=dict)
     lists: dict[keys.ListKey, entries.ListRecord] = dataclasses.field(default_factory=dict)
     documents: set[str] = dataclasses.field(default_factory=set)
+    dropped_lists: set[keys.ListKey] = dataclasses.field(default_factory=set)
+    """List records removed (a member was corrupt)."""
+    dropped_documents: set[str] = dataclasses.field(default_factory=set)
+    dropped: set[str] = dataclasses.field(default_factory=set)
+    """Names of ``DropCorrupt`` rows handled (deleted, or already gone)."""
+    corrupt: set[str] = dataclasses.field(default_factory=set)
+    """Rows found corrupt by the writer itself (a header-only rewrite): dropped next."""
     bad_bodies: int = 0
+    refused_objects: int = 0
     error: str = ""
     jobs: int = 0
 
@@ -291,6 +353,10 @@ class Store:
         self._closed = False
         self._failing = False
         self._warned_at: float | None = None
+        self._dropping: set[str] = set()
+        self.corrupt_at_load: list[str] = []
+        self.reset = ""
+        """Why the database was moved aside and started empty at open; "" when it was not."""
 
     # --- life cycle --------------------------------------------------------------------------
 
@@ -299,17 +365,10 @@ class Store:
         """Open (or create) the cache at ``path`` and load the index. Raises ``StoreError``."""
         loop = asyncio.get_running_loop()
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cache-open") as pool:
-            cache = await loop.run_in_executor(pool, _open_cache, path)
+            cache, loaded, reset = await loop.run_in_executor(pool, _open_checked, path)
         store = cls(path, cache, max_pending_bytes)
-        try:
-            loaded = await loop.run_in_executor(store._writer, _load_index, cache)
-        except BaseException as e:
-            store._shutdown_executors()
-            if isinstance(e, sqlite3.Error | OSError):
-                # Damaged pages show only when read: the same answer as a file that will not open.
-                raise StoreError(f"cannot read the cache at {path}: {e}") from e
-            raise
         store._install(loaded)
+        store.reset = reset
         return store
 
     def _install(self, loaded: _Loaded) -> None:
@@ -318,6 +377,7 @@ class Store:
         self._lists = dict(loaded.lists)
         self._documents = set(loaded.documents)
         self.corrupt_at_load = loaded.corrupt
+        self.stats.corrupt_entries += len(loaded.corrupt)
 
     async def close(self, grace: float = 10.0) -> None:
         """Apply what is queued (within ``grace`` seconds), then close the database."""
@@ -432,7 +492,13 @@ class Store:
             if within.namespace:
                 prefix += keys.escape(within.namespace) + "/"
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._readers, self._read_bodies, wanted, prefix)
+        found, corrupt = await loop.run_in_executor(
+            self._readers, self._read_bodies, wanted, prefix
+        )
+        if corrupt:
+            self._corrupt_found(corrupt)
+            raise CorruptRead(corrupt)
+        return found
 
     async def all_bodies(self, within: keys.ObjectKey) -> list[bytes]:
         """Every stored body of ``within``'s scope (and namespace, when set), in key order.
@@ -445,50 +511,78 @@ class Store:
         if within.namespace:
             prefix += keys.escape(within.namespace) + "/"
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._readers, self._read_range, prefix)
+        found, corrupt = await loop.run_in_executor(self._readers, self._read_range, prefix)
+        if corrupt:
+            self._corrupt_found(corrupt)
+            raise CorruptRead(corrupt)
+        return found
 
-    def _read_range(self, prefix: str) -> list[bytes]:
+    def _read_range(self, prefix: str) -> tuple[list[bytes], list[str]]:
+        """(bodies in key order, names of corrupt rows)."""
         upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
         out: list[bytes] = []
-        for key, mode, value in self._reader_connection().execute(_SELECT_RANGE, (prefix, upper)):
-            body = _raw_body(mode, value)
-            if body is None:
-                stored = self._cache.get(key)
-                if stored is None:
-                    continue
-                body = entries.body_of(stored)
-            out.append(body)
-        return out
+        corrupt: list[str] = []
+        for key, *row in self._reader_connection().execute(_SELECT_RANGE, (prefix, upper)):
+            try:
+                out.append(_raw_body(*row))
+            except entries.CorruptEntry:
+                corrupt.append(key)
+        return out, corrupt
 
-    def _read_bodies(self, wanted: list[str], prefix: str | None) -> list[bytes | None]:
+    def _read_bodies(
+        self, wanted: list[str], prefix: str | None
+    ) -> tuple[list[bytes | None], list[str]]:
+        """(bodies in the order of ``wanted``, None when gone; names of corrupt rows)."""
         if not wanted:
-            return []
-        found: dict[str, bytes | None] = {}
+            return [], []
+        found: dict[str, bytes] = {}
+        corrupt: list[str] = []
         con = self._reader_connection()
+
+        def take(key: str, row: list[Any]) -> None:
+            try:
+                found[key] = _raw_body(*row)
+            except entries.CorruptEntry:
+                corrupt.append(key)
+
         if prefix is not None and len(wanted) > _RANGE_READ_MIN:
             # '/' + 1 == '0': the range holds exactly the keys that start with the prefix.
             upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
             wanted_set = set(wanted)
-            rows = con.execute(_SELECT_RANGE, (prefix, upper))
-            found = {key: _raw_body(mode, value) for key, mode, value in rows if key in wanted_set}
+            for key, *row in con.execute(_SELECT_RANGE, (prefix, upper)):
+                if key in wanted_set:
+                    take(key, row)
         else:
             for start in range(0, len(wanted), _IN_CHUNK):
                 chunk = wanted[start : start + _IN_CHUNK]
                 query = _SELECT_IN.format(",".join("?" * len(chunk)))
-                for key, mode, value in con.execute(query, chunk):
-                    found[key] = _raw_body(mode, value)
-        out: list[bytes | None] = []
-        for key in wanted:
-            if key not in found:
-                out.append(None)
-                continue
-            body = found[key]
-            if body is None:
-                # Stored outside the row (diskcache side file): take the public path.
-                value = self._cache.get(key)
-                body = None if value is None else entries.body_of(value)
-            out.append(body)
-        return out
+                for key, *row in con.execute(query, chunk):
+                    take(key, row)
+        return [found.get(key) for key in wanted], corrupt
+
+    def _read_document(self, key: str) -> tuple[tuple[str, bytes] | None, list[str]]:
+        row = self._reader_connection().execute(_SELECT_ONE, (key,)).fetchone()
+        if row is None:
+            return None, []
+        try:
+            return entries.decode_document(_raw_value(*row)), []
+        except entries.CorruptEntry:
+            return None, [key]
+
+    def _corrupt_found(self, names: list[str]) -> None:
+        """Corrupt rows met by a read: counted, logged, and dropped by the writer (with every
+        list record that needed them: such a list is no longer whole)."""
+        fresh = [n for n in names if n not in self._dropping]
+        if not fresh:
+            return
+        self._dropping.update(fresh)
+        self.stats.corrupt_entries += len(fresh)
+        logger.warning(
+            "dropping %d corrupt cache entries (answered as cache misses): %s",
+            len(fresh),
+            ", ".join(fresh[:5]),
+        )
+        self.submit(DropCorrupt(tuple(fresh)))
 
     def _reader_connection(self) -> sqlite3.Connection:
         local = self._reader_local
@@ -509,8 +603,10 @@ class Store:
         if key not in self._documents:
             return None
         loop = asyncio.get_running_loop()
-        value = await loop.run_in_executor(self._readers, self._cache.get, key)
-        return None if value is None else entries.decode_document(value)
+        found, corrupt = await loop.run_in_executor(self._readers, self._read_document, key)
+        if corrupt:
+            self._corrupt_found(corrupt)
+        return found
 
     # --- writes (writer thread, through the pump) --------------------------------------------
 
@@ -593,6 +689,9 @@ class Store:
     def _apply(self, outcome: _Outcome) -> None:
         self.stats.batches += 1
         self.stats.bad_bodies += outcome.bad_bodies
+        self.stats.refused_objects += outcome.refused_objects
+        if outcome.corrupt:
+            self._corrupt_found(sorted(outcome.corrupt))
         if outcome.error:
             self.stats.write_failures += outcome.jobs
             self.stats.last_error = outcome.error
@@ -626,8 +725,12 @@ class Store:
             else:
                 self._set_entry(key, entry)
                 self.stats.objects_written += 1
+        for list_key in outcome.dropped_lists:
+            self._lists.pop(list_key, None)
         self._lists.update(outcome.lists)
+        self._documents -= outcome.dropped_documents
         self._documents |= outcome.documents
+        self._dropping -= outcome.dropped
 
     def _set_entry(self, key: keys.ObjectKey, entry: entries.Entry) -> None:
         names = self._objects.setdefault(key.scope, {}).setdefault(key.namespace, {})
@@ -663,6 +766,12 @@ class Store:
         try:
             with self._cache.transact():
                 batch_state.write(self._cache)
+        except _CorruptStored as e:
+            # A header-only rewrite met a stored body that rotted: the batch is lost (counted as
+            # a failed write, the cache stays as it was) and that row is dropped next.
+            outcome.error = f"corrupt stored entry {e.name!r}"
+            outcome.corrupt.add(e.name)
+            self._pages.clear()
         except (sqlite3.Error, OSError, diskcache.Timeout) as e:
             outcome.error = f"{type(e).__name__}: {e}"
             self._pages.clear()
@@ -670,6 +779,12 @@ class Store:
             del batch, batch_state
             trim_heap()
         return outcome
+
+
+class _CorruptStored(Exception):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
 
 
 class _Batch:
@@ -690,8 +805,14 @@ class _Batch:
             return self.outcome.objects[key]
         return self.store._lookup(key)
 
+    def record(self, list_key: keys.ListKey) -> entries.ListRecord | None:
+        found = self.outcome.lists.get(list_key)
+        if found is not None or list_key in self.outcome.dropped_lists:
+            return found
+        return self.store._lists.get(list_key)
+
     def has_record(self, list_key: keys.ListKey) -> bool:
-        return list_key in self.outcome.lists or list_key in self.store._lists
+        return self.record(list_key) is not None
 
     def scope_entries(
         self, list_key: keys.ListKey, wanted: coverage.Matcher
@@ -742,7 +863,7 @@ class _Batch:
     def member_count(self, list_key: keys.ListKey) -> int:
         owner = str(list_key)
         if owner not in self.counts:
-            record = self.store._lists.get(list_key)
+            record = self.record(list_key)
             base = record.members if record is not None else len(self.members(list_key))
             self.counts[owner] = base
             return base
@@ -776,9 +897,10 @@ class _Batch:
         create: bool = False,
     ) -> None:
         """Advance ``list_key``'s record; make it only when ``create`` (a whole list was seen)."""
-        current = self.outcome.lists.get(list_key) or self.store._lists.get(list_key)
+        current = self.record(list_key)
         if current is None and not create:
             return
+        self.outcome.dropped_lists.discard(list_key)
         rv = entries.parse_rv(resource_version)
         if current is not None:
             if not resource_version or (0 <= rv < current.rv):
@@ -804,16 +926,63 @@ class _Batch:
             self.watch_lines(job)
         elif isinstance(job, InitialEvents):
             self.initial_events(job)
+        elif isinstance(job, DropCorrupt):
+            self.drop_corrupt(job)
         else:
             self.documents[job.key] = entries.encode_document(job.content_type, job.body)
+            self.outcome.dropped_documents.discard(job.key)
+
+    def drop_corrupt(self, job: DropCorrupt) -> None:
+        for name in job.names:
+            self.outcome.dropped.add(name)
+            if keys.is_nonresource_key(name):
+                self.documents.pop(name, None)
+                self.outcome.dropped_documents.add(name)
+                continue
+            if keys.is_list_key(name):
+                try:
+                    self.drop_list(keys.parse_list_key(name))
+                except keys.BadKey:
+                    self.outcome.dropped_documents.add(name)  # deleted by name all the same
+                continue
+            try:
+                key = keys.parse_object_key(name)
+            except keys.BadKey:
+                self.outcome.dropped_documents.add(name)
+                continue
+            current = self.lookup(key)
+            if current is None:
+                self.outcome.dropped_documents.add(name)  # not indexed: delete the row anyway
+                continue
+            for owner in sorted(current.owners - {entries.DIRECT}):
+                self.drop_list(keys.parse_list_key(owner))
+            self.change(applying.Remove(key))
+
+    def drop_list(self, list_key: keys.ListKey) -> None:
+        """Forget that ``list_key`` was seen whole: its record goes, its members lose its claim
+        (held by a direct claim when nothing else holds them: a get may still use them)."""
+        if self.record(list_key) is None:
+            return
+        owner = str(list_key)
+        for key in self.members(list_key):
+            current = self.lookup(key)
+            if current is None:
+                continue
+            remaining = current.owners - {owner} or frozenset({entries.DIRECT})
+            self.change(applying.Write(key, current.with_owners(remaining), None))
+        self.outcome.lists.pop(list_key, None)
+        self.outcome.dropped_lists.add(list_key)
+        logger.warning("cache: list %s is no longer whole (a member was corrupt)", owner)
 
     def put_object(self, job: PutObject) -> None:
         obj = framing.parse_object(job.body)
         if obj.get("kind") == "Table":
             for row in framing.table_rows(obj):
-                self._put_one(_row_scope(job.scope, row.object), row.object, row.raw, job.namespace)
+                self._put_one(
+                    _row_scope(job.scope, row.object), row.object, row.raw, job.namespace, job.name
+                )
             return
-        self._put_one(_row_scope(job.scope, obj), obj, job.body, job.namespace, job.local)
+        self._put_one(_row_scope(job.scope, obj), obj, job.body, job.namespace, job.name, job.local)
 
     def _put_one(
         self,
@@ -821,9 +990,16 @@ class _Batch:
         obj: dict[str, Any],
         body: bytes,
         namespace: str,
+        name: str,
         local: bool = False,
     ) -> None:
         item = applying.item_from_object(scope, obj, body, fallback_namespace=namespace)
+        try:
+            applying.check_identity(item, name, namespace)
+        except applying.WrongObject as e:
+            self.outcome.refused_objects += 1
+            logger.warning("cache: not storing %s: %s", item.key, e)
+            return
         change = applying.apply_object(
             self.lookup(item.key), item, entries.DIRECT, same_version_differs=local
         )
@@ -840,7 +1016,13 @@ class _Batch:
         """
         owner = str(list_key)
         scope = list_key.scope
+        namespace = list_key.namespace if scope.namespaced_keys else ""
         for item in parsed:
+            if namespace and item.namespace and item.namespace != namespace:
+                self.outcome.refused_objects += 1
+                raise framing.BadBody(
+                    f"list of namespace {namespace!r} holds an object of {item.namespace!r}"
+                )
             if item.name:
                 key = keys.object_key(scope, item.namespace or list_key.namespace, item.name)
                 current = self.lookup(key)
@@ -855,13 +1037,17 @@ class _Batch:
                 yield applying.item_from_object(
                     scope, item.object, item.raw, fallback_namespace=list_key.namespace
                 )
-            except applying.NotStorable:
-                continue
+            except applying.NotStorable as e:
+                # A list is stored whole or not at all: one it would answer incomplete is none.
+                raise framing.BadBody(f"list item not storable: {e}") from e
 
     def put_list(self, job: PutList) -> None:
         list_key = job.list_key
-        # The body says what it is (some servers send a bare application/json for views).
+        # The body says what it is (some servers send a bare application/json for views). A 2xx
+        # whose body is no list (a Status, an object) neither makes nor replaces a list record.
         head, parsed = framing.parse_list(job.body)
+        if head.kind != "Table" and (not head.kind.endswith("List") or not head.has_items):
+            raise framing.BadBody(f"a list response whose body is a {head.kind or 'no kind'}")
         if head.kind == "Table":
             head, rows = framing.parse_table(job.body)
             # The rows are full objects with includeObject=Object, else metadata only.
@@ -1032,6 +1218,12 @@ class _Batch:
                 )
                 change = applying.apply_deleted(self.lookup(key), key, list_key)
             else:
+                try:
+                    applying.check_identity(item, "", list_key.namespace)
+                except applying.WrongObject as e:
+                    self.outcome.refused_objects += 1
+                    logger.warning("cache: not storing a watch event's %s: %s", item.key, e)
+                    continue
                 kind, api_version = item.entry.kind or kind, item.entry.api_version or api_version
                 if event.type == "DELETED":
                     change = applying.apply_deleted(self.lookup(item.key), item.key, list_key)
@@ -1066,20 +1258,27 @@ class _Batch:
         # A list replacement can remove objects other lists own: their records' counts change.
         for owner, count in self.counts.items():
             list_key = keys.parse_list_key(owner)
-            record = self.store._lists.get(list_key)
+            record = self.record(list_key)
             if record is not None and record.members != count:
                 self.outcome.lists.setdefault(list_key, record)
+        for list_key in self.outcome.dropped_lists:
+            delete_row(cache, str(list_key))
+        for name in self.outcome.dropped_documents:
+            delete_row(cache, name)
         for key, entry in self.outcome.objects.items():
             name = str(key)
             if entry is None:
-                cache.delete(name)
+                delete_row(cache, name)
                 continue
             body = self.bodies.get(key)
             if body is None:
-                value = cache.get(name)
-                if value is None:
-                    raise sqlite3.DatabaseError(f"entry {name!r} vanished under the writer")
-                body = entries.body_of(value)
+                try:
+                    value = raw_get(cache, name)
+                    if value is None:
+                        raise sqlite3.DatabaseError(f"entry {name!r} vanished under the writer")
+                    body = entries.body_of(value)
+                except entries.CorruptEntry as e:
+                    raise _CorruptStored(name) from e
             cache.set(name, entries.encode_object(entry, body))
         for list_key, record in self.outcome.lists.items():
             record = dataclasses.replace(record, members=self.member_count(list_key))
@@ -1129,38 +1328,202 @@ class _Loaded:
     lists: list[tuple[keys.ListKey, entries.ListRecord]]
     documents: list[str]
     corrupt: list[str]
+    """Rows dropped at open (their keys, or ``repr`` of a key that is not text)."""
+    upgraded: int = 0
+    """Entries of an older hub re-encoded with a checksum."""
+
+
+class _Damaged(sqlite3.DatabaseError):
+    """SQLite's own check found the database damaged."""
+
+
+_SQLITE_CORRUPT = 11
+_SQLITE_NOTADB = 26
+_KEEP_ASIDE = 1
+"""Damaged databases kept beside the cache (the newest): enough to look at what happened,
+never a disk filled by a node whose disk keeps failing."""
+_UPGRADE_BATCH = 16 << 20
+
+
+def _is_damage(error: BaseException | None) -> bool:
+    """A database SQLite cannot read as one (not a locked, missing or unwritable one: those are
+    not repaired by starting anew, and a locked one may be another hub's)."""
+    if isinstance(error, _Damaged):
+        return True
+    code = getattr(error, "sqlite_errorcode", None)
+    return (
+        isinstance(error, sqlite3.DatabaseError)
+        and isinstance(code, int)
+        and (code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB))
+    )
+
+
+def _open_checked(path: pathlib.Path) -> tuple[diskcache.Cache, _Loaded, str]:
+    """Open and load the cache at ``path``; a damaged database is moved aside and a new one
+    started (third value: why, "" when not). Raises ``StoreError`` for what a new database would
+    not cure (permissions, a full disk, a database another process holds locked)."""
+    try:
+        return (*_open_and_load(path), "")
+    except StoreError as e:
+        damage = e.__cause__
+        if not _is_damage(damage):
+            raise
+    aside = _move_aside(path)
+    reason = f"the database was damaged ({damage}); moved to {aside.name} and started empty"
+    logger.error("disk cache %s: %s", path, reason)
+    return (*_open_and_load(path), reason)
+
+
+def _open_and_load(path: pathlib.Path) -> tuple[diskcache.Cache, _Loaded]:
+    cache = _open_cache(path)
+    try:
+        return cache, _load_index(cache)
+    except (sqlite3.Error, OSError) as e:
+        cache.close()
+        # Damaged pages show only when read: the same answer as a file that will not open.
+        raise StoreError(f"cannot read the cache at {path}: {e}") from e
+    except BaseException:
+        cache.close()
+        raise
+
+
+def _move_aside(path: pathlib.Path) -> pathlib.Path:
+    """Rename the database files to ``cache.db.damaged-<UTC time>`` (mode kept: 0600, Secrets
+    may be inside); older damaged copies beyond ``_KEEP_ASIDE`` are removed."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    try:
+        old = sorted(path.glob(f"{DB_FILES[0]}.damaged-*"))
+        stamps = sorted({f.name.rsplit("-", 1)[-1] for f in old if "-" in f.name})
+        for gone in stamps[: max(0, len(stamps) - _KEEP_ASIDE + 1)]:
+            for file in path.glob(f"*.damaged-{gone}"):
+                file.unlink(missing_ok=True)
+        target = path / f"{DB_FILES[0]}.damaged-{stamp}"
+        for name in DB_FILES:
+            source = path / name
+            if source.exists():
+                source.rename(path / f"{name}.damaged-{stamp}")
+    except OSError as e:
+        raise StoreError(f"cannot move the damaged cache at {path} aside: {e}") from e
+    return target
 
 
 def _load_index(cache: diskcache.Cache) -> _Loaded:
-    """Every entry's header (bodies are decoded only to check their header's framing).
+    """Check the database, then read every entry's header; repair what does not check.
 
-    One read-only scan of diskcache's table instead of a ``get`` per key: the restart-to-first-
-    answer time is mostly this.
+    One read-only scan of diskcache's table instead of a ``get`` per key (the restart-to-first-
+    answer time is mostly this). Every value's checksum is verified on the way. Then, in one
+    transaction:
+
+    - rows this hub did not write (a pickled key or value, a side file, text) or that fail
+      their check are deleted by rowid: never unpickled, never followed to a file they name;
+    - entries of an older hub (``EHC1``, no checksum) are checked as far as they can be and
+      re-encoded with one (``entries.upgrade``), or deleted;
+    - a list record whose member count no longer matches the objects that name it (one of them
+      was dropped) is removed, and its claim with it: that list is no longer whole.
     """
     loaded = _Loaded([], [], [], [])
-    uri = (pathlib.Path(cache.directory) / DB_FILES[0]).resolve().as_uri() + "?mode=ro"
+    directory = pathlib.Path(cache.directory)
+    uri = (directory / DB_FILES[0]).resolve().as_uri() + "?mode=ro"
     con = sqlite3.connect(uri, uri=True)
+    bad_rows: list[int] = []
+    upgrades: list[tuple[str, bytes]] = []
+    pending = 0
     try:
-        for key, raw, mode, value in con.execute("SELECT key, raw, mode, value FROM Cache"):
-            if not raw or not isinstance(key, str):
-                loaded.corrupt.append(repr(key))
-                continue
-            if mode != _MODE_RAW or value is None:
-                value = cache.get(key)
-                if value is None:
-                    continue
+        check = [row[0] for row in con.execute("PRAGMA quick_check")]
+        if check != ["ok"]:
+            raise _Damaged(f"quick_check: {'; '.join(map(str, check[:3]))}")
+        rows = con.execute("SELECT rowid, key, raw, mode, value, filename FROM Cache")
+        for rowid, key, raw, mode, value, filename in rows:
+            name = key if isinstance(key, str) else repr(key)
             try:
-                if keys.is_nonresource_key(key):
-                    entries.decode_document(value)
-                    loaded.documents.append(key)
-                elif keys.is_list_key(key):
-                    loaded.lists.append((keys.parse_list_key(key), entries.decode_list(value)))
-                else:
-                    entry = entries.decode_header(value)
-                    loaded.objects.append((keys.parse_object_key(key), entry))
+                if not raw or not isinstance(key, str):
+                    raise entries.CorruptEntry("the key is not text")
+                value = _raw_value(mode, value, filename)
+                if entries.is_legacy(value):
+                    value = entries.upgrade(value)
+                    upgrades.append((key, value))
+                    pending += len(value)
+                _index(loaded, key, value)
             except (entries.CorruptEntry, keys.BadKey) as e:
-                logger.warning("skipping corrupt cache entry %r: %s", key, e)
-                loaded.corrupt.append(key)
+                logger.warning("dropping corrupt cache entry %r: %s", name[:200], e)
+                loaded.corrupt.append(name)
+                bad_rows.append(rowid)
+                continue
+            if pending > _UPGRADE_BATCH:
+                _rewrite(cache, upgrades)
+                loaded.upgraded += len(upgrades)
+                upgrades, pending = [], 0
+        _rewrite(cache, upgrades)
+        loaded.upgraded += len(upgrades)
+        if loaded.upgraded:
+            logger.info("disk cache: %d entries of an older hub now carry a CRC", loaded.upgraded)
+        _repair_lists(cache, loaded, bad_rows)
     finally:
         con.close()
     return loaded
+
+
+def _index(loaded: _Loaded, key: str, value: bytes) -> None:
+    if keys.is_nonresource_key(key):
+        entries.decode_document(value)
+        loaded.documents.append(key)
+    elif keys.is_list_key(key):
+        loaded.lists.append((keys.parse_list_key(key), entries.decode_list(value)))
+    else:
+        object_key = keys.parse_object_key(key)
+        loaded.objects.append((object_key, entries.decode_header(value)))
+
+
+def _rewrite(cache: diskcache.Cache, values: list[tuple[str, bytes]]) -> None:
+    if values:
+        with cache.transact():
+            for key, value in values:
+                cache.set(key, value)
+
+
+def _repair_lists(cache: diskcache.Cache, loaded: _Loaded, bad_rows: list[int]) -> None:
+    """Drop the rows in ``bad_rows`` and every list record that lost a member to them (or that
+    an object names without a record: no list may be answered from less than it saw)."""
+    counts: collections.Counter[str] = collections.Counter()
+    for _, entry in loaded.objects:
+        counts.update(o for o in entry.owners if o != entries.DIRECT)
+    records = dict(loaded.lists)
+    broken = {
+        str(list_key)
+        for list_key, record in records.items()
+        if counts.get(str(list_key), 0) != record.members
+    }
+    broken |= {owner for owner in counts if _record_of(owner, records) is None}
+    if not bad_rows and not broken:
+        return
+    kept: list[tuple[keys.ObjectKey, entries.Entry]] = []
+    with cache.transact():
+        for rowid in bad_rows:
+            cache._sql("DELETE FROM Cache WHERE rowid = ?", (rowid,))
+        for owner in broken:
+            logger.warning("disk cache: list %s lost members; it is no longer answered", owner)
+            delete_row(cache, owner)
+        for object_key, entry in loaded.objects:
+            lost = entry.owners & broken
+            if not lost:
+                kept.append((object_key, entry))
+                continue
+            name = str(object_key)
+            remaining = entry.owners - lost or frozenset({entries.DIRECT})
+            value = raw_get(cache, name)
+            if value is None:
+                continue
+            entry = entry.with_owners(remaining)
+            cache.set(name, entries.encode_object(entry, entries.body_of(value)))
+            kept.append((object_key, entry))
+    loaded.objects = kept
+    loaded.lists = [(k, r) for k, r in loaded.lists if str(k) not in broken]
+
+
+def _record_of(
+    owner: str, records: Mapping[keys.ListKey, entries.ListRecord]
+) -> entries.ListRecord | None:
+    try:
+        return records.get(keys.parse_list_key(owner))
+    except keys.BadKey:
+        return None

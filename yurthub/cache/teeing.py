@@ -106,7 +106,10 @@ class Tee:
         # writer tells views from objects by the body's kind, whatever the Content-Type says.
         scope = cacheability.scope_of(info, media)
         if info.verb in ("get", "create", "update", "patch"):
-            return _BodySink(self, store.PutObject(scope, b"", info.namespace), info.verb)
+            # A create is POSTed to the collection: only its namespace is the URL's.
+            name = "" if info.verb == "create" else info.name
+            job = store.PutObject(scope, b"", info.namespace, name=name)
+            return _BodySink(self, job, info.verb)
         if info.verb not in ("list", "watch"):
             return None
         try:

@@ -118,10 +118,17 @@ class Answerer:
     async def answer(
         self, request: web.Request, info: requestinfo.RequestInfo, *, reason: str
     ) -> web.StreamResponse | None:
+        why = seams.LocalReason(reason)
         try:
-            return await self._answer(request, info, seams.LocalReason(reason))
+            return await self._answer(request, info, why)
         except _Reply as reply:
             return reply.response
+        except store.CorruptRead:
+            # Counted and being dropped by the store: a cache miss like any other. Online the
+            # request goes (or went) upstream; offline nothing else can answer.
+            if why is not seams.LocalReason.OFFLINE:
+                return None
+            return _not_found(info, "" if info.verb == "list" else None)
 
     async def _answer(
         self, request: web.Request, info: requestinfo.RequestInfo, reason: seams.LocalReason
@@ -412,7 +419,13 @@ class Answerer:
         await resp.prepare(request)
         try:
             if initial is not None:
-                await self._initial_events(resp, info, list_key, initial)
+                try:
+                    await self._initial_events(resp, info, list_key, initial)
+                except store.CorruptRead:
+                    # The list it streams is no longer whole: end the watch, the client lists
+                    # again and gets the 404 a miss is.
+                    await resp.write_eof()
+                    return resp
             next_bookmark = asyncio.get_running_loop().time() + self._bookmark_interval
             while True:
                 now = asyncio.get_running_loop().time()

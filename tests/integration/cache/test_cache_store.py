@@ -218,7 +218,7 @@ async def test_chunked_list_without_request_info_uses_the_session(cache: store.S
     assert names(cache) == {"a": "2", "b": "3"}
 
 
-async def test_single_objects_are_rv_guarded_and_unscheduled_pods_refused(
+async def test_single_objects_are_rv_guarded_and_non_objects_refused(
     cache: store.Store,
 ) -> None:
     await apply(
@@ -229,8 +229,78 @@ async def test_single_objects_are_rv_guarded_and_unscheduled_pods_refused(
         store.PutObject(POD, b'{"kind":"Status","code":404}'),
         store.PutObject(POD, b"not json"),
     )
+    assert names(cache) == {"a": "5", "u": "1"}  # an unscheduled pod is an object too
+    assert cache.stats.bad_bodies == 2
+
+
+async def test_an_object_naming_another_than_its_url_is_not_stored(cache: store.Store) -> None:
+    body = orjson.dumps({"kind": "Pod", "apiVersion": "v1", **pod("a", 5)})
+    await apply(
+        cache,
+        store.PutObject(POD, body, "default", name="b"),  # GET .../pods/b answered with a
+        store.PutObject(POD, body, "kube-system", name="a"),  # another namespace
+        store.PutObject(POD, body, "kube-system"),  # a create in kube-system
+    )
+    assert names(cache) == {} and cache.stats.refused_objects == 3
+    await apply(cache, store.PutObject(POD, body, "default", name="a"))
     assert names(cache) == {"a": "5"}
-    assert cache.stats.bad_bodies == 3
+
+
+def status_body(code: int = 200) -> bytes:
+    return orjson.dumps(
+        {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        status_body(),
+        status_body(500),
+        orjson.dumps({"kind": "Pod", "apiVersion": "v1", **pod("x", 9)}),
+        orjson.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "9"}}),
+        # One item the cache cannot store: the list would answer incomplete offline.
+        pod_list(9, pod("a", 1), {"metadata": {"namespace": "default"}}),
+    ],
+    ids=["status", "status-500", "object", "no-items", "item-without-name"],
+)
+async def test_a_2xx_list_that_is_no_whole_list_touches_nothing(
+    cache: store.Store, body: bytes
+) -> None:
+    everything = keys.list_key(POD, "", "", "")
+    await apply(cache, store.PutList(everything, pod_list(5, pod("a", 1), pod("b", 2))))
+    record = cache.list_record(everything)
+    await apply(cache, store.PutList(everything, body))
+    assert cache.list_record(everything) == record and names(cache) == {"a": "1", "b": "2"}
+    fresh = keys.list_key(POD, "elsewhere", "", "")
+    await apply(cache, store.PutList(fresh, body))
+    assert cache.list_record(fresh) is None
+
+
+async def test_a_status_never_supersedes_a_queued_list(cache: store.Store) -> None:
+    everything = keys.list_key(POD, "", "", "")
+    blocker = store.PutList(MINE, pod_list(4, *[pod(f"p{i}", i + 1) for i in range(300)]))
+    good = store.PutList(everything, pod_list(5, pod("a", 1)))
+    await apply(cache, blocker, good, store.PutList(everything, status_body()))
+    assert cache.list_record(everything) is not None and cache.stats.superseded_lists == 0
+
+
+async def test_a_namespaced_list_holding_another_namespace_is_not_stored(
+    cache: store.Store,
+) -> None:
+    in_default = keys.list_key(POD, "default", "", "")
+    await apply(cache, store.PutList(in_default, pod_list(5, pod("a", 1), pod("b", 2, ns="x"))))
+    assert cache.list_record(in_default) is None and names(cache) == {}
+    watch = store.WatchLines(in_default, (event("ADDED", pod("c", 3, ns="x")),))
+    await apply(cache, watch)
+    assert names(cache) == {} and cache.stats.refused_objects == 2
+
+
+async def test_a_list_stores_its_unscheduled_pods_too(cache: store.Store) -> None:
+    everything = keys.list_key(POD, "", "", "")
+    await apply(cache, store.PutList(everything, pod_list(5, pod("a", 1), pod("p", 2, node=""))))
+    assert names(cache) == {"a": "1", "p": "2"}
+    assert cache.list_record(everything) is not None
 
 
 @pytest.mark.parametrize("name", ["a/b", "..", "../../../../etc/passwd", "%2F", "名前", "x?y=z"])
@@ -335,8 +405,10 @@ async def test_range_reads_return_objects_only(cache: store.Store) -> None:
     assert all(b is not None for b in await cache.bodies(wanted, within=everything))
 
 
-async def test_a_damaged_database_is_a_store_error(tmp_path: pathlib.Path) -> None:
-    # The hub answers StoreError with a plain proxy; anything else would be a crash loop.
+async def test_a_damaged_database_is_moved_aside_and_a_new_one_started(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Before: the hub ran without a cache for good (and readyz said OK).
     root = tmp_path / "cache"
     s = await store.Store.open(root)
     padded = [{**pod(f"p{i:03}", i + 1), "pad": "x" * 500} for i in range(400)]
@@ -346,8 +418,49 @@ async def test_a_damaged_database_is_a_store_error(tmp_path: pathlib.Path) -> No
     with db.open("r+b") as f:
         f.seek(db.stat().st_size // 2)
         f.write(b"\xa5" * 40_000)
-    with pytest.raises(store.StoreError, match="cache"):
+    s = await store.Store.open(root)
+    try:
+        assert "damaged" in s.reset and len(s) == 0 and not s.list_records()
+        aside = sorted(p.name for p in root.glob("cache.db.damaged-*"))
+        assert len(aside) == 1 and aside[0] in s.reset
+        assert stat.S_IMODE((root / aside[0]).stat().st_mode) == 0o600
+        await apply(s, store.PutObject(POD, orjson.dumps({"kind": "Pod", **pod("a", 1)})))
+        assert names(s) == {"a": "1"}
+    finally:
+        await s.close()
+    s = await store.Store.open(root)  # the new database is a good one
+    try:
+        assert not s.reset and names(s) == {"a": "1"}
+    finally:
+        await s.close()
+
+
+async def test_a_truncated_database_is_moved_aside(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "cache"
+    s = await store.Store.open(root)
+    padded = [{**pod(f"p{i:03}", i + 1), "pad": "x" * 500} for i in range(400)]
+    await apply(s, store.PutList(MINE, pod_list(500, *padded)))
+    await s.close()
+    db = root / store.DB_FILES[0]
+    with db.open("r+b") as f:
+        f.truncate(db.stat().st_size // 3)
+    s = await store.Store.open(root)
+    try:
+        assert "damaged" in s.reset and len(s) == 0
+    finally:
+        await s.close()
+
+
+async def test_a_database_that_cannot_be_opened_is_not_moved_aside(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Only damage is cured by starting anew; a database SQLite cannot even open (here a
+    # directory in its place; in life permissions or a lock) is the operator's to look at.
+    root = tmp_path / "cache"
+    (root / store.DB_FILES[0]).mkdir(parents=True)
+    with pytest.raises(store.StoreError):
         await store.Store.open(root)
+    assert (root / store.DB_FILES[0]).is_dir() and not list(root.glob("*.damaged-*"))
 
 
 async def test_a_list_orjson_refuses_costs_only_itself(cache: store.Store) -> None:

@@ -70,7 +70,12 @@ async def test_unopenable_cache_degrades_to_plain_proxy(
     blocker.write_text("not a directory")  # the cache path is a regular file
     async with assembly.running(hub_settings(sim_apiserver, blocker)) as node:
         assert node.cache is None
-        await wait_ready(node)
+        # Not autonomous: the probe says so (it said OK before), the proxy is not gated on it.
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"{node.hub.server_url}/v1/readyz") as resp,
+        ):
+            assert resp.status == 500 and "disk-cache" in await resp.text()
         async with (
             aiohttp.ClientSession(headers=KUBELET) as http,
             http.get(f"{node.hub.proxy_url}/api/v1/namespaces/default/pods") as resp,
@@ -119,3 +124,35 @@ async def test_the_hub_is_ready_when_running_yields(
         http.get(f"{node.hub.proxy_url}/api/v1/namespaces/default/pods") as resp,
     ):
         assert resp.status == 200, await resp.text()
+
+
+async def test_a_damaged_cache_is_started_anew_and_reported(
+    sim_apiserver: simapiserver.SimApiserver, tmp_path: pathlib.Path
+) -> None:
+    cfg = hub_settings(sim_apiserver, tmp_path / "cache")
+    async with (
+        assembly.running(cfg) as node,
+        aiohttp.ClientSession(headers=KUBELET) as http,
+        http.get(f"{node.hub.proxy_url}/api/v1/namespaces/default/pods") as resp,
+    ):
+        await resp.read()
+    db = tmp_path / "cache" / "cache.db"
+    with db.open("r+b") as f:
+        f.truncate(db.stat().st_size // 2)  # a power cut on a bad SD card
+    async with assembly.running(cfg) as node:
+        assert node.cache is not None and node.cache.store.reset
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"{node.hub.server_url}/v1/readyz") as resp,
+        ):
+            text = await resp.text()
+            assert resp.status == 200 and "warning: disk-cache" in text, text
+        assert "node_yurthub_cache_resets_total 1.0" in await scrape(node)
+        async with (
+            aiohttp.ClientSession(headers=KUBELET) as http,
+            http.get(f"{node.hub.proxy_url}/api/v1/namespaces/default/pods") as resp,
+        ):
+            assert resp.status == 200
+            await resp.read()
+        assert await node.cache.store.flush(5)
+        assert len(node.cache.store) > 0  # caching again
