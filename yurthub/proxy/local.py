@@ -25,14 +25,20 @@ Answers (decisions that differ from YurtHub are marked *):
   Closed when ``timeoutSeconds`` elapses (absent or 0: ``min-request-timeout`` x (1+rand)),
   when the cloud is healthy again (so clients re-watch upstream), or at hub shutdown.
 - create: 201 echo of the body; Events are also cached. A ServiceAccount TokenRequest gets a
-  short-lived unverifiable token* (see ``_token``).
+  short-lived unverifiable token* (see ``_token``). A create that asks the apiserver for a
+  decision (Subject/Self/LocalSubjectAccessReview, TokenReview, SelfSubjectRulesReview,
+  CertificateSigningRequest) or acts through a subresource (an eviction, a binding) is a 503
+  Status naming why*: YurtHub echoes 201, a review without a decision, an eviction that never
+  happened.
 - delete/deletecollection: 403 Status.
 - update/patch: the cached object (the mutation goes nowhere and is not stored); a JSON merge
   patch is applied to the answer* so the client reads back what it set (``cache.patching``).
 - a component that is not a cache agent: 503* (YurtHub: 400), since the real cause is the cloud
   being away, and 503 makes clients retry rather than give up.
 - ``/version`` and discovery documents: the cached document (aggregated or legacy, whichever the
-  Accept header prefers and the cache holds); 404 for an uncached discovery path*.
+  Accept header prefers and the cache holds); 404 for an uncached discovery path*. Any other
+  non-resource request (``/healthz``, ``/openapi/v2``, a POST): a 503 Status naming the path and
+  why* (YurtHub: 400 "local proxy does not support request").
 
 Errors are Kubernetes Status objects. Bodies are spliced from stored bytes, never re-encoded
 (except for views, which are built, and objects a response filter changes: the cache stores
@@ -147,6 +153,14 @@ class Answerer:
         if reason is seams.LocalReason.UPSTREAM_ERROR and verb not in ("get", "list"):
             return None
         if verb == "create":
+            if info.resource in cacheability.NEVER_CACHED_RESOURCES or (
+                info.subresource and (info.resource, info.subresource) != _TOKEN_REQUEST
+            ):
+                what = f"{info.resource}/{info.subresource}" if info.subresource else info.resource
+                return _unavailable(
+                    f"the cloud is unreachable: only the apiserver can answer a create of {what} "
+                    "(the hub does not make up its decision)"
+                )
             return await self._create(request, info)
         if verb in ("delete", "deletecollection"):
             return _status(
@@ -599,13 +613,14 @@ class Answerer:
     async def _document(
         self, info: requestinfo.RequestInfo, reason: seams.LocalReason
     ) -> web.StreamResponse | None:
-        if info.verb != "get":
-            return None
         path = info.path.rstrip("/") or "/"
+        offline = reason is seams.LocalReason.OFFLINE
+        if info.verb != "get":
+            return _unreachable_path(path) if offline else None
         try:
             candidates = _document_keys(path, info.accept)
         except keys.BadKey:
-            return None
+            return _unreachable_path(path) if offline else None
         for key in candidates:
             found = await self._store.document(key)
             if found is not None:
@@ -613,9 +628,11 @@ class Answerer:
                 resp = web.Response(status=200, body=body)
                 resp.headers["Content-Type"] = content_type
                 return resp
-        if reason is seams.LocalReason.UPSTREAM_ERROR or not _is_discovery(path):
+        if reason is seams.LocalReason.UPSTREAM_ERROR:
             return None
-        return _status(404, f"the cloud is unreachable and {path} is not cached")
+        if _is_discovery(path):
+            return _status(404, f"the cloud is unreachable and {path} is not cached")
+        return _unreachable_path(path)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -655,6 +672,25 @@ def _decoded(info: requestinfo.RequestInfo, body: bytes) -> dict[str, Any]:
 
 def _status(code: int, message: str, details: statuses.StatusDetails | None = None) -> web.Response:
     return _json(code, statuses.encode(statuses.failure(code, message, details=details)))
+
+
+_TOKEN_REQUEST = ("serviceaccounts", "token")
+
+
+def _unavailable(message: str) -> web.Response:
+    """503 ServiceUnavailable with ``Retry-After``: clients retry, and get the real answer
+    once the cloud is back."""
+    resp = _status(503, message)
+    resp.headers["Retry-After"] = "10"
+    return resp
+
+
+def _unreachable_path(path: str) -> web.Response:
+    shown = path if len(path) <= 200 else path[:200] + "..."
+    return _unavailable(
+        f"the cloud is unreachable: {shown} is answered only by the apiserver (offline the hub "
+        "serves /version and the discovery documents it cached)"
+    )
 
 
 def _not_found(info: requestinfo.RequestInfo, name: str | None = None) -> web.Response:
