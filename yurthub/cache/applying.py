@@ -104,7 +104,12 @@ def exhaustive(list_key: keys.ListKey) -> bool:
 
 
 def item_from_object(
-    scope: keys.Scope, obj: Mapping[str, Any], body: bytes, *, fallback_namespace: str = ""
+    scope: keys.Scope,
+    obj: Mapping[str, Any],
+    body: bytes,
+    *,
+    fallback_namespace: str = "",
+    cells: tuple[Any, ...] | None = None,
 ) -> Item:
     """Decode-side checks and the index entry of one object; raises ``NotStorable``."""
     if obj.get("kind") == "Status":
@@ -119,7 +124,7 @@ def item_from_object(
     if not isinstance(namespace, str) or not namespace:
         namespace = fallback_namespace
     fields = selectors.field_values(scope.resource, obj)
-    entry = entries.entry_from_object(obj, fields, frozenset(), len(body))
+    entry = entries.entry_from_object(obj, fields, frozenset(), len(body), cells)
     return Item(keys.object_key(scope, namespace, name), entry, body)
 
 
@@ -135,10 +140,16 @@ def apply_object(
     if current is None:
         return Write(item.key, item.entry.with_owners(frozenset((owner,))), item.body)
     owners = current.owners | {owner}
-    if 0 <= item.entry.rv == current.rv and owner in current.owners and not same_version_differs:
+    same_version = 0 <= item.entry.rv == current.rv
+    new_cells = item.entry.cells is not None and current.cells is None
+    if same_version and owner in current.owners and not same_version_differs and not new_cells:
         return None  # the same version, already claimed: nothing to write
     if is_newer_or_same(item.entry, current):
-        return Write(item.key, item.entry.with_owners(owners), item.body)
+        entry = item.entry.with_owners(owners)
+        if same_version and entry.cells is None and current.cells is not None:
+            # The same version without a Table row: the row printed for it still holds.
+            entry = entry.with_cells(current.cells)
+        return Write(item.key, entry, item.body)
     if owners != current.owners:
         return Write(item.key, current.with_owners(owners), None)
     return None

@@ -81,6 +81,9 @@ class Entry:
     owners: frozenset[str]
     size: int
     """Body bytes."""
+    cells: tuple[Any, ...] | None = None
+    """The cells of the Table row this version of the object came in, if it came in one: an
+    offline Table then shows what the apiserver printed (``tables``)."""
 
     def with_owners(self, owners: frozenset[str]) -> Entry:
         # Not dataclasses.replace: this runs once per object of every list (hot path).
@@ -93,7 +96,11 @@ class Entry:
             self.fields,
             owners,
             self.size,
+            self.cells,
         )
+
+    def with_cells(self, cells: tuple[Any, ...] | None) -> Entry:
+        return dataclasses.replace(self, cells=cells)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -110,6 +117,8 @@ class ListRecord:
     api_version: str
     members: int
     """Objects owned by this list after the write that stored this record."""
+    columns: tuple[Any, ...] | None = None
+    """The Table ``columnDefinitions`` of a list fetched as a Table."""
 
 
 def _intern_map(values: Mapping[str, Any] | None) -> dict[str, str] | None:
@@ -120,7 +129,11 @@ def _intern_map(values: Mapping[str, Any] | None) -> dict[str, str] | None:
 
 
 def entry_from_object(
-    obj: Mapping[str, Any], fields: Mapping[str, str], owners: frozenset[str], size: int
+    obj: Mapping[str, Any],
+    fields: Mapping[str, str],
+    owners: frozenset[str],
+    size: int,
+    cells: tuple[Any, ...] | None = None,
 ) -> Entry:
     """The index entry of a decoded object (``fields`` from ``selectors.field_values``)."""
     meta = obj.get("metadata")
@@ -139,6 +152,7 @@ def entry_from_object(
         fields=_intern_map(fields) or {},
         owners=owners,
         size=size,
+        cells=cells,
     )
 
 
@@ -200,6 +214,8 @@ def encode_object(entry: Entry, body: bytes) -> bytes:
         header["l"] = entry.labels
     if entry.fields:
         header["f"] = entry.fields
+    if entry.cells is not None:
+        header["c"] = entry.cells
     return _pack(header, body)
 
 
@@ -270,6 +286,7 @@ def _entry(header: Mapping[str, Any], size: int) -> Entry:
         owners = header["o"]
         if not isinstance(owners, list) or not all(isinstance(o, str) for o in owners):
             raise CorruptEntry("entry owners are not a list of strings")
+        cells = header.get("c")
         entry = Entry(
             resource_version=rv,
             rv=parse_rv(rv),
@@ -279,6 +296,7 @@ def _entry(header: Mapping[str, Any], size: int) -> Entry:
             fields=_intern_map(header.get("f")) or {},
             owners=frozenset(sys.intern(o) for o in owners),
             size=size,
+            cells=tuple(cells) if isinstance(cells, list) else None,
         )
     except (KeyError, TypeError, AttributeError) as e:
         raise CorruptEntry(f"entry header misses fields: {e}") from e
@@ -286,13 +304,15 @@ def _entry(header: Mapping[str, Any], size: int) -> Entry:
 
 
 def encode_list(record: ListRecord) -> bytes:
-    header = {
+    header: dict[str, Any] = {
         "t": "l",
         "rv": record.resource_version,
         "k": record.kind,
         "av": record.api_version,
         "n": record.members,
     }
+    if record.columns is not None:
+        header["cd"] = record.columns
     return _pack(header, b"")
 
 
@@ -302,12 +322,14 @@ def decode_list(value: bytes) -> ListRecord:
         raise CorruptEntry("entry is not a list record")
     try:
         rv = str(header["rv"])
+        columns = header.get("cd")
         return ListRecord(
             resource_version=rv,
             rv=parse_rv(rv),
             kind=str(header["k"]),
             api_version=str(header["av"]),
             members=int(header["n"]),
+            columns=tuple(columns) if isinstance(columns, list) else None,
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptEntry(f"list record misses fields: {e}") from e

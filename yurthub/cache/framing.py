@@ -117,9 +117,14 @@ class ListItem:
     head: ListHead | None = None
     """Set when the item lacks kind/apiVersion: they come from the list."""
     decoded: dict[str, Any] | None = None
+    cells: tuple[Any, ...] | None = None
+    """A Table row's cells, when the item came from one (kept so an offline Table has the
+    columns the apiserver printed)."""
 
     @classmethod
-    def of(cls, obj: dict[str, Any], raw: bytes) -> ListItem:
+    def of(
+        cls, obj: dict[str, Any], raw: bytes, cells: tuple[Any, ...] | None = None
+    ) -> ListItem:
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         assert isinstance(meta, dict)
         return cls(
@@ -129,6 +134,7 @@ class ListItem:
             raw,
             None,
             obj,
+            cells,
         )
 
     @property
@@ -162,6 +168,8 @@ class ListHead:
     has_items: bool = True
     """The body has an ``items`` member (an array, or null for an empty Go slice): a Status or
     an object answered with 2xx to a list request has none."""
+    columns: tuple[Any, ...] | None = None
+    """A Table's ``columnDefinitions``."""
 
     @property
     def item_kind(self) -> str:
@@ -280,24 +288,32 @@ _CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"]*)"')
 _KIND = re.compile(rb'"kind"\s*:\s*"([^"]*)"')
 
 
-def is_whole_list(body: bytes) -> bool:
-    """True when the list's metadata (before its items) shows no ``continue`` token.
+def whole_list_kind(body: bytes) -> str:
+    """The list kind (``PodList``) when the list's metadata (before its items) shows no
+    ``continue`` token; "" otherwise.
 
-    A cheap look at the head so a queued list can be dropped for a newer one of the same list;
-    anything it cannot tell (metadata after the items, a huge head) answers False.
+    A cheap look at the head so a queued list can be dropped for a newer one of the same list
+    and form (a metadata-only list must not supersede a full one: some servers label both
+    ``application/json``); anything it cannot tell (metadata after the items, a huge head, no
+    items, a kind that is no list such as a Status answered 2xx) answers "".
     """
     head = body[:_PEEK]
     meta = head.find(b'"metadata"')
     items = head.find(b'"items"')
-    # No items, or a kind that is not a list (a Status answered 2xx): never a whole list, so it
-    # can never make a queued real one pointless.
     if meta < 0 or items < 0 or items < meta:
-        return False
+        return ""
     kind = _KIND.search(head, 0, items)
     if kind is None or not kind.group(1).endswith(b"List"):
-        return False
+        return ""
     match = _CONTINUE.search(head, meta, items)
-    return match is None or not match.group(1)
+    if match is not None and match.group(1):
+        return ""
+    return kind.group(1).decode("utf-8", "replace")
+
+
+def is_whole_list(body: bytes) -> bool:
+    """``whole_list_kind`` says it is one."""
+    return bool(whole_list_kind(body))
 
 
 def _typed(kind: bool, api_version: bool) -> bool | None:
@@ -345,10 +361,11 @@ def _items(text: str, pos: int, out: list[_Span]) -> int:
 
 
 def table_rows(table: dict[str, Any]) -> list[ListItem]:
-    """The objects inside a decoded Table's rows (full objects or PartialObjectMetadata).
+    """The objects inside a decoded Table's rows (full objects or PartialObjectMetadata), each
+    with its row's cells.
 
     A Table is a view and is never stored; the objects its rows carry are (``includeObject``
-    decides which: the apiserver's default is PartialObjectMetadata).
+    decides which: the apiserver's default is PartialObjectMetadata), and their cells with them.
     """
     if table.get("kind") != "Table":
         raise BadBody("not a Table")
@@ -356,12 +373,26 @@ def table_rows(table: dict[str, Any]) -> list[ListItem]:
     for row in table.get("rows") or ():
         obj = row.get("object") if isinstance(row, dict) else None
         if isinstance(obj, dict) and obj:
-            out.append(ListItem.of(obj, orjson.dumps(obj)))
+            assert isinstance(row, dict)
+            cells = row.get("cells")
+            kept = tuple(cells) if isinstance(cells, list) else None
+            out.append(ListItem.of(obj, orjson.dumps(obj), kept))
     return out
 
 
+def table_columns(table: dict[str, Any]) -> tuple[Any, ...] | None:
+    """A Table's column definitions, when it has usable ones (watch events after the first may
+    carry none)."""
+    columns = table.get("columnDefinitions")
+    if not isinstance(columns, list) or not columns:
+        return None
+    if not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in columns):
+        return None
+    return tuple(columns)
+
+
 def parse_table(body: bytes) -> tuple[ListHead, list[ListItem]]:
-    """A Table list response: its head and the objects of its rows."""
+    """A Table list response: its head (with its columns) and the objects of its rows."""
     table = parse_object(body)
     meta = table.get("metadata") if isinstance(table.get("metadata"), dict) else {}
     assert isinstance(meta, dict)
@@ -370,6 +401,7 @@ def parse_table(body: bytes) -> tuple[ListHead, list[ListItem]]:
         api_version=str(table.get("apiVersion") or ""),
         resource_version=str(meta.get("resourceVersion") or ""),
         continue_token=str(meta.get("continue") or ""),
+        columns=table_columns(table),
     )
     return head, table_rows(table)
 

@@ -54,7 +54,6 @@ from typing import Any
 
 import diskcache
 import diskcache.core
-import orjson
 
 from yurthub.cache import applying, coverage, entries, framing, keys
 
@@ -640,14 +639,15 @@ class Store:
         Back-to-back lists (a client relisting, kubectl in a loop) otherwise queue tens of MB
         each and cost a parse each, for a state the newest one replaces anyway.
         """
-        if job.continued is True or not framing.is_whole_list(job.body):
+        kind = "" if job.continued is True else framing.whole_list_kind(job.body)
+        if not kind:
             return
         for queued in list(self._pending):
             if (
                 isinstance(queued, PutList)
                 and queued.list_key == job.list_key
                 and queued.continued is not True
-                and framing.is_whole_list(queued.body)
+                and framing.whole_list_kind(queued.body) == kind
             ):
                 self._pending.remove(queued)
                 self._pending_bytes -= queued.size
@@ -895,8 +895,10 @@ class _Batch:
         api_version: str,
         *,
         create: bool = False,
+        columns: tuple[Any, ...] | None = None,
     ) -> None:
-        """Advance ``list_key``'s record; make it only when ``create`` (a whole list was seen)."""
+        """Advance ``list_key``'s record; make it only when ``create`` (a whole list was seen).
+        ``columns``: a Table's column definitions (None keeps the record's)."""
         current = self.record(list_key)
         if current is None and not create:
             return
@@ -907,12 +909,14 @@ class _Batch:
                 resource_version, rv = current.resource_version, current.rv
             kind = kind or current.kind
             api_version = api_version or current.api_version
+            columns = columns if columns is not None else current.columns
         self.outcome.lists[list_key] = entries.ListRecord(
             resource_version=resource_version,
             rv=rv,
             kind=kind,
             api_version=api_version,
             members=self.member_count(list_key),
+            columns=columns,
         )
 
     # jobs
@@ -979,7 +983,12 @@ class _Batch:
         if obj.get("kind") == "Table":
             for row in framing.table_rows(obj):
                 self._put_one(
-                    _row_scope(job.scope, row.object), row.object, row.raw, job.namespace, job.name
+                    _row_scope(job.scope, row.object),
+                    row.object,
+                    row.raw,
+                    job.namespace,
+                    job.name,
+                    cells=row.cells,
                 )
             return
         self._put_one(_row_scope(job.scope, obj), obj, job.body, job.namespace, job.name, job.local)
@@ -992,8 +1001,12 @@ class _Batch:
         namespace: str,
         name: str,
         local: bool = False,
+        *,
+        cells: tuple[Any, ...] | None = None,
     ) -> None:
-        item = applying.item_from_object(scope, obj, body, fallback_namespace=namespace)
+        item = applying.item_from_object(
+            scope, obj, body, fallback_namespace=namespace, cells=cells
+        )
         try:
             applying.check_identity(item, name, namespace)
         except applying.WrongObject as e:
@@ -1030,12 +1043,17 @@ class _Batch:
                     current is not None
                     and owner in current.owners
                     and 0 <= entries.parse_rv(item.resource_version) == current.rv
+                    and (item.cells is None or current.cells is not None)
                 ):
                     seen.add(key)
                     continue
             try:
                 yield applying.item_from_object(
-                    scope, item.object, item.raw, fallback_namespace=list_key.namespace
+                    scope,
+                    item.object,
+                    item.raw,
+                    fallback_namespace=list_key.namespace,
+                    cells=item.cells,
                 )
             except applying.NotStorable as e:
                 # A list is stored whole or not at all: one it would answer incomplete is none.
@@ -1048,8 +1066,10 @@ class _Batch:
         head, parsed = framing.parse_list(job.body)
         if head.kind != "Table" and (not head.kind.endswith("List") or not head.has_items):
             raise framing.BadBody(f"a list response whose body is a {head.kind or 'no kind'}")
+        columns = None
         if head.kind == "Table":
             head, rows = framing.parse_table(job.body)
+            columns = head.columns
             # The rows are full objects with includeObject=Object, else metadata only.
             kind = str(rows[0].object.get("kind", "")) if rows else _PARTIAL
             head = dataclasses.replace(head, kind=f"{kind}List")
@@ -1076,13 +1096,13 @@ class _Batch:
             session.names.update(item.key for item in items)
             session.names.update(unchanged)
             self._claim(list_key, items, session)
-            self.touch_list(*touch)
+            self.touch_list(*touch, columns=columns)
             return
         if later_page and session is None:
             # The last page of a list whose first pages we never saw: keep, release nothing; it
             # proves no list whole, so it makes no record.
             self._claim(list_key, items, None)
-            self.touch_list(*touch)
+            self.touch_list(*touch, columns=columns)
             return
         if later_page and session is not None:
             del pages[list_key]
@@ -1092,7 +1112,7 @@ class _Batch:
             pages.pop(list_key, None)
             keep = unchanged
         self._replace_whole(list_key, items, keep, head.resource_version)
-        self.touch_list(*touch, create=True)
+        self.touch_list(*touch, create=True, columns=columns)
 
     def _replace_whole(
         self,
@@ -1172,18 +1192,26 @@ class _Batch:
                 self.change(change)
 
     def watch_lines(self, job: WatchLines) -> None:
-        list_key = job.list_key
+        events: list[tuple[framing.WatchEvent, tuple[Any, ...] | None]] = []
+        for line in job.lines:
+            try:
+                events.append((framing.parse_event(line), None))
+            except framing.BadBody:
+                self.outcome.bad_bodies += 1
+        self._events(job.list_key, events)
+
+    def _events(
+        self,
+        list_key: keys.ListKey,
+        events: Iterable[tuple[framing.WatchEvent, tuple[Any, ...] | None]],
+    ) -> None:
+        """Watch events (with the cells of the Table row each came in, if any), in order."""
         # A watch never makes a list whole: without the list's record its events are held like
         # gets (a hub restarted on an empty cache sees clients re-watch without relisting).
         owner = str(list_key) if self.has_record(list_key) else entries.DIRECT
         last_rv = ""
         kind = api_version = ""
-        for line in job.lines:
-            try:
-                event = framing.parse_event(line)
-            except framing.BadBody:
-                self.outcome.bad_bodies += 1
-                continue
+        for event, cells in events:
             meta = event.object.get("metadata")
             rv = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
             if event.type == "ERROR":
@@ -1202,13 +1230,17 @@ class _Batch:
                 continue
             try:
                 item = applying.item_from_object(
-                    list_key.scope, event.object, event.raw, fallback_namespace=list_key.namespace
+                    list_key.scope,
+                    event.object,
+                    event.raw,
+                    fallback_namespace=list_key.namespace,
+                    cells=cells,
                 )
             except applying.NotStorable:
                 if event.type != "DELETED":
                     last_rv = rv or last_rv
                     continue
-                # A DELETED pod that lost its nodeName still has to leave the cache.
+                # A DELETED object the cache cannot decode (a Status) still names what goes.
                 meta_map = meta if isinstance(meta, dict) else {}
                 name = meta_map.get("name")
                 if not isinstance(name, str) or not name:
@@ -1241,16 +1273,19 @@ class _Batch:
     def _table_event(
         self, list_key: keys.ListKey, event: framing.WatchEvent, *, rows: bool = True
     ) -> None:
-        """A view event (a Table, or metadata only): apply its objects where they belong."""
-        found = (
-            framing.table_rows(event.object)
-            if rows
-            else [framing.ListItem.of(event.object, event.raw)]
-        )
+        """A view event (a Table, or metadata only): apply its objects where they belong, each
+        with its row's cells; a Table's column definitions update its list's record."""
+        if rows:
+            found = framing.table_rows(event.object)
+            columns = framing.table_columns(event.object)
+        else:
+            found, columns = [framing.ListItem.of(event.object, event.raw)], None
         for row in found:
             row_key = dataclasses.replace(list_key, scope=_row_scope(list_key.scope, row.object))
-            line = orjson.dumps({"type": event.type, "object": row.object})
-            self.watch_lines(WatchLines(row_key, (line,)))
+            row_event = framing.WatchEvent(event.type, row.object, row.raw)
+            self._events(row_key, [(row_event, row.cells)])
+            if columns is not None:
+                self.touch_list(row_key, "", "", "", columns=columns)
 
     # writing (inside the transaction)
 

@@ -3,10 +3,14 @@
 PURE: decoded objects in, JSON-ready dicts out; ``now`` is passed in.
 
 ``kubectl get`` asks for ``application/json;as=Table;v=v1;g=meta.k8s.io``. Offline we build the
-Table from the cached objects: NAME and AGE for every kind, and for pods the columns a person
-looks at first (READY, STATUS, RESTARTS). ``row.object`` follows ``includeObject`` (default
-``Metadata``: a PartialObjectMetadata, as the apiserver does). Controllers that only need
-metadata ask for ``as=PartialObjectMetadata[List]``; a cached full object answers that too.
+Table from the cached objects. When the apiserver's own Table was cached (its column
+definitions in the list record, each row's cells with its object), the offline Table has the
+same columns and cells, AGE recomputed; cells of an object that came without a row are computed
+where we know how (NAME, AGE, and a pod's READY/STATUS/RESTARTS from a full object), else
+``<unknown>``. Without any cached Table: NAME and AGE for every kind, and for pods the columns a
+person looks at first. ``row.object`` follows ``includeObject`` (default ``Metadata``: a
+PartialObjectMetadata, as the apiserver does). Controllers that only need metadata ask for
+``as=PartialObjectMetadata[List]``; a cached full object answers that too.
 
 These are views, never stored as such: from a Table response the tee keeps the objects its
 rows carry, and PartialObjectMetadata is stored under its own partial scope.
@@ -17,6 +21,8 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+UNKNOWN = "<unknown>"
 
 META_V1 = "meta.k8s.io/v1"
 
@@ -162,29 +168,52 @@ def table(
     resource_version: str,
     now: float,
     include_object: str = "Metadata",
+    columns: Sequence[Mapping[str, Any]] | None = None,
+    cells: Sequence[Sequence[Any] | None] | None = None,
 ) -> dict[str, Any]:
     """A ``meta.k8s.io/v1`` Table of ``objects`` (all of one ``resource``).
 
-    Pods get READY/STATUS/RESTARTS only from full objects; metadata-only objects (what kubectl's
-    own Tables carried) give NAME and AGE.
+    ``columns``: the apiserver's column definitions when known, ``cells`` the cached cells of
+    each object's row (None where there are none). Without columns: pods get READY/STATUS/
+    RESTARTS only from full objects; metadata-only objects give NAME and AGE.
     """
     full = all(o.get("kind") != "PartialObjectMetadata" for o in objects)
-    view = table_head(resource, full_objects=full, resource_version=resource_version)
+    view = table_head(
+        resource, full_objects=full, resource_version=resource_version, columns=columns
+    )
     view["rows"] = [
-        table_row(resource, o, full_objects=full, now=now, include_object=include_object)
-        for o in objects
+        table_row(
+            resource,
+            o,
+            full_objects=full,
+            now=now,
+            include_object=include_object,
+            columns=columns,
+            cells=cells[i] if cells is not None else None,
+        )
+        for i, o in enumerate(objects)
     ]
     return view
 
 
-def table_head(resource: str, *, full_objects: bool, resource_version: str) -> dict[str, Any]:
+def table_head(
+    resource: str,
+    *,
+    full_objects: bool,
+    resource_version: str,
+    columns: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """A Table without rows; ``rows`` is its last member, so a writer can stream them in."""
     pods = resource == "pods" and full_objects
+    if columns:
+        definitions: list[Any] = [dict(c) for c in columns]
+    else:
+        definitions = _POD_COLUMNS if pods else [_NAME_COLUMN, _AGE_COLUMN]
     return {
         "kind": "Table",
         "apiVersion": META_V1,
         "metadata": {"resourceVersion": resource_version},
-        "columnDefinitions": _POD_COLUMNS if pods else [_NAME_COLUMN, _AGE_COLUMN],
+        "columnDefinitions": definitions,
         "rows": [],
     }
 
@@ -196,14 +225,31 @@ def table_row(
     full_objects: bool,
     now: float,
     include_object: str = "Metadata",
+    columns: Sequence[Mapping[str, Any]] | None = None,
+    cells: Sequence[Any] | None = None,
 ) -> dict[str, Any]:
-    """One row of ``table_head``'s Table (``full_objects`` as given there)."""
+    """One row of ``table_head``'s Table (``full_objects`` and ``columns`` as given there)."""
     meta = _metadata(obj)
     name = str(meta.get("name") or "")
     created = str(meta.get("creationTimestamp") or "")
     pods = resource == "pods" and full_objects
-    cells: list[Any] = [name, *(_pod_cells(obj) if pods else ()), age(created, now)]
-    row: dict[str, Any] = {"cells": cells}
+    if columns:
+        known: dict[str, Any] = {"Name": name}
+        if pods:
+            known.update(zip(("Ready", "Status", "Restarts"), _pod_cells(obj), strict=True))
+        stored = cells if cells is not None and len(cells) == len(columns) else None
+        values: list[Any] = []
+        for i, column in enumerate(columns):
+            title = column.get("name")
+            if title == "Age":
+                values.append(age(created, now))  # a cached age is stale by the outage
+            elif stored is not None:
+                values.append(stored[i])
+            else:
+                values.append(known.get(str(title), UNKNOWN))
+    else:
+        values = [name, *(_pod_cells(obj) if pods else ()), age(created, now)]
+    row: dict[str, Any] = {"cells": values}
     if include_object == "Object":
         row["object"] = dict(obj)
     elif include_object != "None":

@@ -9,11 +9,14 @@ Answers (decisions that differ from YurtHub are marked *):
 
 - get: the cached object, or 404. Table / PartialObjectMetadata views when the client asks.
 - list: complete or 404*. Answered only when a list the cache saw whole covers it: same
-  component and resource (and view), all namespaces or the request's, and every requirement
+  component and resource, all namespaces or the request's, and every requirement
   of its label and field selectors among the request's (``cache.coverage``). Then the answer
   is the component's objects of that resource in the namespace filtered by the request's
   selectors* (YurtHub ignores selectors), at the highest resourceVersion seen (the covering
-  list's record, advanced by watch events and bookmarks*, or an object's). Anything else is
+  list's record, advanced by watch events and bookmarks*, or an object's). A view (Table,
+  PartialObjectMetadata) is answered from the newest covering list whatever form it was
+  fetched in (full objects, metadata only, a Table)*; a Table keeps the columns and cells the
+  apiserver's Table had (``cache.tables``)*. Anything else is
   a 404 (YurtHub answers whatever files it has): a watch alone (a hub restarted on an empty
   cache), gets, a narrower or other-namespace list, hold some objects, not all, and kubelet
   reads a pod missing from its list as deleted and kills it. Except a ``metadata.name`` field
@@ -216,7 +219,8 @@ class Answerer:
             return None
         body = None
         scope = None
-        for scope in self._scopes(info, media):
+        candidates = self._scopes(info, media)
+        for scope in candidates:
             body = await self._read(keys.object_key(scope, info.namespace, info.name))
             if body is not None:
                 break
@@ -232,12 +236,15 @@ class Answerer:
         if media.representation is cacheability.Representation.PARTIAL:
             return _json(200, orjson.dumps(tables.partial(obj, media.partial_version)))
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        entry = self._store.entry(keys.object_key(scope, info.namespace, info.name))
         view = tables.table(
             info.resource,
             [obj],
             resource_version=rv,
             now=self._clock(),
             include_object=request.query.get("includeObject", "Metadata"),
+            columns=self._columns(candidates),
+            cells=[entry.cells if entry is not None else None],
         )
         return _json(200, orjson.dumps(view))
 
@@ -339,19 +346,34 @@ class Answerer:
                 return orjson.dumps(tables.partial(framing.parse_object(body), version))
         else:
             full = not scope.partial  # the partial scope holds metadata only
+            columns = (record.columns if record is not None else None) or self._columns(
+                self._scopes(info, media)
+            )
             view = tables.table_head(
-                info.resource, full_objects=full, resource_version=resource_version
+                info.resource,
+                full_objects=full,
+                resource_version=resource_version,
+                columns=columns,
             )
             now = self._clock()
             include = request.query.get("includeObject", "Metadata")
+            cells = {key: entry.cells for key, entry in chosen if entry.cells is not None}
 
             def convert(body: bytes) -> bytes:
+                obj = framing.parse_object(body)
+                meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+                assert isinstance(meta, dict)
+                key = keys.object_key(
+                    scope, str(meta.get("namespace") or ""), str(meta.get("name") or "")
+                )
                 row = tables.table_row(
                     info.resource,
-                    framing.parse_object(body),
+                    obj,
                     full_objects=full,
                     now=now,
                     include_object=include,
+                    columns=columns,
+                    cells=cells.get(key),
                 )
                 return orjson.dumps(row)
 
@@ -368,17 +390,23 @@ class Answerer:
 
         Complete or nothing: only a whole cached list that covers the request answers it
         (``coverage``), with the objects of the scope that match the request's selectors: a
-        partial pod list served as whole would make kubelet kill the pods it lacks. A request
-        no list covers that names its object (``metadata.name``) is answered like a get.
+        partial pod list served as whole would make kubelet kill the pods it lacks. Among the
+        ``candidates`` (the forms that can answer, best first) the newest covering list wins;
+        an equal or undecidable resourceVersion goes to the better form. A request no list
+        covers that names its object (``metadata.name``) is answered like a get.
         """
+        newest: tuple[keys.Scope, entries.ListRecord] | None = None
         for scope in candidates:
             wanted = keys.list_key(scope, info.namespace, labels.canonical(), fields.canonical())
             found = coverage.best(
                 self._store.list_records(scope), wanted, info.namespace, labels, fields
             )
-            if found is not None:
-                chosen = _select(self._store, scope, info.namespace, labels, fields)
-                return _Listing(scope, found[1], chosen)
+            if found is not None and (newest is None or found[1].rv > newest[1].rv >= 0):
+                newest = scope, found[1]
+        if newest is not None:
+            scope, record = newest
+            chosen = _select(self._store, scope, info.namespace, labels, fields)
+            return _Listing(scope, record, chosen)
         if fields.name is None:
             return None
         for scope in candidates:
@@ -386,6 +414,15 @@ class Answerer:
             if chosen:
                 return _Listing(scope, None, chosen)
         return _Listing(candidates[0], None, [])
+
+    def _columns(self, scopes: list[keys.Scope]) -> tuple[Any, ...] | None:
+        """The newest Table column definitions cached for these scopes' resource."""
+        best: entries.ListRecord | None = None
+        for scope in scopes:
+            for _, record in self._store.list_records(scope):
+                if record.columns and (best is None or record.rv > best.rv):
+                    best = record
+        return best.columns if best is not None else None
 
     def _kind(
         self,

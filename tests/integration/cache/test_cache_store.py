@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import stat
 from typing import Any
@@ -283,6 +284,28 @@ async def test_a_status_never_supersedes_a_queued_list(cache: store.Store) -> No
     good = store.PutList(everything, pod_list(5, pod("a", 1)))
     await apply(cache, blocker, good, store.PutList(everything, status_body()))
     assert cache.list_record(everything) is not None and cache.stats.superseded_lists == 0
+
+
+async def test_a_metadata_list_never_supersedes_a_queued_full_list(cache: store.Store) -> None:
+    # Some servers label both forms plain application/json: the tee then gives both the full
+    # scope's key, and only the body tells them apart (the writer moves metadata-only items to
+    # their own scope). Dropping one for the other lost a whole list.
+    everything = keys.list_key(POD, "", "", "")
+    blocker = store.PutList(MINE, pod_list(4, *[pod(f"p{i}", i + 1) for i in range(300)]))
+    metadata = orjson.dumps(
+        {
+            "kind": "PartialObjectMetadataList",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"resourceVersion": "5"},
+            "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                       "metadata": {"name": "a", "namespace": "default", "resourceVersion": "1"}}],
+        }
+    )  # fmt: skip
+    full = store.PutList(everything, pod_list(6, pod("a", 1)))
+    await apply(cache, blocker, store.PutList(everything, metadata), full)
+    partial = dataclasses.replace(everything, scope=dataclasses.replace(POD, partial="v1"))
+    assert cache.list_record(everything) is not None and cache.list_record(partial) is not None
+    assert cache.stats.superseded_lists == 0
 
 
 async def test_a_namespaced_list_holding_another_namespace_is_not_stored(

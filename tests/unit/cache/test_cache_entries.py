@@ -30,6 +30,15 @@ def test_object_round_trip_keeps_body_bytes() -> None:
     assert entries.kind_of(value) == "o"
 
 
+def test_table_cells_and_columns_round_trip() -> None:
+    entry = make_entry().with_cells(("web-0", "1/1", "Running", "0", "5d"))
+    assert entries.decode_header(entries.encode_object(entry, b"{}")) == entry
+    assert entry.with_owners(frozenset({""})).cells == entry.cells
+    columns = ({"name": "Name", "type": "string", "format": "name", "priority": 0},)
+    record = entries.ListRecord("9", 9, "PartialObjectMetadata", "meta.k8s.io/v1", 3, columns)
+    assert entries.decode_list(entries.encode_list(record)) == record
+
+
 def test_list_record_and_document_round_trip() -> None:
     record = entries.ListRecord("9", 9, "Pod", "v1", 3)
     assert entries.decode_list(entries.encode_list(record)) == record

@@ -148,10 +148,19 @@ def test_items_only_the_stdlib_scanner_accepts_are_bad_bodies(item: bytes, typin
         (b'{"kind":"PodList","metadata":{"continue":""},"items":[]}', True),
         (b'{"items":[],"metadata":{}}', False),  # metadata after items: cannot tell
         (b'{"kind":"PodList"}', False),
+        (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success"}', False),
+        (b'{"kind":"Pod","apiVersion":"v1","metadata":{},"items":[]}', False),
     ],
 )
 def test_is_whole_list(body: bytes, whole: bool) -> None:
     assert framing.is_whole_list(body) is whole
+
+
+def test_whole_list_kind_tells_forms_apart() -> None:
+    head = b',"apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}'
+    assert framing.whole_list_kind(b'{"kind":"PodList"' + head) == "PodList"
+    partial = b'{"kind":"PartialObjectMetadataList"' + head
+    assert framing.whole_list_kind(partial) == "PartialObjectMetadataList"
 
 
 def test_list_items_know_their_identity_without_decoding() -> None:

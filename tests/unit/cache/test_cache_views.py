@@ -82,6 +82,36 @@ def test_metadata_only_objects_give_name_and_age() -> None:
     assert view["rows"][0]["cells"] == ["x", "60s"]
 
 
+WIDE = [
+    {"name": n, "type": "string", "format": "", "description": "", "priority": p}
+    for n, p in (("Name", 0), ("Ready", 0), ("Status", 0), ("Age", 0), ("IP", 1), ("Node", 1))
+]
+
+
+@pytest.mark.parametrize(
+    ("obj", "stored", "cells"),
+    [
+        # The apiserver's row: its cells, AGE recomputed (a cached age is stale by the outage).
+        (tables.partial(pod("x")), ("x", "1/2", "Running", "5d", "10.0.0.1", "n1"),
+         ["x", "1/2", "Running", "60s", "10.0.0.1", "n1"]),
+        # No row cached (the object came from a watch of full objects): what we can compute.
+        (pod("y", phase="Pending"), None, ["y", "0/2", "Pending", "60s", "<unknown>", "<unknown>"]),
+        # Metadata only, no row: the name and the age.
+        (tables.partial(pod("z")), None, ["z", "<unknown>", "<unknown>", "60s", "<unknown>",
+                                          "<unknown>"]),
+        # A row of another column set (cached before the columns changed) is not trusted.
+        (tables.partial(pod("w")), ("w", "60s"), ["w", "<unknown>", "<unknown>", "60s",
+                                                  "<unknown>", "<unknown>"]),
+    ],
+)  # fmt: skip
+def test_a_table_keeps_the_apiservers_columns(
+    obj: dict[str, Any], stored: tuple[Any, ...] | None, cells: list[Any]
+) -> None:
+    view = tables.table("pods", [obj], resource_version="1", now=NOW, columns=WIDE, cells=[stored])
+    assert view["columnDefinitions"] == WIDE
+    assert view["rows"][0]["cells"] == cells
+
+
 def test_partial_list() -> None:
     view = tables.partial_list([pod("x")], "5", "v1beta1")
     assert view["kind"] == "PartialObjectMetadataList"
