@@ -7,8 +7,15 @@ the user's client certificate and key (inline ``-data`` or files) and/or token (
 
 Produces two ``ssl.SSLContext``s: ``with_identity`` presents the client certificate; ``bare``
 verifies the server the same way but presents none (used for requests that carry their own
-Bearer token: a presented client certificate would win the apiserver's authentication). A
-kubeconfig CA is the only trust root (as in kubectl); without one the system store is used.
+Bearer token: a presented client certificate would win the apiserver's authentication).
+
+Trust (THREAT_MODEL.md): the kubeconfig's CA is the only trust root, never the system store
+beside it. A kubeconfig without a CA (which would mean trusting every public CA for the
+apiserver's name) or with ``insecure-skip-tls-verify`` (any server at all) is refused unless
+the operator accepted that risk (``TrustPolicy``, the ``--allow-system-trust-store`` and
+``--allow-insecure-skip-tls-verify`` flags); accepted, it is logged as a warning whenever it is
+loaded (``trust_warning``). The policy applies to every reload too: a rotated kubeconfig that
+drops its CA does not replace a verifying identity.
 
 Rotation: an ``Identity`` remembers every file it was read from as a ``FileId`` (resolved path,
 device, inode, mtime, size, taken from the open file). ``changed(identity.files)`` is the cheap
@@ -53,6 +60,42 @@ EXPIRY_WARNING = datetime.timedelta(hours=24)
 
 class KubeconfigError(ValueError):
     """The kubeconfig is missing, unreadable or incomplete (message names file and field)."""
+
+
+class Trust(enum.Enum):
+    """How the apiserver's certificate is checked."""
+
+    KUBECONFIG_CA = "kubeconfig-ca"
+    SYSTEM = "system"
+    """No CA given: the system trust store (allowed only by ``TrustPolicy.allow_system_store``)."""
+    INSECURE = "insecure"
+    """``insecure-skip-tls-verify``: not checked at all (``TrustPolicy.allow_insecure``)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TrustPolicy:
+    """What the operator allowed beyond the kubeconfig's own CA."""
+
+    allow_insecure: bool = False
+    """``--allow-insecure-skip-tls-verify``."""
+    allow_system_store: bool = False
+    """``--allow-system-trust-store``."""
+
+
+def trust_warning(trust: Trust, where: str) -> str:
+    """The warning an accepted weaker trust is logged with ("" for the kubeconfig's CA)."""
+    if trust is Trust.INSECURE:
+        return (
+            f"{where} sets insecure-skip-tls-verify (allowed by --allow-insecure-skip-tls-verify):"
+            " the hub accepts ANY server as the apiserver, and anyone on the path can read and"
+            " change the node's traffic and its cache"
+        )
+    if trust is Trust.SYSTEM:
+        return (
+            f"{where} names no certificate-authority (allowed by --allow-system-trust-store): the"
+            " apiserver is trusted by the system trust store, so any public CA can vouch for it"
+        )
+    return ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -124,6 +167,7 @@ class Identity:
     trust_digest: bytes = b""
     """Digest of how the server is verified (CA material, insecure flag): equal digests mean
     ``bare`` can be reused as is."""
+    trust: Trust = Trust.KUBECONFIG_CA
     cert_digest: bytes = b""
     """Digest of the client certificate and key: equal (with ``trust_digest``) means
     ``with_identity`` can be reused as is."""
@@ -161,10 +205,18 @@ def carry_over(old: Identity, new: Identity) -> Identity:
     return dataclasses.replace(new, bare=bare, with_identity=with_identity)
 
 
-def anonymous() -> Identity:
-    """No kubeconfig: system CAs, no client identity."""
+def anonymous(servers: Iterable[str] = (), policy: TrustPolicy | None = None) -> Identity:
+    """No kubeconfig: no client identity, and over https the system trust store, which
+    ``policy`` must allow (else ``KubeconfigError``)."""
+    if any(s.startswith("https://") for s in servers) and not (
+        policy is not None and policy.allow_system_store
+    ):
+        raise KubeconfigError(
+            "no --kubeconfig: the hub would trust any public CA for the apiserver; give a "
+            "kubeconfig with the cluster's CA, or pass --allow-system-trust-store"
+        )
     ctx = ssl.create_default_context()
-    return Identity(server="", with_identity=ctx, bare=ctx)
+    return Identity(server="", with_identity=ctx, bare=ctx, trust=Trust.SYSTEM)
 
 
 class _Reader:
@@ -185,7 +237,10 @@ class _Reader:
         return data
 
 
-def load(path: pathlib.Path) -> Identity:
+def load(path: pathlib.Path, policy: TrustPolicy | None = None) -> Identity:
+    """The identity in the kubeconfig at ``path``; raises ``KubeconfigError``, also for a trust
+    ``policy`` does not allow (default: only the kubeconfig's own CA)."""
+    policy = policy or TrustPolicy()
     reader = _Reader()
     try:
         text = reader.read(path).decode("utf-8")
@@ -209,6 +264,18 @@ def load(path: pathlib.Path) -> Identity:
         raise KubeconfigError(f"kubeconfig {path}: cluster has no server")
 
     trust = _trust(cluster, base, path, reader)
+    if trust[0] and not policy.allow_insecure:
+        raise KubeconfigError(
+            f"kubeconfig {path}: insecure-skip-tls-verify would accept any server as the "
+            "apiserver; give the cluster's certificate-authority, or pass "
+            "--allow-insecure-skip-tls-verify to accept that risk"
+        )
+    if not trust[0] and trust[1] is None and not policy.allow_system_store:
+        raise KubeconfigError(
+            f"kubeconfig {path}: the cluster names no certificate-authority, so any public CA "
+            "could vouch for the apiserver; add the cluster's CA, or pass "
+            "--allow-system-trust-store to accept that risk"
+        )
     bare = _server_context(trust, path)
     with_identity = _server_context(trust, path)
     cert = _material(user, "client-certificate", base, path, reader)
@@ -245,6 +312,11 @@ def load(path: pathlib.Path) -> Identity:
         not_after=not_after,
         trust_digest=_digest(b"insecure" if trust[0] else b"verify", trust[1] or b""),
         cert_digest=cert_digest,
+        trust=Trust.INSECURE
+        if trust[0]
+        else Trust.SYSTEM
+        if trust[1] is None
+        else Trust.KUBECONFIG_CA,
     )
 
 

@@ -137,18 +137,26 @@ class Hub:
         s = self.settings
         identity = self._identity
         followed = None
+        policy = trust_policy(s.upstream)
         if identity is None:
             if s.upstream.kubeconfig is not None:
                 loop = asyncio.get_running_loop()
-                identity = await loop.run_in_executor(None, kubeconfigs.load, s.upstream.kubeconfig)
+                identity = await loop.run_in_executor(
+                    None, kubeconfigs.load, s.upstream.kubeconfig, policy
+                )
                 followed = s.upstream.kubeconfig
             else:
                 log.warning(
                     "no --kubeconfig: the hub has no identity of its own; requests without a "
                     "Bearer token and the node-lease heartbeat go out anonymous"
                 )
-                identity = kubeconfigs.anonymous()
-        client = upstream.Upstream(s.upstream, identity, kubeconfig=followed)
+                identity = kubeconfigs.anonymous(s.upstream.servers, policy)
+        where = f"kubeconfig {followed}" if followed is not None else "the hub's identity"
+        if any(server.startswith("https://") for server in s.upstream.servers):
+            warning = kubeconfigs.trust_warning(identity.trust, where)
+            if warning:
+                log.warning("%s", warning)
+        client = upstream.Upstream(s.upstream, identity, kubeconfig=followed, trust=policy)
         await client.start()
         self.upstream = client
         self._stack.push_async_callback(client.close)
@@ -274,6 +282,14 @@ class Hub:
             body=self.metrics.exposition(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
+
+
+def trust_policy(upstream_settings: settings.UpstreamSettings) -> kubeconfigs.TrustPolicy:
+    """What the hub's kubeconfig may use beyond its own CA (the CLI checks with it too)."""
+    return kubeconfigs.TrustPolicy(
+        allow_insecure=upstream_settings.allow_insecure_tls,
+        allow_system_store=upstream_settings.allow_system_trust_store,
+    )
 
 
 async def _first(*aws: Any) -> None:

@@ -53,6 +53,12 @@ class UpstreamSettings:
     kubeconfig: pathlib.Path | None = None
     """Kubeconfig holding the hub's own identity (client cert or token) and the cluster CA.
     Its ``server`` is ignored: backends come from ``servers``."""
+    allow_insecure_tls: bool = False
+    """``--allow-insecure-skip-tls-verify``: accept a kubeconfig that sets
+    ``insecure-skip-tls-verify`` (logged as a warning). Off: such a kubeconfig is refused."""
+    allow_system_trust_store: bool = False
+    """``--allow-system-trust-store``: accept a kubeconfig without a CA (or no kubeconfig over
+    https), trusting the system store. Off: refused; the kubeconfig's CA is the only root."""
     connect_timeout: float = 3.0
     """Seconds to establish a TCP+TLS connection to an apiserver. YurtHub waits 10 s + 10 s; a
     handshake takes well under a second even over a WAN, and every second spent here is a second

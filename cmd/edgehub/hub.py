@@ -16,7 +16,7 @@ import pathlib
 import click
 
 from edgehub import cli
-from yurthub import assembly, kubeconfigs, lifecycle, requestinfo, settings
+from yurthub import assembly, kubeconfigs, lifecycle, requestinfo, server, settings
 from yurthub.filters import registry
 
 AGENT_COMPONENT = "edgehub-agent"
@@ -62,6 +62,20 @@ def _duration(value: str) -> float:
     type=click.Path(dir_okay=False, path_type=pathlib.Path),
     default=None,
     help="Kubeconfig with the hub's identity (client certificate or token) and cluster CA.",
+)
+@click.option(
+    "--allow-insecure-skip-tls-verify",
+    is_flag=True,
+    default=False,
+    help="Accept a kubeconfig that sets insecure-skip-tls-verify (any server is trusted; "
+    "logged as a warning). Without it such a kubeconfig is refused.",
+)
+@click.option(
+    "--allow-system-trust-store",
+    is_flag=True,
+    default=False,
+    help="Accept a kubeconfig without a certificate-authority (or none over https), trusting "
+    "the system's CAs (logged as a warning). Without it only the kubeconfig's CA is trusted.",
 )
 @click.option("--shutdown-grace-seconds", default=10.0, type=click.FloatRange(min=0))
 @click.option(
@@ -145,8 +159,12 @@ def command(**opts: object) -> None:
         companions: list[lifecycle.Companion] = []
         if opts["enable_discovery"]:
             companions.append(_discovery_companion(opts, hub_settings.node_name))
+        # Fail fast, with a clear message (also for a trust the flags do not allow).
+        policy = server.trust_policy(hub_settings.upstream)
         if hub_settings.upstream.kubeconfig is not None:
-            kubeconfigs.load(hub_settings.upstream.kubeconfig)  # fail fast, clear message
+            kubeconfigs.load(hub_settings.upstream.kubeconfig, policy)
+        else:
+            kubeconfigs.anonymous(hub_settings.upstream.servers, policy)
     except (settings.ConfigError, kubeconfigs.KubeconfigError, click.BadParameter) as e:
         click.echo(f"edgehub hub: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
@@ -254,6 +272,8 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             servers=settings.parse_server_addrs(s("server_addr")),
             lb_mode=settings.LbMode(s("lb_mode")),
             kubeconfig=kubeconfig,
+            allow_insecure_tls=bool(opts["allow_insecure_skip_tls_verify"]),
+            allow_system_trust_store=bool(opts["allow_system_trust_store"]),
         ),
         listen=settings.ListenSettings(
             bind_address=s("bind_address"),

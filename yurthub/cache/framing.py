@@ -122,9 +122,7 @@ class ListItem:
     columns the apiserver printed)."""
 
     @classmethod
-    def of(
-        cls, obj: dict[str, Any], raw: bytes, cells: tuple[Any, ...] | None = None
-    ) -> ListItem:
+    def of(cls, obj: dict[str, Any], raw: bytes, cells: tuple[Any, ...] | None = None) -> ListItem:
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         assert isinstance(meta, dict)
         return cls(

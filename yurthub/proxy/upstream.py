@@ -112,6 +112,7 @@ class Upstream:
         identity: kubeconfigs.Identity,
         *,
         kubeconfig: pathlib.Path | None = None,
+        trust: kubeconfigs.TrustPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``kubeconfig``: where ``identity`` came from; ``follow_identity`` reloads it from
@@ -128,6 +129,8 @@ class Upstream:
         self._check_lock = asyncio.Lock()
         self._rejected = ""
         self._expiry = kubeconfigs.Expiry.VALID
+        self.trust_policy = trust or kubeconfigs.TrustPolicy()
+        """What a reloaded kubeconfig may use beyond its own CA: the rule it was loaded by."""
 
     async def start(self) -> None:
         connector = _RotatingConnector(self.settings)
@@ -211,7 +214,9 @@ class Upstream:
                 self._note_expiry()
                 return False
             try:
-                candidate = await loop.run_in_executor(None, kubeconfigs.load, self._kubeconfig)
+                candidate = await loop.run_in_executor(
+                    None, kubeconfigs.load, self._kubeconfig, self.trust_policy
+                )
                 candidate = self._acceptable(current, candidate)
             except kubeconfigs.KubeconfigError as e:
                 self._reject(str(e))
@@ -262,6 +267,9 @@ class Upstream:
             new.describe(),
             closed,
         )
+        warning = kubeconfigs.trust_warning(new.trust, f"kubeconfig {self._kubeconfig}")
+        if warning:
+            log.warning("%s", warning)
         self._note_expiry(announce=True)
 
     def _note_expiry(self, *, announce: bool = False) -> None:
