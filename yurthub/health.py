@@ -22,7 +22,12 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
 - Beyond YurtHub: ``report_transport_error(server)`` marks a healthy server *suspect* (skipped by
   the balancer) and wakes the prober to probe it at once. Success clears the suspicion (a
   one-off network blip costs nothing); failure makes it unhealthy. A dead apiserver is left
-  within one probe timeout instead of a heartbeat interval.
+  within one probe timeout instead of a heartbeat interval. ``report_slow(server)`` (a request
+  got no response headers within ``header_deadline``) probes it at once too, without skipping
+  it meanwhile: a silent link (blackhole, a stopped apiserver) is noticed in about
+  ``header_deadline`` + ``timeout`` whenever traffic is in flight.
+- ``on_unhealthy`` callbacks run when a server turns unhealthy: the remote proxy then answers
+  the reads in flight to it from the cache and ends its watches (``remote.RemoteProxy.abandon``).
 
 All HTTP calls are bounded by ``heartbeat.timeout``; the loop runs as one named task owned by
 the hub's TaskGroup and exits only by cancellation.
@@ -170,6 +175,8 @@ class HealthChecker:
         self.kubelet = KubeletGate(self._hb.kubelet_health_grace_period)
         self.initial_probe_done = asyncio.Event()
         self.on_lease: seams.LeaseCallback | None = None
+        self.on_unhealthy: list[Callable[[str], object]] = []
+        """Called (on the loop, must not block) with a server that just turned unhealthy."""
         for server in self.servers:
             self._metrics.server_healthy_status.labels(server).set(0)
 
@@ -190,6 +197,15 @@ class HealthChecker:
             return
         log.warning("transport error to %s: suspect, probing it now", server)
         self._suspects.add(server)
+        self._pending.add(server)
+        self._wake.set()
+
+    def report_slow(self, server: str) -> None:
+        """A request to ``server`` has had no response headers for a while: probe it now (it
+        stays usable meanwhile: a slow list must not send every client to the cache)."""
+        if not self.is_healthy(server) or server in self._pending:
+            return
+        log.info("no response headers from %s in time: probing it now", server)
         self._pending.add(server)
         self._wake.set()
 
@@ -242,6 +258,13 @@ class HealthChecker:
             healthy = self._states[server].healthy
             log.info("server %s is now %s", server, "healthy" if healthy else "unhealthy")
             self._metrics.server_healthy_status.labels(server).set(1 if healthy else 0)
+            if not healthy:
+                for callback in self.on_unhealthy:
+                    try:
+                        callback(server)
+                    except Exception:
+                        # A bug there must not end the prober (and the hub's TaskGroup with it).
+                        log.exception("unhealthy callback failed for %s", server)
 
     # --- one probe ---
 

@@ -79,6 +79,10 @@ JSON_MEDIA_TYPE = "application/json"
 WATCH_DEADLINE_GRACE = 15.0
 LIST_GET_DEADLINE_MARGIN = 2.0
 
+LONG_RUNNING_VERBS = frozenset({"watch", "proxy"})
+LONG_RUNNING_SUBRESOURCES = frozenset({"attach", "exec", "proxy", "log", "portforward"})
+"""The apiserver's own long-running request check: these may stay open (and idle) for long."""
+
 COMPONENT_ALIASES = {"hollow-kubelet": "kubelet", "hollow-proxy": "kube-proxy"}
 """User-Agent products that are another component under a different name."""
 
@@ -164,6 +168,16 @@ class RequestInfo:
     @property
     def is_watch(self) -> bool:
         return self.verb == "watch"
+
+    @property
+    def is_long_running(self) -> bool:
+        """May legitimately stay open and silent for long (a watch, logs, exec, a proxy): no
+        idle bound, and a limit of its own (``LONG_RUNNING_*``, as the apiserver's)."""
+        return (
+            self.is_upgrade
+            or self.verb in LONG_RUNNING_VERBS
+            or self.subresource in LONG_RUNNING_SUBRESOURCES
+        )
 
     @property
     def is_known_verb(self) -> bool:
@@ -257,7 +271,9 @@ def classify(
         list_selector = canonical_list_selector(labels, fields)
 
     timeout_seconds = _int_param(params, "timeoutSeconds")
-    deadline = _deadline(verb, timeout_seconds, _first(params, "timeout"))
+    # A watch has its own bound (timeoutSeconds); logs, exec and proxies none of the client's.
+    streams = verb == "proxy" or subresource in LONG_RUNNING_SUBRESOURCES
+    deadline = None if streams else _deadline(verb, timeout_seconds, _first(params, "timeout"))
 
     return RequestInfo(
         method=method,
@@ -404,20 +420,32 @@ def _int_param(params: Mapping[str, list[str]], key: str) -> int | None:
 
 
 def _deadline(verb: str, timeout_seconds: int | None, timeout: str) -> float | None:
+    """Seconds the hub allows a request (None: no bound of the client's own).
+
+    ``timeout`` (a Go duration; kubectl's ``--request-timeout`` and client-go's request timeout
+    send it on every request) bounds every verb but watch; a list's ``timeoutSeconds`` too,
+    whichever is shorter. A get/list is given ``LIST_GET_DEADLINE_MARGIN`` less (YurtHub): the
+    hub still has time to answer from the cache before the client gives up. Other verbs get
+    the client's whole timeout: there is nothing to fall back to.
+    """
     if verb == "watch":
         # timeoutSeconds=0 means "not given" to the apiserver (it picks 30-60 min itself).
         if not timeout_seconds:
             return None
         return timeout_seconds + WATCH_DEADLINE_GRACE
-    if verb == "list":
-        if timeout_seconds is not None and timeout_seconds > LIST_GET_DEADLINE_MARGIN:
-            return timeout_seconds - LIST_GET_DEADLINE_MARGIN
-        return None
-    if verb == "get" and timeout:
+    bounds = []
+    if timeout:
         seconds = parse_go_duration(timeout)
-        if seconds > LIST_GET_DEADLINE_MARGIN:
-            return seconds - LIST_GET_DEADLINE_MARGIN
-    return None
+        if seconds > 0:
+            bounds.append(seconds)
+    if verb == "list" and timeout_seconds:
+        bounds.append(float(timeout_seconds))
+    if not bounds:
+        return None
+    limit = min(bounds)
+    if verb in ("get", "list"):
+        return limit - LIST_GET_DEADLINE_MARGIN if limit > LIST_GET_DEADLINE_MARGIN else None
+    return limit
 
 
 _DURATION_UNITS = {

@@ -164,6 +164,10 @@ class Hub:
         self.health.on_lease = self._pending_on_lease
         self.remote = remote.RemoteProxy(client, s.proxy, self.metrics, self._tee, self._filters)
         checker = self.health
+        # A silent link: slow answers get their server probed at once, and a server declared
+        # unhealthy loses its requests in flight (reads go to the cache, watches re-watch).
+        self.remote.on_slow = checker.report_slow
+        checker.on_unhealthy.append(self.remote.abandon)
         self.readiness.add("settings", lambda: True)
         self.readiness.add("initial-health-probe", checker.initial_probe_done.is_set)
         self.readiness.add("not-stopping", lambda: not self._stopping)

@@ -73,6 +73,17 @@ class UpstreamSettings:
     ``max_in_flight`` when set."""
     keepalive_timeout: float = 30.0
     """Seconds an idle upstream connection is kept (YurtHub: 30 s keepalive)."""
+    header_deadline: float = 1.0
+    """Seconds a proxied request may wait for its response headers before its apiserver is
+    probed at once (the request itself keeps waiting). An apiserver answers a watch or a get
+    in milliseconds; a silent link is then noticed in this plus one probe
+    (``--heartbeat-timeout-seconds``), not in up to two heartbeat intervals. A slow but live
+    apiserver costs one extra lease renewal."""
+    idle_timeout: float = 60.0
+    """Seconds an upstream answer to a request that is not long-running (not a watch, logs,
+    exec or proxy) may stay silent, before its headers or between two body reads. Past it a
+    get/list is answered from the cache (or 504), anything else 504; a body cut short is cut
+    for the client too. The backstop for a connection that died without the server doing so."""
     identity_check_interval: float = 10.0
     """Seconds between checks of the kubeconfig's files (client certificate, key, token) for a
     rotated identity, as YurtHub's transport manager does; a 401 or a refused handshake also
@@ -208,6 +219,8 @@ class HubSettings:
                 f"unknown filters in --disabled-resource-filters: {', '.join(sorted(unknown))} "
                 f"(known: {', '.join(registry.NAMES)}, or * for all)"
             )
+        if self.upstream.header_deadline <= 0 or self.upstream.idle_timeout <= 0:
+            raise ConfigError("the upstream header deadline and idle timeout must be positive")
         in_flight, pool = self.proxy.max_in_flight, self.upstream
         if pool.pool_limit and pool.pool_limit < in_flight + len(pool.servers):
             raise ConfigError(

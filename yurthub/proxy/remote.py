@@ -13,10 +13,19 @@ Invariants:
   what the transform makes of each chunk (the response filters), the tee still the upstream's
   bytes. A transform that raises ends the answer as an upstream breaking mid-body does.
 - ``UpstreamUnavailable`` is raised only before anything was sent to the client, so the router
-  may still answer from the cache or another backend. ``retryable`` says nothing reached the
-  apiserver (connect failed, or a stale pooled connection on a body-less request).
+  may still answer from the cache or another backend. ``retryable`` says sending it again
+  cannot do harm: nothing reached the apiserver (connect failed, or a stale pooled connection
+  on a body-less request), or a read whose server went silent.
 - Upstream breaking mid-body: a watch ends cleanly (final chunk), the client re-watches; any
   other response has its connection closed so the client sees a truncated body, not a lie.
+- A silent link: every exchange is tracked per server (``_Exchange``). One without response
+  headers after ``header_deadline`` reports its server slow (health probes it at once). When
+  health declares a server unhealthy, ``abandon`` ends every exchange to it through its own
+  deadline scope: a get/list without headers yet is retried elsewhere or answered from the
+  cache (``UpstreamUnavailable``, retryable), a watch ends cleanly so its client re-watches
+  (locally), any other request is answered 504 (its effect unknown), a body in progress is cut.
+  Requests that are not long-running also have their upstream idle time bounded
+  (``idle_timeout``, aiohttp's ``sock_read``).
 
 Dangers: ``handler_cancellation`` is on, so a client going away cancels the handler inside
 ``write``/``iter_any``; cleanup therefore lives in ``finally`` blocks and re-raises.
@@ -27,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import aiohttp
 import yarl
@@ -44,10 +53,32 @@ _IDEMPOTENT_NO_BODY = frozenset({"GET", "HEAD", "OPTIONS"})
 class UpstreamUnavailable(Exception):
     """Nothing was sent to the client; the backend could not be used."""
 
-    def __init__(self, server: str, why: str, *, retryable: bool) -> None:
+    def __init__(self, server: str, why: str, *, retryable: bool, timed_out: bool = False) -> None:
         super().__init__(f"{server}: {why}")
         self.server = server
+        self.why = why
         self.retryable = retryable
+        self.timed_out = timed_out
+        """No answer in time (a deadline, an idle bound, a server gone silent): a 504."""
+
+
+class _Exchange:
+    """One proxied request to one server, from send to the end of its body."""
+
+    __slots__ = ("abandoned", "info", "scope", "server")
+
+    def __init__(self, server: str, info: requestinfo.RequestInfo) -> None:
+        self.server = server
+        self.info = info
+        self.scope: asyncio.Timeout | None = None
+        self.abandoned = False
+
+    def abandon(self) -> None:
+        """End it now through its deadline scope (the handler sees a ``TimeoutError``)."""
+        if self.abandoned or self.scope is None:
+            return
+        self.abandoned = True
+        self.scope.reschedule(asyncio.get_running_loop().time())
 
 
 class RemoteProxy:
@@ -65,7 +96,16 @@ class RemoteProxy:
         self.tee = tee
         self.filters = filters
         self._watches: set[aiohttp.ClientResponse] = set()
+        self._exchanges: dict[str, set[_Exchange]] = {}
         self._closing = False
+        self.on_slow: Callable[[str], object] | None = None
+        """Called with a server that left a request without response headers past
+        ``header_deadline`` (health probes it at once)."""
+        connect = client.settings.connect_timeout
+        self._idle = aiohttp.ClientTimeout(
+            total=None, sock_connect=connect, sock_read=client.settings.idle_timeout
+        )
+        self._streaming = aiohttp.ClientTimeout(total=None, sock_connect=connect)
 
     def end_watches(self) -> int:
         """Shutdown phase: end every open watch cleanly; new ones are refused. Returns count."""
@@ -74,6 +114,19 @@ class RemoteProxy:
         for response in list(self._watches):
             response.close()
         return count
+
+    def abandon(self, server: str) -> int:
+        """``server`` was declared unhealthy: end every exchange in flight to it (see the module
+        docstring for what each kind gets). Returns how many."""
+        exchanges = list(self._exchanges.get(server, ()))
+        for exchange in exchanges:
+            exchange.abandon()
+        if exchanges:
+            log.info("%s is unhealthy: ended %d requests in flight to it", server, len(exchanges))
+        return len(exchanges)
+
+    def in_flight_to(self, server: str) -> int:
+        return len(self._exchanges.get(server, ()))
 
     def upstream_url(self, server: str, request: web.Request) -> yarl.URL:
         return yarl.URL(server + request.rel_url.raw_path_qs, encoded=True)
@@ -105,27 +158,64 @@ class RemoteProxy:
             if request.content_length is not None:
                 out_headers.append(("Content-Length", str(request.content_length)))
         started: list[web.StreamResponse] = []
+        exchange = _Exchange(server, info)
+        same_server = self._exchanges.setdefault(server, set())
+        same_server.add(exchange)
+        loop = asyncio.get_running_loop()
+        slow = loop.call_later(self.client.settings.header_deadline, self._slow, server)
         try:
-            # The request deadline (see requestinfo) covers the whole exchange.
-            async with asyncio.timeout(info.deadline):
-                up = await self._send(request, server, out_headers, data, own_identity)
+            # The request deadline (see requestinfo) covers the whole exchange; ``abandon``
+            # ends it early through the same scope.
+            async with asyncio.timeout(info.deadline) as scope:
+                exchange.scope = scope
+                try:
+                    up = await self._send(request, info, server, out_headers, data, own_identity)
+                finally:
+                    slow.cancel()
                 with self._tracked(up, info, server):
                     return await self._relay(request, info, up, started)
         except TimeoutError as e:
             if not started:
-                raise UpstreamUnavailable(server, "deadline exceeded", retryable=False) from e
+                raise self._unanswered(exchange, request, data) from e
             resp = started[0]
-            log.info("%s hit its deadline of %ss", info.describe(), info.deadline)
+            if exchange.abandoned:
+                log.info("%s: %s became unhealthy mid-answer", info.describe(), server)
+            else:
+                log.info("%s hit its deadline of %ss", info.describe(), info.deadline)
             if info.is_watch:
                 with contextlib.suppress(ConnectionError):
                     await resp.write_eof()
             elif request.transport is not None:
                 request.transport.close()
             return resp
+        finally:
+            slow.cancel()
+            same_server.discard(exchange)
+            if not same_server and self._exchanges.get(server) is same_server:
+                del self._exchanges[server]
+
+    def _slow(self, server: str) -> None:
+        if self.on_slow is not None:
+            self.on_slow(server)
+
+    def _unanswered(
+        self, exchange: _Exchange, request: web.Request, data: object
+    ) -> UpstreamUnavailable:
+        """What a request that got no response headers before its scope ended is."""
+        server = exchange.server
+        if not exchange.abandoned:
+            return UpstreamUnavailable(server, "deadline exceeded", retryable=False, timed_out=True)
+        # Its server went silent: a read is sent elsewhere or answered from the cache; for
+        # anything else nobody knows whether it was applied.
+        read = request.method in _IDEMPOTENT_NO_BODY and data is None
+        return UpstreamUnavailable(
+            server, "the server became unhealthy", retryable=read, timed_out=True
+        )
 
     async def _send(
         self,
         request: web.Request,
+        info: requestinfo.RequestInfo,
         server: str,
         out_headers: list[headers.Header],
         data: object,
@@ -141,7 +231,16 @@ class RemoteProxy:
                 allow_redirects=False,
                 auto_decompress=False,
                 read_bufsize=self._settings.chunk_size,
+                # A watch or a log stream may be silent for long; anything else may not.
+                timeout=self._streaming if info.is_long_running else self._idle,
             )
+        except aiohttp.ServerTimeoutError as e:
+            # No headers within the idle bound on a connection that is still up: sending a
+            # read again (elsewhere, or the cache answering) is safe.
+            read = request.method in _IDEMPOTENT_NO_BODY and data is None
+            raise UpstreamUnavailable(
+                server, "no answer within the idle bound", retryable=read, timed_out=True
+            ) from e
         except aiohttp.ClientConnectorError as e:
             raise UpstreamUnavailable(server, f"connect: {e.os_error}", retryable=True) from e
         except aiohttp.ConnectionTimeoutError as e:

@@ -7,7 +7,9 @@
 Every outcome is an HTTP answer; errors are Kubernetes ``Status`` objects. A backend that fails
 with a transport error is reported to health (suspect + immediate probe) and, when nothing
 reached it, the request is retried once per other healthy backend, so one dead apiserver costs
-a client nothing.
+a client nothing. One that answers too late (a deadline, the idle bound) is reported slow
+(probed at once, not skipped). A read whose backend was declared unhealthy while it waited
+(``remote.RemoteProxy.abandon``) is retried elsewhere or answered from the cache, as offline.
 """
 
 from __future__ import annotations
@@ -140,6 +142,7 @@ class Router:
         self, request: web.Request, info: requestinfo.RequestInfo
     ) -> web.StreamResponse:
         tried: set[str] = set()
+        last: remote.UpstreamUnavailable | None = None
         while True:
             server = self._balancer.pick(self._health.is_healthy, exclude=frozenset(tried))
             if server is None:
@@ -150,21 +153,29 @@ class Router:
                 return await self._remote.forward(request, info, server)
             except remote.UpstreamUnavailable as e:
                 log.info("%s via %s failed: %s", info.describe(), server, e)
-                self._health.report_transport_error(server)
+                if e.timed_out:
+                    self._health.report_slow(server)
+                else:
+                    self._health.report_transport_error(server)
                 tried.add(server)
+                last = e
                 if e.retryable:
                     continue
                 if info.verb in _LOCAL_ON_ERROR_VERBS:
                     answer = await self._local(request, info, seams.LocalReason.UPSTREAM_ERROR)
                     if answer is not None:
                         return answer
-                if isinstance(e.__cause__, TimeoutError):
-                    return responses.status(504, f"the apiserver did not answer in time ({server})")
-                return responses.status(502, f"error talking to the apiserver {server}")
+                return _failed(e)
 
-        answer = await self._local(request, info, seams.LocalReason.OFFLINE)
+        # Nothing answered: offline, unless a backend still counts as healthy (it only failed
+        # this request; the cache may answer a read, else the failure is the answer).
+        offline = not tried or not self._health.any_healthy()
+        reason = seams.LocalReason.OFFLINE if offline else seams.LocalReason.UPSTREAM_ERROR
+        answer = await self._local(request, info, reason)
         if answer is not None:
             return answer
+        if last is not None and not offline:
+            return _failed(last)
         return responses.status(502, responses.NO_HEALTHY_BACKENDS)
 
     async def _local(
@@ -173,3 +184,11 @@ class Router:
         if self.local is None:
             return None
         return await self.local.answer(request, info, reason=reason.value)
+
+
+def _failed(error: remote.UpstreamUnavailable) -> web.Response:
+    if error.timed_out:
+        return responses.status(
+            504, f"the apiserver {error.server} did not answer in time ({error.why})"
+        )
+    return responses.status(502, f"error talking to the apiserver {error.server}")

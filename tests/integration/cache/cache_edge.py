@@ -124,15 +124,18 @@ class Edge:
         )
         return path
 
-    async def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    async def kubectl(
+        self, *args: str, check: bool = True, request_timeout: str | None = "10s"
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against the hub; ``request_timeout=None`` sends no ``timeout`` (kubectl's
+        default: it waits as long as the hub does)."""
         argv = [
             KUBECTL,
             "--kubeconfig",
             str(self.kubeconfig()),
             "--cache-dir",
             str(self.workdir / "kubectl-cache"),
-            "--request-timeout",
-            "10s",
+            *(("--request-timeout", request_timeout) if request_timeout else ()),
             *args,
         ]
         done = await asyncio.to_thread(
@@ -143,16 +146,25 @@ class Edge:
         return done
 
 
+FAST_HEARTBEAT = settings.HeartbeatSettings(
+    interval=0.5, timeout=0.5, healthy_threshold=1, failed_retry=1
+)
+"""Most cache tests: the hub notices a cut within a second. ``settings.HeartbeatSettings()`` is
+what the hub runs with by default (a 10 s heartbeat)."""
+
+
 def edge_settings(
-    cache_path: pathlib.Path, server_url: str, *, agents: tuple[str, ...] = ("kubectl",)
+    cache_path: pathlib.Path,
+    server_url: str,
+    *,
+    agents: tuple[str, ...] = ("kubectl",),
+    heartbeat: settings.HeartbeatSettings = FAST_HEARTBEAT,
 ) -> settings.HubSettings:
     return settings.HubSettings(
         node_name=NODE,
         upstream=settings.UpstreamSettings(servers=(server_url,), connect_timeout=1.0),
         listen=settings.ListenSettings(serve_port=0, proxy_port=0),
-        heartbeat=settings.HeartbeatSettings(
-            interval=0.5, timeout=0.5, healthy_threshold=1, failed_retry=1
-        ),
+        heartbeat=heartbeat,
         proxy=settings.ProxySettings(min_request_timeout=30.0, shutdown_grace=1.0),
         cache=settings.CacheSettings(
             disk_cache_path=cache_path, cache_agents=agents, bookmark_interval=0.3
@@ -162,7 +174,11 @@ def edge_settings(
 
 @contextlib.asynccontextmanager
 async def edge_node(
-    workdir: pathlib.Path, *, seed: str = "demo", agents: tuple[str, ...] = ("kubectl",)
+    workdir: pathlib.Path,
+    *,
+    seed: str = "demo",
+    agents: tuple[str, ...] = ("kubectl",),
+    heartbeat: settings.HeartbeatSettings = FAST_HEARTBEAT,
 ) -> AsyncIterator[Edge]:
     async with simapiserver.SimApiserver(
         workdir=workdir / "sim", seed=seed, insecure_port=0, bookmark_interval=1.0
@@ -170,7 +186,9 @@ async def edge_node(
         assert sim.insecure_url is not None
         port = int(sim.insecure_url.rsplit(":", 1)[1])
         async with partition.Partition("127.0.0.1", port) as link:
-            hub_settings = edge_settings(workdir / "cache", link.url, agents=agents)
+            hub_settings = edge_settings(
+                workdir / "cache", link.url, agents=agents, heartbeat=heartbeat
+            )
             async with aiohttp.ClientSession() as session:
                 edge = Edge(workdir, sim, link, hub_settings, None, None, session)  # type: ignore[arg-type]
                 await edge.start_hub()

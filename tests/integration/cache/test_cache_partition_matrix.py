@@ -3,7 +3,9 @@
 For each mode: warm up online, cut the link, change the cluster while cut, heal. Then:
 no read sent after the hub noticed the cut failed; each watch was re-established at most once
 after the link came back; and the cache, like the client, converged to the apiserver's state
-for what was listed.
+for what was listed. And, with the hub's default heartbeat, a request in flight at the cut
+(kubectl's, the kubelet-like client's reads and watches) is answered from the cache within a
+second of the hub noticing the cut, which it does in about 3 s.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 from cache_edge import NODE, Edge, edge_node
 
+from yurthub import settings
 from yurthub.cache import keys
 from yurthub.testing import kubelet, partition
 
@@ -118,3 +121,50 @@ async def test_partition_mode(tmp_path: pathlib.Path, mode: partition.Mode) -> N
             again = client.watch_starts[resource] - starts_before_heal.get(resource, 0)
             assert again <= 1, (resource, again)
         assert healed - detected < 10
+
+
+@pytest.mark.parametrize("client", ["kubectl", "kubelet"])
+async def test_request_in_flight_at_the_cut(tmp_path: pathlib.Path, client: str) -> None:
+    """With the hub's default heartbeat (10 s): reads in flight when the link goes silent get
+    their cached answer within a second of the hub noticing (about 3 s: header deadline + one
+    probe), and watches open at the cut end so the client re-watches from the cache."""
+    async with edge_node(tmp_path, heartbeat=settings.HeartbeatSettings()) as edge:
+        kubelet_like = kubelet.KubeletClient(
+            edge.url, NODE, lease_interval=0.3, status_interval=0.3, request_timeout=30.0
+        )
+        async with asyncio.TaskGroup() as tg:
+            running = tg.create_task(kubelet_like.run(), name="kubelet-like")
+            await eventually(lambda: kubelet_like.pods and kubelet_like.watch_starts["pods"] >= 1)
+            await edge.kubectl("get", "pods", "-A")
+            await edge.flush()
+            watches_before = kubelet_like.watch_starts["pods"]
+
+            # Slow first, so that requests are inside the link when it goes silent.
+            await edge.link.set_mode(partition.Mode.LATENCY, latency=0.8)
+            in_flight = None
+            if client == "kubectl":
+                in_flight = tg.create_task(
+                    edge.kubectl("get", "pods", "-A", request_timeout=None), name="kubectl"
+                )
+            await asyncio.sleep(0.4)
+            await edge.link.set_mode(partition.Mode.BLACKHOLE)
+            cut = time.monotonic()
+            detected = cut + await edge.wait_health(False, within=8)
+
+            if in_flight is not None:
+                done = await in_flight
+                answered = time.monotonic()
+                assert "NAME" in done.stdout and "web-" in done.stdout
+                assert answered - detected < 1.0 + 0.5, answered - detected  # + kubectl's exit
+            else:
+                # The watch open at the cut ended; the re-watch is held open by the cache.
+                await eventually(lambda: kubelet_like.watch_starts["pods"] > watches_before, 3)
+            await asyncio.sleep(1.0)
+            running.cancel()
+
+        assert detected - cut < 4.0
+        assert not kubelet_like.failures_after(cut - 1.0, reads_only=True)
+        for stall in kubelet_like.stalls:
+            # A read started before the cut ended at most a second after the hub noticed it.
+            if stall.verb in kubelet.READ_VERBS and stall.at < cut:
+                assert stall.at + stall.seconds <= detected + 1.0, stall

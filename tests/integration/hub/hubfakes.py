@@ -52,6 +52,8 @@ class FakeApiserver:
         r.add_get("/api/v1/namespaces/{ns}/pods/{name}/exec", self._exec_ws)
         r.add_get("/api/v1/namespaces/{ns}/configmaps/broken", self._broken)
         r.add_get("/api/v1/namespaces/{ns}/configmaps/slow", self._slow)
+        r.add_get("/api/v1/namespaces/{ns}/configmaps/stall", self._stall)
+        r.add_get("/api/v1/namespaces/{ns}/configmaps", self._slow_list)
         r.add_get("/version", self._version)
         r.add_route("*", "/api/v1/namespaces/{ns}/secrets/{name}", self._secret)
         return app
@@ -157,6 +159,22 @@ class FakeApiserver:
         await asyncio.sleep(float(request.query.get("sleep", "0.5")))
         return web.json_response({"kind": "ConfigMap", "metadata": {"name": "slow"}})
 
+    async def _slow_list(self, request: web.Request) -> web.Response:
+        self._record(request)
+        await asyncio.sleep(float(request.query.get("sleep", "0")))
+        body = {"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {}, "items": []}
+        return web.json_response(body)
+
+    async def _stall(self, request: web.Request) -> web.StreamResponse:
+        """Headers and half a body, then silence (a link that died mid-answer)."""
+        self._record(request)
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.content_length = 1000
+        await resp.prepare(request)
+        await resp.write(b'{"kind":"ConfigMap",')
+        await asyncio.sleep(3600)
+        return resp
+
     async def _secret(self, request: web.Request) -> web.StreamResponse:
         self._record(request)
         name = request.match_info["name"]
@@ -229,11 +247,14 @@ class ScriptedLocal:
         pass
 
 
-def hub_settings(servers: list[str], **heartbeat: Any) -> settings.HubSettings:
+def hub_settings(
+    servers: list[str], *, upstream: dict[str, Any] | None = None, **heartbeat: Any
+) -> settings.HubSettings:
     hb = {"interval": 0.3, "timeout": 1.0, "healthy_threshold": 1} | heartbeat
+    up = {"servers": tuple(servers), "connect_timeout": 1.0} | (upstream or {})
     return settings.HubSettings(
         node_name="n1",
-        upstream=settings.UpstreamSettings(servers=tuple(servers), connect_timeout=1.0),
+        upstream=settings.UpstreamSettings(**up),
         listen=settings.ListenSettings(serve_port=0, proxy_port=0),
         heartbeat=settings.HeartbeatSettings(**hb),
         proxy=settings.ProxySettings(shutdown_grace=2.0),
@@ -247,9 +268,10 @@ async def running_hub(
     tee: seams.Tee | None = None,
     local: seams.LocalAnswerer | None = None,
     wait_ready: bool = True,
+    upstream: dict[str, Any] | None = None,
     **heartbeat: Any,
 ) -> AsyncIterator[server.Hub]:
-    hub = server.Hub(hub_settings(servers, **heartbeat), tee=tee, local=local)
+    hub = server.Hub(hub_settings(servers, upstream=upstream, **heartbeat), tee=tee, local=local)
     await hub.start()
     try:
         if wait_ready:

@@ -12,7 +12,10 @@ import aiohttp
 import orjson
 import pytest
 from hubfakes import FakeApiserver, RecordingSink, RecordingTee, ScriptedLocal
+from multidict import CIMultiDict
 from prometheus_client import parser
+
+from yurthub import requestinfo
 
 MakeHub = Callable[..., Any]
 
@@ -405,3 +408,44 @@ async def test_in_flight_bound_answers_429(apiserver: FakeApiserver, make_hub: M
             assert status == 429 and body["reason"] == "TooManyRequests"
         finally:
             watch.close()
+
+
+async def test_a_lists_timeout_parameter_is_honoured(
+    apiserver: FakeApiserver, make_hub: MakeHub
+) -> None:
+    # kubectl --request-timeout=3s sends timeout=3s on a list too; before, only gets were bound.
+    async with make_hub([apiserver.url]) as hub:
+        started = asyncio.get_running_loop().time()
+        status, body = await get_json(
+            hub.proxy_url + "/api/v1/namespaces/d/configmaps?sleep=5&timeout=3s"
+        )
+        assert status == 504 and body["kind"] == "Status"
+        assert asyncio.get_running_loop().time() - started < 1.8
+        # A mutation's timeout is the client's own (no cache to fall back to, no margin).
+        assert (
+            requestinfo.classify(
+                "POST", "/api/v1/namespaces/d/configmaps", {"timeout": "3s"}.items(), CIMultiDict()
+            ).deadline
+            == 3.0
+        )
+
+
+async def test_upstream_idle_time_is_bounded(apiserver: FakeApiserver, make_hub: MakeHub) -> None:
+    async with make_hub([apiserver.url], upstream={"idle_timeout": 1.0}) as hub:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        status, body = await get_json(
+            hub.proxy_url + "/api/v1/namespaces/d/configmaps/slow?sleep=9"
+        )
+        assert status == 504 and body["kind"] == "Status", body
+        assert loop.time() - started < 3
+        started = loop.time()
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(hub.proxy_url + "/api/v1/namespaces/d/configmaps/stall") as r,
+        ):
+            assert r.status == 200
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await r.read()  # cut, not a silently short body
+        assert loop.time() - started < 3
+        assert hub.health is not None and hub.health.any_healthy()

@@ -251,6 +251,13 @@ def test_component(method: str, url: str, ua: str, component: str, user_agent: s
         ("/api/v1/namespaces/default/pods/nginx?timeout=1m30s", 88.0),
         ("/api/v1/namespaces/default/pods/nginx?timeout=1500ms", None),
         ("/api/v1/namespaces/default/pods/nginx", None),
+        # kubectl --request-timeout sends timeout= on lists too; the shorter bound wins.
+        ("/api/v1/pods?timeout=10s", 8.0),
+        ("/api/v1/pods?timeout=10s&timeoutSeconds=5", 3.0),
+        ("/api/v1/pods?timeout=0s", None),
+        # Streams have no bound of the client's: logs, exec, proxies.
+        ("/api/v1/namespaces/default/pods/nginx/log?follow=true&timeout=10s", None),
+        ("/api/v1/namespaces/default/pods/nginx/proxy/x?timeout=10s", None),
     ],
 )
 def test_deadlines(url: str, deadline: float | None) -> None:
@@ -309,6 +316,37 @@ def test_field_selector_escapes() -> None:
     assert info.list_selector == r"spec.x=a\,b,spec.y!=c\=d"
     named = classify("GET", r"/api/v1/pods?fieldSelector=metadata.name=a\,b")
     assert (named.name, named.list_selector) == ("a,b", "")
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "deadline"),
+    [
+        ("POST", "/api/v1/namespaces/d/configmaps?timeout=10s", 10.0),
+        ("PATCH", "/api/v1/namespaces/d/configmaps/x?timeout=1500ms", 1.5),
+        ("DELETE", "/api/v1/namespaces/d/configmaps/x", None),
+    ],
+)
+def test_mutations_get_the_clients_whole_timeout(
+    method: str, url: str, deadline: float | None
+) -> None:
+    # No cache to fall back to: no margin taken off.
+    assert classify(method, url).deadline == deadline
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "long_running"),
+    [
+        ("GET", "/api/v1/pods?watch=true", True),
+        ("GET", "/api/v1/namespaces/d/pods/p/log", True),
+        ("POST", "/api/v1/namespaces/d/pods/p/exec", True),
+        ("GET", "/api/v1/namespaces/d/services/s/proxy/x", True),
+        ("GET", "/api/v1/proxy/namespaces/d/services/s", True),
+        ("GET", "/api/v1/pods", False),
+        ("PUT", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n", False),
+    ],
+)
+def test_long_running_requests(method: str, url: str, long_running: bool) -> None:
+    assert classify(method, url).is_long_running is long_running
 
 
 def test_watch_with_timeout_zero_has_no_hub_deadline() -> None:
