@@ -4,9 +4,14 @@ One ``CollectorRegistry`` per ``Metrics`` instance, never the module-level defau
 two hubs in one process (tests, the demo) must not share or clash on collectors. The process
 and platform collectors are registered on each registry so ``/metrics`` still shows them.
 
-Label values come from the request: ``client`` is the full lower-cased User-Agent as in current
-YurtHub. That is unbounded in principle; the hub only listens on loopback, and the components
-talking to it are a short fixed list, so the cardinality is the node's component count.
+Label values come from the request, bounded by ``labels.Bounds`` (``request_labels``,
+``duration_labels``): any local process can send any User-Agent, method or URL, and a label
+value per distinct string would grow ``/metrics`` without end. ``client`` is the request's
+component, not YurtHub's whole User-Agent **[quirk]**.
+
+``exposition`` may run in another thread (the hub scrapes off its event loop): every collector
+registered here must be readable from there (prometheus_client's own are; custom ones read
+plain counters only).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from typing import Any
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from yurthub import labels, requestinfo
 
 _NS = "node"
 _SUB = "yurthub"
@@ -45,7 +52,8 @@ _DURATION_BUCKETS = (
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, bounds: labels.Bounds | None = None) -> None:
+        self.bounds = bounds or labels.Bounds()
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         prometheus_client.ProcessCollector(registry=self.registry)
@@ -146,6 +154,22 @@ class Metrics:
         if child is None:
             child = self._children[key] = collector.labels(*values)
         return child
+
+    def request_labels(self, info: requestinfo.RequestInfo) -> tuple[str, str, str, str]:
+        """(verb, resource, subresources, client) of ``in_flight_requests``/``proxy_traffic``."""
+        b = self.bounds
+        return (
+            b.verb(info.verb),
+            b.resource(info.resource),
+            b.subresource(info.subresource),
+            b.component(info.component),
+        )
+
+    def duration_labels(self, info: requestinfo.RequestInfo, code: int) -> tuple[str, ...]:
+        """(component, verb, resource, code) of ``request_duration``."""
+        b = self.bounds
+        return (b.component(info.component), b.verb(info.verb), b.resource(info.resource),
+                b.code(code))  # fmt: skip
 
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)

@@ -26,6 +26,7 @@ response filters through ``filters``.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 from collections.abc import Coroutine
@@ -33,7 +34,17 @@ from typing import Any
 
 from aiohttp import http_exceptions, web, web_protocol, web_request, web_server
 
-from yurthub import balancing, health, kubeconfigs, metrics, readiness, settings, statuses
+from yurthub import (
+    apiresources,
+    balancing,
+    health,
+    kubeconfigs,
+    labels,
+    metrics,
+    readiness,
+    settings,
+    statuses,
+)
 from yurthub.proxy import remote, routing, seams, upstream
 
 log = logging.getLogger(__name__)
@@ -98,7 +109,17 @@ class Hub:
         ``filters``: the response filters (``yurthub.filters.runtime``); their inputs join the
         readiness conditions (``filter-inputs``)."""
         self.settings = hub_settings
-        self.metrics = metrics.Metrics()
+        components = (
+            *hub_settings.cache.cache_agents,
+            f"multiplexer-proxy-{hub_settings.node_name}",
+        )
+        self.metrics = metrics.Metrics(labels.Bounds(components))
+        # Scrapes run here, one at a time, never on the event loop (a scrape of a large registry
+        # or a slow /proc read would stall every proxied request); concurrent ones share it.
+        self._scrape_pool = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="metrics-scrape"
+        )
+        self._scraping: asyncio.Future[bytes] | None = None
         self.readiness = readiness.Readiness()
         self._tee = tee
         self._local = local
@@ -107,6 +128,7 @@ class Hub:
         self._stack = contextlib.AsyncExitStack()
         self._health_task: asyncio.Task[None] | None = None
         self._identity_task: asyncio.Task[None] | None = None
+        self._discovery_task: asyncio.Task[None] | None = None
         self._proxy_runner: web.BaseRunner | None = None
         self._server_runner: web.AppRunner | None = None
         self.proxy_url = ""
@@ -185,6 +207,13 @@ class Hub:
         tg = await self._stack.enter_async_context(asyncio.TaskGroup())
         self._health_task = tg.create_task(checker.run(), name="health-checker")
         self._identity_task = tg.create_task(client.follow_identity(), name="identity-follower")
+        balancer = balancing.Balancer(s.upstream.servers, settings.LbMode.PRIORITY)
+        self._discovery_task = tg.create_task(
+            apiresources.follow(
+                client, lambda: balancer.pick(checker.is_healthy), self.metrics.bounds
+            ),
+            name="discovery-for-metric-labels",
+        )
         try:
             await self._start_listeners()
         except BaseException:
@@ -195,6 +224,7 @@ class Hub:
         self._cancel_tasks()
         await self._cleanup_runners()
         await self._stack.aclose()
+        self._scrape_pool.shutdown(wait=False, cancel_futures=True)
 
     async def _start_listeners(self) -> None:
         s = self.settings
@@ -257,9 +287,10 @@ class Hub:
         await self._cleanup_runners()
         self._cancel_tasks()
         await self._stack.aclose()
+        self._scrape_pool.shutdown(wait=False, cancel_futures=True)
 
     def _cancel_tasks(self) -> None:
-        for task in (self._health_task, self._identity_task):
+        for task in (self._health_task, self._identity_task, self._discovery_task):
             if task is not None:
                 task.cancel()
 
@@ -282,9 +313,15 @@ class Hub:
         return web.Response(text=f"OK{notes}")
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        scraping = self._scraping
+        if scraping is None or scraping.done():
+            loop = asyncio.get_running_loop()
+            scraping = loop.run_in_executor(self._scrape_pool, self.metrics.exposition)
+            self._scraping = scraping
+        # shield: a scraper going away must not cancel the scrape the others wait for.
+        body = await asyncio.shield(scraping)
         return web.Response(
-            body=self.metrics.exposition(),
-            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+            body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
         )
 
 

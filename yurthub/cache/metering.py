@@ -18,7 +18,10 @@ PREFIX = "node_yurthub_cache_"
 
 
 class CacheCollector:
-    """A custom collector: reads the counters when scraped, holds no state of its own."""
+    """A custom collector: reads the counters when scraped, holds no state of its own.
+
+    Scrapes run in a thread beside the event loop: only plain counters and ``len`` of the index
+    are read here, never an iteration of a dict the loop may be changing."""
 
     def __init__(self, cache: store.Store, lists: Callable[[], int]) -> None:
         self._store = cache

@@ -90,9 +90,7 @@ class CacheRuntime:
         stats = self.store.stats
         hub_metrics.error_keys_count.set_function(lambda: len(stats.error_keys))
         hub_metrics.error_keys_persistency_status.set(1)
-        hub_metrics.registry.register(
-            metering.CacheCollector(self.store, lambda: len(self.store.list_records()))
-        )
+        hub_metrics.registry.register(metering.CacheCollector(self.store, self.store.list_count))
 
     async def close(self) -> None:
         """End held watches, write what is queued (bounded), close the database."""

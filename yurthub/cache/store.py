@@ -463,6 +463,10 @@ class Store:
             return len(namespaces.get(namespace) or ())
         return sum(len(names) for names in namespaces.values())
 
+    def list_count(self) -> int:
+        """Lists recorded (safe from a scrape thread: one ``len``)."""
+        return len(self._lists)
+
     def list_record(self, list_key: keys.ListKey) -> entries.ListRecord | None:
         return self._lists.get(list_key)
 

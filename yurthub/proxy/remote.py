@@ -382,12 +382,9 @@ class RemoteProxy:
             if sink is not None:
                 sink.abort("proxy error")
             if traffic and info.is_resource_request:
+                verb, resource, subresource, client = self._metrics.request_labels(info)
                 self._metrics.child(
-                    self._metrics.proxy_traffic,
-                    info.user_agent,
-                    info.verb,
-                    info.resource,
-                    info.subresource,
+                    self._metrics.proxy_traffic, client, verb, resource, subresource
                 ).inc(traffic)
 
 

@@ -77,11 +77,7 @@ class Router:
         in_flight = None
         if info.is_resource_request:
             in_flight = collectors.child(
-                collectors.in_flight_requests,
-                info.verb,
-                info.resource,
-                info.subresource,
-                info.user_agent,
+                collectors.in_flight_requests, *collectors.request_labels(info)
             )
             in_flight.inc()
         collectors.in_flight_requests_total.inc()
@@ -100,7 +96,7 @@ class Router:
             if in_flight is not None:
                 in_flight.dec()
             collectors.child(
-                collectors.request_duration, info.component, info.verb, info.resource, str(code)
+                collectors.request_duration, *collectors.duration_labels(info, code)
             ).observe(time.perf_counter() - started)
 
     def _from_hub_itself(self, info: requestinfo.RequestInfo) -> bool:
