@@ -135,6 +135,14 @@ class Metrics:
             subsystem=_SUB,
             registry=r,
         )
+        self.rejected_requests = Counter(
+            "rejected_requests",
+            "Requests answered 429 by the hub's in-flight limits, by limit and client",
+            ["reason", "client"],
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
         self.request_duration = Histogram(
             "request_duration_seconds",
             "Proxied request duration until the last body byte, by component/verb/resource/code",

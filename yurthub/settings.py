@@ -22,6 +22,11 @@ class ConfigError(ValueError):
     """A setting is invalid; the CLI prints it and exits with the startup-failure code."""
 
 
+EXEMPT_MARGIN = 16
+"""Upstream connections kept beyond the proxy's limits for requests never refused (kubelet's
+Node and lease, the hub's own)."""
+
+
 class LbMode(enum.StrEnum):
     """``--lb-mode``: how a healthy backend is picked for each request."""
 
@@ -65,9 +70,10 @@ class UpstreamSettings:
     before a request fails over to another apiserver (connect failures are retried at once)."""
     pool_limit: int = 1024
     """Upstream connections in total. Each open watch holds one, so this bounds watches too.
-    Must exceed ``ProxySettings.max_in_flight`` by one per server (checked): the heartbeat
-    shares the pool, and a proxy full of watches must not starve it (the hub would declare the
-    cloud gone); the proxy answers 429 before its requests could wait for a connection."""
+    Must exceed ``ProxySettings.max_in_flight`` + ``max_long_running`` by one per server and
+    ``EXEMPT_MARGIN`` (checked): the heartbeat and kubelet's own (never refused) requests share
+    the pool, and a proxy full of watches must not starve them (the hub would declare the cloud
+    gone); the proxy answers 429 before its requests could wait for a connection."""
     pool_limit_per_host: int = 0
     """Per-apiserver connection cap (0 = only ``pool_limit``); like ``pool_limit``, more than
     ``max_in_flight`` when set."""
@@ -117,8 +123,19 @@ class ProxySettings:
     shutdown_grace: float = 10.0
     """Seconds in-flight requests get on SIGTERM before they are cancelled; open watches are
     ended cleanly at once (clients re-watch elsewhere)."""
-    max_in_flight: int = 1000
-    """Concurrent proxied requests (watches included); over it new ones get 429."""
+    max_in_flight: int = 400
+    """``--max-requests-in-flight``: short proxied requests in flight (not watches, logs, exec
+    or proxies: those count against ``max_long_running``); over it new ones get 429. YurtHub
+    has the flag (default 250) but never used it."""
+    max_long_running: int = 600
+    """``--max-long-running-requests``: watches, logs, exec, port-forwards and proxies in flight
+    (each holds an upstream connection while it lasts)."""
+    max_in_flight_per_client: int = 200
+    """``--max-requests-in-flight-per-client``: one client's share of ``max_in_flight`` (a client
+    is a component, and a Bearer token when it sends one: ``fairness``)."""
+    max_long_running_per_client: int = 500
+    """``--max-long-running-requests-per-client``: one client's share of ``max_long_running``
+    (kubelet watches every Secret and ConfigMap its pods mount: hundreds on a full node)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -221,16 +238,22 @@ class HubSettings:
             )
         if self.upstream.header_deadline <= 0 or self.upstream.idle_timeout <= 0:
             raise ConfigError("the upstream header deadline and idle timeout must be positive")
-        in_flight, pool = self.proxy.max_in_flight, self.upstream
-        if pool.pool_limit and pool.pool_limit < in_flight + len(pool.servers):
+        proxy, pool = self.proxy, self.upstream
+        limits: tuple[int, ...] = (proxy.max_in_flight, proxy.max_long_running)
+        limits += (proxy.max_in_flight_per_client, proxy.max_long_running_per_client)
+        if min(limits) < 1:
+            raise ConfigError("request limits must be at least 1")
+        in_flight = proxy.max_in_flight + proxy.max_long_running
+        if pool.pool_limit and pool.pool_limit < in_flight + len(pool.servers) + EXEMPT_MARGIN:
             raise ConfigError(
-                f"the upstream pool ({pool.pool_limit}) must leave the heartbeat a connection per "
-                f"server beyond the {in_flight} proxied requests in flight"
+                f"the upstream pool ({pool.pool_limit}) must leave the heartbeat and kubelet's "
+                f"heartbeat {len(pool.servers) + EXEMPT_MARGIN} connections beyond the "
+                f"{in_flight} proxied requests in flight"
             )
-        if pool.pool_limit_per_host and pool.pool_limit_per_host <= in_flight:
+        if pool.pool_limit_per_host and pool.pool_limit_per_host <= in_flight + EXEMPT_MARGIN:
             raise ConfigError(
                 f"the per-server pool ({pool.pool_limit_per_host}) must exceed the {in_flight} "
-                "proxied requests in flight, or the heartbeat can starve"
+                "proxied requests in flight and kubelet's heartbeat, or the heartbeat can starve"
             )
 
 

@@ -20,8 +20,8 @@ import time
 
 from aiohttp import web
 
-from yurthub import balancing, health, metrics, readiness, requestinfo, settings
-from yurthub.proxy import remote, responses, seams, upgrading
+from yurthub import balancing, fairness, health, metrics, readiness, requestinfo, settings
+from yurthub.proxy import headers, remote, responses, seams, upgrading
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,17 @@ class Router:
         self._metrics = collectors
         self.local = local
         self._own_multiplexer_ua = f"multiplexer-proxy-{hub.node_name}"
+        proxy_settings = hub.proxy
+        self.admission = fairness.Admission(
+            fairness.Limits(
+                in_flight=proxy_settings.max_in_flight,
+                long_running=proxy_settings.max_long_running,
+                in_flight_per_client=proxy_settings.max_in_flight_per_client,
+                long_running_per_client=proxy_settings.max_long_running_per_client,
+            )
+        )
         self.in_flight = 0
+        """Every request in the handler, exempt ones too (shutdown waits for them)."""
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -69,10 +79,15 @@ class Router:
                 f"the server does not allow this method on the requested resource: "
                 f"{request.method}",
             )
-        if self.in_flight >= self._settings.proxy.max_in_flight:
-            busy = responses.status(429, "too many requests in flight, retry later")
-            busy.headers["Retry-After"] = "1"
-            return busy
+        long_running = info.is_long_running
+        client = fairness.client_key(
+            info, headers.bearer_token(request.headers.get("Authorization", ""))
+        )
+        counted = not fairness.exempt(info, self._settings.node_name, self._own_multiplexer_ua)
+        if counted:
+            refused = self.admission.admit(client, long_running)
+            if refused is not None:
+                return self._busy(info, refused)
         collectors = self._metrics
         in_flight = None
         if info.is_resource_request:
@@ -89,6 +104,8 @@ class Router:
             code = resp.status
             return resp
         finally:
+            if counted:
+                self.admission.release(client, long_running)
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle.set()
@@ -98,6 +115,17 @@ class Router:
             collectors.child(
                 collectors.request_duration, *collectors.duration_labels(info, code)
             ).observe(time.perf_counter() - started)
+
+    def _busy(self, info: requestinfo.RequestInfo, reason: str) -> web.Response:
+        collectors = self._metrics
+        collectors.child(
+            collectors.rejected_requests, reason, collectors.bounds.component(info.component)
+        ).inc()
+        what = "long-running requests (watches, logs, exec)" if "long" in reason else "requests"
+        whose = "this client's" if reason.startswith("client") else "the hub's"
+        busy = responses.status(429, f"too many {what} in flight ({whose} limit), retry later")
+        busy.headers["Retry-After"] = "1"
+        return busy
 
     def _from_hub_itself(self, info: requestinfo.RequestInfo) -> bool:
         # The hub's own clients (config follower, multiplexer) identify as component

@@ -248,7 +248,11 @@ class ScriptedLocal:
 
 
 def hub_settings(
-    servers: list[str], *, upstream: dict[str, Any] | None = None, **heartbeat: Any
+    servers: list[str],
+    *,
+    upstream: dict[str, Any] | None = None,
+    proxy: dict[str, Any] | None = None,
+    **heartbeat: Any,
 ) -> settings.HubSettings:
     hb = {"interval": 0.3, "timeout": 1.0, "healthy_threshold": 1} | heartbeat
     up = {"servers": tuple(servers), "connect_timeout": 1.0} | (upstream or {})
@@ -257,7 +261,7 @@ def hub_settings(
         upstream=settings.UpstreamSettings(**up),
         listen=settings.ListenSettings(serve_port=0, proxy_port=0),
         heartbeat=settings.HeartbeatSettings(**hb),
-        proxy=settings.ProxySettings(shutdown_grace=2.0),
+        proxy=settings.ProxySettings(**({"shutdown_grace": 2.0} | (proxy or {}))),
     )
 
 
@@ -269,9 +273,12 @@ async def running_hub(
     local: seams.LocalAnswerer | None = None,
     wait_ready: bool = True,
     upstream: dict[str, Any] | None = None,
+    proxy: dict[str, Any] | None = None,
     **heartbeat: Any,
 ) -> AsyncIterator[server.Hub]:
-    hub = server.Hub(hub_settings(servers, upstream=upstream, **heartbeat), tee=tee, local=local)
+    hub = server.Hub(
+        hub_settings(servers, upstream=upstream, proxy=proxy, **heartbeat), tee=tee, local=local
+    )
     await hub.start()
     try:
         if wait_ready:

@@ -117,13 +117,14 @@ async def test_a_full_proxy_leaves_the_heartbeat_a_connection(apiserver: FakeApi
 
     from hubfakes import hub_settings
 
-    from yurthub import server
+    from yurthub import server, settings
 
     base = hub_settings([apiserver.url], interval=0.1, timeout=0.5)
+    least = 1 + 2 + 1 + settings.EXEMPT_MARGIN  # the least pool the settings allow
     limited = dataclasses.replace(
         base,
-        upstream=dataclasses.replace(base.upstream, pool_limit=3),  # the least the settings allow
-        proxy=dataclasses.replace(base.proxy, max_in_flight=2),
+        upstream=dataclasses.replace(base.upstream, pool_limit=least),
+        proxy=dataclasses.replace(base.proxy, max_in_flight=1, max_long_running=2),
     )
     hub = server.Hub(limited)
     await hub.start()
@@ -132,6 +133,7 @@ async def test_a_full_proxy_leaves_the_heartbeat_a_connection(apiserver: FakeApi
         await hub.health.initial_probe_done.wait()
         async with aiohttp.ClientSession() as s:
             watches = [await s.get(hub.proxy_url + "/api/v1/pods?watch=1") for _ in range(2)]
+            watches.append(await s.get(hub.proxy_url + "/api/v1/namespaces/d/configmaps/stall"))
             try:
                 async with s.get(hub.proxy_url + "/api/v1/pods") as r:
                     assert r.status == 429  # the proxy is full

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -399,17 +398,18 @@ async def test_list_deadline_gives_504(apiserver: FakeApiserver, make_hub: MakeH
 
 
 async def test_in_flight_bound_answers_429(apiserver: FakeApiserver, make_hub: MakeHub) -> None:
-    async with make_hub([apiserver.url]) as hub, aiohttp.ClientSession() as s:
-        assert hub.router is not None
-        hub.router._settings = dataclasses.replace(
-            hub.settings, proxy=dataclasses.replace(hub.settings.proxy, max_in_flight=1)
-        )
+    limits = {"max_in_flight": 1, "max_long_running": 1}
+    async with make_hub([apiserver.url], proxy=limits) as hub, aiohttp.ClientSession() as s:
         watch = await s.get(hub.proxy_url + "/api/v1/pods?watch=1")
+        held = await s.get(hub.proxy_url + "/api/v1/namespaces/d/configmaps/stall")
         try:
             status, body = await get_json(hub.proxy_url + "/api/v1/pods")
             assert status == 429 and body["reason"] == "TooManyRequests"
+            status, body = await get_json(hub.proxy_url + "/api/v1/pods?watch=1")
+            assert status == 429 and "long-running" in body["message"]
         finally:
             watch.close()
+            held.close()
 
 
 async def test_a_lists_timeout_parameter_is_honoured(

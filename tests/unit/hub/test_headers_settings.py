@@ -140,10 +140,11 @@ def test_settings_require_node_and_servers() -> None:
         settings.HubSettings(node_name="n")
 
 
+# 700 short + 300 long-running requests, 2 servers, 16 connections for kubelet's heartbeat.
 @pytest.mark.parametrize(
     ("pool", "per_host", "ok"),
-    [(1024, 0, True), (1002, 0, True), (1001, 0, False), (1000, 0, False), (0, 0, True),
-     (1024, 1001, True), (1024, 1000, False)],
+    [(1024, 0, True), (1018, 0, True), (1017, 0, False), (1000, 0, False), (0, 0, True),
+     (1024, 1017, True), (1024, 1016, False)],
 )  # fmt: skip
 def test_the_pool_leaves_the_heartbeat_room(pool: int, per_host: int, ok: bool) -> None:
     def build() -> settings.HubSettings:
@@ -154,7 +155,7 @@ def test_the_pool_leaves_the_heartbeat_room(pool: int, per_host: int, ok: bool) 
                 pool_limit=pool,
                 pool_limit_per_host=per_host,
             ),
-            proxy=settings.ProxySettings(max_in_flight=1000),
+            proxy=settings.ProxySettings(max_in_flight=700, max_long_running=300),
         )
 
     if ok:
@@ -162,6 +163,20 @@ def test_the_pool_leaves_the_heartbeat_room(pool: int, per_host: int, ok: bool) 
     else:
         with pytest.raises(settings.ConfigError, match="heartbeat"):
             build()
+
+
+@pytest.mark.parametrize(
+    "limit",
+    ["max_in_flight", "max_long_running", "max_in_flight_per_client",
+     "max_long_running_per_client"],
+)  # fmt: skip
+def test_request_limits_are_positive(limit: str) -> None:
+    with pytest.raises(settings.ConfigError, match="at least 1"):
+        settings.HubSettings(
+            node_name="n",
+            upstream=settings.UpstreamSettings(servers=("https://a:1",)),
+            proxy=settings.ProxySettings(**{limit: 0}),  # type: ignore[arg-type]
+        )
 
 
 def test_cache_agents() -> None:

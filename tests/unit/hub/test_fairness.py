@@ -1,0 +1,81 @@
+"""Admission decisions: separate limits for long-running requests, a share per client."""
+
+from __future__ import annotations
+
+import pytest
+from multidict import CIMultiDict
+
+from yurthub import fairness, requestinfo
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces"
+
+
+def info(method: str, path: str, ua: str = "kubelet/v1.32") -> requestinfo.RequestInfo:
+    raw, _, qs = path.partition("?")
+    query = [tuple(p.split("=", 1)) for p in qs.split("&") if p]
+    return requestinfo.classify(method, raw, query, CIMultiDict({"User-Agent": ua}))
+
+
+def test_long_running_requests_have_their_own_limit() -> None:
+    admission = fairness.Admission(fairness.Limits(2, 3, 2, 3))
+    assert [admission.admit("w", long_running=True) for _ in range(4)] == [
+        None,
+        None,
+        None,
+        "long-running",
+    ]
+    # Watches used up their room, not the room of short requests.
+    assert admission.admit("kubelet", long_running=False) is None
+    admission.release("w", long_running=True)
+    assert admission.admit("w", long_running=True) is None
+
+
+def test_every_client_has_a_share() -> None:
+    admission = fairness.Admission(fairness.Limits(10, 10, 2, 2))
+    assert admission.admit("a", False) is None and admission.admit("a", False) is None
+    assert admission.admit("a", False) == "client-in-flight"
+    assert admission.admit("b", False) is None
+    assert admission.admit("a", True) is None and admission.admit("a", True) is None
+    assert admission.admit("a", True) == "client-long-running"
+    for _ in range(2):
+        admission.release("a", False)
+        admission.release("a", True)
+    admission.release("b", False)
+    assert admission.short == admission.long == 0 and admission.clients() == 0
+
+
+def test_the_total_is_shared() -> None:
+    admission = fairness.Admission(fairness.Limits(3, 1, 2, 1))
+    assert admission.admit("a", False) is None and admission.admit("a", False) is None
+    assert admission.admit("b", False) is None
+    assert admission.admit("c", False) == "in-flight"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "ua", "exempt"),
+    [
+        ("PUT", f"{LEASES}/kube-node-lease/leases/n1", "kubelet/1", True),
+        ("GET", f"{LEASES}/kube-node-lease/leases/n1", "kubelet/1", True),
+        ("GET", f"{LEASES}/other/leases/n1", "kubelet/1", False),
+        ("GET", "/api/v1/nodes/n1", "kubelet/1", True),
+        ("PATCH", "/api/v1/nodes/n1/status", "kubelet/1", True),
+        ("GET", "/api/v1/nodes/n2", "kubelet/1", False),
+        ("GET", "/api/v1/nodes/n1", "kubectl/1", False),
+        ("GET", "/api/v1/pods", "kubelet/1", False),
+        ("GET", "/api/v1/pods", "edgehub/0.1", True),
+        ("GET", "/api/v1/services", "multiplexer-proxy-n1", True),
+        ("GET", "/version", "kubelet/1", False),
+    ],
+)  # fmt: skip
+def test_kubelets_heartbeat_and_the_hub_are_exempt(
+    method: str, path: str, ua: str, exempt: bool
+) -> None:
+    assert fairness.exempt(info(method, path, ua), "n1", "multiplexer-proxy-n1") is exempt
+
+
+def test_a_token_makes_its_own_client() -> None:
+    request = info("GET", "/api/v1/pods", "python-requests/2.31")
+    mine, yours = fairness.client_key(request, "token-a"), fairness.client_key(request, "token-b")
+    assert mine != yours and mine.startswith("python-requests#")
+    assert "token-a" not in mine
+    assert fairness.client_key(request, "") == "python-requests"
