@@ -29,7 +29,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from aiohttp import http_exceptions, web, web_protocol, web_request, web_server
@@ -45,7 +45,7 @@ from yurthub import (
     settings,
     statuses,
 )
-from yurthub.proxy import remote, routing, seams, upstream
+from yurthub.proxy import hosts, remote, routing, seams, upstream
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +182,8 @@ class Hub:
         await client.start()
         self.upstream = client
         self._stack.push_async_callback(client.close)
+        for warning in hosts.exposure_warnings(s.listen):
+            log.warning("%s", warning)
         self.health = health.HealthChecker(s, client, self.metrics)
         self.health.on_lease = self._pending_on_lease
         self.remote = remote.RemoteProxy(client, s.proxy, self.metrics, self._tee, self._filters)
@@ -250,7 +252,7 @@ class Hub:
         await site.start()
         self.proxy_url = _url_of(self._proxy_runner)
 
-        app = web.Application()
+        app = web.Application(middlewares=[self._only_known_hosts])
         app.router.add_get("/v1/healthz", self._healthz)
         app.router.add_get("/v1/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
@@ -301,6 +303,14 @@ class Hub:
         self._proxy_runner = self._server_runner = None
 
     # --- hub server endpoints ---
+
+    @web.middleware
+    async def _only_known_hosts(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        assert self.router is not None
+        refused = routing.refused_host(self.router.hosts, request)
+        return refused if refused is not None else await handler(request)
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="OK")

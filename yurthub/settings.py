@@ -48,6 +48,9 @@ class ListenSettings:
     """HTTP proxy port; 0 picks a free one."""
     proxy_secure_port: int = 10268
     """HTTPS proxy port. Not served until the hub has serving certificates (a later issue)."""
+    accept_hosts: tuple[str, ...] = ()
+    """``--proxy-accept-hosts``: DNS names a request's ``Host`` may name beyond ``localhost``,
+    loopback and bind-address IPs (``proxy.hosts``: DNS rebinding is refused)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -18,10 +18,11 @@ import asyncio
 import logging
 import time
 
+import yarl
 from aiohttp import web
 
 from yurthub import balancing, fairness, health, metrics, readiness, requestinfo, settings
-from yurthub.proxy import headers, remote, responses, seams, upgrading
+from yurthub.proxy import headers, hosts, remote, responses, seams, upgrading
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,10 @@ class Router:
         self._metrics = collectors
         self.local = local
         self._own_multiplexer_ua = f"multiplexer-proxy-{hub.node_name}"
+        listen = hub.listen
+        self.hosts = hosts.AcceptedHosts(
+            (listen.bind_proxy_address, listen.bind_address), listen.accept_hosts
+        )
         proxy_settings = hub.proxy
         self.admission = fairness.Admission(
             fairness.Limits(
@@ -67,6 +72,9 @@ class Router:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
+        foreign = refused_host(self.hosts, request)
+        if foreign is not None:
+            return foreign
         try:
             info = requestinfo.classify(
                 request.method, request.path, request.query.items(), request.headers
@@ -208,6 +216,29 @@ class Router:
         if self.local is None:
             return None
         return await self.local.answer(request, info, reason=reason.value)
+
+
+def refused_host(accepted: hosts.AcceptedHosts, request: web.BaseRequest) -> web.Response | None:
+    """A 403 Status when the request names a host the hub does not answer for (``hosts``)."""
+    named = [request.headers.get("Host", "")]
+    target = request.raw_path
+    if not target.startswith("/"):
+        # absolute-form (``GET http://host/path``); "*" and CONNECT's authority-form name
+        # nothing the hub serves.
+        try:
+            named.append(yarl.URL(target).raw_authority or target)
+        except ValueError:
+            named.append(target)
+    for host in named:
+        if not accepted.allows(host):
+            shown = host if len(host) <= 100 else host[:100] + "..."
+            log.info("refused a request for host %r from %s", shown, request.remote)
+            return responses.status(
+                403,
+                f"host {shown!r} is not accepted: the hub answers for localhost, loopback and "
+                "its bind addresses (and --proxy-accept-hosts)",
+            )
+    return None
 
 
 def _failed(error: remote.UpstreamUnavailable) -> web.Response:

@@ -252,6 +252,7 @@ def hub_settings(
     *,
     upstream: dict[str, Any] | None = None,
     proxy: dict[str, Any] | None = None,
+    listen: dict[str, Any] | None = None,
     **heartbeat: Any,
 ) -> settings.HubSettings:
     hb = {"interval": 0.3, "timeout": 1.0, "healthy_threshold": 1} | heartbeat
@@ -259,7 +260,7 @@ def hub_settings(
     return settings.HubSettings(
         node_name="n1",
         upstream=settings.UpstreamSettings(**up),
-        listen=settings.ListenSettings(serve_port=0, proxy_port=0),
+        listen=settings.ListenSettings(**({"serve_port": 0, "proxy_port": 0} | (listen or {}))),
         heartbeat=settings.HeartbeatSettings(**hb),
         proxy=settings.ProxySettings(**({"shutdown_grace": 2.0} | (proxy or {}))),
     )
@@ -274,11 +275,11 @@ async def running_hub(
     wait_ready: bool = True,
     upstream: dict[str, Any] | None = None,
     proxy: dict[str, Any] | None = None,
+    listen: dict[str, Any] | None = None,
     **heartbeat: Any,
 ) -> AsyncIterator[server.Hub]:
-    hub = server.Hub(
-        hub_settings(servers, upstream=upstream, proxy=proxy, **heartbeat), tee=tee, local=local
-    )
+    built = hub_settings(servers, upstream=upstream, proxy=proxy, listen=listen, **heartbeat)
+    hub = server.Hub(built, tee=tee, local=local)
     await hub.start()
     try:
         if wait_ready:

@@ -307,12 +307,15 @@ async def raw_request(url: str, payload: bytes) -> bytes:
 @pytest.mark.parametrize(
     ("payload", "code"),
     [
-        (b"GET /api/v1/pods HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n", 431),
-        (b"BREW /api/v1/pods HTTP/1.1\r\nHost: x\r\n\r\n", 400),
-        (b"GET /api/v1/watch HTTP/1.1\r\nHost: x\r\n\r\n", 400),
-        (b"OPTIONS /api/v1/pods HTTP/1.1\r\nHost: x\r\n\r\n", 405),
+        (
+            b"GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n",
+            431,
+        ),
+        (b"BREW /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 400),
+        (b"GET /api/v1/watch HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 400),
+        (b"OPTIONS /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 405),
         (b"\x16\x03\x01\x00\xa5garbage\r\n\r\n", 400),
-        (b"GET /api/v1/pods?timeoutSeconds=x HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        (b"GET /api/v1/pods?timeoutSeconds=x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 400),
     ],
 )
 async def test_bad_input_gets_a_status(
@@ -330,7 +333,7 @@ async def test_non_utf8_user_agent(apiserver: FakeApiserver, make_hub: MakeHub) 
     async with make_hub([apiserver.url]) as hub:
         answer = await raw_request(
             hub.proxy_url,
-            b"GET /api/v1/pods HTTP/1.1\r\nHost: x\r\nUser-Agent: kub\xffelet/\xfe\r\n"
+            b"GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: kub\xffelet/\xfe\r\n"
             b"Connection: close\r\n\r\n",
         )
         assert answer.startswith(b"HTTP/1.1 200")
