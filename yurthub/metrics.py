@@ -143,6 +143,20 @@ class Metrics:
             subsystem=_SUB,
             registry=r,
         )
+        self.refused_connections = Counter(
+            "refused_connections",
+            "Connections to the proxy answered 503 and closed: --proxy-max-connections were open",
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+        self.header_timeouts = Counter(
+            "header_timeouts",
+            "Proxy connections closed (408) without a whole request head in time",
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
         self.request_duration = Histogram(
             "request_duration_seconds",
             "Proxied request duration until the last body byte, by component/verb/resource/code",

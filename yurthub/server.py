@@ -3,7 +3,10 @@
 - Proxy listener ``--bind-proxy-address:--proxy-port`` (HTTP, 10261): aiohttp's low-level server
   with one handler (``routing.Router.handle``), handler cancellation on client disconnect, and
   a request handler class whose protocol-level errors (oversized or malformed headers, garbage)
-  are answered with a Kubernetes ``Status`` instead of aiohttp's text page.
+  are answered with a Kubernetes ``Status`` instead of aiohttp's text page. Like a Go server's
+  ``ReadHeaderTimeout``, a connection that has not sent a whole request head within
+  ``read_header_timeout`` of opening (or of starting its next request) is answered 408 and
+  closed; past ``max_connections`` open connections a new one is answered 503 and closed.
 - Hub server ``--bind-address:--serve-port`` (10267): ``/v1/healthz``, ``/v1/readyz`` (names
   what is not ready), ``/metrics`` (this hub's own registry).
 - HTTPS proxy 10268: not served until the hub has serving certificates (a later issue).
@@ -50,8 +53,78 @@ from yurthub.proxy import hosts, remote, routing, seams, upstream
 log = logging.getLogger(__name__)
 
 
+def _raw_status(code: int, reason: str, message: str) -> bytes:
+    """A whole HTTP/1.1 Status answer that closes the connection, for when no request is being
+    handled (aiohttp's writer is not in use)."""
+    body = statuses.encode(statuses.failure(code, message))
+    head = (
+        f"HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
 class _StatusRequestHandler(web_protocol.RequestHandler):
-    """aiohttp's connection handler, answering protocol errors with a ``Status``."""
+    """aiohttp's connection handler, answering protocol errors with a ``Status``, bounding the
+    time to send a request head, and refusing connections past the cap.
+
+    The head timer runs while the connection waits for a request (from accept, and from the
+    first byte of each later one): aiohttp itself only closes such a connection at its keep-alive
+    timeout (75 s), so slowloris clients held the hub's connections (and fds) that long.
+    """
+
+    _header_handle: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        server = self._manager
+        assert isinstance(server, _ProxyServer) and isinstance(transport, asyncio.Transport)
+        if len(server.connections) > server.max_connections:
+            server.refused()
+            transport.write(
+                _raw_status(503, "Service Unavailable", "too many connections to the hub")
+            )
+            self.force_close()
+            return
+        self._arm_header_timer()
+
+    def data_received(self, data: bytes) -> None:
+        before = self._request_count
+        super().data_received(data)
+        if self._request_count != before:
+            self._disarm_header_timer()  # a whole head arrived
+        elif self._current_request is None and not self._messages:
+            self._arm_header_timer()  # the first bytes of a next request
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+    def _arm_header_timer(self) -> None:
+        if self._header_handle is None:
+            server = self._manager
+            assert isinstance(server, _ProxyServer)
+            self._header_handle = self._loop.call_later(
+                server.read_header_timeout, self._header_timed_out
+            )
+
+    def _disarm_header_timer(self) -> None:
+        if self._header_handle is not None:
+            self._header_handle.cancel()
+            self._header_handle = None
+
+    def _header_timed_out(self) -> None:
+        self._header_handle = None
+        if self._current_request is not None or self._messages or self.transport is None:
+            return  # a request is being handled: its time is the handler's business
+        server = self._manager
+        if isinstance(server, _ProxyServer):
+            server.timed_out()
+        log.debug("no request head from %s in time: closing", self.peername)
+        self.transport.write(
+            _raw_status(408, "Request Timeout", "no complete request head in time")
+        )
+        self.force_close()
 
     def handle_error(
         self,
@@ -79,8 +152,28 @@ class _StatusRequestHandler(web_protocol.RequestHandler):
 
 
 class _ProxyServer(web_server.Server):
+    def __init__(
+        self,
+        handler: Any,
+        *,
+        read_header_timeout: float,
+        max_connections: int,
+        collectors: metrics.Metrics,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(handler, **kwargs)
+        self.read_header_timeout = read_header_timeout
+        self.max_connections = max_connections
+        self._metrics = collectors
+
     def __call__(self) -> web_protocol.RequestHandler:
         return _StatusRequestHandler(self, loop=self._loop, **self._kwargs)
+
+    def refused(self) -> None:
+        self._metrics.refused_connections.inc()
+
+    def timed_out(self) -> None:
+        self._metrics.header_timeouts.inc()
 
     def _make_request(
         self,
@@ -239,6 +332,9 @@ class Hub:
 
         proxy_server = _ProxyServer(
             handler,
+            read_header_timeout=s.proxy.read_header_timeout,
+            max_connections=s.proxy.max_connections,
+            collectors=self.metrics,
             handler_cancellation=True,
             max_field_size=s.proxy.max_field_size,
             max_line_size=s.proxy.max_field_size,

@@ -126,6 +126,13 @@ class ProxySettings:
     shutdown_grace: float = 10.0
     """Seconds in-flight requests get on SIGTERM before they are cancelled; open watches are
     ended cleanly at once (clients re-watch elsewhere)."""
+    read_header_timeout: float = 10.0
+    """``--proxy-read-header-timeout``: seconds a proxy connection has to send a whole request
+    head, from accept and from the first byte of each later request (Go's ``ReadHeaderTimeout``);
+    past it the hub answers 408 and closes. Bodies are not bounded by it."""
+    max_connections: int = 2048
+    """``--proxy-max-connections``: open proxy connections; a new one past it is answered 503
+    and closed (clients retry). Kubelet keeps a few dozen."""
     max_in_flight: int = 400
     """``--max-requests-in-flight``: short proxied requests in flight (not watches, logs, exec
     or proxies: those count against ``max_long_running``); over it new ones get 429. YurtHub
@@ -244,8 +251,10 @@ class HubSettings:
         proxy, pool = self.proxy, self.upstream
         limits: tuple[int, ...] = (proxy.max_in_flight, proxy.max_long_running)
         limits += (proxy.max_in_flight_per_client, proxy.max_long_running_per_client)
-        if min(limits) < 1:
-            raise ConfigError("request limits must be at least 1")
+        if min(limits) < 1 or proxy.max_connections < 1:
+            raise ConfigError("request and connection limits must be at least 1")
+        if proxy.read_header_timeout <= 0:
+            raise ConfigError("the proxy's header-read timeout must be positive")
         in_flight = proxy.max_in_flight + proxy.max_long_running
         if pool.pool_limit and pool.pool_limit < in_flight + len(pool.servers) + EXEMPT_MARGIN:
             raise ConfigError(
