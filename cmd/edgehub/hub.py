@@ -48,6 +48,62 @@ def _duration(value: str) -> float:
     type=click.IntRange(0, 65535),
     help="HTTPS proxy port (served once certificates exist).",
 )
+@click.option(
+    "--proxy-accept-hosts",
+    default="",
+    help="Comma-separated DNS names a request's Host may name beyond localhost and loopback or "
+    "bind-address IPs (anything else is refused: DNS rebinding).",
+)
+@click.option(
+    "--proxy-read-header-timeout-seconds",
+    default=10.0,
+    type=click.FloatRange(min=0.1),
+    help="A proxy connection must send a whole request head within this (Go's "
+    "ReadHeaderTimeout); else 408 and closed.",
+)
+@click.option(
+    "--proxy-max-connections",
+    default=2048,
+    type=click.IntRange(min=1),
+    help="Open proxy connections; a new one past it is answered 503 and closed.",
+)
+@click.option(
+    "--max-requests-in-flight",
+    default=400,
+    type=click.IntRange(min=1),
+    help="Short requests in flight (429 beyond); watches, logs, exec count apart.",
+)
+@click.option(
+    "--max-long-running-requests",
+    default=600,
+    type=click.IntRange(min=1),
+    help="Watches, logs, exec, port-forwards and proxies in flight (429 beyond).",
+)
+@click.option(
+    "--max-requests-in-flight-per-client",
+    default=200,
+    type=click.IntRange(min=1),
+    help="One client's share of --max-requests-in-flight (a client: a component, plus its "
+    "Bearer token).",
+)
+@click.option(
+    "--max-long-running-requests-per-client",
+    default=500,
+    type=click.IntRange(min=1),
+    help="One client's share of --max-long-running-requests.",
+)
+@click.option(
+    "--upstream-header-deadline-seconds",
+    default=1.0,
+    type=click.FloatRange(min=0.05),
+    help="A request without response headers after this gets its apiserver probed at once.",
+)
+@click.option(
+    "--upstream-idle-timeout-seconds",
+    default=60.0,
+    type=click.FloatRange(min=1),
+    help="How long an apiserver may stay silent on a request that is not long-running.",
+)
 @click.option("--lb-mode", default="rr", type=click.Choice(["rr", "priority"]))
 @click.option("--heartbeat-interval-seconds", default=10, type=click.IntRange(min=1))
 @click.option("--heartbeat-timeout-seconds", default=2, type=click.IntRange(min=1))
@@ -257,6 +313,11 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
         assert isinstance(value, int)
         return value
 
+    def f(key: str) -> float:
+        value = opts[key]
+        assert isinstance(value, float)
+        return value
+
     kubeconfig = opts["kubeconfig"]
     assert kubeconfig is None or isinstance(kubeconfig, pathlib.Path)
     grace = opts["shutdown_grace_seconds"]
@@ -274,6 +335,8 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             kubeconfig=kubeconfig,
             allow_insecure_tls=bool(opts["allow_insecure_skip_tls_verify"]),
             allow_system_trust_store=bool(opts["allow_system_trust_store"]),
+            header_deadline=f("upstream_header_deadline_seconds"),
+            idle_timeout=f("upstream_idle_timeout_seconds"),
         ),
         listen=settings.ListenSettings(
             bind_address=s("bind_address"),
@@ -281,6 +344,9 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             bind_proxy_address=s("bind_proxy_address"),
             proxy_port=i("proxy_port"),
             proxy_secure_port=i("proxy_secure_port"),
+            accept_hosts=tuple(
+                h.strip().lower() for h in s("proxy_accept_hosts").split(",") if h.strip()
+            ),
         ),
         heartbeat=settings.HeartbeatSettings(
             interval=float(i("heartbeat_interval_seconds")),
@@ -292,6 +358,12 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
         proxy=settings.ProxySettings(
             min_request_timeout=_duration(s("min_request_timeout")),
             shutdown_grace=grace,
+            read_header_timeout=f("proxy_read_header_timeout_seconds"),
+            max_connections=i("proxy_max_connections"),
+            max_in_flight=i("max_requests_in_flight"),
+            max_long_running=i("max_long_running_requests"),
+            max_in_flight_per_client=i("max_requests_in_flight_per_client"),
+            max_long_running_per_client=i("max_long_running_requests_per_client"),
         ),
         cache=settings.CacheSettings(
             disk_cache_path=pathlib.Path(s("disk_cache_path")),

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from click import testing
 from edgehub import cli, hub
+
+from yurthub import settings
 
 # A missing kubeconfig also ends the command before it serves: a flag that slipped through
 # fails the message check at once instead of running a hub.
@@ -30,3 +34,43 @@ def test_durations_must_be_positive(flag: str, value: str) -> None:
 @pytest.mark.parametrize(("value", "seconds"), [("40", 40.0), ("40s", 40.0), ("1m30s", 90.0)])
 def test_durations(value: str, seconds: float) -> None:
     assert hub._duration(value) == seconds
+
+
+def test_hardening_flags_reach_the_settings() -> None:
+    ctx = hub.command.make_context(
+        "hub",
+        [
+            "--node-name", "n1", "--server-addr", "http://127.0.0.1:1",
+            "--proxy-accept-hosts", " Hub.Example ,other.example",
+            "--proxy-read-header-timeout-seconds", "3",
+            "--proxy-max-connections", "100",
+            "--max-requests-in-flight", "50",
+            "--max-long-running-requests", "70",
+            "--max-requests-in-flight-per-client", "5",
+            "--max-long-running-requests-per-client", "7",
+            "--upstream-header-deadline-seconds", "0.5",
+            "--upstream-idle-timeout-seconds", "20",
+            "--allow-system-trust-store",
+        ],
+    )  # fmt: skip
+    built = hub.build_settings(ctx.params)
+    assert built.listen.accept_hosts == ("hub.example", "other.example")
+    proxy = built.proxy
+    assert (proxy.read_header_timeout, proxy.max_connections) == (3.0, 100)
+    assert (proxy.max_in_flight, proxy.max_long_running) == (50, 70)
+    assert (proxy.max_in_flight_per_client, proxy.max_long_running_per_client) == (5, 7)
+    upstream = built.upstream
+    assert (upstream.header_deadline, upstream.idle_timeout) == (0.5, 20.0)
+    assert upstream.allow_system_trust_store and not upstream.allow_insecure_tls
+
+
+def test_default_flags_are_the_settings_defaults() -> None:
+    ctx = hub.command.make_context(
+        "hub", ["--node-name", "n1", "--server-addr", "http://127.0.0.1:1"]
+    )
+    built = hub.build_settings(ctx.params)
+    assert built.proxy == dataclasses.replace(
+        settings.ProxySettings(), min_request_timeout=built.proxy.min_request_timeout
+    )
+    assert built.upstream.header_deadline == settings.UpstreamSettings().header_deadline
+    assert built.upstream.idle_timeout == settings.UpstreamSettings().idle_timeout
