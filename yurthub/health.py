@@ -56,6 +56,8 @@ DELEGATE_HEARTBEAT_ANNOTATION = "openyurt.io/delegate-heartbeat"
 CONFLICT_BACKOFF = (0.2, 0.4, 0.8)
 _MAX_LEASE_BYTES = 1 << 20
 USER_AGENT = "edgehub-heartbeat"
+SLOW_PROBE_GAP = 2.0
+"""Seconds after a probe found a slow apiserver alive during which further slow reports wait."""
 
 
 class ProbeState:
@@ -170,6 +172,8 @@ class HealthChecker:
         self._leases: dict[str, dict[str, Any]] = {}
         self._suspects: set[str] = set()
         self._pending: set[str] = set()
+        self._slow: set[str] = set()
+        self._alive_after_slow: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._next = 0
         self.kubelet = KubeletGate(self._hb.kubelet_health_grace_period)
@@ -202,10 +206,18 @@ class HealthChecker:
 
     def report_slow(self, server: str) -> None:
         """A request to ``server`` has had no response headers for a while: probe it now (it
-        stays usable meanwhile: a slow list must not send every client to the cache)."""
+        stays usable meanwhile: a slow list must not send every client to the cache).
+
+        An apiserver that is merely slow makes every request report it: after a probe that
+        found it alive, reports are ignored for ``SLOW_PROBE_GAP`` seconds, so a slow but live
+        apiserver costs at most one lease renewal per gap."""
         if not self.is_healthy(server) or server in self._pending:
             return
+        alive_at = self._alive_after_slow.get(server)
+        if alive_at is not None and self._clock() - alive_at < SLOW_PROBE_GAP:
+            return
         log.info("no response headers from %s in time: probing it now", server)
+        self._slow.add(server)
         self._pending.add(server)
         self._wake.set()
 
@@ -240,7 +252,12 @@ class HealthChecker:
             tasks = {s: tg.create_task(self._probe(s), name=f"suspect-probe {s}") for s in pending}
         for server, task in tasks.items():
             self._suspects.discard(server)
-            self._record(server, task.result())
+            ok = task.result()
+            if server in self._slow:
+                self._slow.discard(server)
+                if ok:
+                    self._alive_after_slow[server] = self._clock()
+            self._record(server, ok)
 
     async def _tick(self) -> None:
         count = len(self.servers)

@@ -65,13 +65,20 @@ class UpstreamUnavailable(Exception):
 class _Exchange:
     """One proxied request to one server, from send to the end of its body."""
 
-    __slots__ = ("abandoned", "info", "scope", "server")
+    __slots__ = ("abandoned", "info", "scope", "server", "waiting")
 
     def __init__(self, server: str, info: requestinfo.RequestInfo) -> None:
         self.server = server
         self.info = info
         self.scope: asyncio.Timeout | None = None
         self.abandoned = False
+        self.waiting: asyncio.TimerHandle | None = None
+        """The header-deadline timer while no response headers have come."""
+
+    def got_headers(self) -> None:
+        if self.waiting is not None:
+            self.waiting.cancel()
+            self.waiting = None
 
     def abandon(self) -> None:
         """End it now through its deadline scope (the handler sees a ``TimeoutError``)."""
@@ -161,8 +168,7 @@ class RemoteProxy:
         exchange = _Exchange(server, info)
         same_server = self._exchanges.setdefault(server, set())
         same_server.add(exchange)
-        loop = asyncio.get_running_loop()
-        slow = loop.call_later(self.client.settings.header_deadline, self._slow, server)
+        self._wait_for_headers(exchange)
         try:
             # The request deadline (see requestinfo) covers the whole exchange; ``abandon``
             # ends it early through the same scope.
@@ -171,7 +177,7 @@ class RemoteProxy:
                 try:
                     up = await self._send(request, info, server, out_headers, data, own_identity)
                 finally:
-                    slow.cancel()
+                    exchange.got_headers()
                 with self._tracked(up, info, server):
                     return await self._relay(request, info, up, started)
         except TimeoutError as e:
@@ -189,14 +195,23 @@ class RemoteProxy:
                 request.transport.close()
             return resp
         finally:
-            slow.cancel()
+            exchange.got_headers()
             same_server.discard(exchange)
             if not same_server and self._exchanges.get(server) is same_server:
                 del self._exchanges[server]
 
-    def _slow(self, server: str) -> None:
-        if self.on_slow is not None:
-            self.on_slow(server)
+    def _wait_for_headers(self, exchange: _Exchange) -> None:
+        """Report the server slow every ``header_deadline`` until the headers come (health
+        ignores reports right after a probe found the server alive: a later one still counts)."""
+
+        def late() -> None:
+            exchange.waiting = None
+            if self.on_slow is not None:
+                self.on_slow(exchange.server)
+            self._wait_for_headers(exchange)
+
+        loop = asyncio.get_running_loop()
+        exchange.waiting = loop.call_later(self.client.settings.header_deadline, late)
 
     def _unanswered(
         self, exchange: _Exchange, request: web.Request, data: object

@@ -147,3 +147,30 @@ async def test_a_full_proxy_leaves_the_heartbeat_a_connection(apiserver: FakeApi
                     watch.close()
     finally:
         await hub.stop()
+
+
+async def test_a_slow_apiserver_costs_a_probe_per_gap_not_per_request(
+    apiserver: FakeApiserver,
+) -> None:
+    from hubfakes import running_hub
+
+    from yurthub import health
+
+    async with (
+        running_hub([apiserver.url], interval=60.0, upstream={"header_deadline": 0.1}) as hub,
+        aiohttp.ClientSession() as s,
+    ):
+        before = apiserver.lease_puts
+        slow = hub.proxy_url + "/api/v1/namespaces/d/configmaps/slow?sleep=1.5"
+
+        async def get() -> int:
+            async with s.get(slow) as r:
+                await r.read()
+                return r.status
+
+        statuses = await asyncio.gather(*(get() for _ in range(20)))
+        assert statuses == [200] * 20  # slow, alive: answered by the apiserver, not the cache
+        probes = apiserver.lease_puts - before
+        # Each request reported the server slow ~15 times; at most one probe per gap went out.
+        assert 1 <= probes <= 1.5 / health.SLOW_PROBE_GAP + 2, probes
+        assert hub.health is not None and hub.health.is_healthy(apiserver.url)
