@@ -2,12 +2,13 @@
 
 PURE: bytes in, bytes out.
 
-An entry value is ``MAGIC | u32 header length | u32 CRC-32 | header JSON | body``. The header
+An entry value is ``MAGIC | u32 CRC-32 | u32 header length | header JSON | body``. The header
 carries what an offline answer needs without decoding the body (resourceVersion, labels, the
 field-selector fields of that kind, kind/apiVersion) and which lists cover the object
 (``owners``); the body is the object's JSON exactly as stored. List records use the same layout
-with an empty body. The CRC covers the length and everything after the CRC: a flipped or lost
-byte anywhere but in the magic makes the value ``CorruptEntry`` (the magic itself is compared).
+with an empty body. The CRC covers everything after itself: a flipped or lost byte anywhere
+but in the magic makes the value ``CorruptEntry`` (the magic itself is compared). One C call
+over a view of the value: checking 10,000 pods (~17 MB) costs a few milliseconds.
 It is a check against a failing disk, not against someone who can write the cache (root).
 
 Older hubs wrote ``EHC1`` values (no CRC): ``is_legacy`` tells them apart, ``upgrade`` checks
@@ -42,10 +43,11 @@ MAGIC = b"EHC2"
 LEGACY_MAGIC = b"EHC1"
 """Values of hubs before entries carried a CRC."""
 _LEN = struct.Struct(">I")
-_LENGTH_CRC = struct.Struct(">II")
+_CRC_LENGTH = struct.Struct(">II")
 _LEGACY_HEAD = len(LEGACY_MAGIC) + _LEN.size
-_CRC_AT = len(MAGIC) + _LEN.size
-_HEAD = _CRC_AT + _LEN.size
+_COVERED = len(MAGIC) + _LEN.size
+"""Where the bytes the CRC covers start (the length, the header, the body)."""
+_HEAD = _COVERED + _LEN.size
 
 _KEY_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 
@@ -160,7 +162,7 @@ def _pack(header: Mapping[str, Any], body: bytes) -> bytes:
     head = orjson.dumps(header)
     length = _LEN.pack(len(head))
     crc = zlib.crc32(body, zlib.crc32(head, zlib.crc32(length)))
-    return b"".join((MAGIC, length, _LEN.pack(crc), head, body))
+    return b"".join((MAGIC, _LEN.pack(crc), length, head, body))
 
 
 def _unpack(value: bytes) -> tuple[dict[str, Any], bytes]:
@@ -169,20 +171,20 @@ def _unpack(value: bytes) -> tuple[dict[str, Any], bytes]:
 
 
 def _checked(value: bytes) -> int:
-    """The offset where the header ends (and the body starts), once the CRC matched."""
-    if not isinstance(value, bytes) or value[: len(MAGIC)] != MAGIC:
+    """The offset where the header ends (and the body starts), once the CRC matched.
+
+    The hot path of every offline list: kept to a handful of C calls per entry."""
+    if value[:4] != MAGIC or len(value) < _HEAD:
         if isinstance(value, bytes) and value[: len(LEGACY_MAGIC)] == LEGACY_MAGIC:
             raise CorruptEntry("an entry of an older hub (no checksum)")
-        raise CorruptEntry("not a cache entry (bad magic)")
-    if len(value) < _HEAD:
-        raise CorruptEntry("truncated entry header")
-    length, crc = _LENGTH_CRC.unpack_from(value, len(MAGIC))
+        raise CorruptEntry("not a cache entry (bad magic or truncated)")
+    crc, length = _CRC_LENGTH.unpack_from(value, 4)
+    # memoryview: no copy of a large body just to checksum it.
+    if zlib.crc32(memoryview(value)[_COVERED:]) != crc:
+        raise CorruptEntry("checksum mismatch (the stored bytes changed)")
     end: int = _HEAD + length
     if end > len(value):
         raise CorruptEntry("truncated entry header")
-    # memoryview: no copy of a large body just to checksum it.
-    if zlib.crc32(memoryview(value)[_HEAD:], zlib.crc32(value[len(MAGIC) : _CRC_AT])) != crc:
-        raise CorruptEntry("checksum mismatch (the stored bytes changed)")
     return end
 
 

@@ -525,9 +525,15 @@ class Store:
         upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
         out: list[bytes] = []
         corrupt: list[str] = []
-        for key, *row in self._reader_connection().execute(_SELECT_RANGE, (prefix, upper)):
+        body_of = entries.body_of
+        # The offline list's hot loop: _raw_value's checks inline.
+        for key, mode, value, filename in self._reader_connection().execute(
+            _SELECT_RANGE, (prefix, upper)
+        ):
             try:
-                out.append(_raw_body(*row))
+                if mode != _MODE_RAW or filename is not None or value.__class__ is not bytes:
+                    raise entries.CorruptEntry("not a raw row written by this hub")
+                out.append(body_of(value))
             except entries.CorruptEntry:
                 corrupt.append(key)
         return out, corrupt

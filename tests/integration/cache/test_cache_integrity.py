@@ -160,8 +160,9 @@ async def test_rows_this_hub_did_not_write_are_never_unpickled_nor_followed(
 
 
 def legacy(value: bytes) -> bytes:
-    """The same entry as an older hub wrote it: ``EHC1 | length | header | body``."""
-    return b"EHC1" + value[4:8] + value[12:]
+    """The same entry as an older hub wrote it: ``EHC1 | length | header | body`` (ours:
+    ``EHC2 | crc | length | header | body``)."""
+    return b"EHC1" + value[8:12] + value[12:]
 
 
 async def test_entries_of_an_older_hub_are_checked_and_upgraded(tmp_path: pathlib.Path) -> None:
