@@ -132,9 +132,6 @@ class RemoteProxy:
             log.info("%s is unhealthy: ended %d requests in flight to it", server, len(exchanges))
         return len(exchanges)
 
-    def in_flight_to(self, server: str) -> int:
-        return len(self._exchanges.get(server, ()))
-
     def upstream_url(self, server: str, request: web.Request) -> yarl.URL:
         return yarl.URL(server + request.rel_url.raw_path_qs, encoded=True)
 
