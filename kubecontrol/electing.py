@@ -256,21 +256,35 @@ class Elector:
         lease, observed = self._lease, self._observed
         if lease is None or observed is None or observed.record.holder != self.config.identity:
             return
-        record = leases.released(observed.record, self._wall())
-        body = leases.body(self.config, lease, record)
+        config = self.config
         try:
             async with asyncio.timeout(self.release_timeout):
-                await self.api.replace(
-                    kubeapi.LEASES, self.config.namespace, self.config.name, body
-                )
+                for _ in range(3):
+                    record = leases.released(observed.record, self._wall())
+                    body = leases.body(config, lease, record)
+                    try:
+                        await self.api.replace(kubeapi.LEASES, config.namespace, config.name, body)
+                        break
+                    except kubeapi.Conflict:
+                        # A renewal cancelled in flight may have landed after all: release
+                        # from what is stored now, if it is still ours.
+                        fresh = await self.api.get_or_none(
+                            kubeapi.LEASES, config.namespace, config.name
+                        )
+                        if fresh is None or leases.record_of(fresh).holder != config.identity:
+                            return
+                        lease = fresh
+                        observed = leases.Observed(leases.record_of(fresh), self._clock())
+                else:
+                    raise kubeapi.Conflict("the lease kept changing under the release")
         except (kubeapi.KubeError, TimeoutError) as e:
             logger.warning(
                 "could not release lease %s/%s (%s): others take over once it expires",
-                self.config.namespace,
-                self.config.name,
+                config.namespace,
+                config.name,
                 e or "timeout",
             )
             return
         self._observed = None
         self._lease = None
-        logger.info("released lease %s/%s", self.config.namespace, self.config.name)
+        logger.info("released lease %s/%s", config.namespace, config.name)

@@ -176,6 +176,24 @@ async def test_one_leader_and_a_released_lease_is_taken_over_at_once(
     assert lease["spec"]["holderIdentity"] == "" and lease["spec"]["leaseDurationSeconds"] == 1
 
 
+async def test_a_renewal_that_landed_unseen_does_not_stop_the_release(
+    sim_apiserver: simapiserver.SimApiserver,
+) -> None:
+    # A renewal cancelled in flight can reach the apiserver while its answer is lost: the
+    # elector's copy is then stale, and a release with it is a 409. It re-reads and releases.
+    async with api_to(sim_apiserver) as api:
+        replica = Replica(api, "a_1")
+        async with asyncio.TaskGroup() as tg:
+            task = tg.create_task(replica.elector.run(replica.lead), name="elector a")
+            await replica.leading.wait()
+            stored = sim_apiserver.state.get("leases", "kube-system", "test-lease")
+            stored["metadata"]["annotations"] = {"renewed": "unseen"}  # a newer version, ours
+            sim_apiserver.state.update(stored)
+            task.cancel()
+    lease = sim_apiserver.state.get("leases", "kube-system", "test-lease")
+    assert lease["spec"]["holderIdentity"] == ""
+
+
 async def test_a_leader_cut_off_stops_acting_before_the_standby_takes_over(
     sim_apiserver: simapiserver.SimApiserver,
 ) -> None:
