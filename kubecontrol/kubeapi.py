@@ -14,7 +14,9 @@ Invariants:
     hard line-size limit, never buffered whole.
   * Errors: 404 -> ``NotFound``, 409 -> ``Conflict``, 410 -> ``Gone``,
     transport failures / 5xx / 429 -> ``Unavailable`` (retryable), anything
-    else -> ``KubeError``. Messages never include response bodies.
+    else -> ``KubeError``. Messages never include response bodies; a refusal's
+    (400/403/409/422) Status ``message`` is kept apart in ``KubeError.detail``
+    (bounded), for callers that tell a user why the apiserver said no.
 """
 
 from __future__ import annotations
@@ -44,10 +46,16 @@ MAX_EVENT_BYTES = 4 * 1024 * 1024
 JSONObject = dict[str, Any]
 
 
+# A Status message longer than this is cut: it ends up in Events and log lines.
+MAX_DETAIL_CHARS = 1024
+
+
 class KubeError(Exception):
-    def __init__(self, message: str, status: int = 0) -> None:
+    def __init__(self, message: str, status: int = 0, detail: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.detail = detail
+        """The apiserver's own explanation (``Status.message``) of a refusal, else ``""``."""
 
 
 class NotFound(KubeError):
@@ -95,6 +103,10 @@ SECRETS = Resource("", "v1", "secrets")
 EVENTS = Resource("", "v1", "events")
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
 CERTIFICATE_SIGNING_REQUESTS = Resource("certificates.k8s.io", "v1", "certificatesigningrequests")
+NODES = Resource("", "v1", "nodes")
+PODS = Resource("", "v1", "pods")
+SERVICES = Resource("", "v1", "services")
+JOBS = Resource("batch", "v1", "jobs")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -188,19 +200,33 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+def _status_message(e: k8s_exceptions.ApiException) -> str:
+    """``message`` of the Status body of a refusal (why the apiserver said no), bounded."""
+    body = getattr(e, "body", None)
+    if not body or not isinstance(body, str | bytes) or len(body) > 1 << 20:
+        return ""
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return ""
+    message = status.get("message") if isinstance(status, dict) else None
+    return message[:MAX_DETAIL_CHARS] if isinstance(message, str) else ""
+
+
 def _error(e: BaseException, what: str) -> KubeError:
     if isinstance(e, k8s_exceptions.ApiException):
         status = int(e.status or 0)
         message = f"{what}: HTTP {status} {e.reason or ''}".strip()
+        detail = _status_message(e) if status in (400, 403, 409, 422) else ""
         if status == 404:
             return NotFound(message, status)
         if status == 409:
-            return Conflict(message, status)
+            return Conflict(message, status, detail)
         if status == 410:
             return Gone(message, status)
         if status == 429 or status >= 500 or status == 0:
             return Unavailable(message, status)
-        return KubeError(message, status)
+        return KubeError(message, status, detail)
     return Unavailable(f"{what}: {type(e).__name__}: {e}")
 
 
@@ -266,9 +292,22 @@ class KubeApi:
             return None
 
     async def create(
-        self, resource: Resource, namespace: str, body: Mapping[str, Any]
+        self,
+        resource: Resource,
+        namespace: str,
+        body: Mapping[str, Any],
+        *,
+        dry_run: bool = False,
+        strict: bool = False,
     ) -> JSONObject:
-        return await self._call("POST", resource.path(namespace), body=body)
+        """POST; ``dry_run``: validated and admitted but never stored; ``strict``: unknown or
+        duplicate fields are a 400 (``fieldValidation=Strict``) instead of dropped."""
+        query = []
+        if dry_run:
+            query.append(("dryRun", "All"))
+        if strict:
+            query.append(("fieldValidation", "Strict"))
+        return await self._call("POST", resource.path(namespace), query=query, body=body)
 
     async def replace(
         self,
@@ -291,8 +330,11 @@ class KubeApi:
         *,
         uid: str | None = None,
         resource_version: str | None = None,
+        propagation: str | None = None,
     ) -> None:
-        """DELETE with optional preconditions (409 when the object changed meanwhile)."""
+        """DELETE with optional preconditions (409 when the object changed meanwhile) and
+        ``propagation`` (``Background``/``Foreground``/``Orphan``; batch/v1 Jobs orphan their
+        pods unless told otherwise)."""
         preconditions: dict[str, str] = {}
         if uid:
             preconditions["uid"] = uid
@@ -301,6 +343,8 @@ class KubeApi:
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if preconditions:
             body["preconditions"] = preconditions
+        if propagation:
+            body["propagationPolicy"] = propagation
         await self._call("DELETE", resource.path(namespace, name), body=body)
 
     async def get_configmap(self, namespace: str, name: str) -> JSONObject | None:

@@ -6,9 +6,11 @@ its broker pod) hang. So ``storage`` applies these right after a pod is created,
 as two more writes that watchers see in the real order:
 
 1. scheduling: a pod without ``spec.nodeName`` is bound to a Ready, schedulable
-   node whose labels satisfy its ``nodeSelector`` (fewest pods first; taints and
-   affinity are not evaluated); with no such node it gets ``PodScheduled=False``
-   / ``Unschedulable`` and stays Pending;
+   node whose labels satisfy its ``nodeSelector`` and its required node affinity
+   (``matchExpressions`` on labels, ``matchFields`` on ``metadata.name``; fewest
+   pods first; taints, preferences, pod affinity and resources are not
+   evaluated); with no such node it gets ``PodScheduled=False`` /
+   ``Unschedulable`` and stays Pending;
 2. starting: a pod bound to an existing Ready node becomes Running with a pod IP
    from the node's podCIDR (the node IP for ``hostNetwork``), Ready conditions
    and one ready, started container status per container.
@@ -46,12 +48,58 @@ def node_ip(node: Obj) -> str:
     return ""
 
 
+def _requirement_holds(requirement: Obj, value: str | None) -> bool:
+    operator = requirement.get("operator")
+    values = [str(v) for v in requirement.get("values") or ()]
+    if operator == "In":
+        return value is not None and value in values
+    if operator == "NotIn":
+        return value is None or value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            have, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > bound if operator == "Gt" else have < bound
+    return False
+
+
+def _term_holds(term: Obj, node: Obj) -> bool:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    fields = {"metadata.name": (node.get("metadata") or {}).get("name")}
+    expressions = term.get("matchExpressions") or ()
+    match_fields = term.get("matchFields") or ()
+    if not expressions and not match_fields:
+        return False  # an empty term selects no node, as the scheduler reads it
+    return all(
+        isinstance(r, Mapping) and _requirement_holds(r, labels.get(r.get("key")))
+        for r in expressions
+    ) and all(
+        isinstance(r, Mapping) and _requirement_holds(r, fields.get(str(r.get("key"))))
+        for r in match_fields
+    )
+
+
+def affinity_allows(pod: Obj, node: Obj) -> bool:
+    """The pod's required node affinity: any of its node selector terms holds."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(required, Mapping):
+        return True
+    terms = required.get("nodeSelectorTerms") or ()
+    return any(isinstance(t, Mapping) and _term_holds(t, node) for t in terms)
+
+
 def fits(pod: Obj, node: Obj) -> bool:
     if not node_ready(node) or (node.get("spec") or {}).get("unschedulable"):
         return False
     wanted = (pod.get("spec") or {}).get("nodeSelector") or {}
     labels = (node.get("metadata") or {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in wanted.items())
+    return all(labels.get(k) == v for k, v in wanted.items()) and affinity_allows(pod, node)
 
 
 def pick_node(pod: Obj, nodes: Iterable[Obj], load: Mapping[str, int]) -> str | None:
