@@ -9,6 +9,13 @@ never the global one). Every name starts with ``edgehub_manager_``.
   read from the controllers at scrape time.
 * ``edgehub_manager_csr_decisions_total{kind,decision,reason}``: approvals and denials
   (``reason`` is ``AutoApproved`` or the failed check, a closed set).
+* ``edgehub_manager_broker_writes_total{kind,verb,outcome}``: the broker controller's writes
+  (``kind`` pods/jobs/services; ``verb`` create/update/delete; ``outcome`` ok, refused,
+  name-taken, conflict, gone, error).
+* ``edgehub_manager_node_cleanups_total{why}``: nodes removed from Instances (``deleted``,
+  ``not-ready``).
+* ``edgehub_manager_webhook_reviews_total{allowed}`` and
+  ``edgehub_manager_webhook_review_duration_seconds``: Configuration admission reviews.
 """
 
 from __future__ import annotations
@@ -78,6 +85,31 @@ class Metrics:
             "edgehub_manager_csr_decisions",
             "Hub CSRs approved or denied (reason: AutoApproved or the failed check)",
             ["kind", "decision", "reason"],
+            registry=self.registry,
+        )
+
+        self.broker_writes = prometheus_client.Counter(
+            "edgehub_manager_broker_writes",
+            "Broker controller writes by kind, verb and outcome",
+            ["kind", "verb", "outcome"],
+            registry=self.registry,
+        )
+        self.node_cleanups = prometheus_client.Counter(
+            "edgehub_manager_node_cleanups",
+            "Nodes removed from every Instance (why: deleted, not-ready)",
+            ["why"],
+            registry=self.registry,
+        )
+        self.webhook_reviews = prometheus_client.Counter(
+            "edgehub_manager_webhook_reviews",
+            "Configuration admission reviews answered (allowed: true, false)",
+            ["allowed"],
+            registry=self.registry,
+        )
+        self.webhook_seconds = prometheus_client.Histogram(
+            "edgehub_manager_webhook_review_duration_seconds",
+            "Time to answer one admission review",
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
             registry=self.registry,
         )
 

@@ -11,13 +11,15 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 
 from kubecontrol import controlling
-from managers import context, csrapprover
+from managers import brokers, context, csrapprover, nodewatcher
 
 Factory = Callable[[context.Context], controlling.Controller]
 
 FACTORIES: Mapping[str, Factory] = types.MappingProxyType(
     {
         csrapprover.NAME: csrapprover.build,
+        brokers.NAME: brokers.build,
+        nodewatcher.NAME: nodewatcher.build,
     }
 )
 

@@ -25,7 +25,7 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 
 from kubecontrol import controlling, electing, events, kubeapi, leases
-from managers import context, metrics, registry, serving, settings
+from managers import context, metrics, registry, serving, settings, webhookserving
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,8 @@ class Manager:
         self.controllers: list[controlling.Controller] = []
         self.elector: electing.Elector | None = None
         self.health_port: int | None = None
+        self.webhook_port: int | None = None
+        self.certificates: webhookserving.Certificates | None = None
         self.started = asyncio.Event()
         """Set once the health port is bound and the controllers are running."""
         self._election = _election_config(manager_settings)
@@ -71,6 +73,11 @@ class Manager:
             checks.append(("leader-election", True, f"standby, leader {elector.holder or 'none'}"))
         else:
             checks.append(("leader-election", False, "the Lease has not been read recently"))
+        if self.settings.webhook is not None:
+            port = self.webhook_port
+            checks.append(
+                ("webhook", port is not None, f"port {port}" if port is not None else "not serving")
+            )
         return checks
 
     # -- running
@@ -102,7 +109,14 @@ class Manager:
                         f"{e.strerror or e}"
                     ) from e
                 stack.push_async_callback(runner.cleanup)
+            if s.webhook is not None:
+                await self._serve_webhook(api, s.webhook, stack)
             async with asyncio.TaskGroup() as tg:
+                if self.certificates is not None and s.webhook is not None:
+                    tg.create_task(
+                        self.certificates.watch(s.webhook.reload_interval),
+                        name="webhook certificates",
+                    )
                 for controller in self.controllers:
                     tg.create_task(controller.run_caches(), name=f"{controller.name}: caches")
                 if self._election is not None:
@@ -122,6 +136,27 @@ class Manager:
                     else "no leader election",
                 )
                 self.started.set()
+
+    async def _serve_webhook(
+        self, api: kubeapi.KubeApi, own: settings.Webhook, stack: contextlib.AsyncExitStack
+    ) -> None:
+        """Every replica serves the webhook, leader or not (the apiserver may call any)."""
+        certificates = webhookserving.Certificates(own.cert_file, own.key_file)
+        try:
+            await certificates.load()
+        except webhookserving.WebhookError as e:
+            raise StartupError(str(e)) from e
+        validator = webhookserving.Validator(api, own, self.metrics)
+        try:
+            runner, self.webhook_port = await webhookserving.serve(
+                validator, certificates, own.bind_address, own.port
+            )
+        except OSError as e:
+            raise StartupError(
+                f"cannot serve the webhook on {own.bind_address}:{own.port}: {e.strerror or e}"
+            ) from e
+        stack.push_async_callback(runner.cleanup)
+        self.certificates = certificates
 
     async def _lead(self) -> None:
         """Every controller's workers, until cancelled (this replica stopped leading)."""

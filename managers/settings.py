@@ -13,6 +13,10 @@ from kubecontrol import controlling, credentials
 HEALTH_PORT = 10272
 # CSRs are decided on their events; the resync retries what a lost write left pending.
 CSR_APPROVER_TIMINGS = controlling.Timings(workers=2, resync=600.0)
+# Brokers follow their events; the resync catches what a lost event or write left behind.
+BROKERS_TIMINGS = controlling.Timings(workers=2, resync=300.0)
+NODE_WATCHER_TIMINGS = controlling.Timings(workers=2, resync=300.0)
+WEBHOOK_PORT = 8443
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,6 +53,39 @@ class CsrApprover:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Brokers:
+    timings: controlling.Timings = BROKERS_TIMINGS
+    restart_backoff_initial: float = 1.0
+    """Seconds before a broker pod that ended is created again; doubled each time it ends
+    again without having run, up to ``restart_backoff_cap``."""
+    restart_backoff_cap: float = 300.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeWatcher:
+    timings: controlling.Timings = NODE_WATCHER_TIMINGS
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Webhook:
+    """The Configuration validating webhook (HTTPS), served by every replica."""
+
+    cert_file: Path
+    key_file: Path
+    """PEM serving certificate (chain) and key; re-read when they change on disk."""
+    bind_address: str = "0.0.0.0"
+    port: int = WEBHOOK_PORT
+    """0 picks a free port."""
+    reload_interval: float = 10.0
+    """Seconds between checks of the certificate files for a rotation."""
+    max_concurrent: int = 16
+    """Reviews in progress at once; more are refused (the apiserver applies the webhook's
+    failurePolicy)."""
+    dry_run_timeout: float = 5.0
+    """Seconds for the dry-run create that checks a broker or service spec."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ManagerSettings:
     controllers: tuple[str, ...]
     kube: KubeSettings = KubeSettings()
@@ -59,3 +96,7 @@ class ManagerSettings:
     host: str = ""
     """This replica's name in Events (the Pod's hostname)."""
     csr_approver: CsrApprover = CsrApprover()
+    brokers: Brokers = Brokers()
+    node_watcher: NodeWatcher = NodeWatcher()
+    webhook: Webhook | None = None
+    """None: no webhook is served."""

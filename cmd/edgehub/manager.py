@@ -1,11 +1,12 @@
-"""``edgehub manager``: the cloud-side controllers (first: the CSR approver for hubs).
+"""``edgehub manager``: the cloud-side controllers (the CSR approver for hubs, the Akri broker
+controller and node watcher) and the Configuration validating webhook.
 
 Runs as a Deployment with several replicas; one leads through a coordination.k8s.io Lease
 (as kube-controller-manager) and only the leader acts, the others keep warm caches. Without
 ``--kubeconfig`` it authenticates with the Pod's ServiceAccount. Every flag also reads
 ``EDGEHUB_<FLAG>``. SIGTERM/SIGINT stop it cleanly (workers stopped, Lease released, exit 0);
-a second signal exits at once. Bad flags, an unknown controller, an unusable kubeconfig or a
-health port in use exit 3 with one line.
+a second signal exits at once. Bad flags, an unknown controller, an unusable kubeconfig, an
+unreadable webhook certificate or a port in use exit 3 with one line.
 """
 
 from __future__ import annotations
@@ -116,6 +117,34 @@ def _organizations(value: str) -> frozenset[str]:
     type=click.IntRange(min=1, max=64),
     help="csrapprover: CSRs decided at the same time.",
 )
+@click.option(
+    "--concurrent-broker-workers",
+    default=2,
+    type=click.IntRange(min=1, max=64),
+    help="brokers: Configurations whose brokers are reconciled at the same time.",
+)
+@click.option(
+    "--webhook-tls-cert-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Serve the Configuration validating webhook over HTTPS with this certificate (PEM, "
+    "chain first); re-read when it changes. Without it no webhook is served.",
+)
+@click.option(
+    "--webhook-tls-key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The webhook certificate's private key (PEM).",
+)
+@click.option(
+    "--webhook-bind-address", default="0.0.0.0", help="Address of the webhook's HTTPS port."
+)
+@click.option(
+    "--webhook-port",
+    default=settings.WEBHOOK_PORT,
+    type=click.IntRange(0, 65535),
+    help="Port of the webhook (POST /validate); 0 picks a free port.",
+)
 def command(
     kubeconfig: Path | None,
     service_account_dir: Path,
@@ -130,8 +159,14 @@ def command(
     health_port: int,
     hub_cert_organizations: str,
     concurrent_csr_workers: int,
+    concurrent_broker_workers: int,
+    webhook_tls_cert_file: Path | None,
+    webhook_tls_key_file: Path | None,
+    webhook_bind_address: str,
+    webhook_port: int,
 ) -> None:
-    """Run the cloud-side controllers (CSR approver for hubs) with Lease leader election."""
+    """Run the cloud-side controllers (CSR approver for hubs, Akri brokers, node watcher) with
+    Lease leader election, and the Configuration validating webhook."""
     try:
         chosen = registry.select(controllers)
     except registry.UnknownController as e:
@@ -153,6 +188,16 @@ def command(
         csrapproving.Policy(extra_organizations=approver.extra_organizations)
     except ValueError as e:
         _fail(f"--hub-cert-organizations: {e}")
+    if (webhook_tls_cert_file is None) != (webhook_tls_key_file is None):
+        _fail("--webhook-tls-cert-file and --webhook-tls-key-file go together")
+    webhook = None
+    if webhook_tls_cert_file is not None and webhook_tls_key_file is not None:
+        webhook = settings.Webhook(
+            cert_file=webhook_tls_cert_file,
+            key_file=webhook_tls_key_file,
+            bind_address=webhook_bind_address,
+            port=webhook_port,
+        )
     manager_settings = settings.ManagerSettings(
         controllers=chosen,
         kube=settings.KubeSettings(
@@ -172,6 +217,10 @@ def command(
         health_port=health_port,
         host=socket.gethostname(),
         csr_approver=approver,
+        brokers=settings.Brokers(
+            timings=dataclasses.replace(settings.BROKERS_TIMINGS, workers=concurrent_broker_workers)
+        ),
+        webhook=webhook,
     )
     try:
         asyncio.run(signalling.run_until_signalled(running.run(manager_settings)))

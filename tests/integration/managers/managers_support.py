@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
-from kubecontrol import credentials
+from kubecontrol import controlling, credentials
 from managers import settings
 from yurthub.testing import simapiserver
 
@@ -113,3 +114,108 @@ async def get_text(port: int, path: str) -> tuple[int, str]:
         session.get(f"http://127.0.0.1:{port}{path}") as resp,
     ):
         return resp.status, await resp.text()
+
+
+# --- the Akri controllers -----------------------------------------------------------------
+
+CRDS = Path(__file__).resolve().parents[3] / "manifests" / "crds"
+FAST = controlling.Timings(workers=2, resync=None, backoff_initial=0.05, backoff_cap=0.5)
+
+
+def install_crds(sim: simapiserver.SimApiserver) -> None:
+    for path in sorted(CRDS.glob("*.yaml")):
+        sim.state.create(yaml.safe_load(path.read_text()))
+
+
+def akri_settings(
+    sim: simapiserver.SimApiserver,
+    account_dir: Path,
+    *,
+    controllers: tuple[str, ...] = ("brokers", "nodewatcher"),
+    election: bool = False,
+    identity: str = "",
+    webhook: settings.Webhook | None = None,
+    kubeconfig: Path | None = None,
+) -> settings.ManagerSettings:
+    return settings.ManagerSettings(
+        controllers=controllers,
+        kube=settings.KubeSettings(
+            kubeconfig=kubeconfig,
+            service_account=None
+            if kubeconfig is not None
+            else credentials.ServiceAccount(account_dir, server=sim.url),
+            request_timeout=5.0,
+        ),
+        leader_election=settings.LeaderElection(
+            enabled=election, identity=identity, **FAST_ELECTION
+        ),
+        bind_address="127.0.0.1",
+        health_port=0,
+        host=identity or "test-manager",
+        brokers=settings.Brokers(
+            timings=FAST, restart_backoff_initial=0.3, restart_backoff_cap=2.0
+        ),
+        node_watcher=settings.NodeWatcher(timings=FAST),
+        webhook=webhook,
+    )
+
+
+def configuration(name: str = "cfg", namespace: str = "default", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "akri.sh/v0",
+        "kind": "Configuration",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "discoveryHandler": {"name": "debugEcho", "discoveryDetails": "descriptions: [a]"},
+            **spec,
+        },
+    }
+
+
+def instance(
+    sim: simapiserver.SimApiserver,
+    name: str,
+    nodes: list[str],
+    *,
+    configuration_name: str = "cfg",
+    shared: bool = True,
+    capacity: int = 2,
+    usage: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """An Instance as the agents would write it, owned by its Configuration."""
+    config = sim.state.get("configurations.akri.sh", "default", configuration_name)
+    return sim.state.create(
+        {
+            "apiVersion": "akri.sh/v0",
+            "kind": "Instance",
+            "metadata": {
+                "name": name,
+                "namespace": "default",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "akri.sh/v0",
+                        "kind": "Configuration",
+                        "name": configuration_name,
+                        "uid": config["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "configurationName": configuration_name,
+                "cdiName": f"akri.sh/{configuration_name}={name.rsplit('-', 1)[-1]}",
+                "capacity": capacity,
+                "brokerProperties": {},
+                "shared": shared,
+                "nodes": nodes,
+                "deviceUsage": usage or {},
+            },
+        }
+    )
+
+
+def names(sim: simapiserver.SimApiserver, resource: str, selector: str = "") -> dict[str, Any]:
+    return {
+        o["metadata"]["name"]: o
+        for o in sim.state.list(resource, "default", label_selector=selector)
+    }

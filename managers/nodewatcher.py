@@ -1,0 +1,147 @@
+"""The node watcher: carries out ``nodeleaving.observe`` per node.
+
+Keys are nodes (``("", name)``). A node's own events queue it, and so does every Instance
+event for each node the Instance lists (so an Instance naming a node that no longer exists is
+noticed even if the deletion happened while no manager ran). Cleaning a node:
+
+1. For a node that is absent from the cache, a GET confirms it is really gone (a new node's
+   first Instance may arrive before its Node object); anything else waits for the watch.
+2. Every Instance listing it: remove the node from ``nodes`` and free the ``deviceUsage`` slots
+   it held, or delete the Instance when it was the last node — the agent's own resourceVersion
+   -guarded read-modify-write (``discovery.agent.instances.leave``), so a concurrent agent
+   write is never lost. The broker controller then removes the node's broker pods.
+3. A deleted node only: its agent's finalizer (the node name) is removed from every
+   Configuration, or deleting such a Configuration would hang forever.
+
+Only after all of it succeeded is the node remembered as cleaned; a failure backs the key
+off (capped) and the whole cleaning is retried (each step is idempotent). Each cleaned
+Instance gets a Normal Event ``NodeLeft`` and a log line.
+
+RBAC: nodes get/list/watch; instances get/list/watch/update/delete; configurations
+get/list/watch/update; events create.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Any
+
+from discovery.agent import instances, resources
+from kubecontrol import controlling, kubeapi
+from managers import context, nodeleaving
+
+logger = logging.getLogger(__name__)
+
+NAME = "nodewatcher"
+_FINALIZER_ATTEMPTS = 8
+
+
+class NodeWatcher:
+    def __init__(self, ctx: context.Context) -> None:
+        self.api = ctx.api
+        self.recorder = ctx.recorder
+        self.metrics = ctx.metrics
+        self.states: dict[str, nodeleaving.State] = {}
+        self.controller = controlling.Controller(
+            NAME, self.reconcile, ctx.settings.node_watcher.timings, observer=ctx.metrics
+        )
+        self.nodes = self.controller.watch(ctx.api, kubeapi.NODES)
+        self.instances = self.controller.watch(
+            ctx.api, resources.INSTANCES, self._queue_nodes_of, primary=False
+        )
+        self.configurations = self.controller.watch(
+            ctx.api, resources.CONFIGURATIONS, lambda kind, obj: None, primary=False
+        )
+
+    def _queue_nodes_of(self, kind: str, instance: dict[str, Any]) -> None:
+        spec = instance.get("spec")
+        nodes = spec.get("nodes") if isinstance(spec, dict) else None
+        for node in nodes if isinstance(nodes, list) else ():
+            if isinstance(node, str) and node:
+                self.controller.enqueue(("", node))
+
+    async def reconcile(self, key: controlling.Key) -> float | None:
+        name = key[1]
+        node = self.nodes.store.get(key)
+        decision = nodeleaving.observe(self.states.get(name), node)
+        if not decision.clean:
+            self._remember(name, decision.state)
+            return None
+        listed = nodeleaving.listing(name, list(self.instances.store.values()))
+        finalized = (
+            nodeleaving.holding_finalizer(name, list(self.configurations.store.values()))
+            if decision.gone
+            else []
+        )
+        if not listed and not finalized:
+            self._remember(name, decision.state)
+            return None
+        if decision.gone and await self.api.get_or_none(kubeapi.NODES, "", name) is not None:
+            return None  # it exists: the watch has not brought it yet
+        for namespace, instance in listed:
+            written = await instances.write(self.api, namespace, instance, instances.leave(name))
+            outcome = "deleted (its last node)" if written is None else "node removed"
+            logger.info(
+                "node %s %s: Instance %s/%s %s, its slots freed",
+                name,
+                decision.why,
+                namespace,
+                instance,
+                outcome,
+            )
+            await self.recorder.post(
+                written
+                or {
+                    "apiVersion": resources.INSTANCES.api_version,
+                    "kind": "Instance",
+                    "metadata": {"name": instance, "namespace": namespace},
+                },
+                "Normal",
+                "NodeLeft",
+                f"node {name} {decision.why}: removed from the Instance ({outcome}), "
+                "its slots freed",
+            )
+        for namespace, configuration in finalized:
+            await self._drop_finalizer(namespace, configuration, name)
+        self.metrics.node_cleanups.labels("deleted" if decision.gone else "not-ready").inc()
+        self._remember(name, decision.state)
+        return None
+
+    def _remember(self, name: str, state: nodeleaving.State | None) -> None:
+        if state is None:
+            self.states.pop(name, None)
+        else:
+            self.states[name] = state
+
+    async def _drop_finalizer(self, namespace: str, name: str, finalizer: str) -> None:
+        """Remove ``finalizer`` with a resourceVersion-guarded PUT (retried on a race)."""
+        for _ in range(_FINALIZER_ATTEMPTS):
+            current = await self.api.get_or_none(resources.CONFIGURATIONS, namespace, name)
+            if current is None:
+                return
+            meta = current.setdefault("metadata", {})
+            finalizers = meta.get("finalizers") or []
+            if finalizer not in finalizers:
+                return
+            meta["finalizers"] = [f for f in finalizers if f != finalizer]
+            try:
+                await self.api.replace(resources.CONFIGURATIONS, namespace, name, current)
+            except (kubeapi.Conflict, kubeapi.NotFound):
+                await asyncio.sleep(random.uniform(0, 0.2))
+                continue
+            logger.info(
+                "node %s deleted: removed its agent's finalizer from Configuration %s/%s",
+                finalizer,
+                namespace,
+                name,
+            )
+            return
+        raise instances.WriteFailed(
+            f"finalizer {finalizer} on Configuration {namespace}/{name}: too many conflicts"
+        )
+
+
+def build(ctx: context.Context) -> controlling.Controller:
+    return NodeWatcher(ctx).controller

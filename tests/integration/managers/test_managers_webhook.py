@@ -1,0 +1,201 @@
+"""The Configuration webhook of ``edgehub manager`` over real HTTPS (the apiserver's side is
+played by the test: AdmissionReviews posted as kube-apiserver posts them): verdicts with field
+names, metadata-only updates let through, malformed requests refused, the dry-run made as the
+manager, and a rotated serving certificate picked up without a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import ssl
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from managers_support import (
+    akri_settings,
+    configuration,
+    eventually,
+    get_text,
+    install_crds,
+    service_account_dir,
+)
+
+from managers import running, settings
+from yurthub.testing import simapiserver
+from yurthub.testing.sim import pki
+
+BROKER = {"containers": [{"name": "broker", "image": "nginx"}]}
+
+
+def review(operation: str, obj: Any, old: Any = None, uid: str = "rev-1") -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "akri.sh", "version": "v0", "kind": "Configuration"},
+            "resource": {"group": "akri.sh", "version": "v0", "resource": "configurations"},
+            "name": "cfg",
+            "namespace": "default",
+            "operation": operation,
+            "userInfo": {"username": "admin"},
+            "object": obj,
+            "oldObject": old,
+            "dryRun": False,
+        },
+    }
+
+
+def write_pair(directory: Path, authority: pki.Authority, *names: str) -> tuple[Path, Path]:
+    cert, key = authority.issue_serving(names)
+    # Written next to the files and renamed over them, as kubelet updates a mounted Secret.
+    for name, data in (("tls.key", key), ("tls.crt", cert)):
+        tmp = directory / f".{name}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, directory / name)
+    return directory / "tls.crt", directory / "tls.key"
+
+
+async def peer_names(port: int, context: ssl.SSLContext) -> set[str]:
+    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    try:
+        cert = writer.get_extra_info("peercert")
+        return {value for kind, value in cert.get("subjectAltName", ()) if kind == "DNS"}
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_webhook_verdicts_and_certificate_rotation(
+    sim_apiserver: simapiserver.SimApiserver, tmp_path: Path
+) -> None:
+    sim = sim_apiserver
+    install_crds(sim)
+    account = service_account_dir(sim, tmp_path / "sa")
+    authority = pki.Authority.create("webhook-ca")
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    cert, key = write_pair(tls, authority, "127.0.0.1", "first.example")
+    webhook = settings.Webhook(
+        cert_file=cert, key_file=key, bind_address="127.0.0.1", port=0, reload_interval=0.1
+    )
+    trust = ssl.create_default_context(cadata=authority.cert_pem.decode())
+    trust.check_hostname = False  # the apiserver checks the IP SAN; names vary below
+    async with (
+        running.running(
+            akri_settings(sim, account, controllers=("brokers",), webhook=webhook)
+        ) as manager,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trust)) as session,
+    ):
+        port = manager.webhook_port
+        assert port
+        url = f"https://127.0.0.1:{port}/validate"
+
+        async def post(doc: Any) -> tuple[int, Any]:
+            async with session.post(url, json=doc) as resp:
+                text = await resp.text()
+                is_json = resp.content_type == "application/json"
+                return resp.status, (await resp.json()) if is_json else text
+
+        good = configuration(
+            brokerSpec={"brokerPodSpec": BROKER},
+            instanceServiceSpec={"ports": [{"port": 80}]},
+        )
+        status, answer = await post(review("CREATE", good))
+        assert status == 200
+        assert answer["apiVersion"] == "admission.k8s.io/v1"
+        assert answer["response"] == {"uid": "rev-1", "allowed": True}
+        # The broker and its Service were checked by the apiserver, as the manager, stored not.
+        # (No Instance exists: every create the manager made was the webhook's dry run.)
+        manager_creates = [
+            r
+            for r in sim.audit_log()
+            if r.verb == "create" and r.user.endswith(":edgehub-manager") and r.code == 201
+        ]
+        assert sorted(r.resource for r in manager_creates) == ["pods", "services"]
+        assert not [p for p in sim.state.list("pods", "default") if "cfg-000000" in str(p)]
+        assert not [s for s in sim.state.list("services", "default") if "cfg-000000" in str(s)]
+
+        bad_udev = configuration()
+        bad_udev["spec"]["discoveryHandler"] = {
+            "name": "udev",
+            "discoveryDetails": 'udevRules: ["TYPO==\\"x\\""]',
+        }
+        cases = {
+            "spec.discoveryHandler.discoveryDetails: udevRules[0]": bad_udev,
+            "spec.capacity": configuration(capacity=-3),
+            "spec.brokerSpec.brokerPodSpec.containers": configuration(
+                brokerSpec={"brokerPodSpec": {"containers": "nginx"}}
+            ),
+        }
+        for field, config in cases.items():
+            status, answer = await post(review("CREATE", config, uid=field))
+            assert status == 200
+            response = answer["response"]
+            assert response["uid"] == field
+            assert response["allowed"] is False
+            assert response["status"]["code"] == 422
+            assert response["status"]["message"].startswith(field), response
+
+        # An agent putting its finalizer on a Configuration admitted before the webhook.
+        old = configuration(capacity=-3)
+        new = configuration(capacity=-3)
+        new["metadata"]["finalizers"] = ["edge-node-1"]
+        status, answer = await post(review("UPDATE", new, old))
+        assert answer["response"]["allowed"] is True
+        # A real change of spec on UPDATE is checked.
+        status, answer = await post(review("UPDATE", configuration(capacity=-1), old))
+        assert answer["response"]["allowed"] is False
+
+        for bad in (b"not json", b"[]", b'{"kind": "AdmissionReview"}'):
+            async with session.post(
+                url, data=bad, headers={"Content-Type": "application/json"}
+            ) as resp:
+                assert resp.status == 400
+        async with session.post(
+            url, data=io.BytesIO(b"x" * (4 << 20)), headers={"Content-Type": "application/json"}
+        ) as resp:
+            assert resp.status == 413
+
+        status, text = await get_text(manager.health_port or 0, "/readyz")
+        assert status == 200 and f"[+]webhook ok (port {port})" in text
+        metrics = (await get_text(manager.health_port or 0, "/metrics"))[1]
+        assert 'edgehub_manager_webhook_reviews_total{allowed="false"} 4.0' in metrics
+
+        # Rotation: new files, new connections get the new certificate; nothing restarted.
+        assert await peer_names(port, trust) == {"first.example"}
+        write_pair(tls, authority, "127.0.0.1", "second.example")
+
+        async def rotated() -> bool:
+            return await peer_names(port, trust) == {"second.example"}
+
+        deadline = asyncio.get_running_loop().time() + 5
+        while not await rotated():
+            assert asyncio.get_running_loop().time() < deadline, "certificate not reloaded"
+            await asyncio.sleep(0.05)
+        # A broken pair (key of another certificate) is refused; the good one stays.
+        other_cert, _ = authority.issue_serving(("127.0.0.1", "third.example"))
+        (tls / "tls.crt").write_bytes(other_cert)
+        await asyncio.sleep(0.4)
+        assert await peer_names(port, trust) == {"second.example"}
+        status, answer = await post(review("CREATE", good))
+        assert answer["response"]["allowed"] is True
+        await eventually(lambda: manager.certificates is not None)
+
+
+async def test_unusable_certificate_files_stop_the_manager_at_startup(
+    sim_apiserver: simapiserver.SimApiserver, tmp_path: Path
+) -> None:
+    account = service_account_dir(sim_apiserver, tmp_path / "sa")
+    webhook = settings.Webhook(
+        cert_file=tmp_path / "missing.crt", key_file=tmp_path / "missing.key", port=0
+    )
+    try:
+        async with running.running(
+            akri_settings(sim_apiserver, account, controllers=("brokers",), webhook=webhook)
+        ):
+            raise AssertionError("the manager started without its certificate")
+    except running.StartupError as e:
+        assert "missing.crt" in str(e)
