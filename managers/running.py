@@ -74,10 +74,15 @@ class Manager:
         else:
             checks.append(("leader-election", False, "the Lease has not been read recently"))
         if self.settings.webhook is not None:
-            port = self.webhook_port
-            checks.append(
-                ("webhook", port is not None, f"port {port}" if port is not None else "not serving")
-            )
+            port, certificates = self.webhook_port, self.certificates
+            if port is None or certificates is None:
+                checks.append(("webhook", False, "not serving"))
+            elif certificates.loaded:
+                checks.append(("webhook", True, f"port {port}"))
+            else:
+                # Not a failure: the replica's controllers work; the webhook starts serving
+                # when its certificate appears (nothing calls it before it is configured).
+                checks.append(("webhook", True, f"port {port}, waiting for its certificate"))
         return checks
 
     # -- running

@@ -12,7 +12,10 @@ spec later as an Event on it.
 
 The serving certificate and key are files (a mounted Secret); every ``reload_interval`` they
 are checked and, when they changed, loaded into a new TLS context that new connections get
-(rotation without a restart; a broken new pair is logged and the old one kept).
+(rotation without a restart; a broken new pair is logged and the old one kept). Files that do
+not exist yet are waited for (an optional Secret volume is filled when the Secret is
+created): the port is bound at once, handshakes fail until a pair is loaded, and ``/readyz``
+says it is waiting. Files that exist but do not load at startup are a startup error.
 
 Bounded: request bodies up to ``MAX_BODY`` bytes, ``max_concurrent`` reviews at once (more
 answer 429 and the apiserver applies the webhook's failurePolicy), each dry-run within
@@ -99,25 +102,36 @@ class Certificates:
         stamp = _stamp(self.cert, self.key)
         return _context(self.cert, self.key), stamp
 
-    async def load(self) -> None:
-        """First load; raises ``WebhookError`` naming the files."""
+    @property
+    def loaded(self) -> bool:
+        return self._current is not None
+
+    async def load(self) -> bool:
+        """First load: False when the files do not exist yet (waited for); raises
+        ``WebhookError`` naming the files when they exist but do not load."""
         try:
             current, stamp = await asyncio.to_thread(self._load)
+        except FileNotFoundError:
+            logger.warning(
+                "the webhook waits for its serving certificate %s and key %s (create the "
+                "Secret they come from); handshakes fail until then",
+                os.fspath(self.cert),
+                os.fspath(self.key),
+            )
+            return False
         except (OSError, ssl.SSLError, ValueError) as e:
             raise WebhookError(
                 f"cannot load the webhook certificate {os.fspath(self.cert)} / key "
                 f"{os.fspath(self.key)}: {e}"
             ) from e
-        # The listener's own context also holds the pair: a client that somehow bypasses
-        # the callback still meets a valid certificate.
-        await asyncio.to_thread(
-            self.context.load_cert_chain, os.fspath(self.cert), os.fspath(self.key)
-        )
         self._current, self._stamp = current, stamp
+        return True
 
     async def reload_if_changed(self) -> bool:
         try:
             stamp = await asyncio.to_thread(_stamp, self.cert, self.key)
+        except FileNotFoundError:
+            return False  # not there (yet, or mid-rotation): the next check looks again
         except OSError as e:
             logger.warning("webhook certificate files unreadable (%s); keeping the loaded pair", e)
             return False
@@ -129,9 +143,14 @@ class Certificates:
             # Often a rotation caught between writing the two files: the next check retries.
             logger.warning("new webhook certificate not loaded (%s); keeping the previous one", e)
             return False
+        first = self._current is None
         self._current, self._stamp = current, stamp
         self.reloads += 1
-        logger.info("webhook serving certificate reloaded from %s", os.fspath(self.cert))
+        logger.info(
+            "webhook serving certificate %s from %s",
+            "loaded" if first else "reloaded",
+            os.fspath(self.cert),
+        )
         return True
 
     async def watch(self, every: float) -> None:

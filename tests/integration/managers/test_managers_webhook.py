@@ -185,17 +185,63 @@ async def test_webhook_verdicts_and_certificate_rotation(
         await eventually(lambda: manager.certificates is not None)
 
 
-async def test_unusable_certificate_files_stop_the_manager_at_startup(
+async def test_a_certificate_that_does_not_load_stops_the_manager_at_startup(
     sim_apiserver: simapiserver.SimApiserver, tmp_path: Path
 ) -> None:
     account = service_account_dir(sim_apiserver, tmp_path / "sa")
+    (tmp_path / "tls.crt").write_text("not a certificate")
+    (tmp_path / "tls.key").write_text("not a key")
     webhook = settings.Webhook(
-        cert_file=tmp_path / "missing.crt", key_file=tmp_path / "missing.key", port=0
+        cert_file=tmp_path / "tls.crt", key_file=tmp_path / "tls.key", port=0
     )
     try:
         async with running.running(
             akri_settings(sim_apiserver, account, controllers=("brokers",), webhook=webhook)
         ):
-            raise AssertionError("the manager started without its certificate")
+            raise AssertionError("the manager started with a broken certificate")
     except running.StartupError as e:
-        assert "missing.crt" in str(e)
+        assert "tls.crt" in str(e)
+
+
+async def test_a_certificate_that_is_not_there_yet_is_waited_for(
+    sim_apiserver: simapiserver.SimApiserver, tmp_path: Path
+) -> None:
+    install_crds(sim_apiserver)
+    account = service_account_dir(sim_apiserver, tmp_path / "sa")
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    webhook = settings.Webhook(
+        cert_file=tls / "tls.crt",
+        key_file=tls / "tls.key",
+        bind_address="127.0.0.1",
+        port=0,
+        reload_interval=0.1,
+    )
+    authority = pki.Authority.create("webhook-ca")
+    trust = ssl.create_default_context(cadata=authority.cert_pem.decode())
+    trust.check_hostname = False
+    async with running.running(
+        akri_settings(sim_apiserver, account, controllers=("brokers",), webhook=webhook)
+    ) as manager:
+        port = manager.webhook_port
+        assert port
+        await eventually(lambda: manager.controllers[0].synced)
+        status, text = await get_text(manager.health_port or 0, "/readyz")
+        assert status == 200 and "waiting for its certificate" in text, text
+        try:
+            await peer_names(port, trust)
+            raise AssertionError("a handshake succeeded without a certificate")
+        except (ssl.SSLError, ConnectionError):
+            pass
+        write_pair(tls, authority, "127.0.0.1", "late.example")
+        deadline = asyncio.get_running_loop().time() + 5
+        while True:
+            try:
+                if await peer_names(port, trust) == {"late.example"}:
+                    break
+            except (ssl.SSLError, ConnectionError):
+                pass
+            assert asyncio.get_running_loop().time() < deadline, "never served"
+            await asyncio.sleep(0.05)
+        status, text = await get_text(manager.health_port or 0, "/readyz")
+        assert f"[+]webhook ok (port {port})" in text

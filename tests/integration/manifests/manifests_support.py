@@ -29,7 +29,11 @@ SAMPLES = MANIFESTS / "discovery" / "samples"
 HANDLERS = MANIFESTS / "discovery" / "handlers"
 KUSTOMIZATION = MANIFESTS / "kustomization.yaml"
 # Files kustomization.yaml leaves out on purpose (its header says why).
-NOT_IN_KUSTOMIZATION = {STATIC_POD, HANDLERS / "debug-echo.yaml"}
+NOT_IN_KUSTOMIZATION = {
+    STATIC_POD,
+    HANDLERS / "debug-echo.yaml",
+    MANIFESTS / "manager" / "webhook.yaml",
+}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -537,7 +537,59 @@ def test_manager_rbac_binds_its_service_account_to_exactly_its_grants() -> None:
         ("certificates.k8s.io", "certificatesigningrequests/approval", "update", ()),
         ("certificates.k8s.io", "signers", "approve", signers),
         ("", "events", "create", ()),
+        *(
+            (group, resource, verb, ())
+            for group, resource, verbs in (
+                ("akri.sh", "configurations", ("get", "list", "watch", "update")),
+                ("akri.sh", "instances", ("get", "list", "watch", "update", "delete")),
+                ("akri.sh", "instances/finalizers", ("update",)),
+                ("akri.sh", "configurations/finalizers", ("update",)),
+                ("", "pods", ("get", "list", "watch", "create", "delete")),
+                ("", "services", ("get", "list", "watch", "create", "update", "delete")),
+                ("batch", "jobs", ("get", "list", "watch", "create", "delete")),
+                ("", "nodes", ("get", "list", "watch")),
+            )
+            for verb in verbs
+        ),
     }
+
+
+def test_manager_webhook_is_served_where_its_configuration_points() -> None:
+    deployment = manager_deployment()
+    c = container(deployment)
+    (service,) = [m.doc for m in load(MANIFESTS / "manager" / "webhook-service.yaml")]
+    (webhook_config,) = [m.doc for m in load(MANIFESTS / "manager" / "webhook.yaml")]
+    (hook,) = webhook_config["webhooks"]
+    reference = hook["clientConfig"]["service"]
+    assert reference["name"] == service["metadata"]["name"]
+    assert reference["namespace"] == service["metadata"]["namespace"]
+    assert reference["namespace"] == deployment["metadata"]["namespace"]
+    assert reference["path"] == "/validate"
+    (port,) = service["spec"]["ports"]
+    assert reference["port"] == port["port"]
+    args = c["args"]
+    assert f"--webhook-port={port_number(c, port['targetPort'])}" in args
+    # The Service reaches every replica: the Deployment's pods carry its selector.
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    # The certificate comes from an optional Secret volume mounted where the flags look.
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    (volume,) = [v for v in pod_spec(deployment)["volumes"] if v["name"] == "webhook-tls"]
+    assert volume["secret"]["optional"] is True
+    assert f"--webhook-tls-cert-file={mounts['webhook-tls']}/tls.crt" in args
+    assert f"--webhook-tls-key-file={mounts['webhook-tls']}/tls.key" in args
+    # Only Configurations, only creates and updates; never a side effect.
+    assert hook["rules"] == [
+        {
+            "apiGroups": ["akri.sh"],
+            "apiVersions": ["v0"],
+            "resources": ["configurations"],
+            "operations": ["CREATE", "UPDATE"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert hook["sideEffects"] == "None"
+    assert hook["admissionReviewVersions"] == ["v1"]
 
 
 # --------------------------------------------------------------------------- the image

@@ -10,6 +10,7 @@ resource), must be allowed by ``manifests/discovery/agent-rbac.yaml``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -273,3 +274,193 @@ async def test_manager_roles_allow_every_request_of_the_manager(
         ("create", "coordination.k8s.io", "leases"),
         ("update", "coordination.k8s.io", "leases"),
     } <= kinds
+
+
+async def test_manager_roles_allow_every_request_of_the_akri_controllers_and_webhook(
+    sim: simapiserver.SimApiserver, tmp_path: Path
+) -> None:
+    """brokers, nodewatcher and the webhook's dry runs, with the manifests' ServiceAccount:
+    pod and job brokers with both Services, a Service updated in place, a node that goes
+    NotReady and one that is deleted (Instances updated and deleted, a finalizer dropped)."""
+    import ssl
+
+    import aiohttp
+
+    from kubecontrol import controlling
+    from yurthub.testing.sim import pki
+
+    rbac = MANIFESTS / "manager" / "rbac.yaml"
+    await cluster.kubectl(sim, "apply", "-R", "-f", str(MANIFESTS / "crds"))
+    await cluster.kubectl(sim, "apply", "-f", str(MANIFESTS / "discovery" / "00-namespace.yaml"))
+    await cluster.kubectl(sim, "apply", "-f", str(rbac))
+    namespace = one(rbac, "ServiceAccount")["metadata"]["namespace"]
+    account = one(rbac, "ServiceAccount")["metadata"]["name"]
+    directory = tmp_path / "sa"
+    directory.mkdir()
+    (directory / "token").write_text(sim.service_account_token(namespace, account))
+    (directory / "ca.crt").write_bytes(sim.ca_pem)
+    authority = pki.Authority.create("webhook-ca")
+    cert, key = authority.issue_serving(("127.0.0.1",))
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    fast = controlling.Timings(workers=2, resync=None, backoff_initial=0.05, backoff_cap=0.3)
+    manager = manager_settings.ManagerSettings(
+        controllers=("brokers", "nodewatcher"),
+        kube=manager_settings.KubeSettings(
+            service_account=credentials.ServiceAccount(directory, server=sim.url)
+        ),
+        leader_election=manager_settings.LeaderElection(enabled=False),
+        bind_address="127.0.0.1",
+        health_port=0,
+        brokers=manager_settings.Brokers(timings=fast),
+        node_watcher=manager_settings.NodeWatcher(timings=fast),
+        webhook=manager_settings.Webhook(
+            cert_file=tmp_path / "tls.crt",
+            key_file=tmp_path / "tls.key",
+            bind_address="127.0.0.1",
+            port=0,
+        ),
+    )
+    pod_broker = {"containers": [{"name": "b", "image": "nginx"}]}
+    job_broker = {
+        "template": {
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "j", "image": "x"}]}
+        }
+    }
+
+    def config(name: str, broker: dict[str, Any], port: int = 80) -> dict[str, Any]:
+        return {
+            "apiVersion": "akri.sh/v0",
+            "kind": "Configuration",
+            "metadata": {"name": name, "namespace": "default", "finalizers": ["edge-node-2"]},
+            "spec": {
+                "discoveryHandler": {"name": "debugEcho", "discoveryDetails": "descriptions: []"},
+                "brokerSpec": broker,
+                "instanceServiceSpec": {"ports": [{"port": port}]},
+                "configurationServiceSpec": {"ports": [{"port": port}]},
+            },
+        }
+
+    def instance(name: str, configuration: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "akri.sh/v0",
+            "kind": "Instance",
+            "metadata": {
+                "name": name,
+                "namespace": "default",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "akri.sh/v0",
+                        "kind": "Configuration",
+                        "name": configuration["metadata"]["name"],
+                        "uid": configuration["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "configurationName": configuration["metadata"]["name"],
+                "cdiName": "akri.sh/x=y",
+                "capacity": 2,
+                "brokerProperties": {},
+                "shared": True,
+                "nodes": nodes,
+                "deviceUsage": {},
+            },
+        }
+
+    async with manager_running.running(manager) as running_manager:
+        pods_config = sim.state.create(config("pods", {"brokerPodSpec": pod_broker}))
+        jobs_config = sim.state.create(config("jobs", {"brokerJobSpec": job_broker}))
+        sim.state.create(instance("pods-aaaaaa", pods_config, ["edge-node-1", "edge-node-2"]))
+        sim.state.create(instance("jobs-bbbbbb", jobs_config, ["edge-node-2"]))
+
+        async def brokered() -> bool:
+            pods = sim.state.list("pods", "default", label_selector="akri.sh/configuration=pods")
+            jobs = sim.state.list("jobs", "default", label_selector="akri.sh/configuration=jobs")
+            services = sim.state.list("services", "default", label_selector="controller=akri.sh")
+            return len(pods) == 2 and len(jobs) == 1 and len(services) == 4
+
+        await cluster.eventually(brokered)
+        changed = sim.state.get("configurations.akri.sh", "default", "pods")
+        changed["spec"]["instanceServiceSpec"] = {"ports": [{"port": 8080}]}
+        sim.state.update(changed)
+
+        async def updated() -> bool:
+            svc = sim.state.get("services", "default", "pods-aaaaaa-svc")
+            return bool(svc["spec"]["ports"][0]["port"] == 8080)
+
+        await cluster.eventually(updated)
+        rerun = sim.state.get("configurations.akri.sh", "default", "jobs")
+        rerun["spec"]["brokerSpec"]["brokerJobSpec"]["parallelism"] = 2
+        sim.state.update(rerun)
+
+        async def rerunning() -> bool:
+            jobs = sim.state.list("jobs", "default", label_selector="akri.sh/configuration=jobs")
+            return [j["metadata"]["name"] for j in jobs] == ["jobs-bbbbbb-2-job"]
+
+        await cluster.eventually(rerunning)
+        await asyncio.sleep(0.2)  # the nodes have been seen Ready
+        node = sim.state.get("nodes", None, "edge-node-1")
+        for condition in node["status"]["conditions"]:
+            if condition["type"] == "Ready":
+                condition["status"] = "False"
+        sim.state.update(node)
+        sim.state.delete("nodes", None, "edge-node-2")
+
+        async def cleaned() -> bool:
+            left = sim.state.list("instances.akri.sh", "default")
+            finalizers = sim.state.get("configurations.akri.sh", "default", "pods")["metadata"]
+            return not left and not finalizers.get("finalizers")
+
+        await cluster.eventually(cleaned)
+        trust = ssl.create_default_context(cadata=authority.cert_pem.decode())
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "1",
+                "operation": "CREATE",
+                "namespace": "default",
+                "object": config("new", {"brokerJobSpec": job_broker}),
+            },
+        }
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trust)) as session,
+            session.post(
+                f"https://127.0.0.1:{running_manager.webhook_port}/validate", json=review
+            ) as resp,
+        ):
+            answer = await resp.json()
+        assert answer["response"]["allowed"] is True, answer
+        assert "warnings" not in answer["response"], answer  # every dry run was allowed
+    user = f"system:serviceaccount:{namespace}:{account}"
+    seen = {
+        (r.verb, r.group, r.rbac[2], r.namespace, r.name) for r in sim.audit_log() if r.user == user
+    }
+    cluster_rules = one(rbac, "ClusterRole")["rules"]
+    denied = sorted(
+        request for request in seen if not granted(cluster_rules, *request[:3], request[4])
+    )
+    assert denied == []
+    kinds = {(verb, group, resource) for verb, group, resource, _, _ in seen}
+    assert {
+        ("watch", "akri.sh", "configurations"),
+        ("watch", "akri.sh", "instances"),
+        ("watch", "", "pods"),
+        ("watch", "", "services"),
+        ("watch", "batch", "jobs"),
+        ("watch", "", "nodes"),
+        ("create", "", "pods"),
+        ("create", "batch", "jobs"),
+        ("create", "", "services"),
+        ("update", "", "services"),
+        ("delete", "", "pods"),
+        ("delete", "", "services"),
+        ("delete", "batch", "jobs"),
+        ("update", "akri.sh", "instances"),
+        ("delete", "akri.sh", "instances"),
+        ("get", "", "nodes"),
+        ("update", "akri.sh", "configurations"),
+        ("create", "", "events"),
+    } <= kinds, sorted(kinds)

@@ -220,6 +220,22 @@ def builtin_types() -> list[ResourceType]:
         _t("", "v1", "serviceaccounts", "ServiceAccount", short=("sa",), sub=("token",)),
         _t("", "v1", "services", "Service", short=("svc",), categories=ALL, sub=("status",)),
         # apps/v1
+        _t(
+            "admissionregistration.k8s.io",
+            "v1",
+            "mutatingwebhookconfigurations",
+            "MutatingWebhookConfiguration",
+            namespaced=False,
+            has_generation=True,
+        ),
+        _t(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingwebhookconfigurations",
+            "ValidatingWebhookConfiguration",
+            namespaced=False,
+            has_generation=True,
+        ),
         _t("apps", "v1", "controllerrevisions", "ControllerRevision"),
         _t(
             "apps",
