@@ -7,10 +7,13 @@ The cast, all in this process and all on loopback:
 - the hub for node ``edge-node-1`` with its disk cache under ``<workdir>/cache``;
 - a kubelet-like client and the real ``kubectl`` talking to the hub;
 - the discovery agent with the embedded debugEcho handler, and a simulated kubelet that
-  receives its device plugins.
+  receives its device plugins;
+- ``edgehub manager``'s broker controller, which runs a broker pod per device (the simulated
+  cloud schedules and "runs" pods: no containers).
 
-Chapters: cloud up -> reads through the hub -> devices appear (and go OFFLINE and back) ->
-link cut (reads from cache, watches held, writes answered) -> link restored (converged).
+Chapters: cloud up -> reads through the hub -> devices appear with their broker pods (and go
+OFFLINE, brokers and all, and come back) -> link cut (reads from cache, watches held, writes
+answered) -> link restored (converged).
 Then it stays up with the commands to try printed, until Ctrl-C (``--exit`` ends instead:
 the e2e test runs it that way).
 
@@ -42,6 +45,9 @@ from discovery.agent import running as agent_running
 from discovery.agent import settings as agent_settings
 from discovery.testing import kubelet as sim_kubelet
 from edgehub import cli
+from kubecontrol import controlling
+from managers import running as manager_running
+from managers import settings as manager_settings
 from yurthub import assembly, settings
 from yurthub.testing import kubelet, partition, simapiserver
 
@@ -60,8 +66,22 @@ DEBUG_ECHO_CONFIG = {
         },
         "capacity": 2,
         "brokerProperties": {"SITE": "factory-7"},
+        # One broker pod per camera and node, holding one of its slots; a Service in front.
+        "brokerSpec": {
+            "brokerPodSpec": {
+                "containers": [
+                    {
+                        "name": "camera-broker",
+                        "image": "nginx:stable",
+                        "resources": {"limits": {"{{PLACEHOLDER}}": "1"}},
+                    }
+                ]
+            }
+        },
+        "instanceServiceSpec": {"ports": [{"name": "http", "port": 80}]},
     },
 }
+BROKER_SELECTOR = "akri.sh/configuration=akri-debug-echo"
 
 
 class DemoFailed(Exception):
@@ -240,6 +260,25 @@ async def _cast(workdir: pathlib.Path, out: Progress) -> AsyncIterator[dict[str,
         stack.push_async_callback(agent.stop)
         out.ok("discovery agent up (embedded debugEcho handler), API traffic through the hub")
 
+        # The cloud side: edgehub manager's broker controller, in this process.
+        quick = controlling.Timings(workers=2, resync=None, backoff_initial=0.2, backoff_cap=2.0)
+        await stack.enter_async_context(
+            manager_running.running(
+                manager_settings.ManagerSettings(
+                    controllers=("brokers", "nodewatcher"),
+                    kube=manager_settings.KubeSettings(
+                        kubeconfig=admin, user_agent="edgehub-manager/demo"
+                    ),
+                    leader_election=manager_settings.LeaderElection(enabled=False),
+                    health_port=None,
+                    host="demo",
+                    brokers=manager_settings.Brokers(timings=quick),
+                    node_watcher=manager_settings.NodeWatcher(timings=quick),
+                )
+            )
+        )
+        out.ok("edgehub manager up in the cloud (broker controller, node watcher)")
+
         yield {
             "sim": sim,
             "link": link,
@@ -307,15 +346,33 @@ async def _chapters(
     config_file = workdir / "debug-echo-configuration.yaml"
     config_file.write_text(yaml.safe_dump(DEBUG_ECHO_CONFIG))
     await _kubectl(admin, "apply", "-f", str(config_file))
-    out.ok("applied a debugEcho Configuration (2 devices, capacity 2)")
-    out.cmd(f"kubectl --kubeconfig {admin} get akrii")
+    out.ok("applied a debugEcho Configuration (2 devices, capacity 2, a broker pod per device)")
+    out.cmd(f"kubectl --kubeconfig {admin} get akrii,pods,svc -l controller=akri.sh")
 
     async def instances(expected: int) -> bool:
         return _count_items(await _kubectl(admin, "get", "akrii", "-o", "json")) == expected
 
+    async def running_brokers() -> list[str]:
+        listed = orjson.loads(
+            await _kubectl(admin, "get", "pods", "-l", BROKER_SELECTOR, "-o", "json")
+        )
+        return sorted(
+            p["metadata"]["name"]
+            for p in listed.get("items") or []
+            if (p.get("status") or {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
+        )
+
+    async def brokers(expected: int) -> bool:
+        return len(await running_brokers()) == expected
+
     took = await _eventually("Instances appear", lambda: instances(2), within=20)
     names = (await _kubectl(admin, "get", "akrii", "-o", "name")).split()
     out.ok(f"{len(names)} Instances in {took:.1f} s: {', '.join(n.split('/')[-1] for n in names)}")
+    took = await _eventually("broker pods run", lambda: brokers(2), within=20)
+    out.ok(
+        f"2 broker pods Running on {NODE} after {took:.1f} s: {', '.join(await running_brokers())}"
+    )
     fake_kubelet: sim_kubelet.SimKubelet = cast["kubelet_sim"]
     await fake_kubelet.wait_for(lambda: len(fake_kubelet.plugins) >= 2, within=15)
     out.ok(f"kubelet got device plugins: {', '.join(sorted(fake_kubelet.plugins))}")
@@ -323,9 +380,13 @@ async def _chapters(
     await asyncio.to_thread(availability.write_text, "OFFLINE\n")
     took = await _eventually("Instances go away", lambda: instances(0), within=20)
     out.ok(f"devices OFFLINE -> Instances removed in {took:.1f} s")
+    took = await _eventually("broker pods stop", lambda: brokers(0), within=20)
+    out.ok(f"... and their broker pods stopped ({took:.1f} s later)")
     await asyncio.to_thread(availability.write_text, "ONLINE\n")
     took = await _eventually("Instances come back", lambda: instances(2), within=20)
     out.ok(f"devices ONLINE again -> Instances restored in {took:.1f} s")
+    took = await _eventually("broker pods run again", lambda: brokers(2), within=20)
+    out.ok(f"... and their broker pods Running again ({took:.1f} s later)")
 
     out.chapter("4. The link to the cloud is cut")
     await link.set_mode(partition.Mode.BLACKHOLE)

@@ -29,8 +29,11 @@ def test_demo_story_completes(tmp_path: pathlib.Path) -> None:
     for line in (
         "kubectl get pods -A through the hub",
         "2 Instances in",
+        "2 broker pods Running on edge-node-1",
         "devices OFFLINE -> Instances removed",
+        "their broker pods stopped",
         "devices ONLINE again -> Instances restored",
+        "their broker pods Running again",
         "hub detected the partition",
         "still answers",
         "no failed read offline",
