@@ -314,7 +314,9 @@ def check(configuration: Mapping[str, Any]) -> list[Problem]:
     try:
         samples(configuration)
     except objects.SpecError as e:
-        problems.append(Problem(e.field, e.message))
+        # The Instances' names are the Configuration's name plus a suffix.
+        field = "metadata.name" if e.field == "Instance name" else e.field
+        problems.append(Problem(field, e.message))
     return problems
 
 

@@ -24,6 +24,14 @@ def configuration(
     }
 
 
+def test_a_name_too_long_for_its_instances_labels_is_the_configurations_name() -> None:
+    config = configuration(brokerSpec={"brokerPodSpec": POD})
+    config["metadata"]["name"] = "c" * 60  # a label itself, but not with "-<hash>" appended
+    (problem,) = cv.check(config)
+    assert problem.field == "metadata.name"
+    assert "c" * 60 + "-000000" in problem.message
+
+
 @pytest.mark.parametrize(
     ("config", "field", "text"),
     [
