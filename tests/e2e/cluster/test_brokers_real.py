@@ -304,8 +304,12 @@ def test_a_broker_pod_per_instance_per_node_runs_and_holds_a_slot(
     for name, pod in found.items():
         node = pod["metadata"]["labels"]["akri.sh/target-node"]
         assert pod["spec"]["nodeName"] == node, name  # the real scheduler followed the affinity
-        # ...and its hollow kubelet runs it.
-        assert f"default/{name}" in (nodes[node].running_pods() or {}), name
+        # ...and its hollow kubelet runs it (its runtime's view lags the status a little).
+        edgenodes.eventually(
+            lambda node=node, name=name: f"default/{name}" in (nodes[node].running_pods() or {}),
+            15,
+            f"{name} in the runtime of {node}",
+        )
     # The local device's one slot on node A is held: another pod asking for it cannot run.
     probe = {
         "apiVersion": "v1",
