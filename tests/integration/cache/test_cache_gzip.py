@@ -1,4 +1,4 @@
-"""Gzip bodies: the real apiserver compresses lists and watch streams for every Go client
+"""Gzip bodies: the real apiserver compresses large lists and streaming lists for every Go client
 (``Accept-Encoding: gzip``). The tee inflates them for the cache; a broken or truncated one
 caches nothing; a bomb costs one bounded step."""
 
@@ -11,23 +11,13 @@ from collections.abc import AsyncIterator
 
 import orjson
 import pytest
+from cache_tees import KUBELET, PODS, names, pod, tee_for
 from multidict import CIMultiDict
 
 from yurthub import requestinfo
-from yurthub.cache import agents, keys, store, teeing
+from yurthub.cache import keys, store, teeing
 
-KUBELET = "kubelet/v1.37.2 (linux/amd64) kubernetes/abcdef0"
 GZIP = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
-PODS = keys.Scope("kubelet", "pods", "v1")
-
-
-def pod(name: str, rv: int) -> dict[str, object]:
-    return {
-        "kind": "Pod",
-        "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": "d", "resourceVersion": str(rv)},
-        "spec": {"nodeName": "n"},
-    }
 
 
 def pod_list(*names: str) -> bytes:
@@ -53,16 +43,6 @@ async def cache(tmp_path: pathlib.Path) -> AsyncIterator[store.Store]:
         yield c
     finally:
         await c.close()
-
-
-def tee_for(cache: store.Store, max_body: int = 1 << 20) -> teeing.Tee:
-    return teeing.Tee(
-        cache, agents.AgentSet(node_name="n"), max_body_bytes=max_body, max_event_bytes=1 << 20
-    )
-
-
-def names(cache: store.Store) -> list[str]:
-    return [k.name for k, _ in cache.objects(PODS)]
 
 
 async def test_a_gzip_list_is_cached_inflated(cache: store.Store) -> None:

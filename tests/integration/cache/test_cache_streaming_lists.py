@@ -9,24 +9,14 @@ from collections.abc import AsyncIterator
 
 import orjson
 import pytest
+from cache_tees import KUBELET, PODS, names, pod, tee_for
 from multidict import CIMultiDict
 
 from yurthub import requestinfo
-from yurthub.cache import agents, keys, store, teeing
+from yurthub.cache import keys, store, teeing
 
-KUBELET = "kubelet/v1.37.2 (linux/amd64) kubernetes/abcdef0"
 JSON = {"Content-Type": "application/json"}
-PODS = keys.Scope("kubelet", "pods", "v1")
 LIST_KEY = keys.list_key(PODS, "", "", "spec.nodeName=n")
-
-
-def pod(name: str, rv: int) -> dict[str, object]:
-    return {
-        "kind": "Pod",
-        "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": "d", "resourceVersion": str(rv)},
-        "spec": {"nodeName": "n"},
-    }
 
 
 def event(kind: str, obj: dict[str, object]) -> bytes:
@@ -62,16 +52,6 @@ async def cache(tmp_path: pathlib.Path) -> AsyncIterator[store.Store]:
         yield c
     finally:
         await c.close()
-
-
-def tee_for(cache: store.Store, max_body: int = 1 << 20) -> teeing.Tee:
-    return teeing.Tee(
-        cache, agents.AgentSet(node_name="n"), max_body_bytes=max_body, max_event_bytes=1 << 20
-    )
-
-
-def names(cache: store.Store) -> list[str]:
-    return [k.name for k, _ in cache.objects(PODS)]
 
 
 async def seed_list(cache: store.Store, *pods: str) -> None:
