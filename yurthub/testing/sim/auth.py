@@ -1,13 +1,16 @@
 """Authentication for the simulated apiserver: who is calling (there is no authorization).
 
-Three ways in, as a real apiserver has them:
+Four ways in, as a real apiserver has them:
 
 - a client certificate signed by the sim CA: CN is the user name, each O a group;
 - the static admin bearer token (``State.admin_token``), and static tokens the
   test toolkit registers per user (like ``--token-auth-file``);
 - a ServiceAccount token issued through ``serviceaccounts/<name>/token``: a JWT
   (ES256) whose ``sub`` is ``system:serviceaccount:<ns>:<name>``; it is accepted
-  while unexpired and while that ServiceAccount (same uid) still exists.
+  while unexpired and while that ServiceAccount (same uid) still exists; the issuer's
+  discovery document and public key are served at ``/.well-known/openid-configuration`` and
+  ``/openid/v1/jwks`` (``TokenIssuer.jwks``);
+- a bootstrap token (``bootstraptokens``).
 
 Every authenticated user may do everything: the sim has no RBAC. Requests on
 the optional insecure port are treated as the admin.
@@ -117,6 +120,23 @@ class TokenIssuer:
         signature = r.to_bytes(32, "big") + s.to_bytes(32, "big")
         return f"{signing_input}.{_b64(signature)}", expiry
 
+    def jwks(self) -> dict[str, Any]:
+        """The public key as the apiserver's ``/openid/v1/jwks`` serves it."""
+        numbers = self._key.public_key().public_numbers()
+        return {
+            "keys": [
+                {
+                    "use": "sig",
+                    "kty": "EC",
+                    "kid": self.key_id,
+                    "crv": "P-256",
+                    "alg": "ES256",
+                    "x": _b64(numbers.x.to_bytes(32, "big")),
+                    "y": _b64(numbers.y.to_bytes(32, "big")),
+                }
+            ]
+        }
+
     def verify(self, token: str, *, now: float | None = None) -> dict[str, Any] | None:
         """The claims of a valid, unexpired token of ours; ``None`` otherwise."""
         parts = token.split(".")
@@ -157,8 +177,11 @@ def authenticate(
     issuer: TokenIssuer,
     lookup_sa: ServiceAccountLookup,
     static_tokens: Mapping[str, User] | None = None,
+    bootstrap: Callable[[str], User | None] | None = None,
 ) -> User | None:
     """The user behind a request, or ``None`` (the caller answers 401).
+
+    ``bootstrap``: looks up a bootstrap token (``bootstraptokens``).
 
     ``peer_subject`` is (CN, [O...]) of a client certificate the TLS layer already
     verified against the sim CA.
@@ -176,6 +199,10 @@ def authenticate(
         return ADMIN
     if static_tokens and token in static_tokens:
         return static_tokens[token]
+    if bootstrap is not None:
+        user = bootstrap(token)
+        if user is not None:
+            return user
     return user_for_token(token, issuer=issuer, lookup_sa=lookup_sa)
 
 

@@ -6,10 +6,11 @@ Middlewares, outermost first:
 1. errors: an ``ApiError`` becomes its Status; any aiohttp HTTP error becomes a
    Status with the same code; an unexpected exception is logged and answered
    with a 500 Status (never a traceback on the wire).
-2. authentication: client certificate, admin token or ServiceAccount token;
-   otherwise 401. ``/healthz``, ``/livez``, ``/readyz`` and ``/version`` are open
-   (the apiserver's anonymous public-info role). The insecure listener, when
-   enabled, treats every caller as the admin.
+2. authentication: client certificate, admin token, bootstrap token or ServiceAccount
+   token; otherwise 401. ``/healthz``, ``/livez``, ``/readyz`` and ``/version`` are open
+   (the apiserver's anonymous public-info role), and so is GET of
+   ``kube-public/cluster-info`` (kubeadm's RBAC for join-token discovery). The insecure
+   listener, when enabled, treats every caller as the admin.
 
 Every answer is recorded in the apiserver's audit log when its headers go out
 (``on_response_prepare``), so streams are recorded when they start.
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PUBLIC_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/version"})
+# kubeadm lets anonymous users read it (join-token discovery verifies its content).
+CLUSTER_INFO_PATH = "/api/v1/namespaces/kube-public/configmaps/cluster-info"
 HEALTH_CHECKS = ("ping", "log", "etcd", "poststarthook/start-apiextensions-controllers")
 
 
@@ -149,10 +152,12 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         issuer=state.tokens,
         lookup_sa=state.lookup_service_account,
         static_tokens=state.static_tokens,
+        bootstrap=state.bootstrap_user,
     )
     if user is None:
         path = request.path.rstrip("/") or "/"
-        if path in PUBLIC_PATHS or path.split("/")[1:2] in (["healthz"], ["livez"], ["readyz"]):
+        public = path in PUBLIC_PATHS or (request.method == "GET" and path == CLUSTER_INFO_PATH)
+        if public or path.split("/")[1:2] in (["healthz"], ["livez"], ["readyz"]):
             request[context.USER] = auth.User("system:anonymous", ("system:unauthenticated",))
             return await handler(request)
         raise errors.ApiError(statuses.failure(401, "Unauthorized"))
@@ -174,6 +179,23 @@ async def health(request: web.Request) -> web.StreamResponse:
 
 async def version(request: web.Request) -> web.StreamResponse:
     return bodies.respond(discoverydocs.version())
+
+
+async def openid_configuration(request: web.Request) -> web.StreamResponse:
+    """Service-account issuer discovery (authenticated; the sim has no RBAC to narrow it)."""
+    return bodies.respond(
+        {
+            "issuer": auth.ISSUER,
+            "jwks_uri": f"{auth.ISSUER}/openid/v1/jwks",
+            "response_types_supported": ["id_token"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["ES256"],
+        }
+    )
+
+
+async def jwks(request: web.Request) -> web.StreamResponse:
+    return bodies.respond(request.app[context.CONTEXT].state.tokens.jwks())
 
 
 async def root(request: web.Request) -> web.StreamResponse:
@@ -327,6 +349,8 @@ def build_app(ctx: context.ServerContext) -> web.Application:
         app.router.add_get(f"/{prefix}/{{check:.*}}", health)
     app.router.add_get("/version", version)
     app.router.add_get("/version/", version)
+    app.router.add_get("/.well-known/openid-configuration", openid_configuration)
+    app.router.add_get("/openid/v1/jwks", jwks)
     app.router.add_get("/", root)
     app.router.add_get("/openapi/v2", openapi.v2)
     app.router.add_get("/openapi/v3", openapi.v3_index)

@@ -40,6 +40,7 @@ from yurthub import statuses
 from yurthub.cache import selectors
 from yurthub.testing.sim import (
     auth,
+    bootstraptokens,
     certificates,
     conversion,
     defaulting,
@@ -61,6 +62,8 @@ ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 CRD_STORAGE: GroupResource = ("apiextensions.k8s.io", "customresourcedefinitions")
 NAMESPACES: GroupResource = ("", "namespaces")
 SERVICEACCOUNTS: GroupResource = ("", "serviceaccounts")
+SECRETS: GroupResource = ("", "secrets")
+CONFIGMAPS: GroupResource = ("", "configmaps")
 PODS: GroupResource = ("", "pods")
 NODES: GroupResource = ("", "nodes")
 FIRST_RESOURCE_VERSION = 1000
@@ -301,6 +304,7 @@ class State:
         self._watchers: set[Watcher] = set()
         self._by_uid: dict[str, tuple[GroupResource, Key]] = {}
         self._dependents: dict[str, set[tuple[GroupResource, Key]]] = {}
+        self._signing = False
 
     # --- basics ----------------------------------------------------------------------------
 
@@ -348,7 +352,62 @@ class State:
         self._history.append(event)
         for watcher in list(self._watchers):
             watcher.offer(event)
+        if not self._signing and (
+            (storage == SECRETS and key[0] == bootstraptokens.NAMESPACE)
+            or (storage == CONFIGMAPS and key == bootstraptokens.CLUSTER_INFO)
+        ):
+            self._resign_cluster_info()
         return stored
+
+    def _resign_cluster_info(self) -> None:
+        """The bootstrapsigner: cluster-info carries a signature per signing token."""
+        cm = self._bucket(CONFIGMAPS).items.get(bootstraptokens.CLUSTER_INFO)
+        if cm is None:
+            return
+        data = dict(cm.obj.get("data") or {})
+        secrets = [
+            s.obj
+            for k, s in self._bucket(SECRETS).items.items()
+            if k[0] == bootstraptokens.NAMESPACE
+        ]
+        signed = bootstraptokens.signed_data(data, secrets, self.clock())
+        if signed == data:
+            return
+        new = cm.copy()
+        new["data"] = signed
+        self._signing = True
+        try:
+            self._commit(CONFIGMAPS, bootstraptokens.CLUSTER_INFO, new, MODIFIED, cm)
+        finally:
+            self._signing = False
+
+    def ensure_cluster_info(self, server: str) -> None:
+        """kubeadm's ``kube-public/cluster-info`` (server + CA), if the cluster has none."""
+        rt = self.registry.get("", "v1", "configmaps")
+        namespace, name = bootstraptokens.CLUSTER_INFO
+        if rt is None or self.find(rt, namespace, name) is not None:
+            return
+        self.create_object(
+            rt,
+            {
+                "metadata": {"name": name, "namespace": namespace},
+                "data": {
+                    "kubeconfig": bootstraptokens.cluster_info_kubeconfig(
+                        server, self.authority.cert_pem
+                    )
+                },
+            },
+            namespace=namespace,
+        )
+
+    def bootstrap_user(self, token: str) -> auth.User | None:
+        """The user a bootstrap token authenticates as, or None."""
+        secrets = (
+            s.obj
+            for k, s in self._bucket(SECRETS).items.items()
+            if k[0] == bootstraptokens.NAMESPACE
+        )
+        return bootstraptokens.authenticate(token, secrets, self.clock())
 
     def _index(
         self, storage: GroupResource, key: Key, old: Stored | None, new: Stored | None
