@@ -1,0 +1,568 @@
+"""The certificate manager: the hub's client and serving certificates, obtained and kept fresh.
+
+One ``CertManager`` per hub (``server.Hub`` owns it; nothing module-level). ``prepare`` runs at
+start, before the listeners: it loads what ``--root-dir`` holds. ``run`` is one task (in the
+hub's TaskGroup) with two loops:
+
+- **client** (join-token, bootstrap-file and existing modes): while the current client pair is
+  valid, sleep until its renewal deadline (jittered 70-90 %, ``renewal``); then request a new
+  one with the current certificate (a renewal: the requester is the node itself), or, when
+  there is none or it has expired, with the bootstrap credentials (``--bootstrap-file``, or
+  ``bootstrap-hub.conf`` written by join-token discovery). The new pair is written crash-safely
+  (``pemfiles``), ``yurthub.conf`` names it, and the hub's upstream identity is told to reload
+  at once (it would also notice within 10 s by itself).
+- **serving**: once the hub has a client identity (its own pair, or kubelet's in
+  ``kubeletcertificate`` mode), the same for the serving certificate of port 10268; the TLS
+  context is updated in place, so new handshakes get the new certificate and open connections
+  are untouched.
+
+Failure: every failed attempt (token refused, CA pin mismatch, CSR denied or never approved,
+apiserver unreachable, a file that does not load, a signer answer that does not fit) is one log
+line and a capped back-off (``renewal.backoff``); ``/v1/readyz`` shows the last problem. The
+files in use are never touched by a failed attempt: existing certificates keep working until
+replaced. An expired client certificate at start means bootstrap credentials are used again
+(re-bootstrap); without any (existing mode), ``POST /v1/token`` with a new join token is the way
+out, and the hub keeps serving from its cache meanwhile.
+
+Readiness: the proxy's gate needs a client identity (a loaded pair, even an expired one: offline
+the cache can still answer); ``/v1/readyz`` also reports a missing serving certificate.
+
+Dangers: private keys exist in memory between key generation and the write, and on disk only in
+0600 files under ``pki/``. Never log key material, tokens or the bootstrap kubeconfig.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import ipaddress
+import logging
+import os
+import pathlib
+import random
+import ssl
+from collections.abc import Awaitable, Callable
+
+from cryptography import x509
+
+from yurthub import kubeconfigs, settings
+from yurthub.certs import (
+    apiclient,
+    bootstrapping,
+    csrs,
+    hubconfigs,
+    jws,
+    layout,
+    modes,
+    pemfiles,
+    renewal,
+    signing,
+)
+
+log = logging.getLogger(__name__)
+
+KUBERNETES_SERVICE_PATH = "/api/v1/namespaces/default/services/kubernetes"
+RECHECK = 60.0
+"""Seconds between looks at the files even when nothing is due (someone may replace them)."""
+
+Listener = Callable[[], Awaitable[None]]
+
+
+class NoCredentials(Exception):
+    """Nothing to authenticate a CSR with (message says what would help)."""
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class CertManager:
+    def __init__(
+        self,
+        hub: settings.HubSettings,
+        *,
+        draw: Callable[[], float] = random.random,
+        clock: Callable[[], datetime.datetime] = _now,
+    ) -> None:
+        self._hub = hub
+        self.settings = hub.certs
+        self.source = hub.certs.source
+        self.layout = layout.Layout(hub.certs.root_dir)
+        self._draw = draw
+        self._clock = clock
+        self._draws: dict[pathlib.Path, float] = {}
+        self.client_pair: pemfiles.Pair | None = None
+        self.serving_pair: pemfiles.Pair | None = None
+        self.client_problem = "" if not self.source.requests_client_certificate else "starting"
+        self.serving_problem = "starting"
+        self.pending_csr = {csrs.Kind.CLIENT: "", csrs.Kind.SERVING: ""}
+        self.serving_context: ssl.SSLContext | None = None
+        self.serving_ready = asyncio.Event()
+        self.client_ready = asyncio.Event()
+        self.on_client_pair: list[Listener] = []
+        self.rotations = {csrs.Kind.CLIENT: 0, csrs.Kind.SERVING: 0}
+        self._wake_client = asyncio.Event()
+        self._wake_serving = asyncio.Event()
+        self._token: jws.Token | None = (
+            jws.parse_token(hub.certs.join_token) if hub.certs.join_token else None
+        )
+        self._pins = jws.parse_pins(hub.certs.ca_cert_hashes)
+        self._cluster_ip = ""
+        self._said: set[str] = set()
+
+    # --- what the hub reads ----------------------------------------------------------------------
+
+    @property
+    def identity_kubeconfig(self) -> pathlib.Path | None:
+        """The kubeconfig the hub's upstream identity follows."""
+        if self.source is modes.Source.KUBELET:
+            return self.settings.kubelet_kubeconfig
+        if self.source.requests_client_certificate:
+            return self.layout.hub_kubeconfig
+        return None
+
+    def client_readiness(self) -> str:
+        """ "" when the hub has a client identity; else what is missing (the proxy gate)."""
+        if self.source is modes.Source.KUBELET:
+            return ""
+        if self.client_pair is not None:
+            return ""
+        csr = self.pending_csr[csrs.Kind.CLIENT]
+        waiting = f" (waiting for CSR {csr})" if csr else ""
+        return f"no client certificate yet{waiting}: {self.client_problem}"
+
+    def serving_readiness(self) -> str:
+        if self.serving_pair is not None:
+            return ""
+        csr = self.pending_csr[csrs.Kind.SERVING]
+        waiting = f" (waiting for CSR {csr})" if csr else ""
+        return f"no serving certificate yet{waiting}: {self.serving_problem}"
+
+    # --- start -----------------------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Load what ``--root-dir`` holds (blocking work in the executor)."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._prepare_files)
+        if self.source.requests_client_certificate:
+            self.client_pair = await self._load(self.layout.client_pair, "client")
+            if self.client_pair is not None:
+                await loop.run_in_executor(None, self._write_hub_kubeconfig_if_needed)
+                self.client_ready.set()
+        elif self.source is modes.Source.KUBELET:
+            await self._adopt_kubelet_ca()
+        pair = await self._load(self.layout.serving_pair, "serving")
+        if pair is not None and self._usable(pair):
+            self._use_serving(pair)
+
+    def _prepare_files(self) -> None:
+        pemfiles.ensure_dir(self.settings.root_dir, 0o755)
+        pemfiles.ensure_dir(self.layout.pki)
+
+    async def _load(self, path: pathlib.Path, what: str) -> pemfiles.Pair | None:
+        loop = asyncio.get_running_loop()
+        try:
+            pair = await loop.run_in_executor(None, pemfiles.load_pair, path)
+        except FileNotFoundError:
+            return None
+        except pemfiles.PairError as e:
+            self._once(
+                f"{what}:{e}",
+                logging.ERROR,
+                "%s certificate not usable, requesting a new one: %s",
+                what,
+                e,
+            )
+            return None
+        standing = renewal.standing(pair.validity, self._renew_at(pair), self._clock())
+        if standing is renewal.Standing.EXPIRED:
+            self._once(
+                f"{what}-expired:{pair.target}",
+                logging.WARNING,
+                "the %s certificate %s has expired: requesting a new one",
+                what,
+                pair.describe(),
+            )
+        elif standing is renewal.Standing.NOT_YET_VALID:
+            self._once(
+                f"{what}-skew:{pair.target}",
+                logging.WARNING,
+                "the %s certificate %s is not valid yet by this node's clock (%s): clock skew? "
+                "Local TLS clients will refuse it until then",
+                what,
+                pair.describe(),
+                f"{self._clock():%Y-%m-%dT%H:%M:%SZ}",
+            )
+        return pair
+
+    async def _adopt_kubelet_ca(self) -> None:
+        """kubeletcertificate mode: the cluster CA comes from kubelet's kubeconfig."""
+        loop = asyncio.get_running_loop()
+        try:
+            identity = await loop.run_in_executor(
+                None, kubeconfigs.load, self.settings.kubelet_kubeconfig
+            )
+        except kubeconfigs.KubeconfigError as e:
+            self.serving_problem = str(e)
+            log.error("kubelet's kubeconfig is not usable yet: %s", e)
+            return
+        if identity.ca_pem:
+            await loop.run_in_executor(None, self._write_ca, identity.ca_pem)
+        self.client_ready.set()
+
+    # --- the loops -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Until cancelled: keep both certificates fresh."""
+        async with asyncio.TaskGroup() as tg:
+            if self.source.requests_client_certificate:
+                tg.create_task(self._client_loop(), name="certs-client")
+            if self.source.manages_certificates:
+                tg.create_task(self._serving_loop(), name="certs-serving")
+
+    async def _client_loop(self) -> None:
+        attempt = 0
+        while True:
+            pair = await self._load(self.layout.client_pair, "client")
+            if pair is not None:
+                self.client_pair = pair
+                self.client_ready.set()
+                if self._usable(pair) and not self._due(pair):
+                    self.client_problem = ""
+                    await self._sleep_until(self._renew_at(pair), self._wake_client)
+                    continue
+            try:
+                await self._renew_client(pair)
+                attempt = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                attempt += 1
+                delay = self._backoff(attempt)
+                self.client_problem = _describe(e)
+                log.error("client certificate: %s; retrying in %.0fs", self.client_problem, delay)
+                await self._sleep(delay, self._wake_client)
+
+    async def _serving_loop(self) -> None:
+        attempt = 0
+        while not self.client_ready.is_set():
+            if self.source is modes.Source.KUBELET:
+                await self._adopt_kubelet_ca()
+                if self.client_ready.is_set():
+                    break
+                attempt += 1
+                await self._sleep(self._backoff(attempt), self._wake_serving)
+            else:
+                await self.client_ready.wait()
+        attempt = 0
+        while True:
+            pair = await self._load(self.layout.serving_pair, "serving")
+            if pair is not None:
+                fresh = self.serving_pair is None or pair.target != self.serving_pair.target
+                if fresh and self._usable(pair):
+                    self._use_serving(pair)
+                if self._usable(pair) and not self._due(pair) and self._names_fit(pair):
+                    self.serving_problem = ""
+                    await self._sleep_until(self._renew_at(pair), self._wake_serving)
+                    continue
+            try:
+                await self._renew_serving()
+                attempt = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                attempt += 1
+                delay = self._backoff(attempt)
+                self.serving_problem = _describe(e)
+                log.error("serving certificate: %s; retrying in %.0fs", self.serving_problem, delay)
+                await self._sleep(delay, self._wake_serving)
+
+    # --- one renewal -----------------------------------------------------------------------------
+
+    async def _renew_client(self, pair: pemfiles.Pair | None) -> None:
+        shape = csrs.client_shape(self._hub.node_name, self.settings.organizations)
+        renewing = pair is not None and self._usable(pair)
+        async with await self._client_credentials(pair if renewing else None) as client:
+            pem = await self._obtain(client, shape, csrs.Kind.CLIENT)
+        loop = asyncio.get_running_loop()
+        new = await loop.run_in_executor(None, self._store_client, pem)
+        self.client_pair = new
+        self.client_problem = ""
+        self.rotations[csrs.Kind.CLIENT] += 1
+        log.info("client certificate %s: %s", "renewed" if renewing else "obtained", new.describe())
+        self.client_ready.set()
+        for listener in self.on_client_pair:
+            await listener()
+
+    async def _renew_serving(self) -> None:
+        async with await self._hub_identity_client() as client:
+            if not self._cluster_ip:
+                service = await client.get(KUBERNETES_SERVICE_PATH)
+                self._cluster_ip = str((service.get("spec") or {}).get("clusterIP") or "")
+            shape = csrs.serving_shape(self._hub.node_name, self._wanted_ips())
+            pem = await self._obtain(client, shape, csrs.Kind.SERVING)
+        loop = asyncio.get_running_loop()
+        new = await loop.run_in_executor(None, self._store_serving, pem)
+        self._use_serving(new)
+        self.serving_problem = ""
+        self.rotations[csrs.Kind.SERVING] += 1
+        log.info("serving certificate obtained: %s", new.describe())
+
+    async def _obtain(self, client: apiclient.Client, shape: csrs.Shape, kind: csrs.Kind) -> bytes:
+        key = csrs.new_key()
+
+        def created(name: str) -> None:
+            self.pending_csr[kind] = name
+
+        try:
+            cert, _ = await signing.obtain(
+                client,
+                shape,
+                key,
+                expiration_seconds=self.settings.expiration_seconds,
+                wait_timeout=self.settings.csr_wait_timeout,
+                on_created=created,
+            )
+        finally:
+            self.pending_csr[kind] = ""
+        return csrs.pair_pem(cert, key)
+
+    def _store_client(self, pem: bytes) -> pemfiles.Pair:
+        pemfiles.write_pair(self.layout.pki, layout.CLIENT_PREFIX, pem, self._clock())
+        pair = pemfiles.load_pair(self.layout.client_pair)
+        self._write_hub_kubeconfig_if_needed()
+        return pair
+
+    def _store_serving(self, pem: bytes) -> pemfiles.Pair:
+        pemfiles.write_pair(self.layout.pki, layout.SERVING_PREFIX, pem, self._clock())
+        return pemfiles.load_pair(self.layout.serving_pair)
+
+    def _write_hub_kubeconfig_if_needed(self) -> None:
+        """``yurthub.conf`` naming our pair and a server of ``--server-addr`` (an OpenYurt
+        node's file is kept when it does; the upstream identity uses only its credentials)."""
+        path = self.layout.hub_kubeconfig
+        with contextlib.suppress(kubeconfigs.KubeconfigError):
+            current = kubeconfigs.load(path)
+            hosts = {_host(s) for s in self._hub.upstream.servers}
+            names_pair = any(
+                os.path.realpath(f.path) == os.path.realpath(self.layout.client_pair)
+                or f.path == self.layout.client_pair
+                for f in current.files
+            )
+            if _host(current.server) in hosts and names_pair:
+                return
+        text = hubconfigs.hub_kubeconfig(
+            self._hub.upstream.servers[0], self.layout.ca_cert, self.layout.client_pair
+        )
+        pemfiles.write_atomic(path, text.encode(), 0o600)
+
+    def _write_ca(self, ca_pem: bytes) -> None:
+        try:
+            if pemfiles.read_small(self.layout.ca_cert) == ca_pem:
+                return
+        except OSError:
+            pass
+        pemfiles.write_atomic(self.layout.ca_cert, ca_pem, 0o644)
+
+    # --- credentials -----------------------------------------------------------------------------
+
+    async def _client_credentials(self, pair: pemfiles.Pair | None) -> apiclient.Client:
+        """A client to send the client CSR with: the current certificate when it is valid (a
+        renewal), else bootstrap credentials."""
+        servers = self._hub.upstream.servers
+        loop = asyncio.get_running_loop()
+        if pair is not None:
+            ctx = await loop.run_in_executor(None, self._pair_context, pair)
+            return apiclient.Client(servers, ctx)
+        if self.source is modes.Source.BOOTSTRAP_FILE:
+            assert self.settings.bootstrap_file is not None
+            identity = await loop.run_in_executor(
+                None, kubeconfigs.load, self.settings.bootstrap_file
+            )
+            if identity.ca_pem:
+                await loop.run_in_executor(None, self._write_ca, identity.ca_pem)
+            return apiclient.Client(
+                servers, identity.with_identity, headers=identity.auth_headers()
+            )
+        if self._token is not None:
+            await self._discover(self._token)
+        elif not self.layout.bootstrap_kubeconfig.exists():
+            raise NoCredentials(
+                "the client certificate is missing or expired and there is no join token: "
+                'POST {"jointoken": "<id>.<secret>"} to /v1/token on the hub server'
+            )
+        identity = await loop.run_in_executor(
+            None, kubeconfigs.load, self.layout.bootstrap_kubeconfig
+        )
+        return apiclient.Client(servers, identity.with_identity, headers=identity.auth_headers())
+
+    async def _discover(self, token: jws.Token) -> None:
+        server, info = await bootstrapping.discover(
+            self._hub.upstream.servers,
+            token,
+            self._pins,
+            skip_ca_verification=self.settings.unsafe_skip_ca_verification,
+        )
+        text = hubconfigs.bootstrap_kubeconfig(server, info.ca_pem, str(token))
+        loop = asyncio.get_running_loop()
+
+        def write() -> None:
+            self._write_ca(info.ca_pem)
+            pemfiles.write_atomic(self.layout.bootstrap_kubeconfig, text.encode(), 0o600)
+
+        await loop.run_in_executor(None, write)
+        log.info(
+            "join token %s verified against %s (cluster CA %s)",
+            token.id,
+            server,
+            jws.pin(x509.load_pem_x509_certificates(info.ca_pem)[0]),
+        )
+
+    async def _hub_identity_client(self) -> apiclient.Client:
+        """A client with the hub's own identity (the serving CSR's requester is the node)."""
+        path = self.identity_kubeconfig
+        assert path is not None
+        loop = asyncio.get_running_loop()
+        identity = await loop.run_in_executor(None, kubeconfigs.load, path)
+        return apiclient.Client(
+            self._hub.upstream.servers, identity.with_identity, headers=identity.auth_headers()
+        )
+
+    def _pair_context(self, pair: pemfiles.Pair) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        try:
+            ctx.load_verify_locations(cafile=str(self.layout.ca_cert))
+        except (OSError, ssl.SSLError) as e:
+            raise NoCredentials(f"{self.layout.ca_cert} is not usable: {e}") from e
+        ctx.load_cert_chain(str(pair.target))
+        return ctx
+
+    async def use_join_token(self, text: str) -> str:
+        """``POST /v1/token``: verify a new join token against the cluster now (raises
+        ``jws.DiscoveryError`` / ``apiclient`` errors), keep it for the next bootstrap, and
+        bootstrap at once when there is no valid client certificate."""
+        token = jws.parse_token(text)
+        await self._discover(token)
+        self._token = token
+        pair = self.client_pair
+        if pair is None or not self._usable(pair):
+            self._wake_client.set()
+            return f"join token {token.id} verified; requesting a client certificate"
+        return f"join token {token.id} verified; kept for the next bootstrap"
+
+    # --- serving TLS ---------------------------------------------------------------------------
+
+    def _use_serving(self, pair: pemfiles.Pair) -> None:
+        ctx = self.serving_context
+        if ctx is None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+            # HTTP/1.1 only, as YurtHub (it disables HTTP/2 on this port).
+            ctx.set_alpn_protocols(["http/1.1"])
+            try:
+                ctx.load_verify_locations(cafile=str(self.layout.ca_cert))
+                ctx.verify_mode = ssl.CERT_OPTIONAL
+            except (OSError, ssl.SSLError) as e:
+                log.warning(
+                    "no cluster CA at %s (%s): clients on the secure port can only use Bearer "
+                    "tokens",
+                    self.layout.ca_cert,
+                    e,
+                )
+        # On a live context this changes what new handshakes present; open connections keep
+        # theirs. The timestamped file (not the link) so what was checked is what is served.
+        ctx.load_cert_chain(str(pair.target))
+        self.serving_context = ctx
+        self.serving_pair = pair
+        self.serving_ready.set()
+
+    def _wanted_ips(self) -> tuple[str, ...]:
+        listen = self._hub.listen
+        return csrs.serving_names(
+            cluster_ip=self._cluster_ip,
+            dummy_ip=listen.dummy_if_ip if listen.enable_dummy_if else csrs.DUMMY_IP,
+            bind_addresses=(listen.bind_address, listen.bind_proxy_address),
+            node_ip=self.settings.node_ip,
+        )
+
+    def _names_fit(self, pair: pemfiles.Pair) -> bool:
+        """Whether the serving certificate carries every address we serve on."""
+        try:
+            san = pair.certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+            have = {str(ip) for ip in san.value.get_values_for_type(x509.IPAddress)}
+        except x509.ExtensionNotFound:
+            have = set()
+        wanted = set(self._wanted_ips())
+        missing = wanted - have
+        if missing:
+            self._once(
+                f"names:{pair.target}:{sorted(missing)}",
+                logging.INFO,
+                "the serving certificate lacks %s: requesting a new one",
+                ", ".join(sorted(missing)),
+            )
+        return not missing
+
+    # --- timing --------------------------------------------------------------------------------
+
+    def _renew_at(self, pair: pemfiles.Pair) -> datetime.datetime:
+        draw = self._draws.get(pair.target)
+        if draw is None:
+            draw = self._draws[pair.target] = min(self._draw(), 0.999999)
+            if len(self._draws) > 16:
+                self._draws.pop(next(iter(self._draws)))
+        return renewal.deadline(
+            pair.validity,
+            draw,
+            low=self.settings.renewal_low,
+            high=self.settings.renewal_high,
+            renew_before=self.settings.renew_before,
+        )
+
+    def _usable(self, pair: pemfiles.Pair) -> bool:
+        return self._clock() < pair.validity.not_after
+
+    def _due(self, pair: pemfiles.Pair) -> bool:
+        return self._clock() >= self._renew_at(pair)
+
+    def _backoff(self, attempt: int) -> float:
+        return renewal.backoff(
+            attempt, self._draw(), base=self.settings.retry_base, cap=self.settings.retry_cap
+        )
+
+    async def _sleep_until(self, when: datetime.datetime, wake: asyncio.Event) -> None:
+        delay = (when - self._clock()).total_seconds()
+        await self._sleep(min(max(delay, 0.0), RECHECK), wake)
+
+    async def _sleep(self, seconds: float, wake: asyncio.Event) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await wake.wait()
+        wake.clear()
+
+    def _once(self, key: str, level: int, message: str, *args: object) -> None:
+        if key in self._said:
+            return
+        if len(self._said) > 256:
+            self._said.clear()
+        self._said.add(key)
+        log.log(level, message, *args)
+
+
+def _host(url: str) -> str:
+    rest = url.split("://", 1)[-1]
+    host = rest.rsplit(":", 1)[0] if not rest.startswith("[") else rest[1:].split("]", 1)[0]
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.ip_address(host))
+    return host.lower()
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, apiclient.ApiError) and error.status == 401:
+        return f"{error} (the credentials were refused: expired or wrong token/certificate?)"
+    if isinstance(error, apiclient.ApiError) and error.status == 403:
+        return f"{error} (not allowed: RBAC for bootstrap tokens / nodes, see manifests/hub)"
+    if isinstance(error, kubeconfigs.KubeconfigError):
+        return str(error)
+    return str(error) or type(error).__name__
