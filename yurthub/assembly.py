@@ -90,6 +90,8 @@ async def running(
         else:
             hub = server.Hub(hub_settings, tee=cache.tee, local=cache.local, filters=filters)
             hub.on_lease = cache.on_lease
+            # Tokens the cache issues offline are ones the hub's verifier recognises.
+            cache.local.tokens = hub.verifier.offline
             cache.attach_metrics(hub.metrics)
             cache.local.filters = filters
             if cache.store.reset:

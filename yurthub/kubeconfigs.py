@@ -171,6 +171,9 @@ class Identity:
     cert_digest: bytes = b""
     """Digest of the client certificate and key: equal (with ``trust_digest``) means
     ``with_identity`` can be reused as is."""
+    ca_pem: bytes = b""
+    """The cluster CA the kubeconfig names (PEM), b"" when it trusts the system store or skips
+    verification."""
 
     def auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
@@ -317,6 +320,7 @@ def load(path: pathlib.Path, policy: TrustPolicy | None = None) -> Identity:
         else Trust.SYSTEM
         if trust[1] is None
         else Trust.KUBECONFIG_CA,
+        ca_pem=trust[1] or b"",
     )
 
 

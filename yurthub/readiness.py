@@ -1,27 +1,39 @@
 """Readiness: a list of named conditions; the hub is ready when all hold.
 
 Later issues add their own (certificates, filter informers synced, ...). ``/v1/readyz`` and the
-proxy's readiness gate (reference §2.5 step 1) both read ``not_ready()``, so the 503 a client
-gets names the same missing pieces as the probe.
+proxy's readiness gate (reference §2.5 step 1) both read these, so the 503 a client gets names
+the same missing pieces as the probe.
 
 Two kinds of condition: those that gate the proxy (the default: nothing can be answered right
 without them), and ``gates_proxy=False`` ones that only ``/v1/readyz`` reports (the disk cache
 cannot be opened: the hub still proxies online, but the node is not autonomous and the operator
-must know). ``warn`` adds a note ``/v1/readyz`` shows while still answering 200 (the cache was
-damaged and started anew).
+must know; the serving certificate: only port 10268 needs it). ``warn`` adds a note
+``/v1/readyz`` shows while still answering 200 (the cache was damaged and started anew).
+
+A check returns a bool, or a string: "" when it holds, else what is missing, shown after the
+name (``client-certificate (waiting for CSR csr-x7k2p: ...)``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+Check = Callable[[], bool | str]
+
+
+def _failing(name: str, check: Check) -> str | None:
+    result = check()
+    if result is True or result == "":
+        return None
+    return f"{name} ({result})" if isinstance(result, str) else name
+
 
 class Readiness:
     def __init__(self) -> None:
-        self._conditions: dict[str, tuple[Callable[[], bool], bool]] = {}
+        self._conditions: dict[str, tuple[Check, bool]] = {}
         self._warnings: dict[str, str] = {}
 
-    def add(self, name: str, check: Callable[[], bool], *, gates_proxy: bool = True) -> None:
+    def add(self, name: str, check: Check, *, gates_proxy: bool = True) -> None:
         """Register a condition; ``check`` must be cheap and non-blocking (called per request)."""
         self._conditions[name] = (check, gates_proxy)
 
@@ -31,9 +43,12 @@ class Readiness:
 
     def not_ready(self) -> list[str]:
         """Conditions that fail and gate the proxy."""
-        return [name for name, (check, gates) in self._conditions.items() if gates and not check()]
+        failing = (_failing(n, c) for n, (c, gates) in self._conditions.items() if gates)
+        return [f for f in failing if f is not None]
 
     def report(self) -> tuple[list[str], list[str]]:
         """(every failing condition, warnings as ``name: text``) for ``/v1/readyz``."""
-        failing = [name for name, (check, _) in self._conditions.items() if not check()]
-        return failing, [f"{name}: {text}" for name, text in self._warnings.items()]
+        failing = (_failing(n, c) for n, (c, _) in self._conditions.items())
+        return [f for f in failing if f is not None], [
+            f"{name}: {text}" for name, text in self._warnings.items()
+        ]

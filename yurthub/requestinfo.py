@@ -164,6 +164,21 @@ class RequestInfo:
     ADDED events, ended by a BOOKMARK annotated ``k8s.io/initial-events-end``."""
     is_upgrade: bool = False
     """``Connection: upgrade`` (exec/attach/port-forward over SPDY or WebSocket)."""
+    partition: str | None = ""
+    """Whose cache partition this request reads and writes (set by the router from the caller,
+    ``yurthub.authn``): "" the node's own (the component's, as in YurtHub); a ServiceAccount
+    subject for a request that proved it with its Bearer token; None for a Bearer token the
+    hub could not verify (never cached, never answered from the cache)."""
+
+    @property
+    def owner(self) -> str:
+        """The first segment of this request's cache keys: ``<component>`` for the node's own
+        identity, ``<component>@<subject>`` for a verified ServiceAccount. An ``@`` in a
+        User-Agent is escaped, so no node-identity request can name a ServiceAccount's
+        partition."""
+        if self.partition:
+            return f"{self.component}@{self.partition}"
+        return self.component.replace("@", "%40")
 
     @property
     def is_watch(self) -> bool:

@@ -8,8 +8,13 @@
   ``read_header_timeout`` of opening (or of starting its next request) is answered 408 and
   closed; past ``max_connections`` open connections a new one is answered 503 and closed.
 - Hub server ``--bind-address:--serve-port`` (10267): ``/v1/healthz``, ``/v1/readyz`` (names
-  what is not ready), ``/metrics`` (this hub's own registry).
-- HTTPS proxy 10268: not served until the hub has serving certificates (a later issue).
+  what is not ready), ``/metrics`` (this hub's own registry), ``POST|PUT /v1/token`` (a new
+  join token, YurtHub's body ``{"jointoken": "..."}``).
+- HTTPS proxy ``<dummy IP or --bind-proxy-address>:--proxy-secure-port`` (10268): the same
+  router over TLS with the hub's serving certificate, started once the certificate manager has
+  one (rotations swap it in place); callers must authenticate (``proxy/identifying``).
+- With ``--enable-dummy-if`` the dummy interface is made before any listener binds, and the
+  plain proxy also listens on the dummy IP.
 
 Usage (tests, the demo, the CLI)::
 
@@ -19,8 +24,10 @@ Usage (tests, the demo, the CLI)::
     await hub.stop()           # phased: stop accepting, end watches, drain, cancel, close
 
 ``start`` and ``stop`` must be awaited by the same task: it owns the hub's TaskGroup, whose tasks
-are the health checker and, when the identity comes from ``--kubeconfig``, the identity follower
-(``Upstream.follow_identity``: rotated certificates and token files are picked up while running).
+are the health checker, the identity follower (``Upstream.follow_identity``: rotated
+certificates and token files are picked up while running), the certificate manager
+(``certs.manager``) when the hub requests its own certificates, the ServiceAccount issuer keys
+(``authn.issuers``), the dummy interface keeper and the secure listener's start.
 
 The cache plugs in through ``tee`` / ``local`` (``proxy/seams.py``) and ``hub.on_lease``, the
 response filters through ``filters``.
@@ -32,14 +39,18 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+import aiohttp
+import orjson
 from aiohttp import http_exceptions, web, web_protocol, web_request, web_server
 
 from yurthub import (
     apiresources,
     balancing,
+    dummyif,
     health,
     kubeconfigs,
     labels,
@@ -48,7 +59,9 @@ from yurthub import (
     settings,
     statuses,
 )
-from yurthub.proxy import hosts, remote, routing, seams, upstream
+from yurthub.authn import issuers, verifying
+from yurthub.certs import apiclient, jws, manager
+from yurthub.proxy import hosts, identifying, remote, routing, seams, upstream
 
 log = logging.getLogger(__name__)
 
@@ -219,13 +232,34 @@ class Hub:
         self._filters = filters
         self._identity = identity
         self._stack = contextlib.AsyncExitStack()
-        self._health_task: asyncio.Task[None] | None = None
-        self._identity_task: asyncio.Task[None] | None = None
-        self._discovery_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._proxy_runner: web.BaseRunner | None = None
+        self._secure_runner: web.BaseRunner | None = None
         self._server_runner: web.AppRunner | None = None
         self.proxy_url = ""
+        self.secure_url = ""
+        """``https://host:port`` once the secure proxy listens."""
         self.server_url = ""
+        self.certs = (
+            manager.CertManager(hub_settings)
+            if hub_settings.certs.source.manages_certificates and identity is None
+            else None
+        )
+        self.issuer_keys = issuers.IssuerKeys(
+            hub_settings.authn.issuer_keys_file,
+            refresh_interval=hub_settings.authn.issuer_keys_refresh,
+        )
+        self.verifier = verifying.TokenVerifier(
+            self.issuer_keys, api_audiences=hub_settings.authn.api_audiences
+        )
+        listen = hub_settings.listen
+        self.dummy = (
+            dummyif.DummyInterface(
+                listen.dummy_if_name, listen.dummy_if_ip, recheck=listen.dummy_if_recheck
+            )
+            if listen.enable_dummy_if
+            else None
+        )
         self.health: health.HealthChecker | None = None
         self.router: routing.Router | None = None
         self.remote: remote.RemoteProxy | None = None
@@ -250,22 +284,11 @@ class Hub:
 
     async def start(self) -> None:
         s = self.settings
-        identity = self._identity
-        followed = None
+        loop = asyncio.get_running_loop()
+        if self.certs is not None:
+            await self.certs.prepare()
         policy = trust_policy(s.upstream)
-        if identity is None:
-            if s.upstream.kubeconfig is not None:
-                loop = asyncio.get_running_loop()
-                identity = await loop.run_in_executor(
-                    None, kubeconfigs.load, s.upstream.kubeconfig, policy
-                )
-                followed = s.upstream.kubeconfig
-            else:
-                log.warning(
-                    "no --kubeconfig: the hub has no identity of its own; requests without a "
-                    "Bearer token and the node-lease heartbeat go out anonymous"
-                )
-                identity = kubeconfigs.anonymous(s.upstream.servers, policy)
+        identity, followed = await self._initial_identity(policy)
         where = f"kubeconfig {followed}" if followed is not None else "the hub's identity"
         if any(server.startswith("https://") for server in s.upstream.servers):
             warning = kubeconfigs.trust_warning(identity.trust, where)
@@ -290,6 +313,13 @@ class Hub:
         self.readiness.add("not-stopping", lambda: not self._stopping)
         if self._filters is not None:
             self.readiness.add("filter-inputs", self._filters.ready)
+        if self.certs is not None:
+            self.certs.on_client_pair.append(self._reload_identity)
+            self.readiness.add("client-certificate", self.certs.client_readiness)
+            self.readiness.add(
+                "serving-certificate", self.certs.serving_readiness, gates_proxy=False
+            )
+        await loop.run_in_executor(None, self.issuer_keys.load)
         self.router = routing.Router(
             hub=s,
             balancer=balancing.Balancer(s.upstream.servers, s.upstream.lb_mode),
@@ -298,22 +328,107 @@ class Hub:
             ready=self.readiness,
             collectors=self.metrics,
             local=self._local,
+            identifier=identifying.Identifier(s.node_name, self.verifier),
         )
         tg = await self._stack.enter_async_context(asyncio.TaskGroup())
-        self._health_task = tg.create_task(checker.run(), name="health-checker")
-        self._identity_task = tg.create_task(client.follow_identity(), name="identity-follower")
+
+        def task(coro: Coroutine[Any, Any, None], name: str) -> None:
+            self._tasks.append(tg.create_task(coro, name=name))
+
+        task(checker.run(), "health-checker")
+        task(client.follow_identity(), "identity-follower")
+        task(self.issuer_keys.run(self._fetch_as_hub, self._cloud_reachable), "issuer-keys")
+        if self.certs is not None:
+            task(self.certs.run(), "certificate-manager")
         balancer = balancing.Balancer(s.upstream.servers, settings.LbMode.PRIORITY)
-        self._discovery_task = tg.create_task(
+        task(
             apiresources.follow(
                 client, lambda: balancer.pick(checker.is_healthy), self.metrics.bounds
             ),
-            name="discovery-for-metric-labels",
+            "discovery-for-metric-labels",
         )
         try:
+            if self.dummy is not None:
+                await self.dummy.ensure()
+                self._stack.push_async_callback(self.dummy.remove)
+                task(self.dummy.run(), "dummy-interface")
             await self._start_listeners()
+            if self.certs is not None and s.listen.proxy_secure_port is not None:
+                task(self._serve_secure(), "secure-listener")
         except BaseException:
             await self._abort_start()
             raise
+
+    async def _initial_identity(
+        self, policy: kubeconfigs.TrustPolicy
+    ) -> tuple[kubeconfigs.Identity, Any]:
+        """(identity, kubeconfig to follow or None)."""
+        if self._identity is not None:
+            return self._identity, None
+        s = self.settings
+        path = s.upstream.kubeconfig
+        if path is None and self.certs is not None:
+            path = self.certs.identity_kubeconfig
+        if path is None:
+            log.warning(
+                "no --kubeconfig and no bootstrap (--join-token, --bootstrap-file): the hub has "
+                "no identity of its own; requests without a Bearer token and the node-lease "
+                "heartbeat go out anonymous"
+            )
+            return kubeconfigs.anonymous(s.upstream.servers, policy), None
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(None, kubeconfigs.load, path, policy), path
+        except kubeconfigs.KubeconfigError as e:
+            if self.certs is None:
+                raise
+            # Not written yet (first bootstrap) or not loadable: the upstream identity follows
+            # the file and switches as soon as the certificate manager has written a good one.
+            log.info("no usable hub identity yet (%s); waiting for the certificate manager", e)
+            return _no_identity_yet(), path
+
+    async def _reload_identity(self) -> None:
+        if self.upstream is not None:
+            await self.upstream.check_identity()
+
+    async def _cloud_reachable(self) -> None:
+        """Until some apiserver is healthy (the issuer keys are fetched then)."""
+        checker = self.health
+        assert checker is not None
+        await checker.initial_probe_done.wait()
+        while not checker.any_healthy():  # noqa: ASYNC110 (health has no event to wait on)
+            await asyncio.sleep(1.0)
+
+    async def _fetch_as_hub(self, path: str) -> dict[str, Any]:
+        """GET ``path`` from a healthy apiserver with the hub's own identity."""
+        client, checker = self.upstream, self.health
+        assert client is not None and checker is not None
+        failures = []
+        for server in self.settings.upstream.servers:
+            if not checker.is_healthy(server):
+                continue
+            try:
+                async with asyncio.timeout(self.settings.heartbeat.timeout * 5):
+                    async with client.session.get(
+                        server + path,
+                        headers={
+                            "Accept": "application/json",
+                            "User-Agent": "edgehub",
+                            **client.identity_headers(),
+                        },
+                        ssl=client.ssl_for(server, own_identity=True),
+                    ) as resp:
+                        body = await resp.content.read(apiclient.MAX_BODY + 1)
+                        if resp.status != 200:
+                            raise RuntimeError(f"{server}{path}: HTTP {resp.status}")
+            except (aiohttp.ClientError, OSError, TimeoutError) as e:
+                failures.append(f"{server}: {e!r}")
+                continue
+            decoded = orjson.loads(body)
+            if not isinstance(decoded, dict):
+                raise RuntimeError(f"{server}{path}: not a JSON object")
+            return decoded
+        raise RuntimeError("no healthy apiserver answered: " + "; ".join(failures))
 
     async def _abort_start(self) -> None:
         self._cancel_tasks()
@@ -321,16 +436,16 @@ class Hub:
         await self._stack.aclose()
         self._scrape_pool.shutdown(wait=False, cancel_futures=True)
 
-    async def _start_listeners(self) -> None:
+    def _proxy_server(self, *, secure: bool) -> _ProxyServer:
         s = self.settings
         assert self.router is not None
         handle = self.router.handle
 
         async def handler(request: web_request.BaseRequest) -> web.StreamResponse:
             assert isinstance(request, web.Request)
-            return await handle(request)
+            return await handle(request, secure=secure)
 
-        proxy_server = _ProxyServer(
+        return _ProxyServer(
             handler,
             read_header_timeout=s.proxy.read_header_timeout,
             max_connections=s.proxy.max_connections,
@@ -340,23 +455,65 @@ class Hub:
             max_line_size=s.proxy.max_field_size,
             access_log=None,
         )
-        self._proxy_runner = web.ServerRunner(proxy_server, shutdown_timeout=0.5)
+
+    async def _start_listeners(self) -> None:
+        s = self.settings
+        self._proxy_runner = web.ServerRunner(
+            self._proxy_server(secure=False), shutdown_timeout=0.5
+        )
         await self._proxy_runner.setup()
         site = web.TCPSite(
             self._proxy_runner, s.listen.bind_proxy_address, s.listen.proxy_port, backlog=1024
         )
         await site.start()
         self.proxy_url = _url_of(self._proxy_runner)
+        if self.dummy is not None and s.listen.dummy_if_ip != s.listen.bind_proxy_address:
+            await web.TCPSite(
+                self._proxy_runner, s.listen.dummy_if_ip, s.listen.proxy_port, backlog=1024
+            ).start()
 
-        app = web.Application(middlewares=[self._only_known_hosts])
+        app = web.Application(middlewares=[self._only_known_hosts], client_max_size=64 << 10)
         app.router.add_get("/v1/healthz", self._healthz)
         app.router.add_get("/v1/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_route("POST", "/v1/token", self._token)
+        app.router.add_route("PUT", "/v1/token", self._token)
         self._server_runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._server_runner.setup()
         await web.TCPSite(self._server_runner, s.listen.bind_address, s.listen.serve_port).start()
         self.server_url = _url_of(self._server_runner)
         log.info("hub proxy listening on %s, hub server on %s", self.proxy_url, self.server_url)
+
+    async def _serve_secure(self) -> None:
+        """Start the TLS proxy once the serving certificate exists (then return)."""
+        certs = self.certs
+        assert certs is not None
+        if not certs.serving_ready.is_set():
+            log.info("the secure proxy waits for the serving certificate")
+        await certs.serving_ready.wait()
+        if self._stopping:
+            return
+        s = self.settings
+        host = s.listen.dummy_if_ip if self.dummy is not None else s.listen.bind_proxy_address
+        runner = web.ServerRunner(self._proxy_server(secure=True), shutdown_timeout=0.5)
+        await runner.setup()
+        try:
+            await web.TCPSite(
+                runner,
+                host,
+                s.listen.proxy_secure_port,
+                ssl_context=certs.serving_context,
+                backlog=1024,
+            ).start()
+        except OSError as e:
+            await runner.cleanup()
+            log.error(
+                "cannot serve the secure proxy on %s:%s: %s", host, s.listen.proxy_secure_port, e
+            )
+            return
+        self._secure_runner = runner
+        self.secure_url = _url_of(runner).replace("http://", "https://", 1)
+        log.info("secure proxy listening on %s", self.secure_url)
 
     async def stop(self, grace: float | None = None, *, force: asyncio.Event | None = None) -> None:
         """Phased stop: stop accepting, end watches, let in-flight finish (``grace`` seconds, or
@@ -365,9 +522,10 @@ class Hub:
             return
         self._stopping = True
         grace = self.settings.proxy.shutdown_grace if grace is None else grace
-        if self._proxy_runner is not None:
-            for site in list(self._proxy_runner.sites):
-                await site.stop()
+        for runner in (self._proxy_runner, self._secure_runner):
+            if runner is not None:
+                for site in list(runner.sites):
+                    await site.stop()
         if self.remote is not None:
             ended = self.remote.end_watches()
             if ended:
@@ -388,15 +546,14 @@ class Hub:
         self._scrape_pool.shutdown(wait=False, cancel_futures=True)
 
     def _cancel_tasks(self) -> None:
-        for task in (self._health_task, self._identity_task, self._discovery_task):
-            if task is not None:
-                task.cancel()
+        for task in self._tasks:
+            task.cancel()
 
     async def _cleanup_runners(self) -> None:
-        for runner in (self._proxy_runner, self._server_runner):
+        for runner in (self._proxy_runner, self._secure_runner, self._server_runner):
             if runner is not None:
                 await runner.cleanup()
-        self._proxy_runner = self._server_runner = None
+        self._proxy_runner = self._secure_runner = self._server_runner = None
 
     # --- hub server endpoints ---
 
@@ -418,6 +575,36 @@ class Hub:
             return web.Response(status=500, text=f"not ready: {', '.join(missing)}{notes}")
         return web.Response(text=f"OK{notes}")
 
+    async def _token(self, request: web.Request) -> web.Response:
+        """YurtHub's ``/v1/token``: ``{"jointoken": "<id>.<secret>"}``. 400 for a bad body or
+        token, 409 when the hub does not bootstrap with tokens, 500 when the cluster refuses
+        it (wrong token, CA pin mismatch, unreachable)."""
+        try:
+            body = orjson.loads(await request.read())
+            text = body["jointoken"] if isinstance(body, dict) else None
+        except (orjson.JSONDecodeError, KeyError):
+            text = None
+        if not isinstance(text, str) or not text:
+            return web.Response(status=400, text='the body must be {"jointoken": "<id>.<secret>"}')
+        certs = self.certs
+        if certs is None or not certs.source.requests_client_certificate:
+            return web.Response(
+                status=409,
+                text="this hub does not bootstrap with join tokens (--kubeconfig or "
+                "kubeletcertificate mode)",
+            )
+        try:
+            message = await certs.use_join_token(text)
+        except jws.DiscoveryError as e:
+            status = 400 if "is not of the form" in str(e) else 500
+            log.error("POST /v1/token: %s", e)
+            return web.Response(status=status, text=f"join token refused: {e}")
+        except (apiclient.Unreachable, apiclient.ApiError) as e:
+            log.error("POST /v1/token: %s", e)
+            return web.Response(status=500, text=f"cannot verify the join token: {e}")
+        log.info("POST /v1/token: %s", message)
+        return web.Response(text=f"update bootstrap token successfully: {message}")
+
     async def _metrics(self, request: web.Request) -> web.Response:
         scraping = self._scraping
         if scraping is None or scraping.done():
@@ -429,6 +616,14 @@ class Hub:
         return web.Response(
             body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
         )
+
+
+def _no_identity_yet() -> kubeconfigs.Identity:
+    """Before the first client certificate: an identity that trusts no server at all, so
+    nothing goes out until the certificate manager has written ``yurthub.conf`` (with the
+    cluster CA it verified)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # no CA loaded: every handshake fails
+    return kubeconfigs.Identity(server="", with_identity=ctx, bare=ctx)
 
 
 def trust_policy(upstream_settings: settings.UpstreamSettings) -> kubeconfigs.TrustPolicy:

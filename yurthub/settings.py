@@ -15,6 +15,7 @@ import ipaddress
 import pathlib
 import urllib.parse
 
+from yurthub.certs import modes
 from yurthub.filters import registry
 
 
@@ -47,7 +48,16 @@ class ListenSettings:
     proxy_port: int = 10261
     """HTTP proxy port; 0 picks a free one."""
     proxy_secure_port: int = 10268
-    """HTTPS proxy port. Not served until the hub has serving certificates (a later issue)."""
+    """HTTPS proxy port, served on the dummy IP (``--enable-dummy-if``) or
+    ``bind_proxy_address`` once the hub has its serving certificate; 0 picks a free one."""
+    enable_dummy_if: bool = False
+    """``--enable-dummy-if``: create a dummy interface holding ``dummy_if_ip`` (needs
+    NET_ADMIN) and serve both proxy ports there too. YurtHub's default is on; ours is off: it
+    changes the host's network, which a user should ask for."""
+    dummy_if_ip: str = "169.254.2.1"
+    dummy_if_name: str = "hub-dummy0"
+    dummy_if_recheck: float = 60.0
+    """Seconds between checks that the interface and its address are still there."""
     accept_hosts: tuple[str, ...] = ()
     """``--proxy-accept-hosts``: DNS names a request's ``Host`` may name beyond ``localhost``,
     loopback and bind-address IPs (``proxy.hosts``: DNS rebinding is refused)."""
@@ -97,6 +107,52 @@ class UpstreamSettings:
     """Seconds between checks of the kubeconfig's files (client certificate, key, token) for a
     rotated identity, as YurtHub's transport manager does; a 401 or a refused handshake also
     triggers a check at once."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertSettings:
+    """The hub's own certificates (``yurthub.certs``, reference §7)."""
+
+    source: modes.Source = modes.Source.NONE
+    """Decided once by the CLI (``modes.resolve``) from the flags and ``root_dir``."""
+    root_dir: pathlib.Path = pathlib.Path("/var/lib/yurthub")
+    """``--root-dir``: ``yurthub.conf``, ``bootstrap-hub.conf``, ``pki/``."""
+    join_token: str = ""
+    bootstrap_file: pathlib.Path | None = None
+    ca_cert_hashes: tuple[str, ...] = ()
+    """``--discovery-token-ca-cert-hash``: ``sha256:<hex>`` pins of the cluster CA."""
+    unsafe_skip_ca_verification: bool = False
+    organizations: tuple[str, ...] = ()
+    """``--hub-cert-organizations``: extra O= of the client certificate."""
+    node_ip: str = ""
+    """``--node-ip``: a SAN of the serving certificate."""
+    kubelet_kubeconfig: pathlib.Path = pathlib.Path("/etc/kubernetes/kubelet.conf")
+    """``kubeletcertificate`` mode: kubelet's kubeconfig (naming its rotating client pair)."""
+    expiration_seconds: int = 0
+    """``spec.expirationSeconds`` of the hub's CSRs; 0 leaves it to the signer (the
+    controller-manager's ``--cluster-signing-duration``). The real apiserver refuses < 600."""
+    renewal_low: float = 0.7
+    renewal_high: float = 0.9
+    """Renewal at a random point between these fractions of the certificate's validity."""
+    renew_before: float = 0.0
+    """Test knob: renew at the latest this many seconds before expiry (0: off)."""
+    csr_wait_timeout: float = 900.0
+    """Seconds to wait for a CSR to be approved and signed before making a new one."""
+    retry_base: float = 2.0
+    retry_cap: float = 120.0
+    """Capped back-off between failed attempts (bootstrap, CSR)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AuthnSettings:
+    """Who may read which cache partition (``yurthub.authn``)."""
+
+    api_audiences: tuple[str, ...] = ()
+    """``--api-audiences``: audiences a ServiceAccount token must carry to be accepted offline;
+    empty: the issuer (the apiserver's own default)."""
+    issuer_keys_file: pathlib.Path | None = None
+    """Where the issuer's public keys are kept for offline use (None: memory only)."""
+    issuer_keys_refresh: float = 3600.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -221,13 +277,17 @@ class HubSettings:
     cache: CacheSettings = CacheSettings()
     working_mode: WorkingMode = WorkingMode.EDGE
     filters: FilterSettings = FilterSettings()
+    certs: CertSettings = CertSettings()
+    authn: AuthnSettings = AuthnSettings()
 
     @property
     def hub_address(self) -> tuple[str, int]:
         """(host, port) pods reach the apiserver through the hub at (the filters' "master
         service"): YurtHub's dummy-interface IP or bind-proxy address, and its secure port."""
         return (
-            self.filters.hub_host or self.listen.bind_proxy_address,
+            self.filters.hub_host
+            or (self.listen.dummy_if_ip if self.listen.enable_dummy_if else "")
+            or self.listen.bind_proxy_address,
             self.filters.hub_port or self.listen.proxy_secure_port,
         )
 
@@ -246,6 +306,11 @@ class HubSettings:
                 f"unknown filters in --disabled-resource-filters: {', '.join(sorted(unknown))} "
                 f"(known: {', '.join(registry.NAMES)}, or * for all)"
             )
+        if self.listen.enable_dummy_if:
+            check_dummy_if(self.listen.dummy_if_ip, self.listen.dummy_if_name)
+        certs = self.certs
+        if not 0.0 < certs.renewal_low <= certs.renewal_high < 1.0:
+            raise ConfigError("renewal fractions must satisfy 0 < low <= high < 1")
         if self.upstream.header_deadline <= 0 or self.upstream.idle_timeout <= 0:
             raise ConfigError("the upstream header deadline and idle timeout must be positive")
         proxy, pool = self.proxy, self.upstream
@@ -306,6 +371,27 @@ def parse_server_addrs(text: str) -> tuple[str, ...]:
     if not servers:
         raise ConfigError("--server-addr is required (a comma list of apiserver URLs)")
     return tuple(servers)
+
+
+def check_dummy_if(ip: str, name: str) -> None:
+    """YurtHub's rules (reference §1.2): a link-local IPv4 outside 169.254.31.0/24 and not
+    169.254.1.1 (both used by other node agents), or an IPv6 address; a name of 1-15
+    characters (the kernel's limit) without ``/`` or spaces."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError as e:
+        raise ConfigError(f"--dummy-if-ip {ip!r} is not an IP address") from e
+    if address.version == 4 and (
+        address not in ipaddress.ip_network("169.254.0.0/16")
+        or address in ipaddress.ip_network("169.254.31.0/24")
+        or address == ipaddress.ip_address("169.254.1.1")
+    ):
+        raise ConfigError(
+            f"--dummy-if-ip {ip} must be in 169.254.0.0/16, outside 169.254.31.0/24, "
+            "and not 169.254.1.1"
+        )
+    if not 0 < len(name) <= 15 or any(c in name for c in "/ \t\n:"):
+        raise ConfigError(f"--dummy-if-name {name!r} must be 1-15 characters, no '/', ':' or space")
 
 
 def parse_cache_agents(text: str) -> tuple[str, ...]:

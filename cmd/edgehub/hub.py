@@ -1,8 +1,10 @@
 """``edgehub hub``: the node-local apiserver proxy (YurtHub's flags and defaults).
 
 Thin: flags -> ``yurthub.settings.HubSettings`` -> ``yurthub.lifecycle.run``. Every flag also
-reads ``EDGEHUB_<FLAG>`` (``cli.COMMAND_CONTEXT``). Bad flags or an unreadable kubeconfig exit
-with ``cli.EXIT_STARTUP_FAILURE`` and one clear line.
+reads ``EDGEHUB_<FLAG>`` (``cli.COMMAND_CONTEXT``) and accepts YurtHub's Go pflag spelling
+(``pflags``: ``--enable-dummy-if=false``, ``--v=2``, YurtHub flags not built here are dropped
+with one warning naming them). Bad flags or an unreadable kubeconfig exit with
+``cli.EXIT_STARTUP_FAILURE`` and one clear line.
 """
 
 from __future__ import annotations
@@ -10,14 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.metadata
+import logging
 import os
 import pathlib
+from typing import Any
 
 import click
 
-from edgehub import cli
+from edgehub import cli, pflags
 from yurthub import assembly, kubeconfigs, lifecycle, requestinfo, server, settings
+from yurthub.certs import jws, layout, modes
 from yurthub.filters import registry
+
+log = logging.getLogger("edgehub.hub")
 
 AGENT_COMPONENT = "edgehub-agent"
 
@@ -34,7 +41,40 @@ def _duration(value: str) -> float:
     return seconds
 
 
-@click.command(context_settings=cli.COMMAND_CONTEXT)
+class PflagCommand(click.Command):
+    """A click command that first translates YurtHub's pflag spellings (``pflags``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        bools, values = [], []
+        for param in self.params:
+            if not isinstance(param, click.Option):
+                continue
+            names = [n[2:] for n in param.opts if n.startswith("--")]
+            if param.is_flag and param.secondary_opts:
+                bools.extend(names)
+            elif not param.is_flag:
+                values.extend(names)
+        try:
+            args, dropped = pflags.translate(args, bool_flags=bools, value_flags=values)
+        except pflags.PflagError as e:
+            raise click.UsageError(str(e), ctx) from e
+        if dropped:
+            log.warning(
+                "ignoring YurtHub flags this hub does not implement: %s",
+                ", ".join(f"--{n}" for n in dropped),
+            )
+        return super().parse_args(ctx, args)
+
+
+def _comma_list(values: tuple[str, ...]) -> tuple[str, ...]:
+    """A pflag StringSlice: repeated and/or comma separated."""
+    out: list[str] = []
+    for value in values:
+        out.extend(v.strip() for v in value.split(",") if v.strip())
+    return tuple(dict.fromkeys(out))
+
+
+@click.command(cls=PflagCommand, context_settings=cli.COMMAND_CONTEXT)
 @click.option("--server-addr", required=True, help="Apiserver URLs, comma separated (https).")
 @click.option("--node-name", required=True, help="This node's name (its lease is renewed).")
 @click.option("--nodepool-name", default="", help="This node's pool.")
@@ -162,6 +202,66 @@ def _duration(value: str) -> float:
     help="servicetopology pool topology from NodeBuckets (wins over --enable-node-pool).",
 )
 @click.option(
+    "--root-dir",
+    type=click.Path(file_okay=False, path_type=pathlib.Path),
+    default=pathlib.Path("/var/lib/yurthub"),
+    help="The hub's identity: yurthub.conf, bootstrap-hub.conf, pki/ (YurtHub's layout).",
+)
+@click.option(
+    "--bootstrap-mode",
+    type=click.Choice(["token", modes.Source.KUBELET.value]),
+    default="token",
+    help="token: own certificates from --join-token/--bootstrap-file; kubeletcertificate: "
+    "reuse kubelet's kubeconfig and rotating client certificate.",
+)
+@click.option("--join-token", default="", help="Bootstrap token <id>.<secret> (kubeadm token).")
+@click.option(
+    "--bootstrap-file",
+    type=click.Path(dir_okay=False, path_type=pathlib.Path),
+    default=None,
+    help="Bootstrap kubeconfig for the first CSR (preferred over --join-token).",
+)
+@click.option(
+    "--discovery-token-ca-cert-hash",
+    multiple=True,
+    help="sha256:<hex> pin of the cluster CA's public key (repeatable, comma separated).",
+)
+@click.option(
+    "--discovery-token-unsafe-skip-ca-verification/--no-discovery-token-unsafe-skip-ca-verification",
+    default=False,
+    help="Trust the CA in cluster-info on the token's signature alone (no pin).",
+)
+@click.option(
+    "--hub-cert-organizations",
+    multiple=True,
+    help="Extra O= of the hub's client certificate (repeatable, comma separated).",
+)
+@click.option("--node-ip", default="", help="This node's IP (a SAN of the serving certificate).")
+@click.option(
+    "--kubelet-kubeconfig",
+    type=click.Path(dir_okay=False, path_type=pathlib.Path),
+    default=pathlib.Path("/etc/kubernetes/kubelet.conf"),
+    help="kubeletcertificate mode: kubelet's kubeconfig.",
+)
+@click.option(
+    "--enable-dummy-if/--no-enable-dummy-if",
+    default=False,
+    help="Create a dummy interface holding --dummy-if-ip and serve the proxies there too "
+    "(needs NET_ADMIN).",
+)
+@click.option("--dummy-if-ip", default="169.254.2.1", help="The dummy interface's address.")
+@click.option("--dummy-if-name", default="hub-dummy0", help="The dummy interface's name.")
+@click.option(
+    "--api-audiences",
+    default="",
+    help="Audiences a ServiceAccount token needs to read its cache partition offline (comma "
+    "separated); default: the issuer.",
+)
+@click.option("--v", "verbosity", type=int, default=None, help="klog verbosity: 4+ logs debug.")
+@click.option("--cert-expiration-seconds", type=click.IntRange(min=0), default=0, hidden=True)
+@click.option("--cert-renew-before", type=click.FloatRange(min=0), default=0.0, hidden=True)
+@click.option("--csr-wait-timeout", type=click.FloatRange(min=1), default=900.0, hidden=True)
+@click.option(
     "--enable-discovery/--no-enable-discovery",
     default=False,
     help="Also run the device-discovery agent in this process; its API traffic goes through "
@@ -210,18 +310,33 @@ def _duration(value: str) -> float:
 )
 def command(**opts: object) -> None:
     """Run the hub: an offline-capable proxy in front of kube-apiserver."""
+    verbosity = opts.get("verbosity")
+    if isinstance(verbosity, int):
+        logging.getLogger().setLevel(logging.DEBUG if verbosity >= 4 else logging.INFO)
     try:
         hub_settings = build_settings(opts)
         companions: list[lifecycle.Companion] = []
         if opts["enable_discovery"]:
             companions.append(_discovery_companion(opts, hub_settings.node_name))
-        # Fail fast, with a clear message (also for a trust the flags do not allow).
+        # Fail fast, with a clear message (also for a trust the flags do not allow) on a
+        # kubeconfig the hub must read at start.
         policy = server.trust_policy(hub_settings.upstream)
+        certs = hub_settings.certs
         if hub_settings.upstream.kubeconfig is not None:
             kubeconfigs.load(hub_settings.upstream.kubeconfig, policy)
-        else:
+        elif not certs.source.manages_certificates:
             kubeconfigs.anonymous(hub_settings.upstream.servers, policy)
-    except (settings.ConfigError, kubeconfigs.KubeconfigError, click.BadParameter) as e:
+        if certs.source is modes.Source.KUBELET:
+            kubeconfigs.load(certs.kubelet_kubeconfig, policy)
+        if certs.source is modes.Source.BOOTSTRAP_FILE and certs.bootstrap_file is not None:
+            kubeconfigs.load(certs.bootstrap_file, policy)
+    except (
+        settings.ConfigError,
+        kubeconfigs.KubeconfigError,
+        click.BadParameter,
+        modes.ModeError,
+        jws.DiscoveryError,
+    ) as e:
         click.echo(f"edgehub hub: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
     try:
@@ -326,6 +441,8 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
         disabled = registry.parse_names(s("disabled_resource_filters"))
     except registry.UnknownFilter as e:
         raise click.BadParameter(str(e)) from e
+    certs = _cert_settings(opts, kubeconfig)
+    root_given = _given("root_dir")
     return settings.HubSettings(
         node_name=s("node_name"),
         nodepool_name=s("nodepool_name"),
@@ -347,6 +464,9 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             accept_hosts=tuple(
                 h.strip().lower() for h in s("proxy_accept_hosts").split(",") if h.strip()
             ),
+            enable_dummy_if=bool(opts.get("enable_dummy_if")),
+            dummy_if_ip=s("dummy_if_ip") if "dummy_if_ip" in opts else "169.254.2.1",
+            dummy_if_name=s("dummy_if_name") if "dummy_if_name" in opts else "hub-dummy0",
         ),
         heartbeat=settings.HeartbeatSettings(
             interval=float(i("heartbeat_interval_seconds")),
@@ -378,4 +498,68 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             enable_node_pool=bool(opts["enable_node_pool"]),
             enable_pool_service_topology=bool(opts["enable_pool_service_topology"]),
         ),
+        certs=certs,
+        authn=settings.AuthnSettings(
+            api_audiences=_comma_list((str(opts.get("api_audiences") or ""),)),
+            # Kept under --root-dir when the hub uses it (or it was asked for explicitly):
+            # a --kubeconfig test hub must not write to /var/lib/yurthub.
+            issuer_keys_file=layout.Layout(certs.root_dir).issuer_keys
+            if certs.source.manages_certificates or root_given
+            else None,
+        ),
+    )
+
+
+def _given(name: str) -> bool:
+    """Whether a flag was given on the command line or in the environment."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return False
+    source = ctx.get_parameter_source(name)
+    return source in (
+        click.core.ParameterSource.COMMANDLINE,
+        click.core.ParameterSource.ENVIRONMENT,
+    )
+
+
+def _cert_settings(opts: dict[str, Any], kubeconfig: pathlib.Path | None) -> settings.CertSettings:
+    root = opts.get("root_dir") or pathlib.Path("/var/lib/yurthub")
+    assert isinstance(root, pathlib.Path)
+    token = str(opts.get("join_token") or "")
+    if token:
+        jws.parse_token(token)  # a clear error now, not at the first bootstrap
+    pins = jws.parse_pins(_comma_list(tuple(opts.get("discovery_token_ca_cert_hash") or ())))
+    skip = bool(opts.get("discovery_token_unsafe_skip_ca_verification"))
+    bootstrap_file = opts.get("bootstrap_file")
+    assert bootstrap_file is None or isinstance(bootstrap_file, pathlib.Path)
+    kubelet_mode = opts.get("bootstrap_mode") == modes.Source.KUBELET.value
+    source = modes.resolve(
+        kubeconfig=kubeconfig is not None,
+        kubelet_mode=kubelet_mode,
+        bootstrap_file=bootstrap_file is not None,
+        join_token=bool(token),
+        hub_kubeconfig_exists=layout.Layout(root).hub_kubeconfig.exists(),
+    )
+    if source is modes.Source.JOIN_TOKEN and not pins and not skip:
+        raise settings.ConfigError(
+            "--join-token needs --discovery-token-ca-cert-hash sha256:<hex> (the cluster CA's "
+            "public key hash) or --discovery-token-unsafe-skip-ca-verification"
+        )
+    kubelet_kubeconfig = opts.get("kubelet_kubeconfig") or pathlib.Path(
+        "/etc/kubernetes/kubelet.conf"
+    )
+    assert isinstance(kubelet_kubeconfig, pathlib.Path)
+    return settings.CertSettings(
+        source=source,
+        root_dir=root,
+        join_token=token,
+        bootstrap_file=bootstrap_file,
+        ca_cert_hashes=pins,
+        unsafe_skip_ca_verification=skip,
+        organizations=_comma_list(tuple(opts.get("hub_cert_organizations") or ())),
+        node_ip=str(opts.get("node_ip") or ""),
+        kubelet_kubeconfig=kubelet_kubeconfig,
+        expiration_seconds=int(opts.get("cert_expiration_seconds") or 0),
+        renew_before=float(opts.get("cert_renew_before") or 0.0),
+        csr_wait_timeout=float(opts.get("csr_wait_timeout") or 900.0),
     )

@@ -97,8 +97,10 @@ def requested_media(info: requestinfo.RequestInfo) -> MediaType:
 
 
 def is_cacheable_request(info: requestinfo.RequestInfo, is_agent: AgentCheck) -> bool:
-    """§2.6 without the response: may this request's answer be cached / answered from cache."""
-    if not info.is_resource_request or not info.component:
+    """§2.6 without the response: may this request's answer be cached / answered from cache.
+    Never for a Bearer token the hub could not verify (``partition`` None): it would have no
+    partition but the component's, which others can read."""
+    if not info.is_resource_request or not info.component or info.partition is None:
         return False
     if info.verb in NEVER_CACHED_VERBS or info.subresource not in CACHED_SUBRESOURCES:
         return False
@@ -110,8 +112,9 @@ def is_cacheable_request(info: requestinfo.RequestInfo, is_agent: AgentCheck) ->
 
 
 def scope_of(info: requestinfo.RequestInfo, media: MediaType) -> keys.Scope:
+    """The scope under the request's partition (``RequestInfo.owner``)."""
     return keys.Scope(
-        component=info.component,
+        component=info.owner,
         resource=info.resource,
         version=info.version,
         group=info.group,

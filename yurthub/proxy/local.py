@@ -51,13 +51,9 @@ what the cloud sent, and offline answers go through the same filters as online o
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
-import hashlib
-import hmac
 import logging
 import random
-import secrets
 import time
 from collections.abc import Callable
 from typing import Any
@@ -66,6 +62,7 @@ import orjson
 from aiohttp import web
 
 from yurthub import protodecoding, requestinfo, statuses
+from yurthub.authn import offlinetokens
 from yurthub.cache import (
     agents,
     cacheability,
@@ -87,9 +84,6 @@ MAX_REQUEST_BODY = 3 << 20
 """The apiserver's own request body limit (3 MiB)."""
 HEALTH_POLL = 0.5
 """Seconds between looks at cloud health while holding a watch open."""
-TOKEN_LIFETIME = 60
-"""Offline service-account tokens expire in a minute, so kubelet replaces them right after the
-cloud comes back (it refreshes at 80 % of a token's life)."""
 
 HealthView = Callable[[], bool]
 """True when some backend is healthy (``health.HealthChecker.any_healthy``)."""
@@ -107,7 +101,10 @@ class Answerer:
         bookmark_interval: float,
         cloud_healthy: HealthView | None = None,
         clock: Callable[[], float] = time.time,
+        tokens: offlinetokens.OfflineTokens | None = None,
     ) -> None:
+        """``tokens``: issues offline TokenRequest answers (shared with the hub's token
+        verifier, so a pod holding one is recognised)."""
         self._store = cache
         self._agents = agent_set
         self._min_request_timeout = min_request_timeout
@@ -115,7 +112,7 @@ class Answerer:
         self.cloud_healthy: HealthView = cloud_healthy or (lambda: False)
         self._clock = clock
         self._closing = asyncio.Event()
-        self._token_key = secrets.token_bytes(32)
+        self.tokens = tokens or offlinetokens.OfflineTokens(lambda: ())
         self.filters: seams.ResponseFilter | None = None
         """The response filters: offline answers are filtered as online ones (set by the
         assembly; None: unfiltered)."""
@@ -150,6 +147,16 @@ class Answerer:
             return await self._get(request, info, reason)
         if not info.is_resource_request:
             return await self._document(info, reason)
+        if info.partition is None:
+            # A Bearer token the hub cannot verify proves no identity: its partition is
+            # unknown, and the component's belongs to the node (THREAT_MODEL.md).
+            if reason is seams.LocalReason.UPSTREAM_ERROR:
+                return None
+            return _status(
+                401,
+                "Unauthorized: the cloud is unreachable and the hub cannot verify this token "
+                "offline (expired, another audience, or the issuer's keys are not known yet)",
+            )
         verb = info.verb
         if verb == "watch":
             return await self._watch(request, info)
@@ -191,7 +198,7 @@ class Answerer:
     # --- get / update / patch ------------------------------------------------------------------
 
     def _object_key(self, info: requestinfo.RequestInfo, partial: str = "") -> keys.ObjectKey:
-        scope = keys.Scope(info.component, info.resource, info.version, info.group, partial)
+        scope = keys.Scope(info.owner, info.resource, info.version, info.group, partial)
         return keys.object_key(scope, info.namespace, info.name)
 
     async def _read(self, key: keys.ObjectKey) -> bytes | None:
@@ -204,7 +211,7 @@ class Answerer:
     ) -> list[keys.Scope]:
         """Scopes that can answer, best first: a view is built from full objects when cached,
         else from the metadata-only objects kubectl's Tables carried."""
-        full = keys.Scope(info.component, info.resource, info.version, info.group)
+        full = keys.Scope(info.owner, info.resource, info.version, info.group)
         if media.representation is cacheability.Representation.PARTIAL:
             return [dataclasses.replace(full, partial=media.partial_version), full]
         if media.representation is cacheability.Representation.TABLE:
@@ -451,7 +458,7 @@ class Answerer:
         else:
             hold = self._min_request_timeout * (1 + random.random())
         deadline = asyncio.get_running_loop().time() + hold
-        scope = keys.Scope(info.component, info.resource, info.version, info.group)
+        scope = keys.Scope(info.owner, info.resource, info.version, info.group)
         try:
             labels = selectors.parse_labels(info.label_selector)
             fields = selectors.parse_fields(info.field_selector)
@@ -550,7 +557,7 @@ class Answerer:
             and info.body_content_type == JSON
             and cacheability.is_cacheable_request(info, self._agents.allows)
         ):
-            scope = keys.Scope(info.component, info.resource, info.version, info.group)
+            scope = keys.Scope(info.owner, info.resource, info.version, info.group)
             self._store.submit(store.PutObject(scope, body, info.namespace))
         resp = web.Response(status=201, body=body)
         resp.content_type = info.body_content_type or JSON
@@ -561,33 +568,27 @@ class Answerer:
 
         kubelet needs a token to start (or restart) a pod with a projected service-account
         volume. Like YurtHub we answer with a token of our own; unlike YurtHub it is signed with
-        a random per-process key (nobody can verify it, nobody can forge one from a well-known
-        key) and lives one minute, so kubelet swaps it for a real one soon after the cloud comes
-        back. The pod can reach the hub with it (the hub does not authenticate); the real
-        apiserver rejects it, which is right.
+        a random per-process key (``authn.offlinetokens``: nobody can verify it but this hub,
+        nobody can forge one from a well-known key) and lives one minute, so kubelet swaps it
+        for a real one soon after the cloud comes back. The pod reaches the hub with it and
+        reads its ServiceAccount's cache partition; the real apiserver rejects it, which is
+        right.
         """
         try:
             request_obj = _decoded(info, body) if body else {}
         except ValueError as e:
             return _status(400, f"the TokenRequest body cannot be read: {e}")
-        now = int(self._clock())
         spec = request_obj.get("spec") if isinstance(request_obj.get("spec"), dict) else {}
         assert isinstance(spec, dict)
-        claims = {
-            "iss": "edgehub-offline",
-            "sub": f"system:serviceaccount:{info.namespace}:{info.name}",
-            "aud": spec.get("audiences") or [],
-            "iat": now,
-            "nbf": now,
-            "exp": now + TOKEN_LIFETIME,
-        }
-        token = _jwt(claims, self._token_key)
-        expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + TOKEN_LIFETIME))
+        audiences = spec.get("audiences")
+        wanted = [str(a) for a in audiences] if isinstance(audiences, list) else []
+        token, expiry = self.tokens.mint(info.namespace, info.name, wanted, self._clock())
+        expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expiry))
         answer = {
             "kind": "TokenRequest",
             "apiVersion": "authentication.k8s.io/v1",
             "metadata": {"name": info.name, "namespace": info.namespace},
-            "spec": {**spec, "expirationSeconds": TOKEN_LIFETIME},
+            "spec": {**spec, "expirationSeconds": offlinetokens.LIFETIME},
             "status": {"token": token, "expirationTimestamp": expires},
         }
         return _json(201, orjson.dumps(answer))
@@ -633,7 +634,7 @@ class Answerer:
             return _status(
                 400, f"the Lease's metadata.name {name!r} must be set and match the URL's"
             )
-        scope = keys.Scope(info.component, info.resource, info.version, info.group)
+        scope = keys.Scope(info.owner, info.resource, info.version, info.group)
         # A create is POSTed to the collection: the name to look for is the body's.
         if info.verb == "create" and self._store.entry(
             keys.object_key(scope, info.namespace, name)
@@ -890,15 +891,3 @@ async def _read_json(request: web.Request) -> Any:
         return orjson.loads(body)
     except orjson.JSONDecodeError as e:
         raise _Reply(_status(400, f"the patch is not JSON: {e}")) from e
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _jwt(claims: dict[str, Any], key: bytes) -> str:
-    header = _b64(orjson.dumps({"alg": "HS256", "typ": "JWT"}))
-    payload = _b64(orjson.dumps(claims))
-    signing_input = f"{header}.{payload}".encode("ascii")
-    signature = _b64(hmac.new(key, signing_input, hashlib.sha256).digest())
-    return f"{header}.{payload}.{signature}"

@@ -22,7 +22,7 @@ import yarl
 from aiohttp import web
 
 from yurthub import balancing, fairness, health, metrics, readiness, requestinfo, settings
-from yurthub.proxy import headers, hosts, remote, responses, seams, upgrading
+from yurthub.proxy import headers, hosts, identifying, remote, responses, seams, upgrading
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,10 @@ class Router:
         ready: readiness.Readiness,
         collectors: metrics.Metrics,
         local: seams.LocalAnswerer | None,
+        identifier: identifying.Identifier | None = None,
     ) -> None:
+        """``identifier``: who the caller is (``proxy/identifying``); None treats every request
+        as the node's own and caches Bearer answers under the component (tests only)."""
         self._settings = hub
         self._balancer = balancer
         self._health = checker
@@ -48,6 +51,7 @@ class Router:
         self._ready = ready
         self._metrics = collectors
         self.local = local
+        self._identifier = identifier
         self._own_multiplexer_ua = f"multiplexer-proxy-{hub.node_name}"
         listen = hub.listen
         self.hosts = hosts.AcceptedHosts(
@@ -70,7 +74,9 @@ class Router:
     async def wait_idle(self) -> None:
         await self._idle.wait()
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: web.Request, *, secure: bool = False) -> web.StreamResponse:
+        """One proxied request; ``secure``: it came in on the TLS port (10268), where callers
+        must authenticate."""
         started = time.perf_counter()
         foreign = refused_host(self.hosts, request)
         if foreign is not None:
@@ -87,6 +93,11 @@ class Router:
                 f"the server does not allow this method on the requested resource: "
                 f"{request.method}",
             )
+        if self._identifier is not None:
+            identified = self._identifier.identify(request, info, secure=secure)
+            if isinstance(identified, web.Response):
+                return identified
+            info = identified
         long_running = info.is_long_running
         client = fairness.client_key(
             info, headers.bearer_token(request.headers.get("Authorization", ""))

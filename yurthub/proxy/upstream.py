@@ -4,7 +4,9 @@ One ``Upstream`` per hub (never module-level). Both the remote proxy and the hea
 use it, so a probe sees the same TLS setup and pool as real traffic.
 
 Identity rotation (``follow_identity``, run as one task by the hub when its identity comes from
-``--kubeconfig``): every ``identity_check_interval`` seconds (10 s, YurtHub's transport manager)
+a kubeconfig: ``--kubeconfig``, kubelet's, or the ``yurthub.conf`` the certificate manager
+writes, which may not exist yet at start: the identity is then anonymous until it does): every
+``identity_check_interval`` seconds (10 s, YurtHub's transport manager)
 the files the identity was read from are stat'ed in the executor (``kubeconfigs.changed``).
 A failure that may be the apiserver refusing the hub's own credentials (HTTP 401, a TLS error,
 see ``is_tls_failure`` for how TLS 1.3 shows a refused certificate) wakes the check at once, at
@@ -210,7 +212,12 @@ class Upstream:
         async with self._check_lock:
             loop = asyncio.get_running_loop()
             current = self.identity
-            if not await loop.run_in_executor(None, kubeconfigs.changed, current.files):
+            if not current.files:
+                # No identity yet (the certificate manager has not written yurthub.conf):
+                # nothing to complain about until the file exists.
+                if not await loop.run_in_executor(None, self._kubeconfig.exists):
+                    return False
+            elif not await loop.run_in_executor(None, kubeconfigs.changed, current.files):
                 self._note_expiry()
                 return False
             try:

@@ -195,6 +195,7 @@ class SimApiserver:
             await runner.cleanup()
             raise
         self._runner = runner
+        self.state.ensure_cluster_info(self.url)
         self._write_admin_kubeconfig()
         log.info("simulated apiserver serving on %s", self.url)
 
