@@ -221,6 +221,14 @@ class HealthChecker:
         self._pending.add(server)
         self._wake.set()
 
+    def probe_soon(self) -> None:
+        """Probe every unhealthy server now (the hub's identity just changed: a server that
+        refused the old one may accept the new)."""
+        pending = {s for s in self.servers if not self.is_healthy(s)}
+        if pending:
+            self._pending |= pending
+            self._wake.set()
+
     # --- the loop ---
 
     async def run(self) -> None:

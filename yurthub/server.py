@@ -317,6 +317,9 @@ class Hub:
             self.certs.on_client_pair.append(self._reload_identity)
             self.readiness.add("client-certificate", self.certs.client_readiness)
             self.readiness.add(
+                "client-certificate-expiry", self.certs.client_expiry_readiness, gates_proxy=False
+            )
+            self.readiness.add(
                 "serving-certificate", self.certs.serving_readiness, gates_proxy=False
             )
         await loop.run_in_executor(None, self.issuer_keys.load)
@@ -388,8 +391,11 @@ class Hub:
             return _no_identity_yet(), path
 
     async def _reload_identity(self) -> None:
-        if self.upstream is not None:
-            await self.upstream.check_identity()
+        """The certificate manager wrote a new client pair: use it now, and re-probe servers
+        that refused the old identity (or none) instead of waiting for the next tick."""
+        reloaded = self.upstream is not None and await self.upstream.check_identity()
+        if reloaded and self.health is not None:
+            self.health.probe_soon()
 
     async def _cloud_reachable(self) -> None:
         """Until some apiserver is healthy (the issuer keys are fetched then)."""

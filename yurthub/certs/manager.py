@@ -123,7 +123,8 @@ class CertManager:
         return None
 
     def client_readiness(self) -> str:
-        """ "" when the hub has a client identity; else what is missing (the proxy gate)."""
+        """Empty when the hub has a client identity, even an expired one (offline the cache
+        still answers with it); else what is missing. The proxy's gate."""
         if self.source is modes.Source.KUBELET:
             return ""
         if self.client_pair is not None:
@@ -131,6 +132,16 @@ class CertManager:
         csr = self.pending_csr[csrs.Kind.CLIENT]
         waiting = f" (waiting for CSR {csr})" if csr else ""
         return f"no client certificate yet{waiting}: {self.client_problem}"
+
+    def client_expiry_readiness(self) -> str:
+        """Empty unless the client certificate has expired (reported, not a gate)."""
+        pair = self.client_pair
+        if pair is None or self._usable(pair):
+            return ""
+        csr = self.pending_csr[csrs.Kind.CLIENT]
+        waiting = f" (waiting for CSR {csr})" if csr else ""
+        until = f"{pair.validity.not_after:%Y-%m-%dT%H:%M:%SZ}"
+        return f"the client certificate expired at {until}{waiting}: {self.client_problem}"
 
     def serving_readiness(self) -> str:
         if self.serving_pair is not None:
@@ -240,8 +251,7 @@ class CertManager:
             except Exception as e:
                 attempt += 1
                 delay = self._backoff(attempt)
-                self.client_problem = _describe(e)
-                log.error("client certificate: %s; retrying in %.0fs", self.client_problem, delay)
+                self._failed(csrs.Kind.CLIENT, _describe(e), delay)
                 await self._sleep(delay, self._wake_client)
 
     async def _serving_loop(self) -> None:
@@ -266,6 +276,10 @@ class CertManager:
                     self.serving_problem = ""
                     await self._sleep_until(self._renew_at(pair), self._wake_serving)
                     continue
+            if not self._has_valid_client_identity():
+                self.serving_problem = "waiting for a valid client certificate (the requester)"
+                await self._sleep(RECHECK, self._wake_serving)
+                continue
             try:
                 await self._renew_serving()
                 attempt = 0
@@ -274,9 +288,32 @@ class CertManager:
             except Exception as e:
                 attempt += 1
                 delay = self._backoff(attempt)
-                self.serving_problem = _describe(e)
-                log.error("serving certificate: %s; retrying in %.0fs", self.serving_problem, delay)
+                self._failed(csrs.Kind.SERVING, _describe(e), delay)
                 await self._sleep(delay, self._wake_serving)
+
+    def _has_valid_client_identity(self) -> bool:
+        if self.source is modes.Source.KUBELET:
+            return True  # kubelet keeps its own certificate fresh
+        pair = self.client_pair
+        return pair is not None and self._usable(pair)
+
+    def _failed(self, kind: csrs.Kind, problem: str, delay: float) -> None:
+        """One ERROR line per distinct problem (repeats at DEBUG: a long outage must not
+        flood the log); ``/v1/readyz`` always shows the latest."""
+        previous = self.client_problem if kind is csrs.Kind.CLIENT else self.serving_problem
+        if kind is csrs.Kind.CLIENT:
+            self.client_problem = problem
+        else:
+            self.serving_problem = problem
+        level = logging.DEBUG if problem == previous else logging.ERROR
+        log.log(
+            level,
+            "%s certificate: %s; retrying with back-off (next in %.1fs, at most %.0fs)",
+            kind.value,
+            problem,
+            delay,
+            self.settings.retry_cap,
+        )
 
     # --- one renewal -----------------------------------------------------------------------------
 
@@ -292,6 +329,7 @@ class CertManager:
         self.rotations[csrs.Kind.CLIENT] += 1
         log.info("client certificate %s: %s", "renewed" if renewing else "obtained", new.describe())
         self.client_ready.set()
+        self._wake_serving.set()  # it may have been waiting for a valid requester
         for listener in self.on_client_pair:
             await listener()
 
