@@ -551,7 +551,7 @@ class CertManager:
             if len(self._draws) > 16:
                 self._draws.pop(next(iter(self._draws)))
         return renewal.deadline(
-            pair.validity,
+            pair.renewal_window,
             draw,
             low=self.settings.renewal_low,
             high=self.settings.renewal_high,

@@ -48,12 +48,23 @@ class Pair:
     certificate: x509.Certificate
     pem: bytes
     """Certificate chain and key as read."""
+    written: datetime.datetime
+    """When the file was written (its mtime)."""
 
     @property
     def validity(self) -> renewal.Validity:
         return renewal.Validity(
             self.certificate.not_valid_before_utc, self.certificate.not_valid_after_utc
         )
+
+    @property
+    def renewal_window(self) -> renewal.Validity:
+        """The validity the renewal deadline is a fraction of: from when we got the certificate
+        (the file's mtime), not from ``notBefore``. Signers backdate ``notBefore`` (Kubernetes
+        by 5 minutes); for a short certificate the backdated part would put the 70-90 % mark
+        at once or in the past, and every new certificate would be renewed immediately."""
+        start = max(self.validity.not_before, min(self.written, self.validity.not_after))
+        return renewal.Validity(start, self.validity.not_after)
 
     @property
     def common_name(self) -> str:
@@ -68,11 +79,16 @@ class Pair:
 
 
 def _read(path: pathlib.Path) -> bytes:
+    return _read_stat(path)[0]
+
+
+def _read_stat(path: pathlib.Path) -> tuple[bytes, float]:
     with open(path, "rb") as f:
+        mtime = os.fstat(f.fileno()).st_mtime
         data = f.read(MAX_PAIR_BYTES + 1)
     if len(data) > MAX_PAIR_BYTES:
         raise PairError(f"{path}: larger than {MAX_PAIR_BYTES} bytes")
-    return data
+    return data, mtime
 
 
 def load_pair(path: pathlib.Path) -> Pair:
@@ -80,7 +96,7 @@ def load_pair(path: pathlib.Path) -> Pair:
     absent; ``PairError`` when present but unusable."""
     target = pathlib.Path(os.path.realpath(path))
     try:
-        data = _read(path)
+        data, mtime = _read_stat(path)
     except FileNotFoundError:
         raise
     except OSError as e:
@@ -101,7 +117,8 @@ def load_pair(path: pathlib.Path) -> Pair:
     der = serialization.Encoding.DER
     if key.public_key().public_bytes(der, spki) != chain[0].public_key().public_bytes(der, spki):
         raise PairError(f"{path}: the private key does not match the certificate")
-    return Pair(path, target, chain[0], data)
+    written = datetime.datetime.fromtimestamp(mtime, datetime.UTC)
+    return Pair(path, target, chain[0], data, written)
 
 
 def _key_block(data: bytes, path: pathlib.Path) -> bytes:

@@ -104,7 +104,6 @@ def trusting(ca_pem: bytes, cert: pathlib.Path | None = None) -> ssl.SSLContext:
 class Answer:
     status: int
     body: Any
-    peer_serial: int = 0
 
 
 async def get(
@@ -123,21 +122,25 @@ async def get(
     try:
         async with session.get(url, headers=headers, ssl=ctx) as resp:
             raw = await resp.read()
-            serial = 0
-            if resp.connection is not None and resp.connection.transport is not None:
-                peer = resp.connection.transport.get_extra_info("ssl_object")
-                if peer is not None:
-                    der = peer.getpeercert(binary_form=True)
-                    if der:
-                        serial = x509.load_der_x509_certificate(der).serial_number
             try:
                 body = orjson.loads(raw) if raw else None
             except orjson.JSONDecodeError:
                 body = raw.decode(errors="replace")
-            return Answer(resp.status, body, serial)
+            return Answer(resp.status, body)
     finally:
         if own:
             await session.close()
+
+
+async def serving_serial(url: str, ctx: ssl.SSLContext) -> int:
+    """The serial number of the certificate a new TLS connection to ``url`` is shown."""
+    host, port = url.split("://", 1)[1].rsplit(":", 1)
+    _, writer = await asyncio.open_connection(host, int(port), ssl=ctx)
+    try:
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        return x509.load_der_x509_certificate(der).serial_number
+    finally:
+        writer.close()
 
 
 async def readyz(hub: server.Hub) -> tuple[int, str]:
