@@ -48,6 +48,7 @@ class Edge:
         self.rt = await runtime.open(self.hub_settings)
         self.hub = server.Hub(self.hub_settings, tee=self.rt.tee, local=self.rt.local)
         self.hub.on_lease = self.rt.on_lease
+        self.rt.local.tokens = self.hub.verifier.offline  # as assembly.running wires it
         self.rt.attach_metrics(self.hub.metrics)
         await self.hub.start()
         assert self.hub.health is not None
@@ -94,8 +95,11 @@ class Edge:
         params: dict[str, str] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        token: str = "",
     ) -> tuple[int, Any, dict[str, str]]:
         headers = {"User-Agent": ua, "Accept": accept}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         data = None
         if body is not None:
             data = body if isinstance(body, bytes) else orjson.dumps(body)
