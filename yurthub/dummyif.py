@@ -8,6 +8,10 @@ the hub stops. It needs CAP_NET_ADMIN; without it ``ensure`` fails with the comm
 
 Each command runs as a subprocess with a timeout (never blocking the event loop); a failure is
 ``DummyIfError`` naming the command and its stderr.
+
+A kernel built without the dummy driver (``CONFIG_DUMMY`` unset: some minimal VM kernels)
+answers "Unknown device type": the interface is then made as an empty bridge, which holds a
+local address just the same (nothing is attached to it), with one warning saying so.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class DummyInterface:
         self.recheck = recheck
         self._ip = ip_command or shutil.which("ip") or "/sbin/ip"
         self._said = ""
+        self.kind = "dummy"
+        """The link type in use: ``dummy``, or ``bridge`` on a kernel without the dummy driver."""
 
     async def _run(self, *args: str, check: bool = True) -> tuple[int, str]:
         try:
@@ -62,7 +68,17 @@ class DummyInterface:
         made = False
         rc, _ = await self._run("link", "show", "dev", self.name, check=False)
         if rc != 0:
-            await self._run("link", "add", self.name, "type", "dummy")
+            try:
+                await self._run("link", "add", self.name, "type", self.kind)
+            except DummyIfError as e:
+                if self.kind != "dummy" or "Unknown device type" not in str(e):
+                    raise
+                log.warning(
+                    "this kernel has no dummy interface driver: %s is made as an empty bridge",
+                    self.name,
+                )
+                self.kind = "bridge"
+                await self._run("link", "add", self.name, "type", self.kind)
             made = True
         prefix = 32 if self.address.version == 4 else 128
         _, addrs = await self._run("-o", "addr", "show", "dev", self.name)

@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from edgehub import cli, pflags
-from yurthub import assembly, kubeconfigs, lifecycle, requestinfo, server, settings
+from yurthub import assembly, dummyif, kubeconfigs, lifecycle, requestinfo, server, settings
 from yurthub.certs import jws, layout, modes
 from yurthub.filters import registry
 
@@ -341,7 +341,7 @@ def command(**opts: object) -> None:
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
     try:
         asyncio.run(lifecycle.run(hub_settings, companions))
-    except OSError as e:  # port in use, address not available
+    except (OSError, dummyif.DummyIfError) as e:  # port in use, no NET_ADMIN for the dummy
         click.echo(f"edgehub hub: cannot start: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
     except BaseException as e:

@@ -170,6 +170,8 @@ class CertManager:
     def _prepare_files(self) -> None:
         pemfiles.ensure_dir(self.settings.root_dir, 0o755)
         pemfiles.ensure_dir(self.layout.pki)
+        for directory in (self.settings.root_dir, self.layout.pki):
+            pemfiles.remove_orphans(directory)
 
     async def _load(self, path: pathlib.Path, what: str) -> pemfiles.Pair | None:
         loop = asyncio.get_running_loop()

@@ -5,9 +5,10 @@ PURE: times in, times out; randomness is passed in as a number in [0, 1).
 - Renewal at a jittered 70-90 % of the certificate's validity, as client-go's certificate
   manager does: hubs that got their certificates at the same moment do not all come back to the
   signer at the same moment. The caller passes the window from when it got the certificate
-  (``pemfiles.Pair.renewal_window``), not from a backdated ``notBefore``. ``renew_before`` (a test knob, 0 off)
-  pulls the deadline to at most that many seconds before ``notAfter``: the real apiserver does
-  not sign for less than 10 minutes, and a rotation test should not wait 7 of them.
+  (``pemfiles.Pair.renewal_window``), not from a backdated ``notBefore``. ``renew_before`` (a
+  test knob, 0 off) pulls the deadline to at most that many seconds before ``notAfter``: the
+  real apiserver does not sign for less than 10 minutes, and a rotation test should not wait 7
+  of them.
 - A certificate whose ``notBefore`` is in the future is usable by us towards the apiserver
   (the apiserver checks it against its own clock) but a client of ours on this node would
   refuse it: ``standing`` says so, so the log line can name clock skew.
