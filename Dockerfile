@@ -19,9 +19,10 @@ COPY yurthub ./yurthub
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim
-# libudev for the udev handler (pyudev loads it at run time).
+# libudev for the udev handler (pyudev loads it at run time); iproute2 for the hub's
+# dummy interface (--enable-dummy-if runs `ip`).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libudev1 \
+    && apt-get install -y --no-install-recommends libudev1 iproute2 \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /wheels /wheels
 # Byte-code is compiled at install time: the containers run with a read-only root.

@@ -50,6 +50,7 @@ from discovery.agent import settings as agent_settings
 from managers import csrapproving
 from yurthub import settings as hub_settings
 from yurthub.cache import agents
+from yurthub.certs import modes
 from yurthub.filters import runtime as filtering
 
 EDGEHUB = shutil.which("edgehub", path=str(Path(sys.executable).parent)) or "edgehub"
@@ -190,11 +191,13 @@ def test_static_pod_keeps_the_design_contract() -> None:
         "requests": {"cpu": "150m", "memory": "150Mi"},
         "limits": {"memory": "300Mi"},
     }
-    assert {p["containerPort"] for p in hub["ports"]} == {10261, 10267}
+    assert {p["containerPort"] for p in hub["ports"]} == {10261, 10267, 10268}
     assert host_path(pod, Path("/etc/kubernetes/cache"))["hostPath"]["path"] == (
         "/etc/kubernetes/cache"
     )
-    assert host_path(pod, Path("/var/lib/edgehub"))["hostPath"]["path"] == "/var/lib/edgehub"
+    assert host_path(pod, Path("/var/lib/yurthub"))["hostPath"]["path"] == "/var/lib/yurthub"
+    # The dummy interface needs NET_ADMIN; nothing else is added.
+    assert hub["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
     assert hub["image"] == f"{IMAGE_REPOSITORY}:{project_version()}"
 
 
@@ -216,11 +219,18 @@ def test_static_pod_command_builds_the_settings_it_promises(
     )
     assert (built.listen.bind_proxy_address, built.listen.proxy_port) == ("127.0.0.1", 10261)
     assert built.cache.disk_cache_path == Path("/etc/kubernetes/cache")
-    assert built.upstream.kubeconfig is not None
+    # Its own identity, YurtHub's way: a join token pinned to the cluster CA, files kept
+    # under --root-dir (certificates requested, renewed and written there).
+    assert built.upstream.kubeconfig is None
+    assert built.certs.source is modes.Source.JOIN_TOKEN
+    assert built.certs.ca_cert_hashes and not built.certs.unsafe_skip_ca_verification
+    assert built.listen.enable_dummy_if and built.listen.proxy_secure_port == 10268
     # Its identity and its cache are on host volumes: they survive a restart of the Pod.
-    assert "hostPath" in host_path(pod, built.upstream.kubeconfig)
-    assert "hostPath" in host_path(pod, built.cache.disk_cache_path)
-    assert not host_path(pod, built.cache.disk_cache_path)["readOnly"]
+    for path in (built.certs.root_dir, built.cache.disk_cache_path):
+        assert "hostPath" in host_path(pod, path)
+        assert not host_path(pod, path)["readOnly"]
+    assert built.authn.issuer_keys_file is not None
+    assert "hostPath" in host_path(pod, built.authn.issuer_keys_file)
     grace = pod["spec"]["terminationGracePeriodSeconds"]
     assert grace > built.proxy.shutdown_grace
 
@@ -293,7 +303,7 @@ def test_hub_rbac_grants_the_filters_their_inputs() -> None:
     for resource in ("nodepools", "nodebuckets"):
         assert any(
             _allows(
-                roles[b["roleRef"]["name"]]["rules"],
+                roles.get(b["roleRef"]["name"], {"rules": []})["rules"],
                 "apps.openyurt.io",
                 resource,
                 ("get", "list", "watch"),
@@ -308,6 +318,30 @@ def test_hub_rbac_grants_the_filters_their_inputs() -> None:
     )
     paths = {path for _, _, path, _, _ in filtering.Filters(s).needed()}
     assert paths == {filtering.NODEPOOLS_PATH, "/api/v1/services", "/api/v1/nodes"}
+
+
+def test_hub_rbac_for_bootstrap_and_issuer_keys() -> None:
+    bootstrap = load(MANIFESTS / "hub" / "bootstrap-rbac.yaml")
+    (csrs,) = [m.doc for m in bootstrap if m.kind == "ClusterRoleBinding"]
+    assert csrs["roleRef"]["name"] == "system:node-bootstrapper"
+    assert csrs["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:bootstrappers"}
+    ]
+    (role,) = [m.doc for m in bootstrap if m.kind == "Role"]
+    assert role["metadata"]["namespace"] == "kube-public"
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["cluster-info"],
+            "verbs": ["get"],
+        }
+    ]
+    (issuer,) = [
+        m.doc for m in load(MANIFESTS / "hub" / "rbac.yaml") if m.kind == "ClusterRoleBinding"
+    ]
+    assert issuer["roleRef"]["name"] == "system:service-account-issuer-discovery"
+    assert {s["name"] for s in issuer["subjects"]} == {"system:nodes"}
 
 
 def _allows(
