@@ -294,7 +294,13 @@ class Hub:
             warning = kubeconfigs.trust_warning(identity.trust, where)
             if warning:
                 log.warning("%s", warning)
-        client = upstream.Upstream(s.upstream, identity, kubeconfig=followed, trust=policy)
+        client = upstream.Upstream(
+            s.upstream,
+            identity,
+            kubeconfig=followed,
+            trust=policy,
+            renewed_by_hub=self.certs is not None and self.certs.source.requests_client_certificate,
+        )
         await client.start()
         self.upstream = client
         self._stack.push_async_callback(client.close)
@@ -418,16 +424,18 @@ class Hub:
                     async with client.session.get(
                         server + path,
                         headers={
-                            "Accept": "application/json",
+                            # The JWK set is served as application/jwk-set+json; a JSON-only
+                            # Accept gets 406 from kube-apiserver.
+                            "Accept": "application/json, application/jwk-set+json",
                             "User-Agent": "edgehub",
                             **client.identity_headers(),
                         },
                         ssl=client.ssl_for(server, own_identity=True),
                     ) as resp:
-                        body = await resp.content.read(apiclient.MAX_BODY + 1)
+                        body = await apiclient.read_whole(resp.content)
                         if resp.status != 200:
                             raise RuntimeError(f"{server}{path}: HTTP {resp.status}")
-            except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            except (aiohttp.ClientError, OSError, TimeoutError, apiclient.TooLarge) as e:
                 failures.append(f"{server}: {e!r}")
                 continue
             decoded = orjson.loads(body)

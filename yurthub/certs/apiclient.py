@@ -108,13 +108,14 @@ class Client:
                     async with self._session.request(
                         method, server + path, data=data, headers=headers, ssl=self._ssl(server)
                     ) as resp:
-                        raw = await resp.content.read(MAX_BODY + 1)
                         status = resp.status
+                        try:
+                            raw = await read_whole(resp.content)
+                        except TooLarge as e:
+                            raise ApiError(server, status, str(e)) from e
             except (aiohttp.ClientError, OSError, TimeoutError) as e:
                 failures.append(f"{server}: {_why(e)}")
                 continue
-            if len(raw) > MAX_BODY:
-                raise ApiError(server, status, f"answer larger than {MAX_BODY} bytes")
             decoded = _decode(raw)
             if status >= 400:
                 message = decoded.get("message") if isinstance(decoded, dict) else None
@@ -149,7 +150,10 @@ class Client:
                 read_bufsize=1 << 16,
             ) as resp:
                 if resp.status >= 400:
-                    raw = await resp.content.read(MAX_BODY)
+                    try:
+                        raw = await read_whole(resp.content)
+                    except TooLarge:
+                        raw = b""
                     decoded = _decode(raw)
                     message = decoded.get("message") if isinstance(decoded, dict) else ""
                     raise ApiError(server, resp.status, str(message or "watch refused"))
@@ -165,6 +169,21 @@ class Client:
                             yield event
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             raise Unreachable(f"{server}: {_why(e)}") from e
+
+
+class TooLarge(Exception):
+    pass
+
+
+async def read_whole(content: aiohttp.StreamReader, limit: int = MAX_BODY) -> bytes:
+    """The whole body, at most ``limit`` bytes (``TooLarge`` past it). ``read(n)`` alone
+    returns whatever has arrived: with a real apiserver, often only the first piece."""
+    body = bytearray()
+    while chunk := await content.read(65536):
+        body += chunk
+        if len(body) > limit:
+            raise TooLarge(f"answer larger than {limit} bytes")
+    return bytes(body)
 
 
 def _decode(raw: bytes) -> Any:

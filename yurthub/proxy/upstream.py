@@ -116,9 +116,12 @@ class Upstream:
         kubeconfig: pathlib.Path | None = None,
         trust: kubeconfigs.TrustPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
+        renewed_by_hub: bool = False,
     ) -> None:
         """``kubeconfig``: where ``identity`` came from; ``follow_identity`` reloads it from
-        there. ``None``: the identity is fixed."""
+        there. ``None``: the identity is fixed. ``renewed_by_hub``: the hub's certificate
+        manager renews it (short-lived certificates are "expiring" all their life: that is
+        logged at DEBUG; an expired one still warns)."""
         self.settings = upstream
         self.identity = identity
         self.reloads = 0
@@ -133,6 +136,7 @@ class Upstream:
         self._expiry = kubeconfigs.Expiry.VALID
         self.trust_policy = trust or kubeconfigs.TrustPolicy()
         """What a reloaded kubeconfig may use beyond its own CA: the rule it was loaded by."""
+        self._renewed_by_hub = renewed_by_hub
 
     async def start(self) -> None:
         connector = _RotatingConnector(self.settings)
@@ -285,7 +289,9 @@ class Upstream:
         identity = self.identity
         state = kubeconfigs.expiry(identity.not_after, datetime.datetime.now(datetime.UTC))
         if state is not kubeconfigs.Expiry.VALID and (announce or state is not self._expiry):
-            log.warning(
+            expired = state is kubeconfigs.Expiry.EXPIRED
+            log.log(
+                logging.WARNING if expired or not self._renewed_by_hub else logging.DEBUG,
                 "the hub's client certificate (CN=%r) %s at %s; %s",
                 identity.subject,
                 "has expired" if state is kubeconfigs.Expiry.EXPIRED else "expires",

@@ -22,6 +22,7 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable
 
+import orjson
 from aiohttp import web
 
 from yurthub import statuses
@@ -195,7 +196,13 @@ async def openid_configuration(request: web.Request) -> web.StreamResponse:
 
 
 async def jwks(request: web.Request) -> web.StreamResponse:
-    return bodies.respond(request.app[context.CONTEXT].state.tokens.jwks())
+    """As kube-apiserver: ``application/jwk-set+json``, 406 for an Accept that excludes it."""
+    accept = request.headers.get("Accept", "")
+    media = {part.split(";", 1)[0].strip() for part in accept.split(",")}
+    if accept and not media & {"application/jwk-set+json", "*/*", "application/*"}:
+        raise errors.ApiError(statuses.failure(406, "only application/jwk-set+json is served"))
+    body = orjson.dumps(request.app[context.CONTEXT].state.tokens.jwks())
+    return web.Response(body=body, content_type="application/jwk-set+json")
 
 
 async def root(request: web.Request) -> web.StreamResponse:
