@@ -21,6 +21,7 @@ import pathlib
 import signal
 import socket
 import ssl
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -300,6 +301,17 @@ async def test_join_serve_rotate_and_kill_on_the_real_cluster(
             await hub.stop()
     text = hub.log.read_text()
     assert "Traceback" not in text and " ERROR " not in text, text[-3000:]
+    # The pod's answers were cached in its ServiceAccount's partition (the real apiserver's
+    # RS256 token verified against the JWK set the hub fetched), never under the bare name.
+    listed = subprocess.run(
+        [EDGEHUB, "cache", "ls", "--disk-cache-path", str(tmp_path / "cache"), "pod-client"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert f"pod-client@system:serviceaccount:{NS}:reader/pods.v1.core/{NS}" in listed, listed
+    assert "pod-client/" not in listed
     assert token.split(".")[1] not in text  # the token secret never reaches the log
 
 
