@@ -15,6 +15,7 @@ import importlib.metadata
 import logging
 import os
 import pathlib
+import socket
 from typing import Any
 
 import click
@@ -236,7 +237,12 @@ def _comma_list(values: tuple[str, ...]) -> tuple[str, ...]:
     multiple=True,
     help="Extra O= of the hub's client certificate (repeatable, comma separated).",
 )
-@click.option("--node-ip", default="", help="This node's IP (a SAN of the serving certificate).")
+@click.option(
+    "--node-ip",
+    default="",
+    help="This node's IP, a SAN of the serving certificate (default: the address this node "
+    "reaches the first --server-addr from).",
+)
 @click.option(
     "--kubelet-kubeconfig",
     type=click.Path(dir_okay=False, path_type=pathlib.Path),
@@ -522,6 +528,25 @@ def _given(name: str) -> bool:
     )
 
 
+def _local_address(server_addr: str) -> str:
+    """The source address towards the first apiserver (a UDP "connect" sends nothing): the
+    node's IP on the network the cloud is reached through, as YurtHub's default. "" when it
+    cannot be told (no route, a name that does not resolve)."""
+    try:
+        first = settings.parse_server_addrs(server_addr)[0]
+    except settings.ConfigError:
+        return ""
+    host, _, port = first.split("://", 1)[1].rpartition(":")
+    host = host.strip("[]")
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, int(port), type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(address)
+            return str(probe.getsockname()[0])
+    except OSError:
+        return ""
+
+
 def _cert_settings(opts: dict[str, Any], kubeconfig: pathlib.Path | None) -> settings.CertSettings:
     root = opts.get("root_dir") or pathlib.Path("/var/lib/yurthub")
     assert isinstance(root, pathlib.Path)
@@ -557,7 +582,7 @@ def _cert_settings(opts: dict[str, Any], kubeconfig: pathlib.Path | None) -> set
         ca_cert_hashes=pins,
         unsafe_skip_ca_verification=skip,
         organizations=_comma_list(tuple(opts.get("hub_cert_organizations") or ())),
-        node_ip=str(opts.get("node_ip") or ""),
+        node_ip=str(opts.get("node_ip") or "") or _local_address(str(opts.get("server_addr", ""))),
         kubelet_kubeconfig=kubelet_kubeconfig,
         expiration_seconds=int(opts.get("cert_expiration_seconds") or 0),
         renew_before=float(opts.get("cert_renew_before") or 0.0),

@@ -107,3 +107,11 @@ def test_bad_identity_flags(extra: list[str], message: str, tmp_path: object) ->
     result = testing.CliRunner().invoke(hub.command, [*base, f"--root-dir={tmp_path}", *extra])
     assert result.exit_code == cli.EXIT_STARTUP_FAILURE, result.output
     assert message in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("server", "address"),
+    [("https://127.0.0.1:6443", "127.0.0.1"), ("https://[::1]:6443", "::1"), ("bad://x", "")],
+)
+def test_node_ip_defaults_to_the_address_towards_the_cloud(server: str, address: str) -> None:
+    assert hub._local_address(server) == address
