@@ -246,7 +246,10 @@ def issued(
         if oid is not None and oid not in ekus:
             raise IssuedError(f"the signed certificate lacks the {usage!r} usage")
     if leaf.not_valid_after_utc <= now:
-        raise IssuedError(f"the signed certificate expired at {leaf.not_valid_after_utc}")
+        raise IssuedError(
+            f"the signed certificate expired at {leaf.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}, "
+            f"before this node's clock ({now:%Y-%m-%dT%H:%M:%SZ}): clock skew?"
+        )
     return leaf
 
 
