@@ -3,8 +3,9 @@ else joins, gets both certificates approved and signed by kube-controller-manage
 10268 to a pod-like client with a ServiceAccount token, rotates both certificates while traffic
 flows with zero failed requests, and survives SIGKILL in the middle of a rotation.
 
-Approval: the test approves the hub's CSRs with the admin identity, as ``kubectl certificate
-approve`` does (``yurthub.testing.joining``).
+Approval: ``edgehub manager`` (one replica, as deployed: its ServiceAccount with the RBAC of
+``manifests/manager/rbac.yaml`` and nothing more) approves the hub's CSRs; the controller-manager
+signs them.
 
 Rotation timing: the real apiserver refuses ``spec.expirationSeconds`` below 600, so the hub
 asks for 600 s certificates and the hidden test flag ``--cert-renew-before=590`` renews each at
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import pathlib
 import signal
@@ -24,13 +26,13 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
 import pytest
 import yaml
-from cluster_support import REPO
+from cluster_support import REPO, token_kubeconfig
 from cryptography import x509
 
 from yurthub.certs import pemfiles
@@ -96,6 +98,45 @@ class Hub:
         if self.proc is not None and self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
             await self.proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def edgehub_manager(
+    cluster: realcluster.RealCluster, workdir: pathlib.Path
+) -> AsyncIterator[pathlib.Path]:
+    """``edgehub manager`` with its ServiceAccount, as ``manifests/manager/`` deploys it;
+    yields its log."""
+    for manifest in ("discovery/00-namespace.yaml", "manager/rbac.yaml"):
+        cluster.kubectl("apply", "-f", str(REPO / "manifests" / manifest))
+    token = cluster.kubectl(
+        "create", "token", "edgehub-manager", "-n", "edgehub-system", "--duration=1h"
+    ).stdout.strip()
+    kubeconfig = token_kubeconfig(
+        workdir / "manager.kubeconfig", cluster.url, token, cluster.ca_pem
+    )
+    log = workdir / "manager.log"
+    with open(log, "ab") as err:
+        proc = await asyncio.create_subprocess_exec(
+            EDGEHUB, "manager", f"--kubeconfig={kubeconfig}", "--leader-elect=false",
+            "--bind-address=127.0.0.1", "--health-port=0",
+            stdout=asyncio.subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+    try:
+        yield log
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await proc.wait()
+
+
+def approved_by_manager(csrs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        c
+        for c in csrs
+        if any(
+            cond.get("type") == "Approved" and cond.get("reason") == "AutoApproved"
+            for cond in (c.get("status") or {}).get("conditions") or []
+        )
+    ]
 
 
 async def prepare_cluster(cluster: realcluster.RealCluster, admin: joining.Admin) -> str:
@@ -182,7 +223,7 @@ async def test_join_serve_rotate_and_kill_on_the_real_cluster(
     )
     secure_url = f"https://127.0.0.1:{secure}"
 
-    async with joining.approving(admin, node_name=NODE) as approver:
+    async with edgehub_manager(real_cluster, tmp_path) as manager_log:
         await hub.start()
         try:
             # --- joined with the token and nothing else; both signed by the controller-manager
@@ -196,8 +237,8 @@ async def test_join_serve_rotate_and_kill_on_the_real_cluster(
                 assert 550 < lifetime.total_seconds() <= 601  # expirationSeconds honoured
             makers = {
                 (c["spec"]["signerName"], c["spec"]["username"])
-                for c in await admin.csrs()
-                if c["metadata"]["name"] in approver.approved
+                for c in approved_by_manager(await admin.csrs())
+                if joining.hub_csr_for(c, NODE)
             }
             assert ("kubernetes.io/kube-apiserver-client", f"system:bootstrap:{token_id}") in makers
             assert ("kubernetes.io/kubelet-serving", f"system:node:{NODE}") in makers
@@ -299,6 +340,7 @@ async def test_join_serve_rotate_and_kill_on_the_real_cluster(
                 assert count_bootstrap_csrs(await admin.csrs(), token_id) == bootstrap_csrs
         finally:
             await hub.stop()
+        assert "Traceback" not in manager_log.read_text()
     text = hub.log.read_text()
     assert "Traceback" not in text and " ERROR " not in text, text[-3000:]
     # The pod's answers were cached in its ServiceAccount's partition (the real apiserver's
