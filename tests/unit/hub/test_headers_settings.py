@@ -193,3 +193,13 @@ def test_lb_modes_valid(mode: str) -> None:
 def test_lb_modes_invalid(mode: str) -> None:
     with pytest.raises(ValueError):
         settings.LbMode(mode)
+
+
+def test_pods_reach_the_hub_on_the_dummy_ip_when_it_is_enabled() -> None:
+    base = settings.UpstreamSettings(servers=("https://127.0.0.1:6443",))
+    plain = settings.HubSettings(node_name="n", upstream=base)
+    assert plain.hub_address == ("127.0.0.1", 10268)
+    dummy = settings.HubSettings(
+        node_name="n", upstream=base, listen=settings.ListenSettings(enable_dummy_if=True)
+    )
+    assert dummy.hub_address == ("169.254.2.1", 10268)
