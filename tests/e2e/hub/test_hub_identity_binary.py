@@ -67,7 +67,8 @@ async def test_kill_9_during_rotation(tmp_path: pathlib.Path) -> None:
             "--v=2",
             f"--server-addr={sim.url}",
             f"--node-name={NODE}",
-            "--working-mode=edge",  # YurtHub's, not built here: dropped with a warning
+            "--working-mode=edge",
+            "--profiling=true",  # YurtHub's, not built here: dropped with a warning
             "--enable-dummy-if=false",
             f"--join-token={token}",
             f"--discovery-token-ca-cert-hash={joining.ca_pin(sim.ca_pem)}",
@@ -77,9 +78,10 @@ async def test_kill_9_during_rotation(tmp_path: pathlib.Path) -> None:
             "--serve-port=0",
             f"--proxy-secure-port={secure}",
             "--heartbeat-interval-seconds=1",
-            # 5 s certificates renewed 4 s before expiry: a rotation about every second.
-            "--cert-expiration-seconds=5",
-            "--cert-renew-before=4",
+            # 600 s certificates (the least the apiserver signs) renewed 599 s before expiry:
+            # a rotation about every second.
+            "--cert-expiration-seconds=600",
+            "--cert-renew-before=599",
         ]
         log = tmp_path / "hub.log"
         pod_token = sim.service_account_token("kube-system", "default")
@@ -115,7 +117,7 @@ async def test_kill_9_during_rotation(tmp_path: pathlib.Path) -> None:
                     await proc.wait()
         assert len(approver.approved) >= 8  # rotations happened between the kills
         text = log.read_text()
-        assert "ignoring YurtHub flags this hub does not implement: --working-mode" in text
+        assert "ignoring YurtHub flags this hub does not implement: --profiling" in text
         assert "Traceback" not in text
         leftovers = [n for n in os.listdir(root) + os.listdir(root / "pki") if ".tmp-" in n]
         assert leftovers == []

@@ -64,8 +64,7 @@ def test_openyurt_static_pod_arguments_parse(caplog: pytest.LogCaptureFixture) -
     assert "/nonexistent/kubeconfig" in result.output and "No such option" not in result.output
     warnings = [r.getMessage() for r in caplog.records if "does not implement" in r.getMessage()]
     assert warnings == [
-        "ignoring YurtHub flags this hub does not implement: --working-mode, --namespace, "
-        "--profiling"
+        "ignoring YurtHub flags this hub does not implement: --namespace, --profiling"
     ]
 
 
