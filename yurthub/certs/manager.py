@@ -110,6 +110,11 @@ class CertManager:
         self._pins = jws.parse_pins(hub.certs.ca_cert_hashes)
         self._cluster_ip = ""
         self._said: set[str] = set()
+        # What the operator allowed beyond a kubeconfig's own CA, as for the hub's identity.
+        self._trust = kubeconfigs.TrustPolicy(
+            allow_insecure=hub.upstream.allow_insecure_tls,
+            allow_system_store=hub.upstream.allow_system_trust_store,
+        )
 
     # --- what the hub reads ----------------------------------------------------------------------
 
@@ -214,7 +219,7 @@ class CertManager:
         loop = asyncio.get_running_loop()
         try:
             identity = await loop.run_in_executor(
-                None, kubeconfigs.load, self.settings.kubelet_kubeconfig
+                None, kubeconfigs.load, self.settings.kubelet_kubeconfig, self._trust
             )
         except kubeconfigs.KubeconfigError as e:
             self.serving_problem = str(e)
@@ -383,7 +388,7 @@ class CertManager:
         node's file is kept when it does; the upstream identity uses only its credentials)."""
         path = self.layout.hub_kubeconfig
         with contextlib.suppress(kubeconfigs.KubeconfigError):
-            current = kubeconfigs.load(path)
+            current = kubeconfigs.load(path, self._trust)
             hosts = {_host(s) for s in self._hub.upstream.servers}
             names_pair = any(
                 os.path.realpath(f.path) == os.path.realpath(self.layout.client_pair)
@@ -418,7 +423,7 @@ class CertManager:
         if self.source is modes.Source.BOOTSTRAP_FILE:
             assert self.settings.bootstrap_file is not None
             identity = await loop.run_in_executor(
-                None, kubeconfigs.load, self.settings.bootstrap_file
+                None, kubeconfigs.load, self.settings.bootstrap_file, self._trust
             )
             if identity.ca_pem:
                 await loop.run_in_executor(None, self._write_ca, identity.ca_pem)
@@ -433,7 +438,7 @@ class CertManager:
                 'POST {"jointoken": "<id>.<secret>"} to /v1/token on the hub server'
             )
         identity = await loop.run_in_executor(
-            None, kubeconfigs.load, self.layout.bootstrap_kubeconfig
+            None, kubeconfigs.load, self.layout.bootstrap_kubeconfig, self._trust
         )
         return apiclient.Client(servers, identity.with_identity, headers=identity.auth_headers())
 
@@ -464,7 +469,7 @@ class CertManager:
         path = self.identity_kubeconfig
         assert path is not None
         loop = asyncio.get_running_loop()
-        identity = await loop.run_in_executor(None, kubeconfigs.load, path)
+        identity = await loop.run_in_executor(None, kubeconfigs.load, path, self._trust)
         return apiclient.Client(
             self._hub.upstream.servers, identity.with_identity, headers=identity.auth_headers()
         )

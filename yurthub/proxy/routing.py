@@ -54,9 +54,10 @@ class Router:
         self._identifier = identifier
         self._own_multiplexer_ua = f"multiplexer-proxy-{hub.node_name}"
         listen = hub.listen
-        self.hosts = hosts.AcceptedHosts(
-            (listen.bind_proxy_address, listen.bind_address), listen.accept_hosts
-        )
+        binds = [listen.bind_proxy_address, listen.bind_address]
+        if listen.enable_dummy_if:
+            binds.append(listen.dummy_if_ip)  # the plain proxy listens there too
+        self.hosts = hosts.AcceptedHosts(binds, listen.accept_hosts)
         proxy_settings = hub.proxy
         self.admission = fairness.Admission(
             fairness.Limits(
@@ -78,7 +79,10 @@ class Router:
         """One proxied request; ``secure``: it came in on the TLS port (10268), where callers
         must authenticate."""
         started = time.perf_counter()
-        foreign = refused_host(self.hosts, request)
+        # The DNS-rebinding guard is for the plain port, which authenticates nobody. The TLS
+        # port's callers prove who they are, and pods name it as kubernetes.default.svc, the
+        # Service's ClusterIP or the dummy IP.
+        foreign = None if secure else refused_host(self.hosts, request)
         if foreign is not None:
             return foreign
         try:

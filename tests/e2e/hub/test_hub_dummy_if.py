@@ -73,6 +73,7 @@ def test_without_net_admin_the_hub_says_so_and_exits(tmp_path: pathlib.Path) -> 
             "--proxy-port=0",
             "--serve-port=0",
             "--enable-dummy-if=true",
+            "--allow-system-trust-store",  # the kubeconfig names no CA (nothing is dialled)
         ],
         env={"PATH": f"{fake}:/usr/bin:/bin"},
     )

@@ -8,6 +8,7 @@ import os
 import pathlib
 import stat
 
+import aiohttp
 import pytest
 from identity_support import NODE, get, hub_settings, readyz, running, trusting, until
 
@@ -65,6 +66,20 @@ async def test_join_with_a_token_and_nothing_else(
             f"{hub.secure_url}/api/v1/namespaces/kube-system/pods", ctx=ca, token=pod_token
         )
         assert answer.status == 200 and answer.body["kind"] == "PodList"
+        # Pods name the port as the apiserver (kubernetes.default.svc): the plain port's
+        # DNS-rebinding guard does not apply to callers that authenticate.
+        async with aiohttp.ClientSession() as s:
+            async with s.get(
+                f"{hub.secure_url}/api/v1/namespaces/kube-system/pods",
+                headers={"Authorization": f"Bearer {pod_token}", "Host": "kubernetes.default.svc"},
+                ssl=ca,
+            ) as r:
+                assert r.status == 200
+            async with s.get(
+                f"{hub.proxy_url}/api/v1/namespaces/kube-system/pods",
+                headers={"Host": "kubernetes.default.svc"},
+            ) as r:
+                assert r.status == 403  # the plain port still refuses a foreign name
         last = [r for r in sim.audit_log() if r.path == "/api/v1/namespaces/kube-system/pods"][-1]
         assert last.user == "system:serviceaccount:kube-system:default"
 
