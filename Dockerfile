@@ -15,6 +15,7 @@ COPY cmd ./cmd
 COPY discovery ./discovery
 COPY kubecontrol ./kubecontrol
 COPY managers ./managers
+COPY nodeautonomy ./nodeautonomy
 COPY yurthub ./yurthub
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 

@@ -26,7 +26,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy yurthub kubecontrol discovery managers cmd/edgehub
+	$(BIN)/mypy yurthub kubecontrol discovery managers nodeautonomy cmd/edgehub
 	$(BIN)/lint-imports
 
 cluster-bins:

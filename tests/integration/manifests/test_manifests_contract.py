@@ -650,5 +650,5 @@ def test_dockerfile_copies_every_package_it_installs() -> None:
             copied.update(w.rstrip("/") for w in words[1:-1])
     for source in copied:
         assert (REPO / source).exists(), source
-    for package in ("yurthub", "kubecontrol", "discovery", "managers", "cmd"):
+    for package in ("yurthub", "kubecontrol", "discovery", "managers", "nodeautonomy", "cmd"):
         assert package in copied, package
