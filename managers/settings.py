@@ -17,6 +17,8 @@ CSR_APPROVER_TIMINGS = controlling.Timings(workers=2, resync=600.0)
 BROKERS_TIMINGS = controlling.Timings(workers=2, resync=300.0)
 NODE_WATCHER_TIMINGS = controlling.Timings(workers=2, resync=300.0)
 WEBHOOK_PORT = 8443
+# Pods are decided on their events and their node's; the resync retries a lost write.
+AUTONOMY_TIMINGS = controlling.Timings(workers=4, resync=600.0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -86,6 +88,16 @@ class Webhook:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Autonomy:
+    not_ready_toleration_seconds: int = 300
+    unreachable_toleration_seconds: int = 300
+    """The cluster's defaults: kube-apiserver's ``--default-not-ready-toleration-seconds`` and
+    ``--default-unreachable-toleration-seconds`` (what DefaultTolerationSeconds gives pods and
+    what pods get back when their node stops being autonomous). Must equal the apiserver's."""
+    timings: controlling.Timings = AUTONOMY_TIMINGS
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ManagerSettings:
     controllers: tuple[str, ...]
     kube: KubeSettings = KubeSettings()
@@ -100,3 +112,4 @@ class ManagerSettings:
     node_watcher: NodeWatcher = NodeWatcher()
     webhook: Webhook | None = None
     """None: no webhook is served."""
+    autonomy: Autonomy = Autonomy()
