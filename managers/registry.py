@@ -11,7 +11,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 
 from kubecontrol import controlling
-from managers import brokers, context, csrapprover, nodewatcher
+from managers import autonomy, brokers, context, csrapprover, nodewatcher
 
 Factory = Callable[[context.Context], controlling.Controller]
 
@@ -20,6 +20,7 @@ FACTORIES: Mapping[str, Factory] = types.MappingProxyType(
         csrapprover.NAME: csrapprover.build,
         brokers.NAME: brokers.build,
         nodewatcher.NAME: nodewatcher.build,
+        autonomy.NAME: autonomy.build,
     }
 )
 

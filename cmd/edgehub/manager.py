@@ -1,5 +1,5 @@
 """``edgehub manager``: the cloud-side controllers (the CSR approver for hubs, the Akri broker
-controller and node watcher) and the Configuration validating webhook.
+controller and node watcher, autonomy) and the Configuration validating webhook.
 
 Runs as a Deployment with several replicas; one leads through a coordination.k8s.io Lease
 (as kube-controller-manager) and only the leader acts, the others keep warm caches. Without
@@ -145,6 +145,20 @@ def _organizations(value: str) -> frozenset[str]:
     type=click.IntRange(0, 65535),
     help="Port of the webhook (POST /validate); 0 picks a free port.",
 )
+@click.option(
+    "--default-not-ready-toleration-seconds",
+    default=300,
+    type=click.IntRange(min=0),
+    help="autonomy: the cluster's default tolerationSeconds for node.kubernetes.io/not-ready "
+    "(the same flag of kube-apiserver): pods get it back when their node stops being autonomous.",
+)
+@click.option(
+    "--default-unreachable-toleration-seconds",
+    default=300,
+    type=click.IntRange(min=0),
+    help="autonomy: the cluster's default tolerationSeconds for node.kubernetes.io/unreachable "
+    "(the same flag of kube-apiserver).",
+)
 def command(
     kubeconfig: Path | None,
     service_account_dir: Path,
@@ -164,9 +178,12 @@ def command(
     webhook_tls_key_file: Path | None,
     webhook_bind_address: str,
     webhook_port: int,
+    default_not_ready_toleration_seconds: int,
+    default_unreachable_toleration_seconds: int,
 ) -> None:
-    """Run the cloud-side controllers (CSR approver for hubs, Akri brokers, node watcher) with
-    Lease leader election, and the Configuration validating webhook."""
+    """Run the cloud-side controllers (CSR approver for hubs, Akri brokers, node watcher, pod
+    tolerations of autonomous nodes) with Lease leader election, and the Configuration
+    validating webhook."""
     try:
         chosen = registry.select(controllers)
     except registry.UnknownController as e:
@@ -221,6 +238,10 @@ def command(
             timings=dataclasses.replace(settings.BROKERS_TIMINGS, workers=concurrent_broker_workers)
         ),
         webhook=webhook,
+        autonomy=settings.Autonomy(
+            not_ready_toleration_seconds=default_not_ready_toleration_seconds,
+            unreachable_toleration_seconds=default_unreachable_toleration_seconds,
+        ),
     )
     try:
         asyncio.run(signalling.run_until_signalled(running.run(manager_settings)))
