@@ -13,7 +13,9 @@ that is safe:
    before it, the followers below would all meet the empty cache's 404 first;
 5. follow the ``yurt-hub-cfg`` ConfigMap through the hub's own proxy (so it is cached too; one
    watch feeds the cache agents and the response filters' additions), and the filters'
-   inputs (services, the node, its pool);
+   inputs (services, the node, its pool); keep the node's ``Autonomy`` condition current
+   (``autonomy.reporting``: from the cached node and the cache's failed writes; without a
+   cache it says so);
 6. wait for the filters' inputs (bounded by ``inputs_sync_timeout``, not at all offline):
    whatever runs beside the hub talks to it at once, and would otherwise meet the readiness
    gate's 503.
@@ -43,6 +45,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from yurthub import server, settings
+from yurthub.autonomy import conditions, reporting
 from yurthub.cache import runtime, store
 from yurthub.filters import runtime as filtering
 
@@ -119,6 +122,11 @@ async def running(
                             name="cache-agents-config",
                         )
                     )
+                followers.append(
+                    tg.create_task(
+                        _reporter(hub_settings, hub, cache).run(), name="autonomy-condition"
+                    )
+                )
                 if filters is not None:
                     if cache is None:
                         followers.append(
@@ -143,3 +151,24 @@ async def running(
     finally:
         if cache is not None:
             await cache.close()
+
+
+def _reporter(
+    hub_settings: settings.HubSettings, hub: server.Hub, cache: runtime.CacheRuntime | None
+) -> reporting.Reporter:
+    assert hub.upstream is not None and hub.health is not None  # set by start()
+    if cache is None:
+        return reporting.Reporter(
+            hub_settings,
+            hub.upstream,
+            hub.health,
+            cached_node=None,
+            cache_health=lambda: conditions.CacheHealth(available=False),
+        )
+    return reporting.Reporter(
+        hub_settings,
+        hub.upstream,
+        hub.health,
+        cached_node=cache.kubelet_node,
+        cache_health=lambda: conditions.CacheHealth(True, cache.failed_keys()),
+    )

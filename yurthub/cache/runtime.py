@@ -31,6 +31,7 @@ from yurthub.proxy import local
 logger = logging.getLogger(__name__)
 
 LEASE_SCOPE = keys.Scope("kubelet", "leases", "v1", "coordination.k8s.io")
+NODE_SCOPE = keys.Scope("kubelet", "nodes", "v1", "")
 LEASE_NAMESPACE = "kube-node-lease"
 
 
@@ -71,6 +72,17 @@ class CacheRuntime:
     async def on_lease(self, server: str, lease: Mapping[str, object], raw: bytes) -> None:
         """``seams.LeaseCallback`` for ``Hub.on_lease``."""
         self.store_kubelet_lease(raw)
+
+    async def kubelet_node(self) -> bytes | None:
+        """The hub's node as kubelet last read it through the hub (its cached JSON), or None."""
+        key = keys.object_key(NODE_SCOPE, "", self.settings.node_name)
+        if self.store.entry(key) is None:
+            return None
+        return await self.store.body(key)
+
+    def failed_keys(self) -> int:
+        """Objects whose last cache write failed (YurtHub's error keys)."""
+        return len(self.store.stats.error_keys)
 
     async def follow_config(self, proxy_url: str, also: Sequence[agents.ConfigTarget] = ()) -> None:
         """Follow ``yurt-hub-cfg`` through the hub at ``proxy_url`` until cancelled; ``also``
