@@ -402,6 +402,25 @@ def builtin_types() -> list[ResourceType]:
         _t("coordination.k8s.io", "v1", "leases", "Lease", allow_create_on_update=True),
         _t("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", namespaced=False),
         _t("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice"),
+        _t(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicy",
+            namespaced=False,
+            categories=("api-extensions",),
+            sub=("status",),
+            has_generation=True,
+        ),
+        _t(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingadmissionpolicybindings",
+            "ValidatingAdmissionPolicyBinding",
+            namespaced=False,
+            categories=("api-extensions",),
+            has_generation=True,
+        ),
     ]
 
 
