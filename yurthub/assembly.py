@@ -161,14 +161,14 @@ def _reporter(
         return reporting.Reporter(
             hub_settings,
             hub.upstream,
-            hub.health,
+            reporting.first_healthy(hub.health),
             cached_node=None,
             cache_health=lambda: conditions.CacheHealth(available=False),
         )
     return reporting.Reporter(
         hub_settings,
         hub.upstream,
-        hub.health,
+        reporting.first_healthy(hub.health),
         cached_node=cache.kubelet_node,
         cache_health=lambda: conditions.CacheHealth(True, cache.failed_keys()),
     )

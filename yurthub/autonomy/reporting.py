@@ -40,6 +40,8 @@ USER_AGENT = "edgehub-autonomy"
 PATCH_TYPE = "application/strategic-merge-patch+json"
 _MAX_NODE_BYTES = 4 << 20
 
+HealthyServer = Callable[[], str | None]
+"""A server the health checker thinks healthy now, or None (offline)."""
 CachedNode = Callable[[], Awaitable[bytes | None]]
 """The node kubelet last read through the hub (its cached JSON), or None."""
 CacheView = Callable[[], conditions.CacheHealth]
@@ -64,7 +66,7 @@ class Reporter:
         self,
         hub: settings.HubSettings,
         client: upstream.Upstream,
-        checker: health.HealthChecker,
+        healthy_server: HealthyServer,
         *,
         cached_node: CachedNode | None,
         cache_health: CacheView,
@@ -73,7 +75,7 @@ class Reporter:
         self._interval = hub.heartbeat.interval
         self._timeout = hub.heartbeat.timeout
         self._client = client
-        self._checker = checker
+        self._healthy_server = healthy_server
         self._cached_node = cached_node
         self._cache_health = cache_health
         self._written: tuple[conditions.Condition, str] | None = None
@@ -95,7 +97,7 @@ class Reporter:
 
     async def check(self) -> bool:
         """One look; True when a condition was written."""
-        server = next((s for s in self._checker.servers if self._checker.is_healthy(s)), None)
+        server = self._healthy_server()
         if server is None:
             return False
         node, from_cache = await self._node(server)
@@ -154,15 +156,21 @@ class Reporter:
         if body is not None:
             headers["Content-Type"] = PATCH_TYPE
         try:
-            async with self._client.session.request(
-                method,
-                server + path,
-                data=body,
-                headers=headers,
-                ssl=self._client.ssl_for(server, own_identity=True),
-                timeout=aiohttp.ClientTimeout(total=self._timeout),
-                allow_redirects=False,
-            ) as resp:
+            # asyncio.timeout, not aiohttp's total timeout: when the hub stops us in the same
+            # loop iteration as aiohttp's own timer fires, aiohttp turns our cancellation into
+            # a TimeoutError (seen under load), and a reporter that swallowed it would keep the
+            # hub's TaskGroup from ever finishing. asyncio.timeout lets an outside cancel through.
+            async with (
+                asyncio.timeout(self._timeout),
+                self._client.session.request(
+                    method,
+                    server + path,
+                    data=body,
+                    headers=headers,
+                    ssl=self._client.ssl_for(server, own_identity=True),
+                    allow_redirects=False,
+                ) as resp,
+            ):
                 data = bytearray()
                 async for chunk in resp.content.iter_chunked(65536):
                     data += chunk
@@ -187,3 +195,8 @@ def _object(raw: bytes) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def first_healthy(checker: health.HealthChecker) -> HealthyServer:
+    """The first server ``checker`` thinks healthy, in ``--server-addr`` order."""
+    return lambda: next((s for s in checker.servers if checker.is_healthy(s)), None)

@@ -2,7 +2,8 @@
 simulated apiserver: the condition follows the node's annotations as kubelet's node watch
 brings them into the cache, is written only when it changes (the apiserver's audit log
 counts the PATCHes), and says ``CacheWriteFailures`` when the cache's disk is full (a real
-tmpfs that fills up).
+tmpfs that fills up). The reporter stops when cancelled even with a request in flight whose
+timeout fires at the same moment (it would otherwise hold the hub's shutdown forever).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import contextlib
 import json
 import os
 import pathlib
+import socket
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -20,8 +23,9 @@ import aiohttp
 import pytest
 
 from discovery.testing import cluster
-from yurthub import assembly, settings
-from yurthub.autonomy import reporting
+from yurthub import assembly, kubeconfigs, settings
+from yurthub.autonomy import conditions, reporting
+from yurthub.proxy import upstream
 from yurthub.testing import simapiserver
 
 NODE = "edge-node-1"
@@ -183,3 +187,47 @@ async def test_a_full_cache_disk_makes_the_condition_false(
                 failing = await wait_reason(sim, "CacheWriteFailures")
                 assert failing["status"] == "False"
                 assert node.cache is not None and node.cache.failed_keys() > 0
+
+
+async def test_a_cancel_meeting_the_request_timeout_stops_the_reporter(
+    tmp_path: pathlib.Path,
+) -> None:
+    # An apiserver that takes the connection and never answers (a cut link).
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        server = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        timeout = 0.2
+        hub = settings.HubSettings(
+            node_name=NODE,
+            upstream=settings.UpstreamSettings(servers=(server,)),
+            heartbeat=settings.HeartbeatSettings(interval=timeout, timeout=timeout),
+        )
+        client = upstream.Upstream(hub.upstream, kubeconfigs.anonymous())
+        await client.start()
+        try:
+            reporter = reporting.Reporter(
+                hub,
+                client,
+                lambda: server,
+                cached_node=None,
+                cache_health=lambda: conditions.CacheHealth(True),
+            )
+            # The hub cancels the reporter right as the request's timeout fires: the loop is
+            # busy past the deadline, then the cancel comes one step after the timer's wakeup
+            # (aiohttp's own total timeout turned exactly this cancel into a TimeoutError).
+            for steps in range(4):
+                task = asyncio.get_running_loop().create_task(reporter.run(), name="reporter")
+                await asyncio.sleep(timeout / 2)
+                time.sleep(timeout * 1.5)
+                for _ in range(steps):
+                    await asyncio.sleep(0)
+                task.cancel()
+                await asyncio.wait({task}, timeout=3)  # waits without cancelling it again
+                stopped = task.cancelled()
+                if not task.done():
+                    task.cancel()  # a second cancel, to end the test cleanly
+                    await asyncio.wait({task}, timeout=3)
+                assert stopped, f"the reporter outlived its cancel ({steps} steps)"
+        finally:
+            await client.close()
