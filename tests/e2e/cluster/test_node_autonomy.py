@@ -32,7 +32,9 @@ from managers import autonomy as autonomy_controller
 from managers import tolerating
 from yurthub.testing import edgenodes, k8sbinaries, processes, realcluster
 
-pytestmark = pytest.mark.slow
+# The outage test alone is a 90 s cut plus recovery; pytest-timeout counts its fixtures' setup
+# and teardown (two edge nodes, the manager, the cluster) in the same budget.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 TOLERATION = 30
 GRACE = "10s"
