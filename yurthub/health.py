@@ -396,15 +396,21 @@ class HealthChecker:
         if body is not None:
             data = orjson.dumps(body)
             headers["Content-Type"] = "application/json"
-        async with self._client.session.request(
-            method,
-            server + path,
-            data=data,
-            headers=headers,
-            ssl=self._client.ssl_for(server, own_identity=True),
-            timeout=aiohttp.ClientTimeout(total=self._hb.timeout),
-            allow_redirects=False,
-        ) as resp:
+        # asyncio.timeout, not aiohttp's total timeout: aiohttp turns a cancellation that lands
+        # next to its timer into a TimeoutError, which the probe takes for a failed heartbeat
+        # and retries, so a shutdown could wait forever; asyncio.timeout lets it through.
+        async with (
+            asyncio.timeout(self._hb.timeout),
+            self._client.session.request(
+                method,
+                server + path,
+                data=data,
+                headers=headers,
+                ssl=self._client.ssl_for(server, own_identity=True),
+                timeout=aiohttp.ClientTimeout(total=None),
+                allow_redirects=False,
+            ) as resp,
+        ):
             if resp.status == 401:
                 raise _CredentialsRejected(f"{method} {path}: HTTP 401")
             raw = await _read_whole(resp.content, _MAX_LEASE_BYTES)
