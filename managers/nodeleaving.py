@@ -15,6 +15,14 @@ deleted. ``observe(previous, node)`` is that state machine, with two additions:
 After a node was cleaned it is not cleaned again until it has been Ready once more: an agent
 that is still alive on a NotReady node and adds itself back is not fought.
 
+Autonomous nodes (``nodeautonomy``: the node is only offline, its pods keep running and the
+cloud keeps them) keep their devices too: a NotReady autonomous node is cleaned only once it
+has been NotReady for longer than its autonomy duration (counted from the Ready condition's
+``lastTransitionTime``; the decision says when to look again), and never while autonomous
+"for as long as it takes". Deleted is deleted, autonomous or not. Without this, the brokers of
+an edge node that lost its link for a minute were deleted when it came back, the opposite of
+what autonomy promises.
+
 ``Ready`` is the *last* ``Ready`` condition with status ``"True"``; no conditions, or no
 ``Ready`` condition, is not ready (Akri's fixtures).
 """
@@ -22,9 +30,12 @@ that is still alive on a NotReady node and adds itself back is not fought.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from nodeautonomy import marking
 
 
 class State(enum.Enum):
@@ -46,6 +57,8 @@ class Decision:
     gone: bool = False
     """The node does not exist (the controller confirms with the apiserver first)."""
     why: str = ""
+    recheck_after: float | None = None
+    """Seconds after which to look at the node again (an autonomous node's grace runs out)."""
 
 
 def ready_condition(node: Mapping[str, Any]) -> str | None:
@@ -64,13 +77,44 @@ def ready(node: Mapping[str, Any]) -> bool:
     return ready_condition(node) == "True"
 
 
-def observe(previous: State | None, node: Mapping[str, Any] | None) -> Decision:
+def not_ready_since(node: Mapping[str, Any]) -> float | None:
+    """When (epoch seconds) the last ``Ready`` condition last changed; None when unknown."""
+    status = node.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    since: float | None = None
+    for condition in conditions if isinstance(conditions, list) else ():
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            value = condition.get("lastTransitionTime")
+            try:
+                parsed = datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+                since = parsed.timestamp() if parsed.tzinfo is not None else None
+            except ValueError:
+                since = None
+    return since
+
+
+def observe(
+    previous: State | None, node: Mapping[str, Any] | None, now: float | None = None
+) -> Decision:
+    """``now`` (epoch seconds) is needed for autonomous nodes only."""
     if node is None:
         return Decision(None, clean=True, gone=True, why="deleted")
     condition = ready_condition(node)
     if condition == "True":
         return Decision(State.RUNNING, clean=False)
     why = f"NotReady (Ready={condition or 'missing'})"
+    autonomy = marking.of_node(node)
+    if isinstance(autonomy, marking.Autonomous) and previous is not State.CLEANED:
+        keep = previous or State.RUNNING
+        if autonomy.seconds is None:
+            return Decision(keep, clean=False, why=f"{why}, autonomous")
+        since = not_ready_since(node)
+        if since is not None and now is not None:
+            left = since + autonomy.seconds - now
+            if left > 0:
+                return Decision(keep, clean=False, why=f"{why}, autonomous", recheck_after=left)
+        why = f"{why} longer than its autonomy ({autonomy.describe()})"
+        previous = keep
     if previous is State.RUNNING:
         return Decision(State.CLEANED, clean=True, why=why)
     if previous is None and condition == "Unknown":

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from typing import Any
 
 from discovery.agent import instances, resources
@@ -65,10 +66,10 @@ class NodeWatcher:
     async def reconcile(self, key: controlling.Key) -> float | None:
         name = key[1]
         node = self.nodes.store.get(key)
-        decision = nodeleaving.observe(self.states.get(name), node)
+        decision = nodeleaving.observe(self.states.get(name), node, time.time())
         if not decision.clean:
             self._remember(name, decision.state)
-            return None
+            return decision.recheck_after
         listed = nodeleaving.listing(name, list(self.instances.store.values()))
         finalized = (
             nodeleaving.holding_finalizer(name, list(self.configurations.store.values()))

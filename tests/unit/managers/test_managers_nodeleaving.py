@@ -94,3 +94,74 @@ def test_listing_and_finalizers() -> None:
         {"metadata": "junk"},
     ]
     assert nodeleaving.holding_finalizer("node-a", configurations) == [("a", "c1")]
+
+
+def offline(annotations: dict[str, str], since: str = "2026-11-30T10:00:00Z") -> dict[str, Any]:
+    return {
+        "metadata": {"name": "node-a", "annotations": annotations},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "Unknown", "lastTransitionTime": since}]
+        },
+    }
+
+
+T0 = 1_796_032_800.0  # 2026-11-30T10:00:00Z
+
+
+@pytest.mark.parametrize(
+    ("previous", "obj", "now", "clean", "recheck"),
+    [
+        # autonomous for ever: an offline node keeps its devices however long it is away
+        (
+            State.RUNNING,
+            offline({"node.openyurt.io/autonomy-duration": "0"}),
+            T0 + 1e6,
+            False,
+            None,
+        ),
+        (State.RUNNING, offline({"node.beta.openyurt.io/autonomy": "true"}), T0 + 1e6, False, None),
+        (None, offline({"node.openyurt.io/autonomy-duration": "0"}), T0 + 5, False, None),
+        # autonomous for an hour: kept for the hour, looked at again when it runs out
+        (
+            State.RUNNING,
+            offline({"node.openyurt.io/autonomy-duration": "1h"}),
+            T0 + 600,
+            False,
+            3000.0,
+        ),
+        (
+            State.RUNNING,
+            offline({"node.openyurt.io/autonomy-duration": "1h"}),
+            T0 + 3601,
+            True,
+            None,
+        ),
+        # no transition time: cannot count the grace, cleaned as Akri would
+        (
+            State.RUNNING,
+            offline({"node.openyurt.io/autonomy-duration": "1h"}, since=""),
+            T0,
+            True,
+            None,
+        ),
+        # not autonomous (invalid or absent): Akri's rule
+        (
+            State.RUNNING,
+            offline({"node.openyurt.io/autonomy-duration": "soon"}),
+            T0 + 5,
+            True,
+            None,
+        ),
+        (State.RUNNING, offline({}), T0 + 5, True, None),
+    ],
+)
+def test_autonomous_nodes_keep_their_devices_while_offline(
+    previous: State | None, obj: dict[str, Any], now: float, clean: bool, recheck: float | None
+) -> None:
+    decision = nodeleaving.observe(previous, obj, now)
+    assert decision.clean is clean
+    assert decision.recheck_after == recheck
+    if not clean:
+        assert decision.state is State.RUNNING  # so the grace running out cleans it
+    # deleted is deleted, autonomous or not
+    assert nodeleaving.observe(previous, None, now).clean
