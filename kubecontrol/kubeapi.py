@@ -225,7 +225,10 @@ def _error(e: BaseException, what: str) -> KubeError:
         if status == 410:
             return Gone(message, status)
         if status == 429 or status >= 500 or status == 0:
-            return Unavailable(message, status)
+            # Why it is unavailable is in the Status (through a hub: "the cloud is unreachable
+            # and ...", "hub is not ready: ..."): a bare "HTTP 503" tells the operator nothing.
+            why = _status_message(e)
+            return Unavailable(f"{message}: {why}" if why else message, status, why)
         return KubeError(message, status, detail)
     return Unavailable(f"{what}: {type(e).__name__}: {e}")
 
@@ -394,6 +397,8 @@ class KubeApi:
         try:
             if response.status != 200:
                 exc = k8s_exceptions.ApiException(status=response.status, reason=response.reason)
+                # Its Status says why (bounded; what has arrived of it is enough for a message).
+                exc.body = await response.content.read(MAX_DETAIL_CHARS * 4)
                 raise _error(exc, f"watch {path}")
             async for line in _lines(response.content):
                 event = _parse_event(line, path)
@@ -446,6 +451,7 @@ def _parse_event(line: bytes, path: str) -> WatchEvent | None:
         if code == 410:
             raise Gone(f"watch {path}: resourceVersion too old", 410)
         exc = k8s_exceptions.ApiException(status=code, reason=str(obj.get("reason") or ""))
+        exc.body = json.dumps(obj).encode()
         raise _error(exc, f"watch {path}")
     if kind not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
         logger.debug("ignoring watch event type %s on %s", kind, path)

@@ -15,7 +15,8 @@ that is safe:
    watch feeds the cache agents and the response filters' additions), and the filters'
    inputs (services, the node, its pool); keep the node's ``Autonomy`` condition current
    (``autonomy.reporting``: from the cached node and the cache's failed writes; without a
-   cache it says so);
+   cache it says so); read kubectl's discovery documents through it (``discoverydocs``) so a
+   kubectl run for the first time offline finds them;
 6. wait for the filters' inputs (bounded by ``inputs_sync_timeout``, not at all offline):
    whatever runs beside the hub talks to it at once, and would otherwise meet the readiness
    gate's 503.
@@ -42,9 +43,9 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
-from yurthub import server, settings
+from yurthub import discoverydocs, health, server, settings
 from yurthub.autonomy import conditions, reporting
 from yurthub.cache import runtime, store
 from yurthub.filters import runtime as filtering
@@ -61,6 +62,32 @@ class Node:
     cache: runtime.CacheRuntime | None
     filters: filtering.Filters | None = None
     """The response filters (None: ``--enable-resource-filter=false``)."""
+
+
+def _reached_or_cached(
+    checker: health.HealthChecker,
+    cache: runtime.CacheRuntime | None,
+    hub_settings: settings.HubSettings,
+) -> Callable[[], str]:
+    """Not ready while the hub has never reached an apiserver and has nothing cached: it can
+    answer nothing at all (a wrong ``--server-addr``, a firewall, a new node started offline).
+    Reported by ``/v1/readyz`` only: the proxy stays open (its 502/404 answers say the same)."""
+
+    def check() -> str:
+        if not checker.initial_probe_done.is_set() or checker.reached_any():
+            return ""  # "initial-health-probe" reports the first case
+        cached = cache is not None and (len(cache.store) > 0 or cache.store.list_count() > 0)
+        if cached:
+            return ""
+        why = checker.unreachable_summary() or "no answer yet"
+        if cache is None:
+            return f"no apiserver reached yet ({why})"
+        return (
+            f"no apiserver reached yet ({why}) and the disk cache "
+            f"{hub_settings.cache.disk_cache_path} is empty: nothing can be answered offline"
+        )
+
+    return check
 
 
 @contextlib.asynccontextmanager
@@ -99,11 +126,15 @@ async def running(
             cache.local.filters = filters
             if cache.store.reset:
                 hub.readiness.warn("disk-cache", cache.store.reset)
+            hub.status_sections["cache"] = cache.status
         if filters is not None:
             filters.attach_metrics(hub.metrics)
         await hub.start()
         checker = hub.health
         assert checker is not None  # set by start()
+        hub.readiness.add(
+            "cloud-or-cache", _reached_or_cached(checker, cache, hub_settings), gates_proxy=False
+        )
         try:
             async with asyncio.TaskGroup() as tg:
                 if cache is not None:
@@ -120,6 +151,13 @@ async def running(
                         tg.create_task(
                             cache.follow_config(hub.proxy_url, also=also),
                             name="cache-agents-config",
+                        )
+                    )
+                    # kubectl's discovery documents, cached whoever reads them online.
+                    followers.append(
+                        tg.create_task(
+                            discoverydocs.keep_cached(hub.proxy_url, checker.any_healthy),
+                            name="discovery-documents",
                         )
                     )
                 followers.append(

@@ -66,6 +66,18 @@ class _Gone(Exception):
     """The watch's resourceVersion is too old: list again."""
 
 
+async def _status_message(resp: aiohttp.ClientResponse) -> str:
+    """``: <the Status message>`` of a refusal (through the hub offline it says the cache does
+    not hold the collection, which is not the same as the CRD being absent), else ""."""
+    try:
+        body = await resp.content.read(READ_SIZE)
+        status = orjson.loads(body)
+    except (aiohttp.ClientError, orjson.JSONDecodeError, ValueError):
+        return ""
+    message = status.get("message") if isinstance(status, dict) else None
+    return f": {message[:300]}" if isinstance(message, str) and message else ""
+
+
 class _Absent(Exception):
     """404/403 on the list."""
 
@@ -128,7 +140,7 @@ async def _list(
 ) -> str:
     async with session.get(url, params=params, headers=headers) as resp:
         if resp.status in (403, 404):
-            raise _Absent(f"HTTP {resp.status}")
+            raise _Absent(f"HTTP {resp.status}{await _status_message(resp)}")
         if resp.status != 200:
             raise ValueError(f"list: HTTP {resp.status}")
         reader = jsonlists.ListReader(max_item)

@@ -28,6 +28,11 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
   ``header_deadline`` + ``timeout`` whenever traffic is in flight.
 - ``on_unhealthy`` callbacks run when a server turns unhealthy: the remote proxy then answers
   the reads in flight to it from the cache and ends its watches (``remote.RemoteProxy.abandon``).
+- What an operator sees: the first probe's outcome per server, every health transition and the
+  first failure reason (and each new one) of a server are logged at INFO in words
+  (``cannot reach https://10.0.0.1:6443: connection refused``, ``unreachable.describe``), not
+  once per probe; each server's last error and last success are kept for ``/v1/status`` and
+  ``/v1/readyz`` (``reached_any``: whether any server has ever answered).
 
 All HTTP calls are bounded by ``heartbeat.timeout``; the loop runs as one named task owned by
 the hub's TaskGroup and exits only by cancellation.
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import datetime
 import logging
 import time
@@ -46,7 +52,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from yurthub import metrics, settings
+from yurthub import metrics, settings, unreachable
 from yurthub.proxy import seams, upstream
 
 log = logging.getLogger(__name__)
@@ -141,12 +147,30 @@ def renewed_lease(
     return lease
 
 
-class _ProbeFailed(Exception):
+class _ProbeFailed(unreachable.HttpRefusal):
     pass
 
 
 class _CredentialsRejected(_ProbeFailed):
     """HTTP 401: the apiserver did not accept the hub's identity."""
+
+
+def _status_message(body: Mapping[str, Any]) -> str:
+    message = body.get("message")
+    return message if isinstance(message, str) else ""
+
+
+@dataclasses.dataclass(slots=True)
+class ServerReport:
+    """What the hub knows of one apiserver (``/v1/status``)."""
+
+    healthy: bool = False
+    last_error: str = ""
+    """Why the last failed probe failed ("" when the last probe succeeded)."""
+    last_error_at: float | None = None
+    """Wall-clock time of that failure."""
+    last_success_at: float | None = None
+    """Wall-clock time of the last successful probe."""
 
 
 def _rejected_credentials(error: BaseException) -> bool:
@@ -176,6 +200,9 @@ class HealthChecker:
         self._alive_after_slow: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._next = 0
+        self.reports = {s: ServerReport() for s in self.servers}
+        self._logged_error: dict[str, str] = {}
+        self._wall = time.time
         self.kubelet = KubeletGate(self._hb.kubelet_health_grace_period)
         self.initial_probe_done = asyncio.Event()
         self.on_lease: seams.LeaseCallback | None = None
@@ -192,6 +219,18 @@ class HealthChecker:
 
     def any_healthy(self) -> bool:
         return any(self.is_healthy(s) for s in self.servers)
+
+    def reached_any(self) -> bool:
+        """Whether some apiserver has answered a probe since the hub started."""
+        return any(r.last_success_at is not None for r in self.reports.values())
+
+    def unreachable_summary(self) -> str:
+        """``https://a: connection refused; https://b: ...`` for every failing server."""
+        return "; ".join(
+            f"{server}: {report.last_error}"
+            for server, report in self.reports.items()
+            if report.last_error
+        )
 
     def renew_kubelet_lease(self) -> None:
         self.kubelet.renew(self._clock())
@@ -279,7 +318,18 @@ class HealthChecker:
                 return
 
     def _record(self, server: str, ok: bool) -> None:
-        if self._states[server].record(ok):
+        report = self.reports[server]
+        changed = self._states[server].record(ok)
+        report.healthy = self._states[server].healthy
+        if ok:
+            report.last_success_at = self._wall()
+            report.last_error = ""
+            self._logged_error.pop(server, None)
+        elif report.last_error and self._logged_error.get(server) != report.last_error:
+            # The first failure of a server and each new reason, not one line per probe.
+            self._logged_error[server] = report.last_error
+            log.info("cannot reach %s: %s", server, report.last_error)
+        if changed:
             healthy = self._states[server].healthy
             log.info("server %s is now %s", server, "healthy" if healthy else "unhealthy")
             self._metrics.server_healthy_status.labels(server).set(1 if healthy else 0)
@@ -300,6 +350,11 @@ class HealthChecker:
                 self.kubelet.grace_period,
                 server,
             )
+            self._failure(
+                server,
+                f"not renewing the node lease: kubelet silent for more than "
+                f"{self.kubelet.grace_period:g} s (--kubelet-health-grace-period)",
+            )
             return False
         rotated = False
         attempt = 0
@@ -319,13 +374,15 @@ class HealthChecker:
                         rotated = True
                         log.info("heartbeat via %s: retrying with the rotated identity", server)
                         continue
+                reason = unreachable.describe(server, e, timeout=self._hb.timeout)
                 log.debug(
                     "heartbeat via %s attempt %d/%d failed: %s",
                     server,
                     attempt + 1,
                     self._hb.failed_retry,
-                    e or type(e).__name__,
+                    reason,
                 )
+                self._failure(server, reason)
                 if not isinstance(e, _ProbeFailed):
                     # No answer at all (refused, reset, timed out): retrying the same dead route
                     # only multiplies the detection time by --heartbeat-failed-retry. Retries are
@@ -338,8 +395,14 @@ class HealthChecker:
                 # A malformed answer or a bug must cost one failed probe, never the prober task
                 # (its death would take the hub's TaskGroup down with it).
                 log.exception("heartbeat via %s failed unexpectedly", server)
+                self._failure(server, "the heartbeat failed unexpectedly (see the hub's log)")
                 return False
         return False
+
+    def _failure(self, server: str, reason: str) -> None:
+        report = self.reports[server]
+        report.last_error = reason
+        report.last_error_at = self._wall()
 
     async def _renew(self, server: str) -> None:
         node = self._settings.node_name
@@ -354,11 +417,11 @@ class HealthChecker:
                 lease = new_lease(node, uid, duration, now)
                 status, body, raw = await self._call(server, "POST", path.rsplit("/", 1)[0], lease)
                 if status not in (200, 201):
-                    raise _ProbeFailed(f"create lease: HTTP {status}")
+                    raise _ProbeFailed("creating the node lease", status, _status_message(body))
                 await self._accept(server, body, raw)
                 return
             if status != 200:
-                raise _ProbeFailed(f"get lease: HTTP {status}")
+                raise _ProbeFailed("reading the node lease", status, _status_message(body))
             base = body
         status, body, raw = await self._call(
             server, "PUT", path, renewed_lease(base, node, duration, now)
@@ -367,7 +430,7 @@ class HealthChecker:
             await self._accept(server, body, raw)
             return
         self._leases.pop(server, None)
-        raise _ProbeFailed(f"update lease: HTTP {status}")
+        raise _ProbeFailed("renewing the node lease", status, _status_message(body))
 
     async def _accept(self, server: str, lease: dict[str, Any], raw: bytes) -> None:
         self._leases[server] = lease
@@ -412,7 +475,9 @@ class HealthChecker:
             ) as resp,
         ):
             if resp.status == 401:
-                raise _CredentialsRejected(f"{method} {path}: HTTP 401")
+                raise _CredentialsRejected(
+                    f"{method} {path}", 401, "the apiserver did not accept the hub's credentials"
+                )
             raw = await _read_whole(resp.content, _MAX_LEASE_BYTES)
         try:
             decoded = orjson.loads(raw) if raw else None
@@ -423,7 +488,7 @@ class HealthChecker:
         if 200 <= resp.status < 300:
             # A success must carry the object: an empty base would be PUT back, and the cache
             # would store it as kubelet's lease.
-            raise _ProbeFailed(f"{method} {path}: HTTP {resp.status} without a JSON object")
+            raise _ProbeFailed(f"{method} {path}", resp.status, "the answer is not a JSON object")
         return resp.status, {}, raw
 
 
@@ -434,5 +499,5 @@ async def _read_whole(content: aiohttp.StreamReader, limit: int) -> bytes:
     while chunk := await content.read(65536):
         body += chunk
         if len(body) > limit:
-            raise _ProbeFailed(f"answer larger than {limit} bytes")
+            raise _ProbeFailed("reading the answer", 200, f"larger than {limit} bytes")
     return bytes(body)

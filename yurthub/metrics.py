@@ -16,15 +16,21 @@ plain counters only).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 
 from yurthub import labels, requestinfo
 
 _NS = "node"
 _SUB = "yurthub"
+
+SOURCES = ("cloud", "cache", "leader", "hub")
+"""Where an answer came from (``answers_total{source}``): an apiserver, the disk cache, the
+pool's leader hub (when leader hubs exist), or the hub itself (not ready, limits, no backend)."""
 _REQ_LABELS = ("verb", "resource", "subresources", "client")
 
 # Proxied requests span sub-millisecond gets and 30-minute watches.
@@ -167,6 +173,17 @@ class Metrics:
             buckets=_DURATION_BUCKETS,
         )
 
+        self.answers = Counter(
+            "answers",
+            "Proxied requests answered, by where the answer came from (cloud: an apiserver; "
+            "cache: the hub's disk cache; leader: the pool's leader hub; hub: the hub itself, "
+            "e.g. not ready, over a limit, no backend) and component",
+            ["source", "component"],
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+
     def child(self, collector: Any, *values: str) -> Any:
         """``collector.labels(*values)`` (values in the collector's label order), memoised:
         ``labels()`` takes a lock and builds its key on every call, too slow for the
@@ -195,3 +212,28 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)
+
+
+class CertificateExpiry:
+    """``node_yurthub_certificate_expiration_timestamp_seconds{certificate}``: when each of the
+    hub's certificates (``client``, ``serving``) expires, read at scrape time (from the scrape
+    thread: ``expiry`` must only read attributes)."""
+
+    def __init__(self, expiry: Callable[[], dict[str, float]]) -> None:
+        self._expiry = expiry
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield self._family()
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            f"{_NS}_{_SUB}_certificate_expiration_timestamp_seconds",
+            "When the hub's certificate expires (Unix time), by certificate: client, serving",
+            labels=["certificate"],
+        )
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = self._family()
+        for name, when in sorted(self._expiry().items()):
+            family.add_metric([name], when)
+        yield family

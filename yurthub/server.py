@@ -9,7 +9,10 @@
   closed; past ``max_connections`` open connections a new one is answered 503 and closed.
 - Hub server ``--bind-address:--serve-port`` (10267): ``/v1/healthz``, ``/v1/readyz`` (names
   what is not ready), ``/metrics`` (this hub's own registry), ``POST|PUT /v1/token`` (a new
-  join token, YurtHub's body ``{"jointoken": "..."}``).
+  join token, YurtHub's body ``{"jointoken": "..."}``), ``GET /v1/status`` (JSON for ``edgehub
+  status``: each apiserver's health and last error, certificates, readiness, and the sections
+  the assembly adds in ``status_sections``: the cache, discovery). It names files and
+  subjects, never a key or a token.
 - HTTPS proxy ``<dummy IP or --bind-proxy-address>:--proxy-secure-port`` (10268): the same
   router over TLS with the hub's serving certificate, started once the certificate manager has
   one (rotations swap it in place); callers must authenticate (``proxy/identifying``).
@@ -38,8 +41,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import datetime
 import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -261,6 +266,11 @@ class Hub:
             else None
         )
         self.health: health.HealthChecker | None = None
+        self.status_sections: dict[str, StatusSection] = {}
+        """More of ``/v1/status``: name -> coroutine function giving that section (the cache,
+        the in-process discovery agent). One that fails shows its error, not a 500."""
+        self.started_at = time.time()
+        self.metrics.registry.register(metrics.CertificateExpiry(self.certificate_expiry))
         self.router: routing.Router | None = None
         self.remote: remote.RemoteProxy | None = None
         self.upstream: upstream.Upstream | None = None
@@ -490,6 +500,7 @@ class Hub:
         app.router.add_get("/v1/healthz", self._healthz)
         app.router.add_get("/v1/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/v1/status", self._status)
         app.router.add_route("POST", "/v1/token", self._token)
         app.router.add_route("PUT", "/v1/token", self._token)
         self._server_runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
@@ -619,6 +630,104 @@ class Hub:
         log.info("POST /v1/token: %s", message)
         return web.Response(text=f"update bootstrap token successfully: {message}")
 
+    def certificates(self) -> list[dict[str, Any]]:
+        """The hub's certificates: the ones it requests (client, serving), else the client
+        certificate of ``--kubeconfig``. Subjects, files and dates only."""
+        now = time.time()
+        out: list[dict[str, Any]] = []
+        certs = self.certs
+        if certs is not None:
+            pairs = (
+                ("client", certs.client_pair, certs.client_problem),
+                ("serving", certs.serving_pair, certs.serving_problem),
+            )
+            for name, pair, problem in pairs:
+                if name == "client" and not certs.source.requests_client_certificate:
+                    continue
+                entry: dict[str, Any] = {"name": name, "problem": problem}
+                if pair is not None:
+                    not_after = pair.validity.not_after.timestamp()
+                    entry.update(
+                        file=str(pair.path),
+                        subject=pair.certificate.subject.rfc4514_string(),
+                        notAfter=_iso(not_after),
+                        expiresInSeconds=round(not_after - now),
+                    )
+                out.append(entry)
+        client = self.upstream
+        if (certs is None or not certs.source.requests_client_certificate) and client is not None:
+            identity = client.identity
+            if identity.has_client_cert and identity.not_after is not None:
+                not_after = identity.not_after.timestamp()
+                out.insert(
+                    0,
+                    {
+                        "name": "client",
+                        "problem": "",
+                        "file": str(identity.files[0].path) if identity.files else "",
+                        "subject": f"CN={identity.subject}",
+                        "notAfter": _iso(not_after),
+                        "expiresInSeconds": round(not_after - now),
+                    },
+                )
+        return out
+
+    def certificate_expiry(self) -> dict[str, float]:
+        """certificate name -> notAfter (Unix seconds), for the expiry metric (read from the
+        scrape thread: plain attribute reads)."""
+        out: dict[str, float] = {}
+        for entry in self.certificates():
+            if "notAfter" in entry:
+                out[entry["name"]] = time.time() + entry["expiresInSeconds"]
+        return out
+
+    async def status(self) -> dict[str, Any]:
+        """What ``GET /v1/status`` answers."""
+        s = self.settings
+        missing, warnings = self.readiness.report()
+        checker = self.health
+        servers = []
+        for server in s.upstream.servers:
+            report = checker.reports.get(server) if checker is not None else None
+            servers.append(
+                {
+                    "url": server,
+                    "healthy": checker is not None and checker.is_healthy(server),
+                    "lastError": report.last_error if report else "",
+                    "lastErrorTime": _iso(report.last_error_at) if report else None,
+                    "lastSuccessTime": _iso(report.last_success_at) if report else None,
+                }
+            )
+        out: dict[str, Any] = {
+            "node": s.node_name,
+            "startedAt": _iso(self.started_at),
+            "ready": not missing,
+            "notReady": missing,
+            "warnings": warnings,
+            "servers": servers,
+            "certificates": self.certificates(),
+            "pool": {
+                "nodePool": s.nodepool_name or None,
+                "leader": None,
+                "note": "not configured: this hub has no pool leader (leader hubs are not built)",
+            },
+        }
+        for name, section in self.status_sections.items():
+            try:
+                out[name] = await section()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.exception("status section %s failed", name)
+                out[name] = {"error": f"{type(e).__name__}: {e}"}
+        return out
+
+    async def _status(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=orjson.dumps(await self.status(), option=orjson.OPT_INDENT_2),
+            content_type="application/json",
+        )
+
     async def _metrics(self, request: web.Request) -> web.Response:
         scraping = self._scraping
         if scraping is None or scraping.done():
@@ -630,6 +739,15 @@ class Hub:
         return web.Response(
             body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
         )
+
+
+StatusSection = Callable[[], Awaitable[dict[str, Any]]]
+
+
+def _iso(when: float | None) -> str | None:
+    if when is None:
+        return None
+    return datetime.datetime.fromtimestamp(when, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _no_identity_yet() -> kubeconfigs.Identity:

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "manager": "edgehub.manager:command",
     "partition": "edgehub.partition:command",
     "sim-apiserver": "edgehub.sim_apiserver:command",
+    "status": "edgehub.status:command",
 }
 
 ENV_PREFIX = "EDGEHUB"

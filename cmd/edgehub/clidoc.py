@@ -20,12 +20,20 @@ WIDTH = 100
 
 
 def _help(command: click.Command, path: list[str], parent: click.Context | None) -> str:
+    # The command's own context settings (``show_default``...), as ``--help`` uses them: a
+    # bare Context dropped every ``[default: ...]`` from the reference.
+    settings = {
+        k: v
+        for k, v in command.context_settings.items()
+        if k not in ("terminal_width", "max_content_width")
+    }
     ctx = click.Context(
         command,
         info_name=path[-1],
         parent=parent,
         terminal_width=WIDTH,
         max_content_width=WIDTH,
+        **settings,
     )
     return command.get_help(ctx)
 

@@ -33,6 +33,7 @@ import shutil
 import signal
 import socket
 import sys
+import textwrap
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -44,7 +45,7 @@ import yaml
 from discovery.agent import running as agent_running
 from discovery.agent import settings as agent_settings
 from discovery.testing import kubelet as sim_kubelet
-from edgehub import cli
+from edgehub import cli, status
 from kubecontrol import controlling
 from managers import running as manager_running
 from managers import settings as manager_settings
@@ -258,6 +259,12 @@ async def _cast(workdir: pathlib.Path, out: Progress) -> AsyncIterator[dict[str,
         )
         await agent.start()
         stack.push_async_callback(agent.stop)
+
+        async def discovery_status() -> dict[str, Any]:
+            return agent.status()
+
+        # As `edgehub hub --enable-discovery` does: `edgehub status` shows the devices too.
+        node.hub.status_sections["discovery"] = discovery_status
         out.ok("discovery agent up (embedded debugEcho handler), API traffic through the hub")
 
         # The cloud side: edgehub manager's broker controller, in this process.
@@ -400,6 +407,11 @@ async def _chapters(
     out.ok(f"hub detected the partition after {took:.1f} s")
     cached = _count_items(await _kubectl(via_hub, "get", "pods", "-A", "-o", "json"))
     out.ok(f"kubectl get pods -A still answers: {cached} pods from the disk cache")
+    out.info(f"what an operator on the node sees: {out.binary} status --server {hub.server_url}")
+    screen = await asyncio.to_thread(
+        lambda: status.screen(status.collect(hub.server_url, agent=""))
+    )
+    click.echo(textwrap.indent(screen.rstrip("\n"), "      "))
     table = await _kubectl(via_hub, "get", "pods", "-n", "kube-system")
     out.ok(f"kubectl table view offline ({len(table.splitlines()) - 1} rows from cache)")
     # A change in the cloud while the node cannot see it: the node must converge later.
@@ -449,9 +461,10 @@ async def _stay_up(out: Progress, cast: dict[str, Any]) -> None:
     out.cmd(
         f"kubectl --kubeconfig {cast['admin']} get akrii                  # straight to the cloud"
     )
+    out.cmd(f"{out.binary} status --server {node.hub.server_url}    # or type 'status' here")
     out.cmd(f"curl -s {node.hub.server_url}/v1/readyz; curl -s {node.hub.server_url}/metrics")
     out.cmd(f"{out.binary} cache ls --disk-cache-path {node.hub.settings.cache.disk_cache_path}")
-    out.info("Press Ctrl-C to stop (type 'cut' or 'heal' + Enter to switch the link).")
+    out.info("Press Ctrl-C to stop (type 'cut' or 'heal' + Enter to switch the link, 'status').")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -460,7 +473,9 @@ async def _stay_up(out: Progress, cast: dict[str, Any]) -> None:
         async with asyncio.TaskGroup() as tg:
             commands = None
             if sys.stdin.isatty():
-                commands = tg.create_task(_commands(link, out), name="demo-commands")
+                commands = tg.create_task(
+                    _commands(link, out, node.hub.server_url), name="demo-commands"
+                )
             await stop.wait()
             if commands is not None:
                 commands.cancel()
@@ -470,7 +485,7 @@ async def _stay_up(out: Progress, cast: dict[str, Any]) -> None:
     out.info("stopping")
 
 
-async def _commands(link: partition.Partition, out: Progress) -> None:
+async def _commands(link: partition.Partition, out: Progress, hub_server: str) -> None:
     """Read ``cut`` / ``heal`` lines from the terminal and switch the link."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
@@ -486,6 +501,11 @@ async def _commands(link: partition.Partition, out: Progress) -> None:
             elif word == "heal":
                 await link.set_mode(partition.Mode.PASS)
                 out.info("link restored")
+            elif word == "status":
+                found = await asyncio.to_thread(status.collect, hub_server, "")
+                click.echo(status.screen(found), nl=False)
+            elif word:
+                out.info(f"unknown command {word!r}: type cut, heal or status (Ctrl-C stops)")
     finally:
         transport.close()
 

@@ -2,7 +2,10 @@
 
 Lets an operator try ``discoveryDetails`` before writing a Configuration. The handler runs
 in-process (no agent, no sockets); the first device list it reports is printed as a table or,
-with ``-o json``, as a JSON list of ``{id, properties, mounts, deviceSpecs}``.
+with ``-o json``, as a JSON list of ``{id, properties, mounts, deviceSpecs}``. ``--details`` may
+also be a whole Configuration (``kind: Configuration``): its ``spec.discoveryHandler`` gives
+the details and the literal ``discoveryProperties`` (ones read from a Secret or ConfigMap must
+be given with ``--property``); a handler name other than HANDLER is an error naming both.
 
 Exit codes: 0 devices printed (possibly none); 2 bad details or properties (one-line error);
 1 the handler failed or reported nothing within ``--timeout``; 3 unknown handler.
@@ -17,6 +20,7 @@ import sys
 from typing import Any, NoReturn, TextIO
 
 import click
+import yaml
 
 from discovery import details, devices, sdk
 from edgehub import cli
@@ -65,12 +69,25 @@ def command(
         text = details_file.read(details.MAX_DETAILS_BYTES + 1)
     except UnicodeDecodeError as e:
         _fail(EXIT_BAD_INPUT, f"--details is not UTF-8 text ({e.reason})")
+    try:
+        text, from_configuration = configuration_details(text, handler_name)
+    except ValueError as e:
+        _fail(EXIT_BAD_INPUT, str(e))
     parsed_properties: dict[str, bytes] = {}
+    missing = [n for n, v in from_configuration.items() if v is None]
+    parsed_properties.update({n: v for n, v in from_configuration.items() if v is not None})
     for item in properties:
         key, sep, value = item.partition("=")
         if not sep or not key:
             _fail(EXIT_BAD_INPUT, f"--property must be KEY=VALUE, got {item!r}")
         parsed_properties[key] = value.encode()
+    unresolved = [n for n in missing if n not in parsed_properties]
+    if unresolved:
+        _fail(
+            EXIT_BAD_INPUT,
+            "discoveryProperties read from a Secret or ConfigMap cannot be resolved here: give "
+            + ", ".join(f"--property {n}=..." for n in unresolved),
+        )
     try:
         handler = sdk.load(handler_name, sdk.HandlerOptions(environ=dict(os.environ)))
     except sdk.HandlerNotFoundError as e:
@@ -89,6 +106,34 @@ def command(
         click.echo(json.dumps([devices.to_json(d) for d in found], indent=2))
     else:
         click.echo(render_table(found), nl=False)
+
+
+def configuration_details(text: str, handler_name: str) -> tuple[str, dict[str, bytes | None]]:
+    """(discoveryDetails text, discoveryProperties) of ``text`` when it is a whole
+    Configuration, else (``text``, {}). A property read from elsewhere maps to None. Pure."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text, {}  # not YAML at all: the handler's parser reports it
+    if not isinstance(doc, dict) or doc.get("kind") != "Configuration":
+        return text, {}
+    handler = ((doc.get("spec") or {}).get("discoveryHandler")) or {}
+    if not isinstance(handler, dict):
+        raise ValueError("the Configuration's spec.discoveryHandler is not an object")
+    name = handler.get("name")
+    if name != handler_name:
+        raise ValueError(
+            f"the Configuration's spec.discoveryHandler.name is {name!r}, not {handler_name!r}"
+        )
+    found = handler.get("discoveryDetails", "")
+    if not isinstance(found, str):
+        raise ValueError("the Configuration's spec.discoveryHandler.discoveryDetails is not text")
+    out: dict[str, bytes | None] = {}
+    for prop in handler.get("discoveryProperties") or []:
+        if isinstance(prop, dict) and isinstance(prop.get("name"), str):
+            value = prop.get("value")
+            out[prop["name"]] = value.encode() if isinstance(value, str) else None
+    return found, out
 
 
 def _fail(code: int, message: str) -> NoReturn:

@@ -16,6 +16,7 @@ import logging
 import os
 import pathlib
 import socket
+from collections.abc import AsyncIterator
 from typing import Any
 
 import click
@@ -391,7 +392,21 @@ def _discovery_companion(opts: dict[str, object], node_name: str) -> lifecycle.C
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--writable-mount-handlers") from e
 
-    def companion(node: assembly.Node) -> contextlib.AbstractAsyncContextManager[object]:
+    @contextlib.asynccontextmanager
+    async def companion(node: assembly.Node) -> AsyncIterator[object]:
+        async with _agent(node) as agent:
+            # ``edgehub status`` shows discovery from the hub's /v1/status.
+            async def section() -> dict[str, Any]:
+                found: dict[str, Any] = agent.status()
+                return found
+
+            node.hub.status_sections["discovery"] = section
+            try:
+                yield agent
+            finally:
+                node.hub.status_sections.pop("discovery", None)
+
+    def _agent(node: assembly.Node) -> contextlib.AbstractAsyncContextManager[Any]:
         def path(key: str) -> pathlib.Path:
             value = opts[key]
             assert isinstance(value, pathlib.Path)

@@ -7,9 +7,11 @@ Switch modes at run time over the control port::
 
     curl -X PUT '127.0.0.1:16444/mode?mode=blackhole'
     curl -X PUT '127.0.0.1:16444/mode?mode=latency&latency=0.5'
-    curl 127.0.0.1:16444/mode
+    curl -X PUT 127.0.0.1:16444/cut        # = blackhole;  /heal = pass
+    curl 127.0.0.1:16444/mode              # read only: a GET never changes the mode
 
-or by typing ``blackhole``, ``pass``, ``latency 0.5``, ``flap 2`` ... on stdin. Only loopback
+or by typing ``blackhole``, ``pass``, ``cut``, ``heal``, ``latency 0.5``, ``flap 2`` ... on
+stdin (an unknown word is answered with the list of known ones). Only loopback
 addresses are accepted. Prints one line ``partition listening=<addr> upstream=<addr>
 control=<url>`` once ready (tests parse it); SIGINT/SIGTERM stop it.
 """
@@ -94,11 +96,24 @@ def _state(link: partition.Partition) -> bytes:
     )
 
 
+ALIASES = {"cut": partition.Mode.BLACKHOLE.value, "heal": partition.Mode.PASS.value}
+"""The demo's words: ``cut`` is a silent link (blackhole), ``heal`` lets everything pass."""
+
+
+def _mode(word: str) -> partition.Mode:
+    word = ALIASES.get(word.strip().lower(), word.strip().lower())
+    try:
+        return partition.Mode(word)
+    except ValueError:
+        known = ", ".join([*(m.value for m in partition.Mode), *ALIASES])
+        raise ValueError(f"unknown mode {word!r} (known: {known})") from None
+
+
 async def _apply(link: partition.Partition, words: list[str]) -> None:
     """``<mode> [seconds]``: the number is the latency for ``latency``, the period for ``flap``."""
     if not words:
         return
-    mode = partition.Mode(words[0])
+    mode = _mode(words[0])
     number = float(words[1]) if len(words) > 1 else None
     if mode is partition.Mode.LATENCY:
         await link.set_mode(mode, latency=number)
@@ -110,17 +125,26 @@ async def _apply(link: partition.Partition, words: list[str]) -> None:
 
 def _control_app(link: partition.Partition) -> web.Application:
     async def get_mode(request: web.Request) -> web.Response:
+        if "mode" in request.query:
+            # A GET is a read (curl without -X, a browser, a prefetcher): never a switch.
+            return web.Response(
+                status=405,
+                headers={"Allow": "GET, PUT, POST"},
+                text="a GET only reads the mode; switch it with PUT (curl -X PUT "
+                "'.../mode?mode=blackhole', or PUT /cut, /heal)\n",
+            )
         return web.Response(body=_state(link), content_type="application/json")
 
     async def put_mode(request: web.Request) -> web.Response:
         query = request.query
+        word = request.match_info.get("word") or query.get("mode", "")
         try:
             latency = float(query["latency"]) if "latency" in query else None
             interval = float(query["interval"]) if "interval" in query else None
-            await link.set_mode(query.get("mode", ""), latency=latency, interval=interval)
+            await link.set_mode(_mode(word), latency=latency, interval=interval)
         except ValueError as e:
             modes = ", ".join(m.value for m in partition.Mode)
-            usage = f"want ?mode=<{modes}>[&latency=s][&interval=s]"
+            usage = f"want ?mode=<{modes}>[&latency=s][&interval=s], or PUT /cut, /heal"
             return web.Response(status=400, text=f"{e}; {usage}\n")
         return web.Response(body=_state(link), content_type="application/json")
 
@@ -128,6 +152,9 @@ def _control_app(link: partition.Partition) -> web.Application:
     app.router.add_get("/mode", get_mode)
     app.router.add_put("/mode", put_mode)
     app.router.add_post("/mode", put_mode)
+    for word in ALIASES:
+        app.router.add_put(f"/{{word:{word}}}", put_mode)
+        app.router.add_post(f"/{{word:{word}}}", put_mode)
     return app
 
 

@@ -7,6 +7,9 @@
   its first successful device list.
 * ``akri_slot_usage{instance}`` / ``akri_slot_capacity{instance}``: held and total
   capacity slots of each Instance plugin on this node.
+* ``edgehub_agent_discovery_handler_endpoints{handler}`` (not Akri's): endpoints registered per
+  discovery handler name; a name once registered, or wanted by a Configuration, stays at 0 when
+  none is left (the "discovery handler gone" alert, ``manifests/dashboards/``).
 
 ``serve`` exposes ``GET /metrics`` with aiohttp (``METRICS_PORT``, default 8080 as Akri), plus
 the probes of the DaemonSet: ``GET /healthz`` (200 while the event loop answers: liveness) and
@@ -19,9 +22,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import prometheus_client
 from aiohttp import web
+from prometheus_client.core import GaugeMetricFamily
 
 from discovery import registry
 
@@ -101,10 +106,16 @@ class Metrics:
 
 
 async def serve(
-    metrics: Metrics, host: str, port: int, ready: Callable[[], bool] = lambda: True
+    metrics: Metrics,
+    host: str,
+    port: int,
+    ready: Callable[[], bool] = lambda: True,
+    *,
+    status: Callable[[], dict[str, Any]] | None = None,
 ) -> tuple[web.AppRunner, int]:
-    """Start ``GET /metrics``, ``/healthz`` and ``/readyz``; returns the runner (the caller
-    cleans it up) and the bound port."""
+    """Start ``GET /metrics``, ``/healthz``, ``/readyz`` and (given ``status``) ``/status``
+    (JSON for ``edgehub status``); returns the runner (the caller cleans it up) and the bound
+    port."""
 
     async def handle(request: web.Request) -> web.Response:
         return web.Response(
@@ -119,7 +130,13 @@ async def serve(
             return web.Response(text="ok")
         return web.Response(status=503, text="not ready: caches not synced")
 
+    async def show_status(request: web.Request) -> web.Response:
+        assert status is not None
+        return web.json_response(status())
+
     app = web.Application()
+    if status is not None:
+        app.router.add_get("/status", show_status)
     app.router.add_get("/metrics", handle)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -131,3 +148,34 @@ async def serve(
     bound = addresses[0][1] if addresses else port
     logger.info("agent metrics on http://%s:%d/metrics", host, bound)
     return runner, int(bound)
+
+
+class HandlerEndpoints:
+    """``edgehub_agent_discovery_handler_endpoints{handler}`` from ``counts()`` (name ->
+    endpoints now), keeping every name it has seen at 0 once it is gone: an absent series
+    cannot fire an alert."""
+
+    def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
+        self._counts = counts
+        self._seen: set[str] = set()
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [self._family()]
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "edgehub_agent_discovery_handler_endpoints",
+            "Discovery handler endpoints registered with this agent, by handler name (0: a "
+            "handler that was registered, or that a Configuration needs, is gone)",
+            labels=["handler"],
+        )
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        counts = self._counts()
+        if len(self._seen) < 1024:  # names come from registrations: bounded
+            self._seen.update(counts)
+        family = self._family()
+        for name in sorted(self._seen | set(counts)):
+            family.add_metric([name], counts.get(name, 0))
+        return [family]

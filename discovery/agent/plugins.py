@@ -399,6 +399,7 @@ class Manager:
         self.configuration_plugins: dict[Key, ConfigurationPlugin] = {}
         self._dirty = asyncio.Event()
         self._socket = kubelet.SocketWatch(self.directory)
+        self._missing_logged = False
         self.recorder = recorder
         self._events: asyncio.Queue[tuple[dict[str, Any], str, str]] = asyncio.Queue(_EVENT_QUEUE)
 
@@ -579,6 +580,24 @@ class Manager:
         except asyncio.QueueFull:
             logger.debug("event queue full; not posting %s", reason)
 
+    def _say_socket_missing(self) -> None:
+        """Once per absence: plugins wait for kubelet, and the operator must know why (a wrong
+        ``--device-plugins-dir``, kubelet not running, the hostPath not mounted)."""
+        if self._missing_logged:
+            return
+        self._missing_logged = True
+        waiting = sum(1 for p in self._all() if not p.registered)
+        logger.warning(
+            "kubelet's device-plugin socket %s is missing: %d device plugins wait for it "
+            "(is kubelet running, and is --device-plugins-dir its <root-dir>/device-plugins?)",
+            self.directory / kubelet.KUBELET_SOCKET,
+            waiting,
+        )
+
+    @property
+    def kubelet_socket_present(self) -> bool:
+        return self._socket.present
+
     def _all(self) -> list[Plugin]:
         return [*self.instance_plugins.values(), *self.configuration_plugins.values()]
 
@@ -678,6 +697,7 @@ class Manager:
 
     async def _kubelet_tick(self) -> None:
         if self._socket.changed():
+            self._missing_logged = False
             logger.info("kubelet socket (re)appeared; restarting and re-registering plugins")
             for plugin in self._all():
                 await plugin.stop()
@@ -693,6 +713,7 @@ class Manager:
                 await self._serve(plugin)
                 continue
             if not self._socket.present:
+                self._say_socket_missing()
                 continue
             if not await asyncio.to_thread(_exists, plugin.socket):
                 # kubelet wiped its directory: serve on a fresh socket before registering.

@@ -40,6 +40,7 @@ class Agent:
     def __init__(self, agent_settings: settings.AgentSettings) -> None:
         self.settings = agent_settings
         self.metrics = metrics.Metrics()
+        self.metrics.registry.register(metrics.HandlerEndpoints(self._handler_endpoints))
         self.metrics_port: int | None = None
         self.reconciler: reconciling.Reconciler | None = None
         self.plugins: plugins.Manager | None = None
@@ -90,6 +91,75 @@ class Agent:
     def ready(self) -> bool:
         return self._ready.is_set() and not self._done.is_set()
 
+    def _handler_endpoints(self) -> dict[str, int]:
+        """Endpoints per handler name, and 0 for names Configurations wait for."""
+        counts: dict[str, int] = {}
+        if self.reconciler is not None:
+            for obj in self.reconciler.configurations.store.values():
+                handler = ((obj.get("spec") or {}).get("discoveryHandler") or {}).get("name")
+                if isinstance(handler, str) and handler:
+                    counts[handler] = 0
+        if self.registry is not None:
+            for endpoint in self.registry.endpoints():
+                counts[endpoint.name] = counts.get(endpoint.name, 0) + 1
+        return counts
+
+    def status(self) -> dict[str, Any]:
+        """What ``edgehub status`` shows of discovery on this node: handlers and their
+        endpoints, Configurations and the Instances (devices) this node serves, whether kubelet's
+        device-plugin socket is there. Names and counts only: never a device's properties (they
+        may hold credentials)."""
+        s = self.settings
+        handlers: dict[str, int] = {}
+        if self.registry is not None:
+            for endpoint in self.registry.endpoints():
+                handlers[endpoint.name] = handlers.get(endpoint.name, 0) + 1
+        configurations: dict[tuple[str, str], dict[str, Any]] = {}
+        if self.reconciler is not None:
+            for (namespace, name), obj in sorted(self.reconciler.configurations.store.items()):
+                spec = obj.get("spec") or {}
+                handler = str((spec.get("discoveryHandler") or {}).get("name") or "")
+                configurations[(namespace, name)] = {
+                    "namespace": namespace,
+                    "name": name,
+                    "handler": handler,
+                    "handlerRegistered": handler in handlers,
+                    "instances": [],
+                }
+        kubelet_socket = None
+        if self.plugins is not None:
+            kubelet_socket = self.plugins.kubelet_socket_present
+            for (namespace, name), plugin in sorted(self.plugins.instance_plugins.items()):
+                entry = configurations.setdefault(
+                    (namespace, plugin.configuration),
+                    {
+                        "namespace": namespace,
+                        "name": plugin.configuration,
+                        "handler": "",
+                        "handlerRegistered": False,
+                        "instances": [],
+                    },
+                )
+                entry["instances"].append(
+                    {
+                        "name": name,
+                        "resource": plugin.resource,
+                        "registeredWithKubelet": plugin.registered,
+                        "slots": len(plugin.slots),
+                        "slotsInUse": sum(1 for usage in plugin.slots if usage is not None),
+                    }
+                )
+        return {
+            "node": s.node_name,
+            "ready": self.ready,
+            "kubeletSocket": {
+                "path": str(s.device_plugins_dir / "kubelet.sock"),
+                "present": kubelet_socket,
+            },
+            "handlers": [{"name": n, "endpoints": c} for n, c in sorted(handlers.items())],
+            "configurations": list(configurations.values()),
+        }
+
     async def _supervise(self) -> None:
         try:
             await self._main()
@@ -116,7 +186,11 @@ class Agent:
             if s.metrics_port is not None:
                 try:
                     runner, self.metrics_port = await metrics.serve(
-                        self.metrics, s.metrics_address, s.metrics_port, lambda: self.ready
+                        self.metrics,
+                        s.metrics_address,
+                        s.metrics_port,
+                        lambda: self.ready,
+                        status=self.status,
                     )
                 except OSError as e:  # address in use, not an address of this host
                     raise StartupError(f"cannot serve metrics: {e.strerror or e}") from e

@@ -3,7 +3,9 @@
 `make cluster-bins` runs this. The binaries go to ~/.cache/edgehub/k8s-<version>/
 (or $EDGEHUB_CACHE/k8s-<version>/), never into the repository. A `.pin` file there
 records a digest of go.mod and go.sum: the binaries are rebuilt only when the pin
-changes or one is missing. One progress line per binary; a failed build prints the
+changes or one is missing. Helm (for the chart tests) is pinned apart in helm/go.mod and
+built the same way into ~/.cache/edgehub/helm-<version>/ (`--print-helm` prints its path).
+One progress line per binary; a failed build prints the
 binary, the command and the compiler's last lines, and exits non-zero so `make test`
 stops instead of skipping the real-cluster suite.
 
@@ -34,6 +36,21 @@ BINARIES = (
 )
 
 
+HELM_DIR = HERE / "helm"
+HELM_PACKAGE = "helm.sh/helm/v3/cmd/helm"
+
+
+def helm_version() -> str:
+    found = re.search(r"^\s*helm\.sh/helm/v3 (v\S+)", (HELM_DIR / "go.mod").read_text(), re.M)
+    if found is None:
+        raise SystemExit("tests/cluster/helm/go.mod: no helm.sh/helm/v3 requirement")
+    return found.group(1)
+
+
+def helm_path() -> pathlib.Path:
+    return cache_root() / f"helm-{helm_version()}" / "helm"
+
+
 def pinned_versions(go_mod: str) -> tuple[str, str]:
     """The k8s.io/kubernetes and etcd server versions that go.mod requires."""
     k8s = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", go_mod, re.M)
@@ -50,10 +67,10 @@ def cache_root() -> pathlib.Path:
     return pathlib.Path(base)
 
 
-def pin_digest() -> str:
+def pin_digest(module: pathlib.Path = HERE) -> str:
     h = hashlib.sha256()
     for name in ("go.mod", "go.sum"):
-        h.update((HERE / name).read_bytes())
+        h.update((module / name).read_bytes())
     return h.hexdigest()
 
 
@@ -76,6 +93,49 @@ def ldflags(k8s: str, etcd: str) -> dict[str, str]:
     )
     etcd_flags = f"-X go.etcd.io/etcd/api/v3/version.GitSHA=module-{etcd}"
     return {"k8s": f"-s -w {k8s_flags}", "etcd": f"-s -w {etcd_flags}"}
+
+
+def _go_build(
+    name: str, pkg: str, module: pathlib.Path, out: pathlib.Path, flags: str
+) -> subprocess.CompletedProcess[str] | None:
+    """Build ``pkg`` of ``module`` into ``out/name`` (via a temp file); None: no `go`."""
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=readonly -buildvcs=false")
+    tmp = out / f".{name}.tmp"
+    cmd = ["go", "build", "-trimpath", "-ldflags", flags, "-o", str(tmp), pkg]
+    try:
+        proc = subprocess.run(cmd, cwd=module, env=env, capture_output=True, text=True)
+    except FileNotFoundError:
+        return None
+    if proc.returncode == 0:
+        tmp.replace(out / name)
+    return proc
+
+
+def build_helm() -> int:
+    binary = helm_path()
+    out = binary.parent
+    digest = pin_digest(HELM_DIR)
+    pin = out / ".pin"
+    if binary.is_file() and pin.is_file() and pin.read_text().strip() == digest:
+        print(f"cluster-bins: helm up to date in {out}", flush=True)
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    pin.unlink(missing_ok=True)
+    version = helm_version()
+    print(f"cluster-bins: building helm {version} ...", flush=True)
+    t0 = time.monotonic()
+    flags = f"-s -w -X helm.sh/helm/v3/internal/version.version={version}"
+    proc = _go_build("helm", HELM_PACKAGE, HELM_DIR, out, flags)
+    if proc is None:
+        print("cluster-bins: FAILED building helm: `go` is not on PATH", file=sys.stderr)
+        return 1
+    if proc.returncode != 0:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-5:]) or f"exit {proc.returncode}"
+        print(f"cluster-bins: FAILED building helm ({HELM_PACKAGE}): {tail}", file=sys.stderr)
+        return 1
+    pin.write_text(digest + "\n")
+    print(f"cluster-bins: helm done in {time.monotonic() - t0:.0f} s into {out}", flush=True)
+    return 0
 
 
 def build() -> int:
@@ -136,7 +196,12 @@ def main(argv: list[str]) -> int:
         k8s, _ = pinned_versions((HERE / "go.mod").read_text())
         print(cache_root() / f"k8s-{k8s}")
         return 0
-    return build()
+    if argv[1:] == ["--print-helm"]:
+        print(helm_path())
+        return 0
+    if argv[1:] == ["--helm"]:
+        return build_helm()
+    return build() or build_helm()
 
 
 if __name__ == "__main__":

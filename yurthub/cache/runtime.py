@@ -19,8 +19,12 @@ watches run in their request handlers, and ``follow_config`` is a coroutine the 
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import logging
+import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import aiohttp
 
@@ -103,6 +107,48 @@ class CacheRuntime:
         hub_metrics.error_keys_count.set_function(lambda: len(stats.error_keys))
         hub_metrics.error_keys_persistency_status.set(1)
         hub_metrics.registry.register(metering.CacheCollector(self.store, self.store.list_count))
+
+    async def status(self) -> dict[str, Any]:
+        """The ``cache`` section of ``/v1/status``: size, and per component its objects, lists
+        and the age of its newest list (how fresh what it would answer offline is)."""
+        cache = self.store
+        loop = asyncio.get_running_loop()
+        size = await loop.run_in_executor(None, cache.disk_bytes)
+        times = await cache.list_store_times()
+        now = time.time()
+        components: dict[str, dict[str, Any]] = {}
+
+        def of(component: str) -> dict[str, Any]:
+            return components.setdefault(
+                component, {"component": component, "objects": 0, "lists": 0, "newestList": None}
+            )
+
+        for scope in cache.scopes():
+            of(scope.component)["objects"] += cache.count(scope)
+        newest: dict[str, float] = {}
+        for list_key, _record in cache.list_records():
+            component = list_key.scope.component
+            of(component)["lists"] += 1
+            when = times.get(list_key)
+            if when is not None and when > newest.get(component, 0.0):
+                newest[component] = when
+        for component, when in newest.items():
+            components[component]["newestList"] = {
+                "time": datetime.datetime.fromtimestamp(when, datetime.UTC).strftime(
+                    "%Y-%m-%dT%H:%M:%SZ"
+                ),
+                "ageSeconds": max(0, round(now - when)),
+            }
+        return {
+            "path": str(self.settings.cache.disk_cache_path),
+            "sizeBytes": size,
+            "objects": len(cache),
+            "lists": cache.list_count(),
+            "documents": len(cache.documents()),
+            "writeFailures": len(cache.stats.error_keys),
+            "reset": cache.reset or None,
+            "components": sorted(components.values(), key=lambda c: str(c["component"])),
+        }
 
     async def close(self) -> None:
         """End held watches, write what is queued (bounded), close the database."""

@@ -569,6 +569,36 @@ class Store:
                     take(key, row)
         return [found.get(key) for key in wanted], corrupt
 
+    async def list_store_times(self) -> dict[keys.ListKey, float]:
+        """When each list record was last written (diskcache's ``store_time``: a relist, or a
+        watch event or bookmark advancing it): how fresh what the cache answers offline is
+        (``/v1/status``). Read on the reader pool, never on the loop."""
+        wanted = {str(k): k for k in self._lists}
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(self._readers, self._read_store_times, list(wanted))
+        return {wanted[name]: when for name, when in found.items() if name in wanted}
+
+    def _read_store_times(self, names: list[str]) -> dict[str, float]:
+        con = self._reader_connection()
+        out: dict[str, float] = {}
+        for start in range(0, len(names), _IN_CHUNK):
+            chunk = names[start : start + _IN_CHUNK]
+            query = f"SELECT key, store_time FROM Cache WHERE key IN ({','.join('?' * len(chunk))})"
+            for name, when in con.execute(query, chunk):
+                if isinstance(name, str) and when is not None:
+                    out[name] = float(when)
+        return out
+
+    def disk_bytes(self) -> int:
+        """Bytes of the database files on disk (a ``stat`` each: call it off the loop)."""
+        total = 0
+        for name in DB_FILES:
+            try:
+                total += (self.path / name).stat().st_size
+            except OSError:
+                pass
+        return total
+
     def _read_document(self, key: str) -> tuple[tuple[str, bytes] | None, list[str]]:
         row = self._reader_connection().execute(_SELECT_ONE, (key,)).fetchone()
         if row is None:

@@ -669,7 +669,12 @@ class Answerer:
         if reason is seams.LocalReason.UPSTREAM_ERROR:
             return None
         if _is_discovery(path):
-            return _status(404, f"the cloud is unreachable and {path} is not cached")
+            return _status(
+                404,
+                f"the cloud is unreachable and {path} is not in the hub's offline cache (the hub "
+                "keeps /version, /api and /apis; other discovery documents only once a client "
+                "read them online)",
+            )
         return _unreachable_path(path)
 
 
@@ -731,9 +736,18 @@ def _unreachable_path(path: str) -> web.Response:
     )
 
 
+OFFLINE_LIST_MISS = "not in the hub's offline cache (never listed while online)"
+OFFLINE_OBJECT_MISS = "not in the hub's offline cache (never read while online, or deleted since)"
+
+
 def _not_found(info: requestinfo.RequestInfo, name: str | None = None) -> web.Response:
+    """The apiserver's NotFound (clients read ``reason``), its message saying why: offline a 404
+    is a cache miss, not a deletion the cloud reported."""
     what = info.name if name is None else name
-    return _json(404, statuses.encode(statuses.not_found(info.resource, what, info.group)))
+    status = statuses.not_found(info.resource, what, info.group)
+    why = OFFLINE_OBJECT_MISS if what else OFFLINE_LIST_MISS
+    status["message"] = f"{status['message']}: {why}"
+    return _json(404, statuses.encode(status))
 
 
 def _json(code: int, body: bytes) -> web.Response:

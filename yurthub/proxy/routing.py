@@ -27,6 +27,9 @@ from yurthub.proxy import headers, hosts, identifying, remote, responses, seams,
 log = logging.getLogger(__name__)
 
 _LOCAL_ON_ERROR_VERBS = frozenset({"get", "list"})
+SOURCE = "edgehub.source"
+"""Key on a response (aiohttp responses are mappings) naming where its answer came from
+(``metrics.SOURCES``); unmarked answers are the hub's own."""
 
 
 class Router:
@@ -122,11 +125,16 @@ class Router:
         self.in_flight += 1
         self._idle.clear()
         code = 0
+        source = "hub"
         try:
             resp = await self._route(request, info)
             code = resp.status
+            source = resp.get(SOURCE, "hub")
             return resp
         finally:
+            collectors.child(
+                collectors.answers, source, collectors.bounds.component(info.component)
+            ).inc()
             if counted:
                 self.admission.release(client, long_running)
             self.in_flight -= 1
@@ -196,8 +204,11 @@ class Router:
                 break
             try:
                 if info.is_upgrade:
-                    return await upgrading.forward(self._remote, request, info, server)
-                return await self._remote.forward(request, info, server)
+                    answered = await upgrading.forward(self._remote, request, info, server)
+                else:
+                    answered = await self._remote.forward(request, info, server)
+                answered[SOURCE] = "cloud"
+                return answered
             except remote.UpstreamUnavailable as e:
                 log.info("%s via %s failed: %s", info.describe(), server, e)
                 if e.timed_out:
@@ -230,7 +241,10 @@ class Router:
     ) -> web.StreamResponse | None:
         if self.local is None:
             return None
-        return await self.local.answer(request, info, reason=reason.value)
+        answer = await self.local.answer(request, info, reason=reason.value)
+        if answer is not None:
+            answer[SOURCE] = "cache"
+        return answer
 
 
 def refused_host(accepted: hosts.AcceptedHosts, request: web.BaseRequest) -> web.Response | None:

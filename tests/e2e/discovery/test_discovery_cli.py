@@ -66,6 +66,36 @@ def test_json_output_from_a_file(tmp_path: Path, echo_env: dict[str, str]) -> No
     ]
 
 
+SAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "discovery" / "samples"
+
+
+def test_a_whole_configuration_is_accepted_as_details(echo_env: dict[str, str]) -> None:
+    # The sample as users apply it: its spec.discoveryHandler gives the details.
+    result = _edgehub(
+        "discover", "debugEcho", "--details", str(SAMPLES / "debug-echo.yaml"), env=echo_env
+    )
+    assert result.returncode == 0, result.stderr
+    assert [line.split()[0] for line in result.stdout.splitlines()[1:]] == ["foo0", "foo1"]
+    udev = _edgehub("discover", "udev", "--details", str(SAMPLES / "udev.yaml"), "--timeout", "5")
+    assert udev.returncode == 0, udev.stderr
+    wrong = _edgehub("discover", "onvif", "--details", str(SAMPLES / "udev.yaml"))
+    assert wrong.returncode == 2
+    assert "spec.discoveryHandler.name is 'udev', not 'onvif'" in wrong.stderr
+
+
+def test_configuration_properties_from_secrets_must_be_given(tmp_path: Path) -> None:
+    config = tmp_path / "onvif.yaml"
+    config.write_text(
+        "apiVersion: akri.sh/v0\nkind: Configuration\nmetadata: {name: cams}\nspec:\n"
+        "  discoveryHandler:\n    name: onvif\n    discoveryDetails: ''\n"
+        "    discoveryProperties:\n      - name: username\n        valueFrom:\n"
+        "          secretKeyRef: {name: creds, key: user}\n"
+    )
+    result = _edgehub("discover", "onvif", "--details", str(config))
+    assert result.returncode == 2
+    assert "--property username=..." in result.stderr
+
+
 def test_offline_availability_gives_no_devices(tmp_path: Path, echo_env: dict[str, str]) -> None:
     Path(echo_env["DEBUG_ECHO_AVAILABILITY_FILE"]).write_text("OFFLINE")
     result = _edgehub(

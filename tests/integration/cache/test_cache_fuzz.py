@@ -200,5 +200,11 @@ async def test_random_requests_never_crash_the_hub(
             status, _ = await edge.get(f"/api/v1/nodes/{NODE}")
             assert status == 200  # still serving
     assert not bad, bad[:5]
-    errors = [r.getMessage() for r in caplog.records if r.name.startswith("yurthub")]
+    # Errors only: INFO lines logged before the block (the issuer keys fetched once the cloud
+    # answers, at a moment that depends on timing) are in caplog.records too.
+    errors = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("yurthub") and r.levelno >= logging.ERROR
+    ]
     assert not errors, errors[:5]

@@ -1,0 +1,125 @@
+"""``edgehub status``: one screen for an operator on the node.
+
+Reads the hub's ``GET /v1/status`` on its serve port (``--server``, 127.0.0.1:10267) and the
+discovery agent's ``GET /status`` on its metrics port (``--agent``, 127.0.0.1:10270, the
+DaemonSet's; skipped when the hub runs the agent itself with ``--enable-discovery``), and shows
+each apiserver's health and last error, the cache's size and the age of each component's newest
+list, the certificates and their expiry, the pool leader, the discovery handlers and devices.
+``-o json`` prints both documents as one JSON object.
+
+Exit status: 0 when the hub answered and is ready, 1 when it is not ready or did not answer
+(the screen says why). Read-only: it only sends two GETs to loopback ports.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import click
+
+from edgehub import cli, statustext
+
+TIMEOUT = 5.0
+
+
+def _get(url: str) -> tuple[dict[str, Any] | None, str]:
+    """(document, "") or (None, why not)."""
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT) as resp:
+            body = resp.read(16 << 20)
+    except urllib.error.HTTPError as e:
+        return None, f"HTTP {e.code} (an edgehub older than this command, or not edgehub?)"
+    except urllib.error.URLError as e:
+        reason = e.reason
+        text = reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)
+        return None, text[:1].lower() + text[1:]
+    except (TimeoutError, OSError) as e:
+        return None, f"no answer within {TIMEOUT:g} s" if isinstance(e, TimeoutError) else str(e)
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None, "the answer is not JSON"
+    if not isinstance(document, dict):
+        return None, "the answer is not a JSON object"
+    return document, ""
+
+
+def _base(url: str) -> str:
+    url = url.rstrip("/")
+    return url if "://" in url else f"http://{url}"
+
+
+def collect(server: str, agent: str) -> dict[str, Any]:
+    """Both documents (blocking: two GETs with a timeout each)."""
+    hub_url = _base(server)
+    hub, hub_problem = _get(hub_url + "/v1/status")
+    agent_doc: dict[str, Any] | None = None
+    agent_problem = ""
+    if hub is not None and isinstance(hub.get("discovery"), dict):
+        agent_doc, agent_source = hub["discovery"], "in the hub (--enable-discovery)"
+    elif agent:
+        agent_url = _base(agent)
+        agent_source = f"agent {agent_url}"
+        agent_doc, agent_problem = _get(agent_url + "/status")
+    else:
+        agent_source = "not asked (--agent '')"
+    return {
+        "hub": hub,
+        "hub_url": hub_url,
+        "hub_problem": hub_problem,
+        "agent": agent_doc,
+        "agent_source": agent_source,
+        "agent_problem": agent_problem,
+    }
+
+
+def screen(found: dict[str, Any]) -> str:
+    return statustext.render(
+        found["hub"],
+        found["hub_url"],
+        time.time(),
+        hub_problem=found["hub_problem"],
+        agent=found["agent"],
+        agent_source=found["agent_source"],
+        agent_problem=found["agent_problem"],
+    )
+
+
+@click.command(context_settings=cli.COMMAND_CONTEXT)
+@click.option(
+    "--server",
+    default="http://127.0.0.1:10267",
+    help="The hub's serve port (--bind-address:--serve-port of `edgehub hub`).",
+)
+@click.option(
+    "--agent",
+    default="http://127.0.0.1:10270",
+    help="The discovery agent's metrics port (its --metrics-address:--metrics-port); '' skips it.",
+)
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+def command(server: str, agent: str, output: str) -> None:
+    """One screen for an operator on the node: apiservers, cache, certificates, pool, devices."""
+    found = collect(server, agent)
+    hub = found["hub"]
+    if output == "json":
+        click.echo(
+            json.dumps(
+                {
+                    "hub": hub
+                    if hub is not None
+                    else {"error": found["hub_problem"], "url": found["hub_url"]},
+                    "discovery": found["agent"]
+                    if found["agent"] is not None
+                    else {"error": found["agent_problem"] or found["agent_source"]},
+                },
+                indent=2,
+            )
+        )
+    else:
+        click.echo(screen(found), nl=False)
+    if hub is None or not hub.get("ready"):
+        raise SystemExit(1)

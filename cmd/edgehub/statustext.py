@@ -1,0 +1,218 @@
+"""The text screen of ``edgehub status``, from the hub's ``/v1/status`` and the discovery
+agent's ``/status`` JSON.
+
+PURE: dicts in, text out (table-tested in ``tests/unit/test_status_text.py``). Every field may
+be missing (an older hub, a section that failed): what is not there is shown as ``-``, never a
+crash. Nothing here contacts anything.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds}s ago"
+    if seconds < 7200:
+        return f"{seconds // 60}m ago"
+    if seconds < 172800:
+        return f"{seconds // 3600}h ago"
+    return f"{seconds // 86400}d ago"
+
+
+def _span(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 0:
+        return f"EXPIRED {_ago(-seconds)}"
+    if seconds < 7200:
+        return f"in {seconds // 60}m"
+    if seconds < 172800:
+        return f"in {seconds // 3600}h"
+    return f"in {seconds // 86400}d"
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
+    if not rows:
+        return []
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+def _seconds_since(iso: str | None, now: float) -> float | None:
+    if not iso:
+        return None
+    try:
+        when = datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return None
+    return now - when.timestamp()
+
+
+def hub_lines(hub: Mapping[str, Any], url: str, now: float) -> list[str]:
+    lines = [f"edgehub hub on node {hub.get('node', '-')} ({url})"]
+    not_ready: Iterable[str] = hub.get("notReady") or []
+    if hub.get("ready"):
+        lines.append("Ready: yes")
+    else:
+        lines.append("Ready: NO")
+        lines += [f"  - {why}" for why in not_ready]
+    lines += [f"  warning: {w}" for w in hub.get("warnings") or []]
+
+    lines += ["", "APISERVERS"]
+    rows = [["SERVER", "HEALTH", "LAST SUCCESS", "LAST ERROR"]]
+    for server in hub.get("servers") or []:
+        error = server.get("lastError") or ""
+        if error:
+            error = f"{error} ({_ago(_seconds_since(server.get('lastErrorTime'), now))})"
+        rows.append(
+            [
+                str(server.get("url", "-")),
+                "healthy" if server.get("healthy") else "UNHEALTHY",
+                _ago(_seconds_since(server.get("lastSuccessTime"), now))
+                if server.get("lastSuccessTime")
+                else "never",
+                error or "-",
+            ]
+        )
+    lines += _table(rows)
+
+    cache = hub.get("cache")
+    lines.append("")
+    if not isinstance(cache, Mapping):
+        lines.append("CACHE  none (--working-mode=cloud, or the cache could not be opened)")
+    elif "error" in cache:
+        lines.append(f"CACHE  cannot be read: {cache['error']}")
+    else:
+        lines.append(
+            f"CACHE  {cache.get('path', '-')}  {_size(cache.get('sizeBytes'))}, "
+            f"{cache.get('objects', '-')} objects, {cache.get('lists', '-')} lists, "
+            f"{cache.get('documents', '-')} documents, "
+            f"{cache.get('writeFailures', 0)} keys whose last write failed"
+        )
+        if cache.get("reset"):
+            lines.append(f"  warning: started anew: {cache['reset']}")
+        rows = [["COMPONENT", "OBJECTS", "LISTS", "NEWEST LIST"]]
+        for component in cache.get("components") or []:
+            newest = component.get("newestList") or {}
+            rows.append(
+                [
+                    str(component.get("component", "-")),
+                    str(component.get("objects", 0)),
+                    str(component.get("lists", 0)),
+                    _ago(newest.get("ageSeconds")) if newest else "never listed",
+                ]
+            )
+        if len(rows) == 1:
+            lines.append("  (empty: nothing can be answered offline yet)")
+        else:
+            lines += _table(rows)
+
+    lines += ["", "CERTIFICATES"]
+    rows = [["NAME", "SUBJECT", "EXPIRES", "FILE"]]
+    problems = []
+    for cert in hub.get("certificates") or []:
+        expires = "-"
+        if "expiresInSeconds" in cert:
+            expires = f"{cert.get('notAfter', '-')} ({_span(cert['expiresInSeconds'])})"
+        rows.append(
+            [
+                str(cert.get("name", "-")),
+                str(cert.get("subject", "none yet")),
+                expires,
+                str(cert.get("file", "-")),
+            ]
+        )
+        if cert.get("problem"):
+            problems.append(f"  {cert.get('name')}: {cert['problem']}")
+    if len(rows) == 1:
+        lines.append("  none (token or anonymous identity)")
+    else:
+        lines += _table(rows)
+    lines += problems
+
+    pool = hub.get("pool") or {}
+    lines.append("")
+    leader = pool.get("leader")
+    name = pool.get("nodePool")
+    where = f" (pool {name})" if name else ""
+    if leader:
+        lines.append(f"POOL LEADER{where}  {leader}")
+    else:
+        lines.append(f"POOL LEADER{where}  {pool.get('note') or 'not configured'}")
+    return lines
+
+
+def discovery_lines(agent: Mapping[str, Any] | None, source: str, problem: str = "") -> list[str]:
+    lines = ["", f"DISCOVERY  ({source})"]
+    if agent is None:
+        lines.append(f"  no discovery agent answered{': ' + problem if problem else ''}")
+        return lines
+    socket = agent.get("kubeletSocket") or {}
+    present = socket.get("present")
+    if present is None:
+        state = "-"
+    else:
+        state = "present" if present else "MISSING: device plugins wait for kubelet"
+    lines.append(f"  kubelet socket {socket.get('path', '-')}: {state}")
+    handlers = agent.get("handlers") or []
+    shown = ", ".join(f"{h.get('name')} ({h.get('endpoints', 0)})" for h in handlers)
+    lines.append(f"  handlers (endpoints): {shown or 'none registered'}")
+    rows = [["CONFIGURATION", "HANDLER", "DEVICES", "SLOTS IN USE"]]
+    for config in agent.get("configurations") or []:
+        instances = config.get("instances") or []
+        handler = str(config.get("handler") or "-")
+        if config.get("handler") and not config.get("handlerRegistered"):
+            handler += " (NOT REGISTERED)"
+        used = sum(int(i.get("slotsInUse", 0)) for i in instances)
+        total = sum(int(i.get("slots", 0)) for i in instances)
+        rows.append(
+            [
+                f"{config.get('namespace', '-')}/{config.get('name', '-')}",
+                handler,
+                str(len(instances)),
+                f"{used}/{total}",
+            ]
+        )
+    if len(rows) == 1:
+        lines.append("  no Configurations")
+    else:
+        lines += _table(rows)
+    return lines
+
+
+def render(
+    hub: Mapping[str, Any] | None,
+    hub_url: str,
+    now: float,
+    *,
+    hub_problem: str = "",
+    agent: Mapping[str, Any] | None = None,
+    agent_source: str = "",
+    agent_problem: str = "",
+) -> str:
+    if hub is None:
+        lines = [f"edgehub hub: no answer from {hub_url}: {hub_problem}"]
+    else:
+        lines = hub_lines(hub, hub_url, now)
+    lines += discovery_lines(agent, agent_source, agent_problem)
+    return "\n".join(lines) + "\n"

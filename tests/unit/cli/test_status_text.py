@@ -1,0 +1,123 @@
+"""``edgehub status``'s screen from the hub's and the agent's JSON (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgehub import statustext
+
+NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+
+
+def _iso(seconds_ago: float) -> str:
+    import datetime
+
+    when = datetime.datetime.fromtimestamp(NOW - seconds_ago, datetime.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+HUB: dict[str, Any] = {
+    "node": "edge-1",
+    "ready": False,
+    "notReady": ["cloud-or-cache (no apiserver reached yet ...)"],
+    "warnings": ["disk-cache: started anew"],
+    "servers": [
+        {
+            "url": "https://a:6443",
+            "healthy": True,
+            "lastError": "",
+            "lastSuccessTime": _iso(3),
+            "lastErrorTime": None,
+        },
+        {
+            "url": "https://b:6443",
+            "healthy": False,
+            "lastError": "connection refused",
+            "lastErrorTime": _iso(90),
+            "lastSuccessTime": None,
+        },
+    ],
+    "cache": {
+        "path": "/etc/kubernetes/cache",
+        "sizeBytes": 3 * 1024 * 1024,
+        "objects": 12,
+        "lists": 3,
+        "documents": 5,
+        "writeFailures": 0,
+        "reset": None,
+        "components": [
+            {
+                "component": "kubelet",
+                "objects": 10,
+                "lists": 3,
+                "newestList": {"ageSeconds": 7200 * 3},
+            },
+            {"component": "yurthub", "objects": 2, "lists": 0, "newestList": None},
+        ],
+    },
+    "certificates": [
+        {
+            "name": "client",
+            "subject": "CN=system:node:edge-1",
+            "notAfter": "2027-01-16T08:00:00Z",
+            "expiresInSeconds": 86400,
+            "file": "/var/lib/yurthub/pki/yurthub-current.pem",
+            "problem": "",
+        },
+        {"name": "serving", "problem": "waiting for CSR csr-x"},
+    ],
+    "pool": {"nodePool": "hangzhou", "leader": None, "note": "not configured"},
+}
+AGENT: dict[str, Any] = {
+    "kubeletSocket": {"path": "/var/lib/kubelet/device-plugins/kubelet.sock", "present": False},
+    "handlers": [{"name": "udev", "endpoints": 1}],
+    "configurations": [
+        {"namespace": "default", "name": "cams", "handler": "onvif", "handlerRegistered": False,
+         "instances": []},
+        {"namespace": "default", "name": "video", "handler": "udev", "handlerRegistered": True,
+         "instances": [{"name": "video-1a2b3c", "slots": 2, "slotsInUse": 1},
+                       {"name": "video-4d5e6f", "slots": 2, "slotsInUse": 0}]},
+    ],
+}  # fmt: skip
+
+
+def test_the_whole_screen() -> None:
+    text = statustext.render(HUB, "http://127.0.0.1:10267", NOW, agent=AGENT, agent_source="x")
+    lines = text.splitlines()
+    assert lines[:4] == [
+        "edgehub hub on node edge-1 (http://127.0.0.1:10267)",
+        "Ready: NO",
+        "  - cloud-or-cache (no apiserver reached yet ...)",
+        "  warning: disk-cache: started anew",
+    ]
+    assert "  https://a:6443  healthy    3s ago        -" in lines
+    assert "  https://b:6443  UNHEALTHY  never         connection refused (90s ago)" in lines
+    assert any(
+        line.startswith("CACHE  /etc/kubernetes/cache  3.0 MiB, 12 objects") for line in lines
+    )
+    assert "  kubelet    10       3      6h ago" in lines
+    assert "  yurthub    2        0      never listed" in lines
+    assert any("2027-01-16T08:00:00Z (in 24h)" in line for line in lines)
+    assert "  serving: waiting for CSR csr-x" in lines
+    assert "POOL LEADER (pool hangzhou)  not configured" in lines
+    assert (
+        "  kubelet socket /var/lib/kubelet/device-plugins/kubelet.sock: MISSING: device "
+        "plugins wait for kubelet" in lines
+    )
+    assert "  default/cams   onvif (NOT REGISTERED)  0        0/0" in lines
+    assert "  default/video  udev                    2        1/4" in lines
+
+
+def test_missing_parts_are_dashes_not_crashes() -> None:
+    text = statustext.render({"ready": True}, "http://h", NOW, agent=None, agent_problem="refused")
+    assert "Ready: yes" in text
+    assert "CACHE  none" in text
+    assert "no discovery agent answered: refused" in text
+    text = statustext.render(None, "http://h", NOW, hub_problem="connection refused")
+    assert text.startswith("edgehub hub: no answer from http://h: connection refused")
+
+
+def test_an_expired_certificate_says_so() -> None:
+    hub = {**HUB, "certificates": [{"name": "client", "subject": "CN=x", "notAfter": "t",
+                                    "expiresInSeconds": -3 * 86400, "file": "f"}]}  # fmt: skip
+    assert "(EXPIRED 3d ago)" in statustext.render(hub, "u", NOW)
