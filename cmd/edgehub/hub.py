@@ -15,6 +15,7 @@ import importlib.metadata
 import logging
 import os
 import pathlib
+import re
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -47,17 +48,21 @@ class PflagCommand(click.Command):
     """A click command that first translates YurtHub's pflag spellings (``pflags``)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        bools, values = [], []
+        bools, values, plain = [], [], []
         for param in self.params:
             if not isinstance(param, click.Option):
                 continue
             names = [n[2:] for n in param.opts if n.startswith("--")]
             if param.is_flag and param.secondary_opts:
                 bools.extend(names)
-            elif not param.is_flag:
+            elif param.is_flag:
+                plain.extend(names)
+            else:
                 values.extend(names)
         try:
-            args, dropped = pflags.translate(args, bool_flags=bools, value_flags=values)
+            args, dropped = pflags.translate(
+                args, bool_flags=bools, value_flags=values, plain_flags=plain
+            )
         except pflags.PflagError as e:
             raise click.UsageError(str(e), ctx) from e
         if dropped:
@@ -68,6 +73,13 @@ class PflagCommand(click.Command):
         return super().parse_args(ctx, args)
 
 
+def _namespace(value: str) -> str:
+    """A namespace name (a DNS label): it goes into the URL the hub follows yurt-hub-cfg at."""
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
+        raise click.BadParameter(f"{value!r} is not a namespace name", param_hint="--namespace")
+    return value
+
+
 def _comma_list(values: tuple[str, ...]) -> tuple[str, ...]:
     """A pflag StringSlice: repeated and/or comma separated."""
     out: list[str] = []
@@ -76,10 +88,29 @@ def _comma_list(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"edgehub hub {_version()} (YurtHub-compatible)")
+        ctx.exit(0)
+
+
 @click.command(cls=PflagCommand, context_settings=cli.COMMAND_CONTEXT)
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Print the version and exit (YurtHub's --version).",
+)
 @click.option("--server-addr", required=True, help="Apiserver URLs, comma separated (https).")
 @click.option("--node-name", required=True, help="This node's name (its lease is renewed).")
 @click.option("--nodepool-name", default="", help="This node's pool.")
+@click.option(
+    "--namespace",
+    default="kube-system",
+    help="Where the hub's ConfigMap yurt-hub-cfg is read from (YurtHub's --namespace).",
+)
 @click.option("--bind-address", default="127.0.0.1", help="Hub server host.")
 @click.option("--serve-port", default=10267, type=click.IntRange(0, 65535), help="Hub server port.")
 @click.option("--bind-proxy-address", default="127.0.0.1", help="HTTP proxy host.")
@@ -508,6 +539,7 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
         ),
         cache=settings.CacheSettings(
             disk_cache_path=pathlib.Path(s("disk_cache_path")),
+            config_namespace=_namespace(s("namespace")),
             cache_agents=settings.parse_cache_agents(s("cache_agents"))
             # The embedded agent must keep working offline: its answers are cached.
             + ((AGENT_COMPONENT,) if opts.get("enable_discovery") else ()),

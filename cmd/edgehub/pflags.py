@@ -110,13 +110,15 @@ def translate(
     *,
     bool_flags: Iterable[str],
     value_flags: Iterable[str],
+    plain_flags: Iterable[str] = (),
 ) -> tuple[list[str], list[str]]:
     """(arguments for click, YurtHub flags dropped).
 
     ``bool_flags``: our on/off options (``--x/--no-x``) by name without dashes;
-    ``value_flags``: our options taking a value.
+    ``value_flags``: our options taking a value; ``plain_flags``: our flags without a ``--no-``
+    form (``--version``): ``=true`` sets them, ``=false`` leaves them out.
     """
-    bools, values = frozenset(bool_flags), frozenset(value_flags)
+    bools, values, plain = frozenset(bool_flags), frozenset(value_flags), frozenset(plain_flags)
     out: list[str] = []
     dropped: list[str] = []
     items = list(args)
@@ -137,6 +139,12 @@ def translate(
             elif value in _FALSE:
                 out.append(f"--no-{name}")
             else:
+                raise PflagError(f"--{name}={value}: not a boolean (true or false)")
+            continue
+        if name in plain:
+            if not has_value or value in _TRUE:
+                out.append(f"--{name}")
+            elif value not in _FALSE:
                 raise PflagError(f"--{name}={value}: not a boolean (true or false)")
             continue
         if name in values or (name.startswith("no-") and name[3:] in bools):

@@ -114,17 +114,29 @@ def _go_build(
 def build_helm() -> int:
     binary = helm_path()
     out = binary.parent
-    digest = pin_digest(HELM_DIR)
+    version = helm_version()
+    # As Helm's own Makefile: the Kubernetes version `helm template`/`lint` assume by default is
+    # the client-go it is built with (else v1.20, which charts requiring newer ones refuse).
+    found = re.search(
+        r"^\s*k8s\.io/client-go v(\d+)\.(\d+)", (HELM_DIR / "go.mod").read_text(), re.M
+    )
+    minor = found.group(2) if found else "20"
+    kube = {"major": "1", "minor": minor}
+    flags = f"-s -w -X helm.sh/helm/v3/internal/version.version={version}" + "".join(
+        f" -X helm.sh/helm/v3/pkg/{pkg}.k8sVersion{part.title()}={kube[part]}"
+        for pkg in ("chartutil", "lint/rules")
+        for part in ("major", "minor")
+    )
+    # The flags are part of what is built: a change of them rebuilds too.
+    digest = pin_digest(HELM_DIR) + "-" + hashlib.sha256(flags.encode()).hexdigest()[:16]
     pin = out / ".pin"
     if binary.is_file() and pin.is_file() and pin.read_text().strip() == digest:
         print(f"cluster-bins: helm up to date in {out}", flush=True)
         return 0
     out.mkdir(parents=True, exist_ok=True)
     pin.unlink(missing_ok=True)
-    version = helm_version()
     print(f"cluster-bins: building helm {version} ...", flush=True)
     t0 = time.monotonic()
-    flags = f"-s -w -X helm.sh/helm/v3/internal/version.version={version}"
     proc = _go_build("helm", HELM_PACKAGE, HELM_DIR, out, flags)
     if proc is None:
         print("cluster-bins: FAILED building helm: `go` is not on PATH", file=sys.stderr)

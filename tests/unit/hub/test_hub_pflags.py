@@ -63,9 +63,7 @@ def test_openyurt_static_pod_arguments_parse(caplog: pytest.LogCaptureFixture) -
     # Parsing got as far as reading the kubeconfig: every flag above was understood.
     assert "/nonexistent/kubeconfig" in result.output and "No such option" not in result.output
     warnings = [r.getMessage() for r in caplog.records if "does not implement" in r.getMessage()]
-    assert warnings == [
-        "ignoring YurtHub flags this hub does not implement: --namespace, --profiling"
-    ]
+    assert warnings == ["ignoring YurtHub flags this hub does not implement: --profiling"]
 
 
 def test_unknown_flags_still_fail() -> None:

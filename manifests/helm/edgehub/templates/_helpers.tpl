@@ -1,0 +1,53 @@
+{{/* Names are the release's: a release "edgehub" in namespace edgehub-system gives the same
+objects as `kubectl apply -k manifests/` (tests compare them). */}}
+{{- define "edgehub.name" -}}{{ .Release.Name }}{{- end -}}
+
+{{- define "edgehub.labels" -}}
+app.kubernetes.io/name: edgehub
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "edgehub.selector" -}}
+app.kubernetes.io/name: edgehub
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* The image of a part: its own Akri-style image values when set, else image. */}}
+{{- define "edgehub.image" -}}
+{{- $own := .own | default dict -}}
+{{- $repo := $own.repository | default .root.Values.image.repository -}}
+{{- $tag := $own.tag | default .root.Values.image.tag | default .root.Chart.AppVersion -}}
+{{ $repo }}:{{ $tag }}
+{{- end -}}
+
+{{- define "edgehub.pullPolicy" -}}
+{{- $own := .own | default dict -}}
+{{ $own.pullPolicy | default .root.Values.image.pullPolicy }}
+{{- end -}}
+
+{{- define "edgehub.pullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+{{ toYaml . | indent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "edgehub.scrape" -}}
+{{- if .root.Values.prometheus.enabled }}
+annotations:
+  prometheus.io/scrape: "true"
+  prometheus.io/port: {{ .port | quote }}
+  prometheus.io/path: /metrics
+{{- end }}
+{{- end -}}
+
+{{- define "edgehub.restricted" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop:
+    - ALL
+{{- end -}}
