@@ -59,12 +59,20 @@ class Manifest:
         return (self.kind, self.name, self.namespace)
 
 
+# Not objects to apply as they are: the Helm chart (templates; its own tests:
+# test_helm_chart.py) and the dashboards (a Grafana JSON, a PrometheusRule for the Prometheus
+# Operator's CRD; test_dashboards.py).
+NOT_OBJECTS = (MANIFESTS / "helm", MANIFESTS / "dashboards")
+
+
 def manifest_files() -> list[Path]:
     """Every file kubectl ``-R -f`` would read, without kustomize's own."""
     return sorted(
         p
         for p in MANIFESTS.rglob("*")
-        if p.suffix in (".yaml", ".yml", ".json") and p.name != "kustomization.yaml"
+        if p.suffix in (".yaml", ".yml", ".json")
+        and p.name != "kustomization.yaml"
+        and not any(d in p.parents for d in NOT_OBJECTS)
     )
 
 
