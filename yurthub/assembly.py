@@ -69,22 +69,27 @@ def _reached_or_cached(
     cache: runtime.CacheRuntime | None,
     hub_settings: settings.HubSettings,
 ) -> Callable[[], str]:
-    """Not ready while the hub has never reached an apiserver and has nothing cached: it can
-    answer nothing at all (a wrong ``--server-addr``, a firewall, a new node started offline).
-    Reported by ``/v1/readyz`` only: the proxy stays open (its 502/404 answers say the same)."""
+    """Not ready while no apiserver is healthy and nothing is cached: the hub can answer nothing
+    at all (a wrong ``--server-addr``, a firewall, a new node started offline, a server that
+    answered once but has not passed ``--heartbeat-healthy-threshold`` probes yet). Reported by
+    ``/v1/readyz`` only: the proxy stays open (its 502/404 answers say the same)."""
 
     def check() -> str:
-        if not checker.initial_probe_done.is_set() or checker.reached_any():
+        if not checker.initial_probe_done.is_set() or checker.any_healthy():
             return ""  # "initial-health-probe" reports the first case
-        cached = cache is not None and (len(cache.store) > 0 or cache.store.list_count() > 0)
+        # A list (what answers offline), not just objects: the heartbeat's own Lease is one.
+        cached = cache is not None and cache.store.list_count() > 0
         if cached:
             return ""
-        why = checker.unreachable_summary() or "no answer yet"
+        why = checker.unreachable_summary()
+        if not why and checker.reached_any():
+            why = "answered, not healthy yet: --heartbeat-healthy-threshold probes to go"
+        what = f"no healthy apiserver ({why or 'no answer yet'})"
         if cache is None:
-            return f"no apiserver reached yet ({why})"
+            return what
         return (
-            f"no apiserver reached yet ({why}) and the disk cache "
-            f"{hub_settings.cache.disk_cache_path} is empty: nothing can be answered offline"
+            f"{what} and the disk cache {hub_settings.cache.disk_cache_path} holds no list: "
+            "nothing can be answered offline"
         )
 
     return check

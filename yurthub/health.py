@@ -206,6 +206,10 @@ class HealthChecker:
         self.kubelet = KubeletGate(self._hb.kubelet_health_grace_period)
         self.initial_probe_done = asyncio.Event()
         self.on_lease: seams.LeaseCallback | None = None
+        self.identity_pending: Callable[[], str] = lambda: ""
+        """Why the hub has no identity to probe with yet ("" when it has one): the certificate
+        manager is still joining. Such a probe fails without contacting the server, saying so
+        (not "the server's certificate is not trusted", which the placeholder would cause)."""
         self.on_unhealthy: list[Callable[[str], object]] = []
         """Called (on the loop, must not block) with a server that just turned unhealthy."""
         for server in self.servers:
@@ -355,6 +359,10 @@ class HealthChecker:
                 f"not renewing the node lease: kubelet silent for more than "
                 f"{self.kubelet.grace_period:g} s (--kubelet-health-grace-period)",
             )
+            return False
+        pending = self.identity_pending()
+        if pending:
+            self._failure(server, f"not probed: the hub has no identity yet ({pending})")
             return False
         rotated = False
         attempt = 0

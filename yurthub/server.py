@@ -318,6 +318,11 @@ class Hub:
             log.warning("%s", warning)
         self.health = health.HealthChecker(s, client, self.metrics)
         self.health.on_lease = self._pending_on_lease
+        certs = self.certs
+        if certs is not None and certs.source.requests_client_certificate:
+            self.health.identity_pending = lambda: (
+                "" if certs.client_pair is not None else certs.client_problem or "joining"
+            )
         self.remote = remote.RemoteProxy(client, s.proxy, self.metrics, self._tee, self._filters)
         checker = self.health
         # A silent link: slow answers get their server probed at once, and a server declared

@@ -140,7 +140,7 @@ async def test_a_wrong_server_addr_is_named_at_info_and_in_readyz(
         assert hub.log_text().count(f"cannot reach {server}") == 1
         text = await _readyz_until(hub, "cloud-or-cache")
         assert f"{server}: {why}" in text
-        assert f"the disk cache {tmp_path / 'cache'} is empty" in text
+        assert f"the disk cache {tmp_path / 'cache'} holds no list" in text
 
 
 def _hub_kubeconfig(path: pathlib.Path, proxy: str) -> pathlib.Path:
