@@ -1,12 +1,15 @@
-"""``edgehub cache``: look into a hub's disk cache (``ls``, ``get KEY``, ``stats``, ``verify``).
+"""``edgehub cache``: look into a hub's disk cache (``ls``, ``get KEY``, ``stats``, ``verify``),
+and fill it from an OpenYurt node's YurtHub cache (``import-yurthub``).
 
-Read-only and safe beside a running hub (``yurthub.cache.verifying`` opens SQLite read-only).
+The looking is read-only and safe beside a running hub (``yurthub.cache.verifying`` opens SQLite
+read-only); ``import-yurthub`` writes, through the hub's own store, while the hub is stopped.
 ``verify`` exits 1 when it finds a problem, ``cli.EXIT_STARTUP_FAILURE`` when the path holds no
 cache; every command prints one clear line on bad input, never a traceback.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import pathlib
 import sqlite3
@@ -17,7 +20,7 @@ import click
 import orjson
 
 from edgehub import cli
-from yurthub.cache import entries, keys, verifying
+from yurthub.cache import entries, keys, store, verifying, yurthubfiles
 
 _PATH = click.option(
     "--disk-cache-path",
@@ -47,7 +50,7 @@ def _opened(path: pathlib.Path) -> Iterator[sqlite3.Connection]:
 
 @click.group(context_settings=cli.COMMAND_CONTEXT)
 def command() -> None:
-    """Inspect a hub's disk cache (read-only)."""
+    """Inspect a hub's disk cache (read-only), or import YurtHub's."""
 
 
 @command.command(name="ls", context_settings=cli.COMMAND_CONTEXT)
@@ -141,3 +144,63 @@ def verify(disk_cache_path: pathlib.Path) -> None:
     )
     if not report.ok:
         raise SystemExit(1)
+
+
+@command.command(name="import-yurthub", context_settings=cli.COMMAND_CONTEXT)
+@_PATH
+@click.option(
+    "--from",
+    "source",
+    default="/etc/kubernetes/cache/",
+    type=click.Path(file_okay=False, exists=True, path_type=pathlib.Path),
+    help="YurtHub's cache directory (its --disk-cache-path); only read.",
+)
+def import_yurthub(disk_cache_path: pathlib.Path, source: pathlib.Path) -> None:
+    """Fill the cache from an OpenYurt node's YurtHub cache (run while the hub is stopped)."""
+    tree = yurthubfiles.read(source, skip=frozenset(store.DB_FILES))
+    objects = sum(len(members) for members in tree.objects.values())
+    if not objects:
+        click.echo(f"edgehub cache: no YurtHub objects under {source}", err=True)
+        raise SystemExit(1)
+    try:
+        asyncio.run(_import(disk_cache_path, tree))
+    except store.StoreError as e:
+        click.echo(f"edgehub cache: cannot write {disk_cache_path}: {e}", err=True)
+        raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
+    components = sorted({scope.component for scope in tree.objects})
+    click.echo(
+        f"imported {objects} objects and {len(tree.objects)} lists of "
+        f"{', '.join(components)} from {source} into {disk_cache_path}"
+        + (f"; skipped {len(tree.skipped)}:" if tree.skipped else "")
+    )
+    for line in tree.skipped[:20]:
+        click.echo(f"  {line}")
+    if len(tree.skipped) > 20:
+        click.echo(f"  ... and {len(tree.skipped) - 20} more")
+
+
+async def _import(path: pathlib.Path, tree: yurthubfiles.Tree) -> None:
+    cache = await store.Store.open(path)
+
+    async def put(job: store.Job) -> None:
+        # The write queue is bounded: wait for it to drain before giving up on a job.
+        if not cache.submit(job):
+            await cache.flush()
+            if not cache.submit(job):
+                raise store.StoreError(f"the cache's write queue refused {job.size} bytes")
+
+    try:
+        for scope, members in sorted(tree.objects.items(), key=lambda kv: str(kv[0].prefix())):
+            for located, body in members:
+                await put(store.PutObject(scope, body, located.namespace, name=located.name))
+            list_key = keys.list_key(scope, "", "", "")
+            await put(store.PutList(list_key, yurthubfiles.list_body(members)))
+        if tree.version is not None:
+            await put(
+                store.PutDocument(
+                    keys.nonresource_key("/version"), "application/json", tree.version
+                )
+            )
+        await cache.flush()
+    finally:
+        await cache.close()
