@@ -485,12 +485,15 @@ async def _stay_up(out: Progress, cast: dict[str, Any]) -> None:
     out.info("stopping")
 
 
-async def _commands(link: partition.Partition, out: Progress, hub_server: str) -> None:
-    """Read ``cut`` / ``heal`` lines from the terminal and switch the link."""
+async def _commands(
+    link: partition.Partition, out: Progress, hub_server: str, stream: Any = None
+) -> None:
+    """Read ``cut`` / ``heal`` / ``status`` lines from the terminal (``stream``: stdin) and act;
+    any other word is answered with the ones known, never ignored."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
+        lambda: asyncio.StreamReaderProtocol(reader), stream if stream is not None else sys.stdin
     )
     try:
         while line := await reader.readline():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 import subprocess
@@ -40,6 +41,11 @@ def test_demo_story_completes(tmp_path: pathlib.Path) -> None:
         "hub healthy again",
         "converged: kubelet-like client saw default/late-arrival",
         "demo finished",
+        # edgehub status, offline: the apiserver unhealthy and why, the cache, the devices.
+        "status --server http://",
+        "UNHEALTHY  ",
+        "CACHE  ",
+        "default/akri-debug-echo",
     ):
         assert line in out, f"missing {line!r} in demo output:\n{out}\n{proc.stderr}"
     # What the demo leaves for the user to try.
@@ -47,3 +53,24 @@ def test_demo_story_completes(tmp_path: pathlib.Path) -> None:
     assert (workdir / "hub.kubeconfig").is_file()
     assert (workdir / "cache").is_dir()
     shutil.rmtree(short, ignore_errors=True)
+
+
+async def test_the_prompt_answers_every_word(capsys: pytest.CaptureFixture[str]) -> None:
+    """cut / heal switch the link, status shows the screen, anything else is answered."""
+    from edgehub import demo
+
+    from yurthub.testing import partition
+
+    read_end, write_end = os.pipe()
+    async with partition.Partition("127.0.0.1", 9) as link:
+        with os.fdopen(read_end, "rb", buffering=0) as stream:
+            os.write(write_end, b"cut\nhelp\nstatus\nheal\n")
+            os.close(write_end)
+            await demo._commands(
+                link, demo.Progress(color=False), "http://127.0.0.1:9", stream=stream
+            )
+        assert link.mode is partition.Mode.PASS
+    out = capsys.readouterr().out
+    assert "link cut (blackhole)" in out and "link restored" in out
+    assert "unknown command 'help': type cut, heal or status" in out
+    assert "edgehub hub: no answer from http://127.0.0.1:9" in out  # status, no hub there

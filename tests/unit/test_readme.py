@@ -31,3 +31,16 @@ def test_reference_covers_every_command() -> None:
         "manager",
     ):
         assert f"### `edgehub {name}`" in text
+
+
+def test_readme_points_only_at_what_users_have() -> None:
+    # The team's design notes live outside the repository: users do not have them.
+    assert "../shared" not in README.read_text()
+
+
+def test_pyproject_license_is_an_spdx_string() -> None:
+    # A `license = {text = ...}` table makes setuptools print a deprecation warning at install.
+    import tomllib
+
+    project = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0"

@@ -184,6 +184,27 @@ async def test_partition_command_switches_modes(tmp_path: pathlib.Path) -> None:
                 assert state["mode"] == "latency" and state["latency"] == 0.3
                 async with session.get(f"{control}/mode") as resp:
                     assert (await resp.json())["mode"] == "latency"
+                # A GET only reads: asked to switch, it says how, and switches nothing.
+                async with session.get(f"{control}/mode", params={"mode": "pass"}) as resp:
+                    assert resp.status == 405 and "PUT" in await resp.text()
+                async with session.get(f"{control}/mode") as resp:
+                    assert (await resp.json())["mode"] == "latency"
+                # The demo's words: cut (blackhole) and heal (pass), on the port and on stdin.
+                async with session.put(f"{control}/cut") as resp:
+                    assert (await resp.json())["mode"] == "blackhole"
+                async with session.put(f"{control}/heal") as resp:
+                    assert (await resp.json())["mode"] == "pass"
+                async with session.put(f"{control}/mode", params={"mode": "CUT"}) as resp:
+                    assert (await resp.json())["mode"] == "blackhole"
+                proc.stdin.write(b"heal\nwobble\n")
+                await proc.stdin.drain()
+                async with asyncio.timeout(5):
+                    assert orjson.loads(await proc.stdout.readline())["mode"] == "pass"
+                assert proc.stderr is not None
+                async with asyncio.timeout(5):
+                    while "wobble" not in (complaint := (await proc.stderr.readline()).decode()):
+                        pass
+                assert "unknown mode 'wobble'" in complaint and "cut, heal" in complaint
         finally:
             proc.send_signal(signal.SIGTERM)
             async with asyncio.timeout(10):

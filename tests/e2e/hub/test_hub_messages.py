@@ -208,3 +208,21 @@ async def test_offline_kubectl_with_a_fresh_discovery_cache_and_clear_404s(
         assert code != 0
         assert "not in the hub's offline cache (never listed while online)" in err, err
         assert "couldn't get current server API group list" not in err
+        # Answers split by where they came from: kubectl's online ones from the cloud, its
+        # offline ones from the cache.
+        async with aiohttp.ClientSession() as s, s.get(hub.server + "/metrics") as r:
+            text = await r.text()
+        counts = {
+            source: _sample(
+                text, f'node_yurthub_answers_total{{component="kubectl",source="{source}"}}'
+            )
+            for source in ("cloud", "cache")
+        }
+        assert counts["cloud"] >= 1 and counts["cache"] >= 2, counts
+
+
+def _sample(text: str, series: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return 0.0

@@ -488,3 +488,35 @@ async def test_allocate_on_a_malformed_instance_says_why(
             await kubelet.allocate(f"akri.sh/{name}", [f"{name}-0"])
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "spec.deviceUsage key 'garbage'" in (caught.value.details() or "")
+
+
+async def test_a_missing_kubelet_socket_is_said_once_and_plugins_register_when_it_comes(
+    sockdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="discovery.agent.plugins")
+    directory = sockdir / "dp"
+    directory.mkdir()
+    s = agent_settings.AgentSettings(node_name=NODE, device_plugins_dir=directory, timings=FAST)
+    from kubernetes_asyncio import client as k8s_client
+
+    offline = k8s_client.ApiClient(k8s_client.Configuration(host="http://127.0.0.1:9"))
+    manager = plugins.Manager(s, kubeapi.KubeApi(offline, request_timeout=1.0), metrics.Metrics())
+    named = named_devices("dev0")
+    (name,) = named
+    try:
+        async with asyncio.TaskGroup() as tg:
+            task = tg.create_task(manager.run(), name="plugins without kubelet")
+            manager.set_devices(("default", CONFIG), named, {})
+            manager.on_instance_event("ADDED", instance(name, "uid-0"))
+            why = f"kubelet's device-plugin socket {directory / 'kubelet.sock'} is missing"
+            await eventually(lambda: bool(warnings_about(caplog, why)))
+            await asyncio.sleep(0.5)  # several kubelet polls: still one line
+            (line,) = warnings_about(caplog, why)
+            assert "device plugins wait for it" in line and "--device-plugins-dir" in line
+            assert not manager.kubelet_socket_present
+            async with sim_kubelet.SimKubelet(directory) as kubelet:
+                await kubelet.wait_for_devices(f"akri.sh/{name}", within=5.0)
+                assert manager.kubelet_socket_present
+            task.cancel()
+    finally:
+        await offline.close()
