@@ -379,6 +379,14 @@ class Hub:
             await self._start_listeners()
             if self.certs is not None and s.listen.proxy_secure_port is not None:
                 task(self._serve_secure(), "secure-listener")
+            elif s.listen.proxy_secure_port is not None:
+                # Accepted (YurtHub's flag) but nothing to serve it with: say so, once.
+                log.info(
+                    "the secure proxy (--proxy-secure-port %s) is not served: with --kubeconfig "
+                    "the hub has no serving certificate (it requests one when it joins with "
+                    "--join-token, --bootstrap-file or kubelet's certificate)",
+                    s.listen.proxy_secure_port,
+                )
         except BaseException:
             await self._abort_start()
             raise
