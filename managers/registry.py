@@ -11,7 +11,16 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 
 from kubecontrol import controlling
-from managers import autonomy, brokers, context, csrapprover, nodewatcher
+from managers import (
+    autonomy,
+    brokers,
+    context,
+    csrapprover,
+    hubleader,
+    hubleaderconfig,
+    hubleaderrbac,
+    nodewatcher,
+)
 
 Factory = Callable[[context.Context], controlling.Controller]
 
@@ -21,6 +30,9 @@ FACTORIES: Mapping[str, Factory] = types.MappingProxyType(
         brokers.NAME: brokers.build,
         nodewatcher.NAME: nodewatcher.build,
         autonomy.NAME: autonomy.build,
+        hubleader.NAME: hubleader.build,
+        hubleaderconfig.NAME: hubleaderconfig.build,
+        hubleaderrbac.NAME: hubleaderrbac.build,
     }
 )
 

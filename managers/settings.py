@@ -19,6 +19,8 @@ NODE_WATCHER_TIMINGS = controlling.Timings(workers=2, resync=300.0)
 WEBHOOK_PORT = 8443
 # Pods are decided on their events and their node's; the resync retries a lost write.
 AUTONOMY_TIMINGS = controlling.Timings(workers=4, resync=600.0)
+# Pools are decided on their events and their nodes'; the resync retries a lost write.
+HUB_LEADER_TIMINGS = controlling.Timings(workers=2, resync=300.0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -98,6 +100,15 @@ class Autonomy:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class HubLeader:
+    """The hub-leader controllers (``hubleader``, ``hubleaderconfig``, ``hubleaderrbac``)."""
+
+    namespace: str = "kube-system"
+    """``--namespace``: where the hubs read ``leader-hub-<pool>`` (their ``--namespace``)."""
+    timings: controlling.Timings = HUB_LEADER_TIMINGS
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ManagerSettings:
     controllers: tuple[str, ...]
     kube: KubeSettings = KubeSettings()
@@ -113,3 +124,4 @@ class ManagerSettings:
     webhook: Webhook | None = None
     """None: no webhook is served."""
     autonomy: Autonomy = Autonomy()
+    hub_leader: HubLeader = HubLeader()

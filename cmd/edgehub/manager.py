@@ -1,5 +1,6 @@
 """``edgehub manager``: the cloud-side controllers (the CSR approver for hubs, the Akri broker
-controller and node watcher, autonomy) and the Configuration validating webhook.
+controller and node watcher, autonomy, the hub leaders of node pools) and the Configuration
+validating webhook.
 
 Runs as a Deployment with several replicas; one leads through a coordination.k8s.io Lease
 (as kube-controller-manager) and only the leader acts, the others keep warm caches. Without
@@ -112,6 +113,12 @@ def _organizations(value: str) -> frozenset[str]:
     "never.",
 )
 @click.option(
+    "--namespace",
+    default="kube-system",
+    help="hubleaderconfig: the hubs' namespace (their --namespace), where ConfigMaps "
+    "leader-hub-<pool> are written.",
+)
+@click.option(
     "--concurrent-csr-workers",
     default=2,
     type=click.IntRange(min=1, max=64),
@@ -180,10 +187,11 @@ def command(
     webhook_port: int,
     default_not_ready_toleration_seconds: int,
     default_unreachable_toleration_seconds: int,
+    namespace: str,
 ) -> None:
     """Run the cloud-side controllers (CSR approver for hubs, Akri brokers, node watcher, pod
-    tolerations of autonomous nodes) with Lease leader election, and the Configuration
-    validating webhook."""
+    tolerations of autonomous nodes, hub leaders) with Lease leader election, and the
+    Configuration validating webhook."""
     try:
         chosen = registry.select(controllers)
     except registry.UnknownController as e:
@@ -242,6 +250,7 @@ def command(
             not_ready_toleration_seconds=default_not_ready_toleration_seconds,
             unreachable_toleration_seconds=default_unreachable_toleration_seconds,
         ),
+        hub_leader=settings.HubLeader(namespace=namespace),
     )
     try:
         asyncio.run(signalling.run_until_signalled(running.run(manager_settings)))
