@@ -49,6 +49,7 @@ from yurthub import discoverydocs, health, server, settings
 from yurthub.autonomy import conditions, reporting
 from yurthub.cache import runtime, store
 from yurthub.filters import runtime as filtering
+from yurthub.pool import runtime as pooling
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,8 @@ class Node:
     cache: runtime.CacheRuntime | None
     filters: filtering.Filters | None = None
     """The response filters (None: ``--enable-resource-filter=false``)."""
+    pool: pooling.Pool | None = None
+    """Pool scope: the multiplexer and the leader hub (None: no pool-scoped resources)."""
 
 
 def _reached_or_cached(
@@ -115,15 +118,22 @@ async def running(
                 e,
             )
     filters = filtering.Filters(hub_settings) if hub_settings.filters.enabled else None
+    pool = (
+        pooling.Pool(hub_settings, tee=cache.tee if cache else None, filters=filters)
+        if hub_settings.pool.resources or hub_settings.nodepool_name
+        else None
+    )
     try:
         if cache is None:
-            hub = server.Hub(hub_settings, filters=filters)
+            hub = server.Hub(hub_settings, filters=filters, pool=pool)
             hub.metrics.error_keys_persistency_status.set(0)
             if hub_settings.working_mode is settings.WorkingMode.EDGE:
                 # Online traffic needs no cache: only the probe says the node is not autonomous.
                 hub.readiness.add("disk-cache", lambda: False, gates_proxy=False)
         else:
-            hub = server.Hub(hub_settings, tee=cache.tee, local=cache.local, filters=filters)
+            hub = server.Hub(
+                hub_settings, tee=cache.tee, local=cache.local, filters=filters, pool=pool
+            )
             hub.on_lease = cache.on_lease
             # Tokens the cache issues offline are ones the hub's verifier recognises.
             cache.local.tokens = hub.verifier.offline
@@ -134,6 +144,8 @@ async def running(
             hub.status_sections["cache"] = cache.status
         if filters is not None:
             filters.attach_metrics(hub.metrics)
+        if pool is not None:
+            pool.attach_metrics(hub.metrics)
         await hub.start()
         checker = hub.health
         assert checker is not None  # set by start()
@@ -150,6 +162,21 @@ async def running(
                 # before, they would all meet an empty cache's 404 first.
                 await checker.initial_probe_done.wait()
                 followers = []
+                if pool is not None:
+                    client = hub.upstream
+                    assert client is not None
+                    followers.append(
+                        tg.create_task(
+                            pool.run(
+                                hub.proxy_url,
+                                leader_ssl=lambda: client.identity.with_identity,
+                                ready=hub.readiness.not_ready,
+                            ),
+                            name="pool",
+                        )
+                    )
+                    # The filters follow services through the hub: the multiplexer answers.
+                    await pool.wait_started()
                 also = [filters] if filters is not None else []
                 if cache is not None:
                     followers.append(
@@ -185,7 +212,7 @@ async def running(
                     # up waiting after inputs_sync_timeout, and never waits offline).
                     await filters.wait_ready()
                 try:
-                    yield Node(hub=hub, cache=cache, filters=filters)
+                    yield Node(hub=hub, cache=cache, filters=filters, pool=pool)
                 finally:
                     for follower in followers:
                         follower.cancel()

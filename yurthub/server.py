@@ -33,7 +33,7 @@ certificates and token files are picked up while running), the certificate manag
 (``authn.issuers``), the dummy interface keeper and the secure listener's start.
 
 The cache plugs in through ``tee`` / ``local`` (``proxy/seams.py``) and ``hub.on_lease``, the
-response filters through ``filters``.
+response filters through ``filters``, the pool multiplexer through ``pool``.
 """
 
 from __future__ import annotations
@@ -215,6 +215,7 @@ class Hub:
         local: seams.LocalAnswerer | None = None,
         identity: kubeconfigs.Identity | None = None,
         filters: seams.ResponseFilter | None = None,
+        pool: seams.PoolServer | None = None,
     ) -> None:
         """``identity``: use this one (fixed) instead of loading ``--kubeconfig``.
         ``filters``: the response filters (``yurthub.filters.runtime``); their inputs join the
@@ -235,6 +236,7 @@ class Hub:
         self._tee = tee
         self._local = local
         self._filters = filters
+        self._pool = pool
         self._identity = identity
         self._stack = contextlib.AsyncExitStack()
         self._tasks: list[asyncio.Task[None]] = []
@@ -353,6 +355,7 @@ class Hub:
             collectors=self.metrics,
             local=self._local,
             identifier=identifying.Identifier(s.node_name, self.verifier),
+            pool=self._pool,
         )
         tg = await self._stack.enter_async_context(asyncio.TaskGroup())
 
@@ -570,6 +573,8 @@ class Hub:
                 log.info("ended %d open watches", ended)
         if self._local is not None:
             self._local.close()
+        if self._pool is not None:
+            self._pool.close()
         if self.router is not None and self.router.in_flight:
             log.info("waiting up to %ss for %d in-flight requests", grace, self.router.in_flight)
             waiters: list[Coroutine[Any, Any, Any]] = [self.router.wait_idle()]

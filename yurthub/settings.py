@@ -17,6 +17,7 @@ import urllib.parse
 
 from yurthub.certs import modes
 from yurthub.filters import registry
+from yurthub.pool import gvrs
 
 
 class ConfigError(ValueError):
@@ -263,6 +264,38 @@ class FilterSettings:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class PoolSettings:
+    """Pool scope: the multiplexer and the leader hub (``yurthub.pool``, README "Pool scope")."""
+
+    resources: tuple[gvrs.Gvr, ...] = gvrs.DEFAULTS
+    """``--pool-scope-resources``; the ``leader-hub-<pool>`` ConfigMap replaces them live."""
+    multiplexer_port: int = 10269
+    """``--multiplexer-port``: a leader serves its pool here (on ``node_ip``); followers dial
+    their leaders on the same port."""
+    node_ip: str = ""
+    """``--node-ip``: where the multiplexer port listens (the node's InternalIP, which the
+    pool's ConfigMap names). Empty: not served."""
+    leader_tls: bool = True
+    """False only in tests on loopback: the multiplexer port and the followers speak plain
+    HTTP (no certificates)."""
+    leader_check_interval: float = 20.0
+    leader_check_timeout: float = 2.0
+    leader_penalty: float = 30.0
+    """Seconds a leader that answered badly (refused, hung, garbage) is not used."""
+    leader_idle_timeout: float = 6.0
+    """Seconds of silence on a leader's watch after which it counts as hung."""
+    follower_bookmark_interval: float = 2.0
+    """A leader's BOOKMARK interval on its followers' watches (their liveness signal)."""
+    bookmark_interval: float = 60.0
+    """BOOKMARK interval on local clients' watches (the apiserver's)."""
+    max_bytes: int = 256 << 20
+    """``--multiplexer-max-memory-mib``: memory budget per resource (objects + history)."""
+    history_events: int = 10_000
+    watcher_events: int = 4_096
+    watcher_bytes: int = 32 << 20
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class HubSettings:
     """The whole tree."""
 
@@ -279,6 +312,7 @@ class HubSettings:
     filters: FilterSettings = FilterSettings()
     certs: CertSettings = CertSettings()
     authn: AuthnSettings = AuthnSettings()
+    pool: PoolSettings = PoolSettings()
 
     @property
     def hub_address(self) -> tuple[str, int]:
@@ -300,6 +334,18 @@ class HubSettings:
             raise ConfigError("heartbeat thresholds and retries must be at least 1")
         if self.heartbeat.interval <= 0 or self.heartbeat.timeout <= 0:
             raise ConfigError("heartbeat interval and timeout must be positive")
+        scope = self.pool
+        if scope.follower_bookmark_interval * 2 > scope.leader_idle_timeout:
+            raise ConfigError(
+                "a leader's bookmark interval must be at most half the followers' idle timeout"
+            )
+        if not scope.leader_tls and scope.node_ip and not _is_loopback(scope.node_ip):
+            raise ConfigError("a multiplexer port without TLS may listen on loopback only")
+        if scope.node_ip:
+            try:
+                ipaddress.ip_address(scope.node_ip)
+            except ValueError as e:
+                raise ConfigError(f"--node-ip {scope.node_ip!r} is not an IP address") from e
         unknown = set(self.filters.disabled) - {*registry.NAMES, registry.WILDCARD}
         if unknown:
             raise ConfigError(

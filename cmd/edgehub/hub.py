@@ -26,6 +26,7 @@ from edgehub import cli, pflags
 from yurthub import assembly, dummyif, kubeconfigs, lifecycle, requestinfo, server, settings
 from yurthub.certs import jws, layout, modes
 from yurthub.filters import registry
+from yurthub.pool import gvrs
 
 log = logging.getLogger("edgehub.hub")
 
@@ -109,7 +110,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.option(
     "--namespace",
     default="kube-system",
-    help="Where the hub's ConfigMap yurt-hub-cfg is read from (YurtHub's --namespace).",
+    help="Where the hub reads ConfigMaps yurt-hub-cfg and leader-hub-<pool> (YurtHub's --namespace).",
 )
 @click.option("--bind-address", default="127.0.0.1", help="Hub server host.")
 @click.option("--serve-port", default=10267, type=click.IntRange(0, 65535), help="Hub server port.")
@@ -270,10 +271,25 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     help="Extra O= of the hub's client certificate (repeatable, comma separated).",
 )
 @click.option(
+    "--pool-scope-resources",
+    default="/v1/services,discovery.k8s.io/v1/endpointslices",
+    help="group/version/resource list served from the pool multiplexer (one upstream "
+    "list/watch per resource, shared by every client); '' turns it off. ConfigMap "
+    "leader-hub-<pool> (pool-scoped-metadata) replaces it live.",
+)
+@click.option(
+    "--multiplexer-port",
+    default=10269,
+    type=click.IntRange(0, 65535),
+    help="HTTPS port on --node-ip where a leader hub serves its pool (and where followers "
+    "reach their leaders).",
+)
+@click.option(
     "--node-ip",
     default="",
-    help="This node's IP, a SAN of the serving certificate (default: the address this node "
-    "reaches the first --server-addr from).",
+    help="This node's IP, a SAN of the serving certificate and where a leader hub's "
+    "multiplexer port listens (default: the address this node reaches the first --server-addr "
+    "from).",
 )
 @click.option(
     "--kubelet-kubeconfig",
@@ -299,6 +315,14 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.option("--cert-expiration-seconds", type=click.IntRange(min=0), default=0, hidden=True)
 @click.option("--cert-renew-before", type=click.FloatRange(min=0), default=0.0, hidden=True)
 @click.option("--csr-wait-timeout", type=click.FloatRange(min=1), default=900.0, hidden=True)
+@click.option(
+    "--multiplexer-max-memory-mib",
+    default=256,
+    type=click.IntRange(min=1),
+    help="Memory budget of one multiplexed resource (objects and history); over it the "
+    "resource is proxied as usual.",
+)
+@click.option("--multiplexer-insecure", is_flag=True, default=False, hidden=True)
 @click.option(
     "--enable-discovery/--no-enable-discovery",
     default=False,
@@ -551,6 +575,13 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             enable_node_pool=bool(opts["enable_node_pool"]),
             enable_pool_service_topology=bool(opts["enable_pool_service_topology"]),
         ),
+        pool=settings.PoolSettings(
+            resources=_pool_scope(s("pool_scope_resources")),
+            multiplexer_port=i("multiplexer_port"),
+            node_ip=certs.node_ip,
+            leader_tls=not opts["multiplexer_insecure"],
+            max_bytes=i("multiplexer_max_memory_mib") << 20,
+        ),
         certs=certs,
         authn=settings.AuthnSettings(
             api_audiences=_comma_list((str(opts.get("api_audiences") or ""),)),
@@ -635,3 +666,10 @@ def _cert_settings(opts: dict[str, Any], kubeconfig: pathlib.Path | None) -> set
         renew_before=float(opts.get("cert_renew_before") or 0.0),
         csr_wait_timeout=float(opts.get("csr_wait_timeout") or 900.0),
     )
+
+
+def _pool_scope(text: str) -> tuple[gvrs.Gvr, ...]:
+    try:
+        return gvrs.parse_list(text)
+    except gvrs.GvrError as e:
+        raise click.BadParameter(str(e), param_hint="--pool-scope-resources") from e

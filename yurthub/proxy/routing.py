@@ -1,6 +1,7 @@
 """Dispatch of one proxied request (DESIGN.md "The hub: request path", reference §2.5).
 
-    classify -> readiness gate -> [pool-scoped: later issue] -> kubelet lease / kubelet node
+    classify -> readiness gate -> pool-scoped list/watch: the multiplexer (``seams.PoolServer``)
+    -> kubelet lease / kubelet node
     -> healthy backend: remote (stream + tee) -> transport error on get/list: cache
     -> no healthy backend: cache -> 502 "no healthy backends available."
 
@@ -44,10 +45,12 @@ class Router:
         collectors: metrics.Metrics,
         local: seams.LocalAnswerer | None,
         identifier: identifying.Identifier | None = None,
+        pool: seams.PoolServer | None = None,
     ) -> None:
         """``identifier``: who the caller is (``proxy/identifying``); None treats every request
         as the node's own and caches Bearer answers under the component (tests only)."""
         self._settings = hub
+        self.pool = pool
         self._balancer = balancer
         self._health = checker
         self._remote = proxy
@@ -173,8 +176,12 @@ class Router:
             if missing:
                 return responses.status(503, f"hub is not ready: {', '.join(missing)}")
 
-        # Pool-scoped list/watch (services, endpointslices) go to the pool multiplexer in a later
-        # issue; until then they take the ordinary path below.
+        if self.pool is not None:
+            # Pool-scoped list/watch (services, endpointslices) from memory; the multiplexer's
+            # own upstream requests (and what it does not hold) take the ordinary path below.
+            answer = await self.pool.answer(request, info)
+            if answer is not None:
+                return answer
 
         if info.component == "kubelet" and info.resource == "leases":
             self._health.renew_kubelet_lease()
@@ -202,6 +209,18 @@ class Router:
             server = self._balancer.pick(self._health.is_healthy, exclude=frozenset(tried))
             if server is None:
                 break
+            target = None
+            if info.user_agent == self._own_multiplexer_ua:
+                # node_yurthub_target_for_multiplexer_requests_collector (reference §8.4).
+                target = self._metrics.child(
+                    self._metrics.target_for_multiplexer_requests,
+                    info.verb,
+                    info.resource,
+                    info.subresource,
+                    info.user_agent,
+                    server.split("://", 1)[-1],
+                )
+                target.inc()
             try:
                 if info.is_upgrade:
                     answered = await upgrading.forward(self._remote, request, info, server)
@@ -224,6 +243,9 @@ class Router:
                     if answer is not None:
                         return answer
                 return _failed(e)
+            finally:
+                if target is not None:
+                    target.dec()
 
         # Nothing answered: offline, unless a backend still counts as healthy (it only failed
         # this request; the cache may answer a read, else the failure is the answer).

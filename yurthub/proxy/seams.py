@@ -125,6 +125,19 @@ class ResponseFilter(Protocol):
         """The filters' inputs are there (readiness gate; cheap, called per request)."""
 
 
+class PoolServer(Protocol):
+    """The pool multiplexer (``yurthub.pool.runtime``): list/watch of pool-scoped resources."""
+
+    async def answer(
+        self, request: web.Request, info: requestinfo.RequestInfo
+    ) -> web.StreamResponse | None:
+        """The answer from memory, or None for the ordinary path (not pool-scoped, the hub's
+        own upstream requests, views the multiplexer does not hold)."""
+
+    def close(self) -> None:
+        """Hub shutdown: end every watch it serves (cleanly)."""
+
+
 class LeaseCallback(Protocol):
     """Receives the Lease the heartbeat prober got back (reference §5.1: stored as kubelet's)."""
 

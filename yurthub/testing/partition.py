@@ -131,6 +131,10 @@ class Partition:
         self._stopping = False
         self.accepted = 0
         """Connections accepted so far (tests assert reconnect counts with it)."""
+        self.bytes_down = 0
+        """Bytes relayed from the upstream to the clients (what crossed the link inwards)."""
+        self.bytes_up = 0
+        """Bytes relayed from the clients to the upstream."""
 
     # --- life cycle --------------------------------------------------------------------------
 
@@ -282,10 +286,12 @@ class Partition:
         up_reader, up_writer = await asyncio.open_connection(self.upstream_host, self.upstream_port)
         conn.upstream = up_writer
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._pump(reader, up_writer), name="partition-to-upstream")
-            tg.create_task(self._pump(up_reader, writer), name="partition-to-client")
+            tg.create_task(self._pump(reader, up_writer, down=False), name="partition-to-upstream")
+            tg.create_task(self._pump(up_reader, writer, down=True), name="partition-to-client")
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, down: bool
+    ) -> None:
         try:
             while True:
                 await self._gate()
@@ -299,6 +305,10 @@ class Partition:
                     await asyncio.sleep(self.latency)
                     mode = await self._gate()
                 writer.write(data)
+                if down:
+                    self.bytes_down += len(data)
+                else:
+                    self.bytes_up += len(data)
                 await writer.drain()
         except (ConnectionError, OSError, _Stopped):
             # The other side reset, a mode switch aborted the transports, or we stop: end both.

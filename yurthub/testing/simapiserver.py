@@ -348,6 +348,14 @@ class SimApiserver:
         """
         return self._ctx.audit.records()
 
+    def open_watches(self) -> dict[str, int]:
+        """Watch requests open now, by resource (plural), e.g. ``{"services": 2}``."""
+        counts: dict[str, int] = {}
+        for watcher in self._ctx.watchers:
+            resource = watcher.storage[1]
+            counts[resource] = counts.get(resource, 0) + 1
+        return counts
+
     def clear_audit_log(self) -> None:
         self._ctx.audit.clear()
 

@@ -146,7 +146,8 @@ def test_the_binary_filters_for_kubelet_and_kube_proxy(
         capture_output=True, text=True, timeout=30, check=True,
     ).stdout  # fmt: skip
     assert "yurthub/nodepools.v1beta2.apps.openyurt.io/edge-pool" in listing, listing
-    assert "yurthub/services.v1.core/default/web" in listing
+    # Services come through the pool multiplexer: cached under its component, unfiltered.
+    assert "multiplexer-proxy-edge-node-1/services.v1.core/default/web" in listing
 
 
 def test_a_typo_in_disabled_filters_is_a_startup_failure() -> None:

@@ -1,0 +1,197 @@
+"""Three hubs of one pool on the simulated cloud: one upstream watch per resource for the
+pool, followers served by the leader, and what happens when the leader goes or lies."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import time
+
+import pytest
+from pool_edge import (
+    KUBE_PROXY,
+    KUBELET,
+    SERVICES,
+    SLICES,
+    address_of,
+    eventually,
+    named,
+    pool_of,
+    service,
+)
+
+from yurthub.testing import partition
+
+
+async def test_one_upstream_watch_per_resource_for_the_whole_pool(tmp_path: pathlib.Path) -> None:
+    async with pool_of(tmp_path) as pool:
+        leader, *followers = pool.hubs
+        for hub in followers:
+            await eventually(
+                lambda h=hub: h.source() == "edge-node-1" and h.watching(), what=hub.name
+            )
+            await eventually(
+                lambda h=hub: h.source("endpointslices") == "edge-node-1", what=hub.name
+            )
+        assert leader.source() == "cloud"
+        async with (
+            followers[0].watch(SERVICES, ua=KUBE_PROXY) as a,
+            followers[0].watch(SERVICES, ua=KUBELET) as b,
+            followers[1].watch(SLICES, ua=KUBE_PROXY) as c,
+            leader.watch(SERVICES, ua=KUBE_PROXY) as d,
+        ):
+            for events in (a, b, d):
+                await events.until(named("web"))
+            await c.next()
+            assert pool.upstream_watches() == {"services": 1, "endpointslices": 1}
+            pool.sim.state.create(service("fresh"))
+            for events in (a, b, d):
+                await events.until(named("fresh"), within=1.0)
+        listed = await followers[1].get(SERVICES)
+        assert "fresh" in {s["metadata"]["name"] for s in listed["items"]}
+
+
+async def test_leader_gone_followers_read_the_cloud_and_clients_see_nothing(
+    tmp_path: pathlib.Path,
+) -> None:
+    async with pool_of(tmp_path) as pool:
+        leader, follower, other = pool.hubs
+        await eventually(lambda: follower.source() == "edge-node-1" and follower.watching())
+        async with follower.watch(SERVICES) as events:
+            await events.until(named("web"))
+            started = time.monotonic()
+            await leader.stop()
+            pool.sim.state.create(service("after"))
+            await events.until(named("after"), within=10.0)
+            assert time.monotonic() - started < 10.0
+        assert follower.source() == "cloud" and other.source() == "cloud"
+        # Each follower now holds its own watch on the cloud: no leader, no sharing.
+        await eventually(lambda: pool.upstream_watches() == {"services": 2, "endpointslices": 2})
+        metrics = await follower.metrics()
+        assert 'node_yurthub_pool_leader_healthy{leader="edge-node-1"} 0.0' in metrics
+
+
+class FakeLeader:
+    """Listens where the leader should: ``hang`` accepts and never answers, ``garbage``
+    answers 200 with something that is no list."""
+
+    def __init__(self, host: str, port: int, mode: str) -> None:
+        self.host, self.port, self.mode = host, port, mode
+        self.requests = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> FakeLeader:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            while await reader.readuntil(b"\r\n\r\n"):
+                self.requests += 1
+                if self.mode == "garbage":
+                    body = b"<html>not a list</html>"
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                        + body
+                    )
+                    await writer.drain()
+                else:
+                    await asyncio.sleep(3600)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.mark.parametrize("mode", ["hang", "garbage"])
+async def test_a_leader_that_hangs_or_lies_is_left_within_ten_seconds(
+    tmp_path: pathlib.Path, mode: str
+) -> None:
+    async with pool_of(tmp_path, names=("edge-node-2", "cloud-node-1"), start=False) as pool:
+        port = pool.hubs[0].settings.pool.multiplexer_port
+        async with FakeLeader(address_of(0), port, mode) as fake:
+            started = time.monotonic()
+            await asyncio.gather(*(hub.start() for hub in pool.hubs))
+            for hub in pool.hubs:
+                while True:  # as client-go does with 429 + Retry-After
+                    status, listed, _ = await hub.request(SERVICES)
+                    if status != 429:
+                        break
+                assert status == 200, (listed["message"], time.monotonic() - started)
+                assert "web" in {s["metadata"]["name"] for s in listed["items"]}
+            assert time.monotonic() - started < 10.0
+            assert fake.requests >= 1
+            assert [hub.source() for hub in pool.hubs] == ["cloud", "cloud"]
+            async with pool.hubs[0].watch(SERVICES) as events:
+                await events.until(named("web"))
+                pool.sim.state.create(service("later"))
+                await events.until(named("later"), within=2.0)
+
+
+async def test_a_new_leader_takes_over_at_once(tmp_path: pathlib.Path) -> None:
+    async with pool_of(tmp_path) as pool:
+        first, second, follower = pool.hubs
+        await eventually(lambda: follower.source() == "edge-node-1" and follower.watching())
+        async with follower.watch(SERVICES) as events:
+            await events.until(named("web"))
+            pool.set_leaders("edge-node-2")
+            await eventually(lambda: follower.source() == "edge-node-2", within=3.0)
+            await eventually(lambda: first.source() == "edge-node-2", within=3.0)
+            assert second.source() == "cloud"
+            await eventually(
+                lambda: pool.upstream_watches() == {"services": 1, "endpointslices": 1}
+            )
+            pool.sim.state.create(service("moved"))
+            await events.until(named("moved"), within=2.0)  # the same client watch goes on
+        metrics = await second.metrics()
+        assert "node_yurthub_pool_is_leader 1.0" in metrics
+
+
+async def test_a_malformed_configmap_keeps_the_last_good_one(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with pool_of(tmp_path) as pool:
+        follower = pool.hub("cloud-node-1")
+        await eventually(lambda: follower.source() == "edge-node-1" and follower.watching())
+        pool.set_leaders("edge-node-2", leaders="edge-node-2")  # no address
+        await asyncio.sleep(1.0)
+        assert follower.source() == "edge-node-1"
+        warnings = [r for r in caplog.records if "is malformed" in r.getMessage()]
+        assert len({r.name for r in warnings}) == 1 and len(warnings) == len(pool.hubs)
+        assert "leaders: 'edge-node-2' is not <node>/<ip>" in warnings[0].getMessage()
+        pool.set_leaders("edge-node-2")
+        await eventually(lambda: follower.source() == "edge-node-2", within=3.0)
+
+
+async def test_cloud_cut_for_the_whole_pool_every_hub_answers(tmp_path: pathlib.Path) -> None:
+    async with pool_of(tmp_path) as pool:
+        for hub in pool.hubs[1:]:
+            await eventually(lambda h=hub: h.source() == "edge-node-1" and h.watching())
+        for hub in pool.hubs:
+            await hub.link.set_mode(partition.Mode.BLACKHOLE)
+        for hub in pool.hubs:
+            await eventually(lambda h=hub: not h.node.hub.health.any_healthy())  # type: ignore[union-attr]
+        for hub in pool.hubs:  # from memory: the followers' leader is in the pool
+            listed = await hub.get(SERVICES, ua=KUBELET)
+            assert "web" in {s["metadata"]["name"] for s in listed["items"]}
+        # Every hub restarted while the cloud is away, no leader left: each from its own cache.
+        for hub in pool.hubs:
+            await hub.stop()
+        for hub in pool.hubs:
+            await hub.start()
+            listed = await hub.get(SERVICES, ua=KUBELET)
+            assert "web" in {s["metadata"]["name"] for s in listed["items"]}
+            slices = await hub.get(SLICES)
+            assert slices["items"]

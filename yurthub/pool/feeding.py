@@ -1,0 +1,521 @@
+"""One upstream list + watch per pool-scoped resource, into its ``watchcache.Store``.
+
+Where the data comes from (``Sources.choose``, reference §8.3):
+
+- a follower (``leaderconfigs.source`` says ``pool``) reads from a usable leader hub, directly,
+  over HTTPS with the hub's client certificate (``https://<leader>:<--multiplexer-port>``); what
+  it reads is offered to the disk cache's tee as the hub's own proxy would (component
+  ``multiplexer-proxy-<node>``), so it is there offline;
+- otherwise, or when no leader is usable, through the hub's own proxy with User-Agent
+  ``multiplexer-proxy-<node>``: the router sends that to a healthy apiserver (load balancing,
+  health, the tee into the cache) or, offline, to the cache (a list from disk, a watch held).
+
+The list asks for ``resourceVersion=0`` (any state: the apiserver's watch cache or the
+leader's store answers it) or, once synced, for a state not older than the store's; the watch
+resumes from the store's resourceVersion with bookmarks. A watch that ends is resumed from the
+store's version at once; 410 lists again (the store turns the new list into differences for
+its watchers, see ``watchcache``).
+
+Switching: every attempt runs beside a waiter on ``Sources``; when the choice changes (the
+ConfigMap names other leaders, a leader's check flips, a leader is penalised or its penalty
+ends) the attempt is cancelled and the next one resumes from the store's version with the new
+source. A leader that answers anything but a good 200 (refused, 429 not synced yet, 5xx,
+garbage, an event that does not parse, a list older than the store) or stays silent longer
+than ``leader_idle_timeout`` (a leader sends a BOOKMARK to followers every
+``follower_bookmark_interval``) is penalised and the next attempt starts at once elsewhere.
+Failures of the hub's own proxy are retried with a capped back-off (0.5 s doubling to 30 s).
+
+While the store is not synced, a definitive answer of the proxy (403, 404, 5xx: what a client
+would get without the multiplexer) is kept as ``failure``: the multiplexer then lets clients
+take the ordinary path instead of answering 429 forever.
+
+Dangers: the list body and each event are bounded (``max_item``); a feeder never raises out of
+``run`` but for cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import random
+import ssl
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+from multidict import CIMultiDict
+
+from yurthub import jsonlists, requestinfo, statuses
+from yurthub.cache import framing
+from yurthub.pool import gvrs, leaderconfigs, leaders, watchcache
+from yurthub.proxy import seams
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 1 << 16
+FIRST_BACKOFF = 0.5
+MAX_BACKOFF = 30.0
+BUSY_PENALTY = 3.0
+"""Seconds a leader that is still starting (429, 503) is not asked."""
+CONFIG_WAIT = 5.0
+"""Seconds a feeder waits for the pool's ConfigMap before its first list."""
+CLOUD_LIST_IDLE = 60.0
+"""Seconds the hub's own proxy may stay silent during a list."""
+
+
+class _SourceFailed(Exception):
+    def __init__(
+        self, why: str, status: statuses.Status | None = None, *, busy: bool = False
+    ) -> None:
+        super().__init__(why)
+        self.status = status
+        self.busy = busy
+        """A leader that is starting (429 not synced, 503 not ready): back to it soon."""
+
+
+class _Gone(Exception):
+    pass
+
+
+class _Switch(Exception):
+    pass
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Source:
+    name: str
+    """``cloud`` or the leader's node name (logs, metrics)."""
+    base: str
+    leader: leaderconfigs.Leader | None = None
+
+
+class Sources:
+    """Which source a feeder should read from now, and a way to wait for that to change."""
+
+    def __init__(
+        self,
+        proxy_url: Callable[[], str],
+        pool_leaders: leaders.Leaders,
+        *,
+        leader_tls: bool = True,
+    ) -> None:
+        self._proxy_url = proxy_url
+        self.leaders = pool_leaders
+        self.leader_tls = leader_tls
+        self.mode = leaderconfigs.Source.API
+        self.generation = 0
+        self._wake = asyncio.Event()
+        self.configured = asyncio.Event()
+        """Set once the pool's configuration was read (or there is none to read)."""
+        pool_leaders.on_change = self.bump
+
+    def bump(self) -> None:
+        self.generation += 1
+        wake, self._wake = self._wake, asyncio.Event()
+        wake.set()
+
+    def set_mode(self, mode: leaderconfigs.Source) -> None:
+        if mode is not self.mode:
+            self.mode = mode
+            self.bump()
+
+    async def wait_configured(self, seconds: float) -> None:
+        """Until the pool's configuration is known, at most ``seconds``: a follower's first
+        list should go to its leader, not to the cloud because the ConfigMap came late."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self.configured.wait()
+
+    async def wait_change(self, since: int) -> None:
+        while self.generation == since:
+            await self._wake.wait()
+
+    def cloud(self) -> Source:
+        return Source("cloud", self._proxy_url().rstrip("/"))
+
+    def leader_source(self, leader: leaderconfigs.Leader) -> Source:
+        base = leader.url(self.leaders.port)
+        if not self.leader_tls:
+            base = base.replace("https://", "http://", 1)
+        return Source(leader.node, base, leader)
+
+    def choose(self) -> Source:
+        if self.mode is leaderconfigs.Source.POOL:
+            leader = self.leaders.pick()
+            if leader is not None:
+                return self.leader_source(leader)
+        return self.cloud()
+
+    def still_good(self, source: Source) -> bool:
+        """Whether ``choose`` could keep ``source`` (without moving the round robin)."""
+        if source.leader is None:
+            return self.mode is not leaderconfigs.Source.POOL or not any(
+                self.leaders.usable(leader) for leader in self.leaders.leaders
+            )
+        return self.mode is leaderconfigs.Source.POOL and self.leaders.usable(source.leader)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FeedSettings:
+    user_agent: str
+    leader_idle_timeout: float = 6.0
+    """Seconds a leader may stay silent: before its answer starts, within a list, and on a
+    watch (it sends followers a BOOKMARK every ``follower_bookmark_interval``)."""
+    max_item: int = 16 << 20
+    watch_timeout: tuple[int, int] = (300, 600)
+    """Random server-side timeout of one upstream watch (seconds, YurtHub's)."""
+
+
+class Meter(Protocol):
+    """What a feeder reports (``metering`` implements it)."""
+
+    def upstream_watch(self, gvr: gvrs.Gvr, source: str, delta: int) -> None: ...
+    def upstream_bytes(self, gvr: gvrs.Gvr, source: str, count: int) -> None: ...
+    def target(self, gvr: gvrs.Gvr, verb: str, server: str, delta: int) -> None: ...
+
+
+class Feeder:
+    def __init__(
+        self,
+        gvr: gvrs.Gvr,
+        store: watchcache.Store,
+        sources: Sources,
+        *,
+        session: aiohttp.ClientSession,
+        leader_ssl: Callable[[], ssl.SSLContext | bool],
+        tee: seams.Tee | None,
+        feed: FeedSettings,
+        meter: Meter,
+        on_advance: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.gvr = gvr
+        self.store = store
+        self.sources = sources
+        self._session = session
+        self._leader_ssl = leader_ssl
+        self._tee = tee
+        self._feed = feed
+        self._meter = meter
+        self._on_advance = on_advance
+        self.failure: statuses.Status | None = None
+        """A definitive answer while not synced (clients take the ordinary path)."""
+        self.source: Source | None = None
+        self.watching = False
+
+    async def run(self) -> None:
+        backoff = FIRST_BACKOFF
+        relist = True
+        await self.sources.wait_configured(CONFIG_WAIT)
+        while True:
+            if self.sources.mode is leaderconfigs.Source.POOL:
+                await self.sources.leaders.settled()
+            source = self.sources.choose()
+            self.source = source
+            try:
+                relist = await self._attempt(source, relist)
+                backoff = FIRST_BACKOFF
+                continue
+            except _Switch:
+                log.info("%s: switching from %s", self.gvr, source.name)
+                continue
+            except _Gone:
+                log.info("%s: %s says our version is too old; listing again", self.gvr, source.name)
+                relist = True
+                continue
+            except _SourceFailed as e:
+                if source.leader is not None:
+                    self.sources.leaders.penalize(
+                        source.leader, str(e), BUSY_PENALTY if e.busy else None
+                    )
+                    continue
+                if not self.store.synced and e.status is not None:
+                    self.failure = e.status
+                    self._on_advance()  # wakes requests waiting for the first list
+                log.log(
+                    logging.INFO if self.store.synced else logging.WARNING,
+                    "%s: reading through the hub failed (%s); retrying in %.1fs",
+                    self.gvr,
+                    e,
+                    backoff,
+                )
+            await asyncio.sleep(backoff * (1 + random.random() / 4))
+            backoff = min(backoff * 2, MAX_BACKOFF)
+
+    async def _attempt(self, source: Source, relist: bool) -> bool:
+        """List (when needed) and watch ``source`` until the watch ends, or the source should
+        change; returns whether the next attempt must list."""
+        generation = self.sources.generation
+        failed: list[Exception] = []
+        switched = False
+        async with asyncio.TaskGroup() as tg:
+
+            async def work() -> None:
+                try:
+                    await self._list_and_watch(source, relist)
+                except (_Gone, _SourceFailed) as e:
+                    failed.append(e)
+                except Exception as e:  # a bug must not end the feeder
+                    log.exception("%s: reading from %s failed", self.gvr, source.name)
+                    failed.append(_SourceFailed(f"internal error: {type(e).__name__}"))
+                finally:
+                    switch.cancel()
+
+            async def until_switch() -> None:
+                nonlocal switched
+                await self._until_switch(source, generation)
+                switched = True
+                working.cancel()
+
+            working = tg.create_task(work(), name=f"pool-feed-{self.gvr}-{source.name}")
+            switch = tg.create_task(until_switch(), name=f"pool-switch-{self.gvr}")
+        if failed:
+            raise failed[0]
+        if switched:
+            raise _Switch
+        return False
+
+    async def _until_switch(self, source: Source, generation: int) -> None:
+        while True:
+            await self.sources.wait_change(generation)
+            generation = self.sources.generation
+            if not self.sources.still_good(source):
+                return
+
+    async def _list_and_watch(self, source: Source, relist: bool) -> None:
+        if relist or not self.store.synced:
+            await self._list(source)
+        await self._watch(source)
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def _request_args(self, source: Source, *, watch: bool) -> dict[str, Any]:
+        headers = {"User-Agent": self._feed.user_agent, "Accept": "application/json"}
+        if source.leader is None:
+            idle = None if watch else CLOUD_LIST_IDLE
+            return {
+                "headers": headers,
+                "timeout": aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=idle),
+            }
+        idle = self._feed.leader_idle_timeout
+        return {
+            "headers": {**headers, "Accept-Encoding": "identity"},
+            "timeout": aiohttp.ClientTimeout(
+                total=None, sock_connect=self.sources.leaders.timeout, sock_read=idle
+            ),
+            "ssl": self._leader_ssl() if source.base.startswith("https://") else False,
+        }
+
+    @contextlib.asynccontextmanager
+    async def _get(self, source: Source, query: dict[str, str], *, watch: bool) -> Any:
+        url = source.base + self.gvr.path()
+        verb = "watch" if watch else "list"
+        server = source.base.split("://", 1)[-1]
+        self._meter.target(self.gvr, verb, server, 1)
+        try:
+            async with self._session.get(
+                url, params=query, **self._request_args(source, watch=watch)
+            ) as resp:
+                yield resp
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise _SourceFailed(f"{verb} from {source.name}: {type(e).__name__}: {e}") from e
+        finally:
+            self._meter.target(self.gvr, verb, server, -1)
+
+    def _sink(
+        self, source: Source, query: Mapping[str, str], resp: aiohttp.ClientResponse
+    ) -> seams.TeeSink | None:
+        """The cache's sink for what a leader answered (the proxy tees the cloud's itself)."""
+        if source.leader is None or self._tee is None:
+            return None
+        headers: CIMultiDict[str] = CIMultiDict(
+            {"User-Agent": self._feed.user_agent, "Accept": "application/json"}
+        )
+        info = requestinfo.classify("GET", self.gvr.path(), list(query.items()), headers)
+        try:
+            return self._tee.open(info, resp.status, resp.headers)
+        except Exception:
+            log.exception("the cache could not take %s from %s", info.describe(), source.name)
+            return None
+
+    # --- list --------------------------------------------------------------------------------
+
+    async def _list(self, source: Source) -> None:
+        query = {"resourceVersion": "0"}
+        if self.store.synced:
+            query = {"resourceVersion": str(self.store.rv), "resourceVersionMatch": "NotOlderThan"}
+        async with self._get(source, query, watch=False) as resp:
+            if resp.status != 200:
+                raise _SourceFailed(
+                    f"list from {source.name}: HTTP {resp.status}",
+                    await _status_of(resp),
+                    busy=resp.status in (429, 503),
+                )
+            sink = self._sink(source, query, resp)
+            try:
+                entries, rv, kinds = await self._read_list(source, resp, sink)
+            except BaseException as e:
+                if sink is not None:
+                    sink.abort(f"list failed: {type(e).__name__}")
+                raise
+            if sink is not None:
+                await sink.finish()
+        kind, list_kind, api_version = kinds
+        try:
+            self.store.replace(entries, rv, kind=kind, list_kind=list_kind, api_version=api_version)
+        except watchcache.Behind as e:
+            raise _SourceFailed(f"list from {source.name} is behind: {e}") from e
+        self.failure = None
+        self._on_advance()
+        log.info("%s: %d objects at %d from %s", self.gvr, len(entries), rv, source.name)
+
+    async def _read_list(
+        self, source: Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
+    ) -> tuple[list[watchcache.Entry], int, tuple[str, str, str]]:
+        reader = jsonlists.ListReader(self._feed.max_item)
+        entries: list[watchcache.Entry] = []
+        count = 0
+        try:
+            async for chunk in resp.content.iter_chunked(READ_SIZE):
+                count += len(chunk)
+                if sink is not None:
+                    sink.feed(chunk)
+                for piece in reader.feed(chunk):
+                    entries.extend(self._items(piece, reader.head))
+            for piece in reader.finish():
+                entries.extend(self._items(piece, reader.head))
+        finally:
+            self._meter.upstream_bytes(self.gvr, _kind(source), count)
+        if reader.broken:
+            raise _SourceFailed(f"list from {source.name}: {reader.broken}")
+        meta = reader.head.get("metadata")
+        rv_text = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+        try:
+            rv = int(rv_text)
+        except ValueError as e:
+            raise _SourceFailed(f"list from {source.name}: no resourceVersion") from e
+        return entries, rv, self._kinds(reader.head)
+
+    def _kinds(self, head: Mapping[str, Any]) -> tuple[str, str, str]:
+        list_kind = str(head.get("kind") or "")
+        api_version = str(head.get("apiVersion") or self.gvr.api_version)
+        if not list_kind.endswith("List") or list_kind == "List":
+            raise _SourceFailed(f"a list of kind {list_kind[:64]!r}")
+        return list_kind.removesuffix("List"), list_kind, api_version
+
+    def _items(self, piece: jsonlists.Piece, head: Mapping[str, Any]) -> list[watchcache.Entry]:
+        if isinstance(piece, jsonlists.Raw):
+            return []
+        if not isinstance(piece, jsonlists.Item):
+            return []
+        if not isinstance(piece.value, dict):
+            raise _SourceFailed("a list item is not an object")
+        kind, _, api_version = self._kinds(head)
+        try:
+            return [watchcache.entry_of(self.gvr.resource, piece.value, kind, api_version)]
+        except ValueError as e:
+            raise _SourceFailed(f"a list item: {e}") from e
+
+    # --- watch -------------------------------------------------------------------------------
+
+    async def _watch(self, source: Source) -> None:
+        low, high = self._feed.watch_timeout
+        query = {
+            "watch": "true",
+            "resourceVersion": str(self.store.rv),
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(random.randint(low, high)),
+        }
+        async with self._get(source, query, watch=True) as resp:
+            if resp.status == 410:
+                raise _Gone
+            if resp.status != 200:
+                raise _SourceFailed(
+                    f"watch from {source.name}: HTTP {resp.status}",
+                    await _status_of(resp),
+                    busy=resp.status in (429, 503),
+                )
+            sink = self._sink(source, query, resp)
+            self.watching = True
+            self._meter.upstream_watch(self.gvr, _kind(source), 1)
+            try:
+                await self._read_events(source, resp, sink)
+            except BaseException as e:
+                if sink is not None:
+                    sink.abort(f"watch ended: {type(e).__name__}")
+                    sink = None
+                raise
+            finally:
+                self.watching = False
+                self._meter.upstream_watch(self.gvr, _kind(source), -1)
+            if sink is not None:
+                await sink.finish()
+
+    async def _read_events(
+        self, source: Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
+    ) -> None:
+        splitter = framing.LineSplitter(self._feed.max_item)
+        kind = self.store.kind or self.gvr.resource
+        api_version = self.store.api_version or self.gvr.api_version
+        async for chunk in resp.content.iter_any():
+            self._meter.upstream_bytes(self.gvr, _kind(source), len(chunk))
+            if sink is not None:
+                sink.feed(chunk)
+            try:
+                lines = splitter.feed(chunk)
+            except framing.FrameTooLarge as e:
+                raise _SourceFailed(f"watch from {source.name}: {e}") from e
+            for line in lines:
+                self._event(source, line, kind, api_version)
+        rest = splitter.rest()
+        if rest:
+            self._event(source, rest, kind, api_version)
+
+    def _event(self, source: Source, line: bytes, kind: str, api_version: str) -> None:
+        try:
+            event = framing.parse_event(line)
+        except framing.BadBody as e:
+            raise _SourceFailed(f"watch from {source.name}: {e}") from e
+        if event.type == "ERROR":
+            if event.object.get("code") == 410:
+                raise _Gone
+            message = str(event.object.get("message") or "")[:200]
+            raise _SourceFailed(f"watch from {source.name}: error event: {message}")
+        if event.type == "BOOKMARK":
+            meta = event.object.get("metadata")
+            rv_text = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+            if rv_text.isdigit():
+                self.store.advance(int(rv_text))
+                self._on_advance()
+            return
+        if event.type not in (watchcache.ADDED, watchcache.MODIFIED, watchcache.DELETED):
+            raise _SourceFailed(f"watch from {source.name}: event type {event.type[:32]!r}")
+        try:
+            entry = watchcache.entry_of(self.gvr.resource, event.object, kind, api_version)
+        except ValueError as e:
+            raise _SourceFailed(f"watch from {source.name}: {e}") from e
+        if self.store.apply(event.type, entry):
+            self._on_advance()
+
+
+def _kind(source: Source) -> str:
+    return "cloud" if source.leader is None else "leader"
+
+
+async def _status_of(resp: aiohttp.ClientResponse) -> statuses.Status:
+    """The answer's ``Status`` (bounded read), or one made from the HTTP code."""
+    body = bytearray()
+    try:
+        async for chunk in resp.content.iter_any():
+            body += chunk
+            if len(body) > 64 << 10:
+                break
+        decoded = orjson.loads(body)
+    except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
+        decoded = None
+    if statuses.is_status(decoded):
+        assert isinstance(decoded, dict)
+        return decoded  # type: ignore[return-value]
+    return statuses.failure(resp.status, f"HTTP {resp.status} from the hub's proxy")

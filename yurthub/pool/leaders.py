@@ -1,0 +1,168 @@
+"""The leader hubs of this hub's pool: are they usable, and which one to read from.
+
+A leader is usable when its last TCP check succeeded (reference §8.3: a connect to
+``<address>:<--multiplexer-port>`` with a 2 s timeout, at once when the set changes and then
+every 20 s) and no answer of it failed recently. The TCP check alone would keep sending
+followers to a leader that accepts connections but hangs or answers garbage; a failed answer
+(``penalize``) makes the leader unusable for ``penalty`` seconds whatever the check says, so
+followers move on at once and come back only once it has behaved for a while.
+
+``pick`` goes round robin over the usable leaders (YurtHub's leader load balancer). Every
+change of what ``pick`` could answer (new leaders, a check flipping, a penalty starting or
+ending) calls ``on_change``: the feeders' sources wake up and switch their upstream at once.
+
+Dangers: a check must never block the loop (``asyncio.open_connection`` under a timeout); the
+set may be replaced while a round of checks runs (results for leaders no longer in the set are
+dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from yurthub.pool import leaderconfigs
+
+log = logging.getLogger(__name__)
+
+
+class Leaders:
+    def __init__(
+        self,
+        port: int,
+        *,
+        interval: float = 20.0,
+        timeout: float = 2.0,
+        penalty: float = 30.0,
+        on_change: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.port = port
+        self.interval = interval
+        self.timeout = timeout
+        self.penalty = penalty
+        self._clock = clock
+        self._leaders: tuple[leaderconfigs.Leader, ...] = ()
+        self._healthy: dict[leaderconfigs.Leader, bool] = {}
+        self._penalized: dict[leaderconfigs.Leader, float] = {}
+        self._checked = asyncio.Event()
+        self._recheck = asyncio.Event()
+        self._next = 0
+        self.on_change = on_change
+        self._timers: list[asyncio.TimerHandle] = []
+
+    @property
+    def leaders(self) -> tuple[leaderconfigs.Leader, ...]:
+        return self._leaders
+
+    def update(self, leaders: tuple[leaderconfigs.Leader, ...]) -> None:
+        """Replace the set (from the ConfigMap); new leaders are checked at once."""
+        if leaders == self._leaders:
+            return
+        self._leaders = leaders
+        self._healthy = {leader: self._healthy.get(leader, False) for leader in leaders}
+        self._penalized = {k: v for k, v in self._penalized.items() if k in leaders}
+        self._checked.clear()
+        self._recheck.set()
+        self.on_change()
+
+    def usable(self, leader: leaderconfigs.Leader) -> bool:
+        if not self._healthy.get(leader, False):
+            return False
+        until = self._penalized.get(leader)
+        return until is None or self._clock() >= until
+
+    def healthy(self) -> dict[leaderconfigs.Leader, bool]:
+        """Whether each leader is usable now (metrics)."""
+        return {leader: self.usable(leader) for leader in self._leaders}
+
+    def pick(self) -> leaderconfigs.Leader | None:
+        count = len(self._leaders)
+        for offset in range(count):
+            index = (self._next + offset) % count
+            leader = self._leaders[index]
+            if self.usable(leader):
+                self._next = (index + 1) % count
+                return leader
+        return None
+
+    def penalize(
+        self, leader: leaderconfigs.Leader, why: str, seconds: float | None = None
+    ) -> None:
+        """An answer of ``leader`` failed: do not use it for ``seconds`` (``penalty``)."""
+        if leader not in self._healthy:
+            return
+        already = not self.usable(leader)
+        seconds = self.penalty if seconds is None else seconds
+        self._penalized[leader] = max(self._penalized.get(leader, 0.0), self._clock() + seconds)
+        if not already:
+            log.warning(
+                "leader hub %s (%s) failed: %s; reading from elsewhere for %.0fs",
+                leader.node,
+                leader.address,
+                why,
+                seconds,
+            )
+        self._recheck.set()
+        self.on_change()
+        loop = asyncio.get_running_loop()
+        self._timers = [t for t in self._timers if not t.cancelled()]
+        self._timers.append(loop.call_later(seconds + 0.01, self.on_change))
+
+    async def settled(self) -> None:
+        """Until the current set has been checked once (bounded by the check timeout)."""
+        if not self._leaders:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.timeout + 0.5):
+                await self._checked.wait()
+
+    async def run(self) -> None:
+        """Check the leaders until cancelled."""
+        try:
+            while True:
+                self._recheck.clear()
+                leaders = self._leaders
+                if leaders:
+                    results = await asyncio.gather(*(self._check(leader) for leader in leaders))
+                    self._record(leaders, results)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.interval):
+                        await self._recheck.wait()
+        finally:
+            for timer in self._timers:
+                timer.cancel()
+
+    def _record(self, leaders: tuple[leaderconfigs.Leader, ...], results: list[bool]) -> None:
+        flipped = False
+        for leader, ok in zip(leaders, results, strict=True):
+            if leader not in self._healthy:
+                continue  # the set changed meanwhile
+            if self._healthy[leader] != ok:
+                flipped = True
+                log.info(
+                    "leader hub %s (%s:%d) is %s",
+                    leader.node,
+                    leader.address,
+                    self.port,
+                    "reachable" if ok else "unreachable",
+                )
+            self._healthy[leader] = ok
+        if leaders == self._leaders:
+            self._checked.set()
+        if flipped:
+            self.on_change()
+
+    async def _check(self, leader: leaderconfigs.Leader) -> bool:
+        try:
+            async with asyncio.timeout(self.timeout):
+                _, writer = await asyncio.open_connection(leader.address, self.port)
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True

@@ -1,0 +1,362 @@
+"""Pool scope assembled for one hub: the router's ``seams.PoolServer``.
+
+Usage (``yurthub.assembly``)::
+
+    pool = runtime.Pool(settings, tee=cache.tee, filters=filters)
+    hub = server.Hub(settings, ..., pool=pool)            # the router asks pool.answer first
+    pool.attach_metrics(hub.metrics)
+    tg.create_task(pool.run(hub.proxy_url, leader_ssl=..., serving_ssl=..., ready=...))
+
+``run`` owns, in one TaskGroup: the multiplexer's feeders, the leaders' health checks, the
+follower of ConfigMap ``<--namespace>/leader-hub-<--nodepool-name>`` (through the hub's own
+proxy, so it is cached and known again after a restart offline), and, on a hub with a node IP,
+the multiplexer port ``<--node-ip>:<--multiplexer-port>`` that serves the pool's followers.
+
+The ConfigMap is read whole (``leaderconfigs.parse``): a malformed one leaves the last good
+configuration in place and is logged once as a warning (again only when it changes); a
+missing one means no leaders and the ``--pool-scope-resources`` set.
+
+The multiplexer port answers nothing but pool-scoped list/watch from the multiplexer (403
+otherwise; YurtHub serves its whole proxy there, which lends the leader's identity to any
+caller); over TLS it wants a client certificate of a node (``system:node:<name>``, signed by
+the cluster CA), as followers present. Without the hub's serving certificate it is not served
+(followers then read from the cloud); ``leader_tls=False`` (tests on loopback only) serves
+plain HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import urllib.parse
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from yurthub import following, metrics, requestinfo, settings, statuses
+from yurthub.pool import feeding, gvrs, leaderconfigs, leaders, metering, multiplexer, watchcache
+from yurthub.proxy import seams
+
+log = logging.getLogger(__name__)
+
+NODE_PREFIX = "system:node:"
+MAX_CONFIGMAP_BYTES = 4 << 20
+
+
+class Pool:
+    def __init__(
+        self,
+        hub: settings.HubSettings,
+        *,
+        tee: seams.Tee | None = None,
+        filters: seams.ResponseFilter | None = None,
+    ) -> None:
+        self.settings = hub
+        p = hub.pool
+        self.config = leaderconfigs.PoolConfig()
+        self.is_leader = False
+        self.proxy_url = ""
+        self.multiplexer_url = ""
+        """``http(s)://host:port`` of the multiplexer port once served."""
+        self.leaders = leaders.Leaders(
+            p.multiplexer_port,
+            interval=p.leader_check_interval,
+            timeout=p.leader_check_timeout,
+            penalty=p.leader_penalty,
+        )
+        self.sources = feeding.Sources(
+            lambda: self.proxy_url, self.leaders, leader_tls=p.leader_tls
+        )
+        self._leader_ssl: Callable[[], ssl.SSLContext | bool] = lambda: True
+        self.meter: metering.PoolMeter | None = None
+        self._meter_proxy = _LateMeter(self)
+        self.mux = multiplexer.Multiplexer(
+            multiplexer.Settings(
+                node_name=hub.node_name,
+                limits=watchcache.Limits(
+                    max_bytes=p.max_bytes,
+                    history_events=p.history_events,
+                    watcher_events=p.watcher_events,
+                    watcher_bytes=p.watcher_bytes,
+                ),
+                min_request_timeout=hub.proxy.min_request_timeout,
+                bookmark_interval=p.bookmark_interval,
+                follower_bookmark_interval=p.follower_bookmark_interval,
+                feed=feeding.FeedSettings(
+                    user_agent=f"{multiplexer.FOLLOWER_PREFIX}{hub.node_name}",
+                    leader_idle_timeout=p.leader_idle_timeout,
+                    max_item=hub.cache.max_event_bytes,
+                ),
+            ),
+            self.sources,
+            leader_ssl=lambda: self._leader_ssl(),
+            tee=tee,
+            filters=filters,
+            meter=self._meter_proxy,
+            resources=p.resources,
+        )
+        self._last_problem = ""
+        self._runner: web.BaseRunner | None = None
+
+    # --- seams.PoolServer ------------------------------------------------------------------
+
+    async def answer(
+        self, request: web.BaseRequest, info: requestinfo.RequestInfo
+    ) -> web.StreamResponse | None:
+        return await self.mux.answer(request, info)
+
+    def close(self) -> None:
+        self.mux.close()
+
+    async def wait_started(self) -> None:
+        await self.mux.started.wait()
+
+    # --- wiring ------------------------------------------------------------------------------
+
+    def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:
+        self.meter = metering.PoolMeter(hub_metrics)
+        hub_metrics.registry.register(
+            metering.PoolCollector(
+                self.meter,
+                self.mux,
+                self.leaders.healthy,
+                lambda: self.sources.mode,
+                lambda: self.is_leader,
+            )
+        )
+
+    async def run(
+        self,
+        proxy_url: str,
+        *,
+        leader_ssl: Callable[[], ssl.SSLContext | bool],
+        serving_ssl: Callable[[], ssl.SSLContext | None] = lambda: None,
+        ready: Callable[[], list[str]] = list,
+    ) -> None:
+        """Until cancelled. ``leader_ssl``: the TLS context (the hub's client certificate and
+        the cluster CA) for leaders; ``serving_ssl``: the multiplexer port's, None while the
+        hub has no serving certificate; ``ready``: what is not ready (the readiness gate)."""
+        self.proxy_url = proxy_url
+        self._leader_ssl = leader_ssl
+        p = self.settings.pool
+        async with contextlib.AsyncExitStack() as stack:
+            tg = await stack.enter_async_context(asyncio.TaskGroup())
+            tg.create_task(self.mux.run(), name="pool-multiplexer")
+            tg.create_task(self.leaders.run(), name="pool-leader-checks")
+            if self.settings.nodepool_name:
+                tg.create_task(self._follow_config(), name="pool-leader-configmap")
+            else:
+                self.sources.configured.set()
+                log.info("no --nodepool-name: pool-scoped resources come from the cloud")
+            if p.node_ip and p.multiplexer_port:
+                context = None if not p.leader_tls else serving_ssl()
+                if p.leader_tls and context is None:
+                    log.info(
+                        "the multiplexer port %s:%d is not served: the hub has no serving "
+                        "certificate (followers read from the cloud)",
+                        p.node_ip,
+                        p.multiplexer_port,
+                    )
+                else:
+                    stack.push_async_callback(self._stop_serving)
+                    await self._serve(context, ready)
+            await asyncio.Event().wait()  # until cancelled
+
+    # --- the leader-hub ConfigMap -----------------------------------------------------------
+
+    async def _follow_config(self) -> None:
+        namespace = self.settings.cache.config_namespace
+        name = leaderconfigs.name_for(self.settings.nodepool_name)
+        async with aiohttp.ClientSession() as session:
+            await following.follow(
+                _ConfigMapTarget(self),
+                session,
+                self.proxy_url,
+                f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/configmaps",
+                what=f"ConfigMap {namespace}/{name}",
+                field_selector=f"metadata.name={name}",
+                max_item=MAX_CONFIGMAP_BYTES,
+            )
+
+    def apply_configmap(self, data: Mapping[str, Any] | None) -> None:
+        """The ConfigMap's data (None: there is none)."""
+        self.sources.configured.set()
+        try:
+            config = leaderconfigs.parse(data) if data is not None else leaderconfigs.PoolConfig()
+        except leaderconfigs.ConfigMapError as e:
+            problem = str(e)
+            if problem != self._last_problem:
+                log.warning(
+                    "ConfigMap %s is malformed, keeping the last good pool configuration: %s",
+                    leaderconfigs.name_for(self.settings.nodepool_name),
+                    problem,
+                )
+                self._last_problem = problem
+            return
+        self._last_problem = ""
+        self.apply(config)
+
+    def apply(self, config: leaderconfigs.PoolConfig) -> None:
+        node = self.settings.node_name
+        old_source = self.sources.mode
+        self.config = config
+        self.is_leader = leaderconfigs.is_leader(config, node)
+        self.leaders.update(config.leaders if not self.is_leader else ())
+        resources = (
+            config.resources if config.resources is not None else self.settings.pool.resources
+        )
+        self.mux.set_resources(resources)
+        source = leaderconfigs.source(config, node)
+        self.sources.set_mode(source)
+        if source is not old_source or config.leaders != self.leaders.leaders:
+            log.info(
+                "pool %s: leaders %s; this hub %s",
+                self.settings.nodepool_name,
+                ", ".join(f"{x.node}/{x.address}" for x in config.leaders) or "none",
+                "leads"
+                if self.is_leader
+                else ("follows" if source is leaderconfigs.Source.POOL else "reads from the cloud"),
+            )
+
+    # --- the multiplexer port ---------------------------------------------------------------
+
+    async def _serve(self, context: ssl.SSLContext | None, ready: Callable[[], list[str]]) -> None:
+        p = self.settings.pool
+
+        async def handler(request: web.BaseRequest) -> web.StreamResponse:
+            return await self._handle(request, secure=context is not None, ready=ready)
+
+        server = web.Server(handler, handler_cancellation=True, access_log=None)
+        runner = web.ServerRunner(server, shutdown_timeout=0.5)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, p.node_ip, p.multiplexer_port, ssl_context=context).start()
+        except OSError as e:
+            await runner.cleanup()
+            log.error(
+                "cannot serve the multiplexer port %s:%d: %s", p.node_ip, p.multiplexer_port, e
+            )
+            return
+        self._runner = runner
+        scheme = "https" if context is not None else "http"
+        host = f"[{p.node_ip}]" if ":" in p.node_ip else p.node_ip
+        port = runner.addresses[0][1] if runner.addresses else p.multiplexer_port
+        self.multiplexer_url = f"{scheme}://{host}:{port}"
+        log.info("multiplexer port: %s", self.multiplexer_url)
+
+    async def _stop_serving(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _handle(
+        self, request: web.BaseRequest, *, secure: bool, ready: Callable[[], list[str]]
+    ) -> web.StreamResponse:
+        try:
+            info = requestinfo.classify(
+                request.method, request.path, request.query.items(), request.headers
+            )
+        except requestinfo.BadRequestError as e:
+            return _status(400, str(e))
+        if secure:
+            who = _peer_common_name(request)
+            if who is None:
+                return _status(401, "a node's client certificate is required on this port")
+            if not who.startswith(NODE_PREFIX):
+                return _status(403, f"{who!r} is not a node; this port serves only the pool's hubs")
+        if request.method != "GET" or not self.mux.handles(info):
+            return _status(
+                403,
+                "this port serves list and watch of the pool-scoped resources "
+                f"({gvrs.render_list(self.mux.wanted) or 'none'}) only",
+            )
+        missing = ready()
+        if missing:
+            return _status(503, f"hub is not ready: {', '.join(missing)}")
+        answer = await self.mux.answer(request, info)
+        if answer is None:
+            return _status(503, f"{info.resource} is not served from this hub's memory now")
+        return answer
+
+
+class _ConfigMapTarget:
+    """``following.Target`` for the one ConfigMap."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._listed: Mapping[str, Any] | None = None
+
+    def begin(self) -> None:
+        self._listed = None
+
+    def add(self, obj: Mapping[str, Any]) -> None:
+        self._listed = obj
+
+    def commit(self) -> None:
+        self._pool.apply_configmap(_data(self._listed))
+
+    def apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        self._pool.apply_configmap(None if event_type == "DELETED" else _data(obj))
+
+    def mark_absent(self) -> None:
+        self._pool.apply_configmap(None)
+
+
+def _data(obj: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    if obj is None:
+        return None
+    data = obj.get("data")
+    return data if isinstance(data, Mapping) else {}
+
+
+class _LateMeter:
+    """The multiplexer's meter before ``attach_metrics`` (counts nothing) and after it."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    def upstream_watch(self, gvr: gvrs.Gvr, source: str, delta: int) -> None:
+        if self._pool.meter is not None:
+            self._pool.meter.upstream_watch(gvr, source, delta)
+
+    def upstream_bytes(self, gvr: gvrs.Gvr, source: str, count: int) -> None:
+        if self._pool.meter is not None:
+            self._pool.meter.upstream_bytes(gvr, source, count)
+
+    def target(self, gvr: gvrs.Gvr, verb: str, server: str, delta: int) -> None:
+        if self._pool.meter is not None:
+            self._pool.meter.target(gvr, verb, server, delta)
+
+    def served(self, gvr: gvrs.Gvr, verb: str, client: str, nbytes: int) -> None:
+        if self._pool.meter is not None:
+            self._pool.meter.served(gvr, verb, client, nbytes)
+
+    def in_flight(self, verb: str, resource: str, client: str, delta: int) -> None:
+        if self._pool.meter is not None:
+            self._pool.meter.in_flight(verb, resource, client, delta)
+
+
+def _status(code: int, message: str) -> web.Response:
+    return web.Response(
+        status=code,
+        body=statuses.encode(statuses.failure(code, message)),
+        content_type="application/json",
+    )
+
+
+def _peer_common_name(request: web.BaseRequest) -> str | None:
+    transport = request.transport
+    if transport is None:
+        return None
+    cert: Any = transport.get_extra_info("peercert")
+    if not cert:
+        return None
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return ""
