@@ -92,12 +92,13 @@ class PoolMeter:
             hub.target_for_multiplexer_requests, verb, gvr.resource, "", "multiplexer", server
         ).inc(delta)
 
-    def served(self, gvr: gvrs.Gvr, verb: str, client: str, nbytes: int) -> None:
+    def served(self, gvr: gvrs.Gvr, verb: str, client: str) -> None:
+        self.hub.child(self.served_total, str(gvr), verb).inc()
+
+    def served_bytes(self, gvr: gvrs.Gvr, nbytes: int) -> None:
         key = str(gvr)
-        self.hub.child(self.served_total, key, verb).inc()
-        if nbytes:
-            self.hub.child(self.served_bytes_total, key).inc(nbytes)
-            self._served[key] = self._served.get(key, 0) + nbytes
+        self.hub.child(self.served_bytes_total, key).inc(nbytes)
+        self._served[key] = self._served.get(key, 0) + nbytes
 
     def in_flight(self, verb: str, resource: str, client: str, delta: int) -> None:
         hub = self.hub

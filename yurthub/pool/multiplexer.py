@@ -51,7 +51,8 @@ FOLLOWER_PREFIX = "multiplexer-proxy-"
 class Meter(feeding.Meter, Protocol):
     """What the multiplexer reports beyond its feeders (``metering`` implements it)."""
 
-    def served(self, gvr: gvrs.Gvr, verb: str, client: str, nbytes: int) -> None: ...
+    def served(self, gvr: gvrs.Gvr, verb: str, client: str) -> None: ...
+    def served_bytes(self, gvr: gvrs.Gvr, nbytes: int) -> None: ...
     def in_flight(self, verb: str, resource: str, client: str, delta: int) -> None: ...
 
 
@@ -288,9 +289,11 @@ class Multiplexer:
             plan.min_rv, rvrules.FRESHNESS_WAIT
         ):
             return serving.status_response(rvrules.too_large(plan.min_rv, store.rv), retry_after=1)
-        resp, written = await serving.answer_list(request, store, sel, flt)
-        self._meter.served(resource.gvr, "list", info.user_agent, written)
-        return resp
+        self._meter.served(resource.gvr, "list", info.user_agent)
+        gvr = resource.gvr
+        return await serving.answer_list(
+            request, store, sel, flt, lambda n: self._meter.served_bytes(gvr, n)
+        )
 
     async def _watch(
         self,
@@ -312,11 +315,10 @@ class Multiplexer:
             bookmarks=info.allow_watch_bookmarks,
             bookmark_interval=s.follower_bookmark_interval if follower else s.bookmark_interval,
             wait_fresh=resource.wait_fresh,
+            on_bytes=lambda n: self._meter.served_bytes(resource.gvr, n),
         )
-        try:
-            return await answer.run(request)
-        finally:
-            self._meter.served(resource.gvr, "watch", info.user_agent, answer.written)
+        self._meter.served(resource.gvr, "watch", info.user_agent)
+        return await answer.run(request)
 
 
 def bypass(request: web.BaseRequest, info: requestinfo.RequestInfo) -> str:

@@ -331,9 +331,13 @@ class _LateMeter:
         if self._pool.meter is not None:
             self._pool.meter.target(gvr, verb, server, delta)
 
-    def served(self, gvr: gvrs.Gvr, verb: str, client: str, nbytes: int) -> None:
+    def served(self, gvr: gvrs.Gvr, verb: str, client: str) -> None:
         if self._pool.meter is not None:
-            self._pool.meter.served(gvr, verb, client, nbytes)
+            self._pool.meter.served(gvr, verb, client)
+
+    def served_bytes(self, gvr: gvrs.Gvr, nbytes: int) -> None:
+        if self._pool.meter is not None:
+            self._pool.meter.served_bytes(gvr, nbytes)
 
     def in_flight(self, verb: str, resource: str, client: str, delta: int) -> None:
         if self._pool.meter is not None:

@@ -49,19 +49,19 @@ async def answer_list(
     store: watchcache.Store,
     sel: selection.Selection,
     flt: seams.StoredObjects | None,
-) -> tuple[web.StreamResponse, int]:
-    """The list; returns (response, bytes written)."""
+    on_bytes: Callable[[int], None],
+) -> web.StreamResponse:
+    """The list; ``on_bytes`` hears of each write."""
     entries = store.items(sel)
     resp = web.StreamResponse(status=200, headers={"Content-Type": JSON})
     await resp.prepare(request)
-    written = 0
     for chunk in encoding.list_chunks(
         store.list_kind, store.api_version, store.rv, _filtered(entries, flt)
     ):
         await resp.write(chunk)
-        written += len(chunk)
+        on_bytes(len(chunk))
     await resp.write_eof()
-    return resp, written
+    return resp
 
 
 def _filtered(entries: list[watchcache.Entry], flt: seams.StoredObjects | None) -> Iterator[bytes]:
@@ -88,6 +88,7 @@ class WatchAnswer:
         bookmarks: bool,
         bookmark_interval: float,
         wait_fresh: Callable[[int, float], Awaitable[bool]] | None = None,
+        on_bytes: Callable[[int], None] = lambda n: None,
     ) -> None:
         self.store = store
         self.plan = plan
@@ -96,7 +97,7 @@ class WatchAnswer:
         self.timeout = timeout
         self.bookmarks = bookmarks
         self.bookmark_interval = bookmark_interval
-        self.written = 0
+        self._on_bytes = on_bytes
         self._wait_fresh = wait_fresh
         self._wake = asyncio.Event()
 
@@ -196,7 +197,7 @@ class WatchAnswer:
     async def _write(self, resp: web.StreamResponse, data: bytes) -> None:
         if data:
             await resp.write(data)
-            self.written += len(data)
+            self._on_bytes(len(data))
 
 
 async def _end(resp: web.StreamResponse) -> web.StreamResponse:

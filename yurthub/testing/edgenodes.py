@@ -116,6 +116,7 @@ class EdgeNode:
         )
         self._partition: processes.Process | None = None
         self._hub: processes.Process | None = None
+        self._killed = False
 
     @property
     def proxy_url(self) -> str:
@@ -199,6 +200,8 @@ class EdgeNode:
 
     def check_alive(self) -> None:
         for proc in (self._partition, self._hub):
+            if proc is self._hub and self._killed:
+                continue
             if proc is not None and not proc.alive:
                 raise proc.failure("is not running")
         if self._with_kubelet:
@@ -240,6 +243,16 @@ class EdgeNode:
 
     def metrics(self) -> str:
         return http("GET", f"{self.serve_url}/metrics")[1].decode()
+
+    def kill_hub(self) -> None:
+        """SIGKILL the hub (a crash); its hollow node keeps running, cut off."""
+        if self._hub is not None:
+            self._killed = True
+            self._hub.kill()
+
+    @property
+    def hub_alive(self) -> bool:
+        return self._hub is not None and self._hub.alive
 
     def cloud_healthy(self) -> bool | None:
         """The hub's view of its one apiserver (None before the first probe)."""

@@ -1,0 +1,355 @@
+"""Pool scope on the real control plane: three edge nodes of one NodePool (hubs and kubemark
+hollow kubelet + kube-proxy), ``edgehub manager``'s hub-leader controllers with the manifests'
+ServiceAccount and roles.
+
+- The manager elects a leader (a Ready node with an InternalIP) and writes
+  ``leader-hub-pool-e2e``; the followers read from the leader, and kube-apiserver's own metrics
+  (``apiserver_longrunning_requests``) show one services watch and one endpointslices watch
+  more for the whole pool, where every kubelet and kube-proxy would hold their own.
+- A Service created in the cloud reaches a kube-proxy-like watch on every hub within 1 s.
+- The leader's hub killed (SIGKILL): followers are served again within 10 s (the same client
+  watches go on).
+- The leader's node NotReady: the manager elects another, followers follow it.
+- The cloud cut for the whole pool: every hub answers from its cache.
+
+The nodes are named after their addresses (``127.0.0.21``...): kubelet then reports that
+address as the node's InternalIP (an IP given as the hostname is used as it is), so the
+leaders the manager elects are loopback addresses, each hub's multiplexer port its own.
+Until the hubs have serving certificates in this setup, hubs talk plain HTTP to each other on
+loopback (the hidden ``--multiplexer-insecure``).
+
+A node is made NotReady by writing the condition the node lifecycle controller would write
+after its grace period (50 s; the test bed's controller-manager keeps its defaults).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import cluster_support as support
+import pytest
+
+from yurthub.testing import edgenodes, processes, realcluster
+
+pytestmark = pytest.mark.slow
+
+POOL = "pool-e2e"
+NAMES = ("127.0.0.21", "127.0.0.22", "127.0.0.23")
+POOL_LABEL = "apps.openyurt.io/nodepool"
+NAMESPACE = "edgehub-system"
+KUBE_PROXY = "kube-proxy/v1.37.2 (linux/amd64) kubernetes/abcdef0"
+KUBELET = "kubelet/v1.37.2 (linux/amd64) kubernetes/abcdef0"
+REPO = support.REPO
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def apiserver_watches(cluster: realcluster.RealCluster) -> dict[str, float]:
+    """kube-apiserver's own count of WATCH requests open on services and endpointslices
+    (``apiserver_longrunning_requests``, summed over scopes)."""
+    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    out = {}
+    for resource in ("services", "endpointslices"):
+        total = 0.0
+        for line in text.splitlines():
+            if (
+                line.startswith("apiserver_longrunning_requests{")
+                and f'resource="{resource}"' in line
+                and 'verb="WATCH"' in line
+            ):
+                total += float(line.rsplit(" ", 1)[1])
+        out[resource] = total
+    return out
+
+
+def metric(node: edgenodes.EdgeNode, prefix: str) -> float:
+    for line in node.metrics().splitlines():
+        if line.startswith(prefix):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def source(node: edgenodes.EdgeNode, resource: str = "/v1/services") -> str:
+    """Where the hub's multiplexer holds its upstream watch now: leader, cloud or ''."""
+    for src in ("leader", "cloud"):
+        if (
+            metric(
+                node,
+                f'node_yurthub_multiplexer_upstream_watches{{resource="{resource}",source="{src}"}}',
+            )
+            >= 1
+        ):
+            return src
+    return ""
+
+
+def leaders(cluster: realcluster.RealCluster) -> list[str]:
+    pool: Any = support.get_json(cluster, "nodepool", POOL)
+    return [e["nodeName"] for e in (pool.get("status") or {}).get("leaderEndpoints") or []]
+
+
+def configmap_leaders(cluster: realcluster.RealCluster) -> str:
+    found = cluster.kubectl(
+        "get", "configmap", f"leader-hub-{POOL}", "-n", "kube-system", "-o", "json", check=False
+    )
+    if found.returncode != 0:
+        return ""
+    return str(json.loads(found.stdout).get("data", {}).get("leaders", ""))
+
+
+def service(name: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"ports": [{"port": 80}]},
+        }
+    )
+
+
+async def arrival(
+    urls: list[str], create: Any, name: str, within: float, *, from_start: bool = False
+) -> list[float]:
+    """Seconds until ``name`` shows up on a kube-proxy-like watch of each hub after
+    ``create()`` returns (``from_start``: after it was called)."""
+    async with aiohttp.ClientSession() as session:
+        streams = []
+        for url in urls:
+            resp = await session.get(
+                f"{url}/api/v1/services",
+                params={"watch": "true", "timeoutSeconds": "120"},
+                headers={"User-Agent": KUBE_PROXY, "Accept": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=None),
+            )
+            assert resp.status == 200, await resp.text()
+            streams.append(resp)
+        called = time.monotonic()
+        await asyncio.to_thread(create)
+        created = called if from_start else time.monotonic()
+
+        async def seen(resp: aiohttp.ClientResponse) -> float:
+            async with asyncio.timeout(within):
+                while True:
+                    line = await resp.content.readline()
+                    assert line, "the watch ended"
+                    event = json.loads(line)
+                    if (
+                        event["type"] in ("ADDED", "MODIFIED")
+                        and event["object"]["metadata"]["name"] == name
+                    ):
+                        return time.monotonic() - created
+
+        try:
+            return list(await asyncio.gather(*(seen(r) for r in streams)))
+        finally:
+            for resp in streams:
+                resp.close()
+
+
+def test_pool_scope_on_the_real_cluster(
+    real_cluster: realcluster.RealCluster, hub_rbac: None, tmp_path: Path
+) -> None:
+    cluster = real_cluster
+    for manifest in (
+        "crds/nodepools.apps.openyurt.io.yaml",
+        "discovery/00-namespace.yaml",
+        "manager/rbac.yaml",
+        "manager/hubleader-rbac.yaml",
+        "hub/multiplexer-rbac.yaml",
+    ):
+        cluster.kubectl("apply", "-f", str(REPO / "manifests" / manifest))
+    edgenodes.eventually(
+        lambda: cluster.kubectl("get", "nodepools", check=False).returncode == 0, 30, "NodePool CRD"
+    )
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "apps.openyurt.io/v1beta2",
+                "kind": "NodePool",
+                "metadata": {"name": POOL},
+                "spec": {"type": "Edge", "enableLeaderElection": True, "interConnectivity": True},
+            }
+        ),
+    )
+    token = cluster.kubectl(
+        "create", "token", "edgehub-manager", "-n", NAMESPACE, "--duration=1h"
+    ).stdout
+    kubeconfig = support.token_kubeconfig(
+        tmp_path / "manager.kubeconfig", cluster.url, token.strip(), cluster.ca_pem
+    )
+    manager = processes.Process(
+        "manager",
+        edgenodes.edgehub_argv(
+            "manager",
+            "--controllers=hubleader,hubleaderconfig,hubleaderrbac",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            "--health-port=0",
+            f"--kubeconfig={kubeconfig}",
+        ),
+        tmp_path / "manager.log",
+        die_with_parent=True,
+    )
+    baseline = apiserver_watches(cluster)
+    port = free_port(NAMES[0])
+    nodes = [
+        edgenodes.EdgeNode(
+            cluster,
+            name,
+            workdir=tmp_path / name,
+            labels={POOL_LABEL: POOL},
+            hub_args=[
+                f"--nodepool-name={POOL}",
+                f"--node-ip={name}",
+                f"--multiplexer-port={port}",
+                "--multiplexer-insecure",
+            ],
+        )
+        for name in NAMES
+    ]
+    manager.start()
+    try:
+        for node in nodes:
+            node.start(wait_ready=False)
+        for node in nodes:
+            node.wait_ready()
+            assert node.node()["status"]["addresses"][0] == {
+                "type": "InternalIP",
+                "address": node.name,
+            }
+
+        # The manager elects one leader; the ConfigMap names it; the others follow it.
+        (leader_name,) = edgenodes.eventually(lambda: leaders(cluster) or None, 60, "a leader")
+        edgenodes.eventually(
+            lambda: configmap_leaders(cluster) == f"{leader_name}/{leader_name}",
+            30,
+            "leader-hub ConfigMap",
+        )
+        leader = next(n for n in nodes if n.name == leader_name)
+        followers = [n for n in nodes if n is not leader]
+        for node in followers:
+            for resource in ("/v1/services", "discovery.k8s.io/v1/endpointslices"):
+                edgenodes.eventually(
+                    lambda n=node, r=resource: source(n, r) == "leader",
+                    30,
+                    f"{node.name} following",
+                )
+        assert source(leader) == "cloud"
+
+        # One services watch and one endpointslices watch for the whole pool.
+        seen: list[dict[str, float]] = []
+
+        def pool_watches() -> dict[str, float] | None:
+            now = apiserver_watches(cluster)
+            delta = {k: now[k] - baseline[k] for k in now}
+            seen.append(delta)
+            return delta if all(v == 1 for v in delta.values()) else None
+
+        edgenodes.eventually(pool_watches, 30, f"one watch per resource (seen {seen[-3:]})")
+        for node in nodes:  # kubelet and kube-proxy were answered by the multiplexer
+            assert (
+                metric(
+                    node,
+                    'node_yurthub_multiplexer_served_total{resource="/v1/services",verb="watch"}',
+                )
+                >= 2
+            )
+            assert (
+                metric(
+                    node,
+                    'node_yurthub_multiplexer_served_total{resource="discovery.k8s.io/v1/endpointslices",verb="watch"}',
+                )
+                >= 1
+            )
+
+        # A Service created in the cloud reaches every hub's kube-proxy within 1 s.
+        urls = [n.proxy_url for n in nodes]
+        took = asyncio.run(
+            arrival(
+                urls,
+                lambda: cluster.kubectl("apply", "-f", "-", input=service("pool-e2e-a")),
+                "pool-e2e-a",
+                5,
+            )
+        )
+        assert max(took) < 1.0, took
+        print(f"new Service on each hub's kube-proxy watch after {[round(t, 3) for t in took]} s")
+
+        # The leader's hub dies: followers are served again within 10 s, on the same watches.
+        follower_urls = [n.proxy_url for n in followers]
+
+        def crash_and_create() -> None:
+            leader.kill_hub()
+            cluster.kubectl("apply", "-f", "-", input=service("pool-e2e-b"))
+
+        took = asyncio.run(
+            arrival(follower_urls, crash_and_create, "pool-e2e-b", 10, from_start=True)
+        )
+        assert max(took) < 10.0, took
+        print(f"leader killed: followers served again after {[round(t, 3) for t in took]} s")
+        for node in followers:
+            edgenodes.eventually(
+                lambda n=node: source(n) == "cloud", 10, f"{node.name} on the cloud"
+            )
+
+        # The leader's node goes NotReady (as the node lifecycle controller writes it): another
+        # leader is elected and followed.
+        marked = time.monotonic()
+        not_ready = {"type": "Ready", "status": "False", "reason": "NodeStatusUnknown"}
+        cluster.kubectl(
+            "patch",
+            "node",
+            leader.name,
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            json.dumps({"status": {"conditions": [not_ready]}}),
+        )
+        (new_leader,) = edgenodes.eventually(
+            lambda: [n for n in leaders(cluster) if n != leader.name] or None, 30, "a new leader"
+        )
+        print(f"new leader {new_leader} elected {time.monotonic() - marked:.1f} s after NotReady")
+        other = next(n for n in followers if n.name != new_leader)
+        edgenodes.eventually(lambda: source(other) == "leader", 30, "following the new leader")
+        assert source(next(n for n in followers if n.name == new_leader)) == "cloud"
+        edgenodes.eventually(pool_watches, 30, f"one watch per resource again (seen {seen[-3:]})")
+
+        # The cloud cut for the whole pool: every hub answers from its cache (or the leader).
+        for node in followers:
+            node.cut()
+        for node in followers:
+            node.wait_cloud(False)
+        for node in followers:
+            status, body = edgenodes.http("GET", f"{node.proxy_url}/api/v1/services")
+            names = {s["metadata"]["name"] for s in json.loads(body)["items"]}
+            assert status == 200 and {"pool-e2e-a", "pool-e2e-b"} <= names
+    finally:
+        for node in nodes:
+            node.stop()
+        manager.stop()
+        for node in nodes:
+            cluster.kubectl("delete", "node", node.name, "--wait=false", check=False)
+        cluster.kubectl("delete", "nodepool", POOL, "--wait=false", check=False)
+        cluster.kubectl(
+            "delete", "service", "pool-e2e-a", "pool-e2e-b", "--wait=false", check=False
+        )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-x", "-q"]))
