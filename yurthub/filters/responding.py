@@ -72,7 +72,7 @@ class Transform:
         self.body = body
         self.format = fmt
         """``json`` or ``protobuf`` (metrics label)."""
-        self._inflate = _Inflate(encoding) if encoding else None
+        self._inflate = Inflate(encoding) if encoding else None
         self._label = label
         self._on_undecodable = on_undecodable
         self._reported = 0
@@ -117,8 +117,10 @@ class Transform:
         self._reported = count
 
 
-class _Inflate:
-    """gzip/deflate decoding in bounded steps (a small chunk may inflate a thousandfold)."""
+class Inflate:
+    """gzip/deflate decoding in bounded steps (a small chunk may inflate a thousandfold); a gzip
+    body may be several members back to back (kube-apiserver compresses each flush of a
+    streaming list as one). Also used by the pool multiplexer's upstream reads."""
 
     def __init__(self, encoding: str) -> None:
         self._wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS

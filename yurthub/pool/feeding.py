@@ -41,7 +41,7 @@ import dataclasses
 import logging
 import random
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import aiohttp
@@ -50,7 +50,8 @@ from multidict import CIMultiDict
 
 from yurthub import jsonlists, requestinfo, statuses
 from yurthub.cache import framing
-from yurthub.pool import gvrs, leaderconfigs, leaders, watchcache
+from yurthub.filters import responding
+from yurthub.pool import encoding, gvrs, leaderconfigs, leaders, watchcache
 from yurthub.proxy import seams
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,10 @@ class _Gone(Exception):
 
 class _Switch(Exception):
     pass
+
+
+class _NoStreaming(Exception):
+    """The upstream refuses ``sendInitialEvents`` (an apiserver without WatchList)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -204,6 +209,8 @@ class Feeder:
         """A definitive answer while not synced (clients take the ordinary path)."""
         self.source: Source | None = None
         self.watching = False
+        self._streaming = True
+        """Sync with streaming lists (``sendInitialEvents``) while the upstream takes them."""
 
     async def run(self) -> None:
         backoff = FIRST_BACKOFF
@@ -286,8 +293,17 @@ class Feeder:
 
     async def _list_and_watch(self, source: Source, relist: bool) -> None:
         if relist or not self.store.synced:
+            if self._streaming:
+                try:
+                    await self._watch(source, initial=True)
+                    return
+                except _NoStreaming as e:
+                    log.info(
+                        "%s: %s cannot stream lists (%s); listing instead", self.gvr, source.name, e
+                    )
+                    self._streaming = False
             await self._list(source)
-        await self._watch(source)
+        await self._watch(source, initial=False)
 
     # --- requests ----------------------------------------------------------------------------
 
@@ -296,7 +312,8 @@ class Feeder:
         if source.leader is None:
             idle = None if watch else CLOUD_LIST_IDLE
             return {
-                "headers": headers,
+                # kube-apiserver compresses lists and streaming lists (per flush) on request.
+                "headers": {**headers, "Accept-Encoding": "gzip"},
                 "timeout": aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=idle),
             }
         idle = self._feed.leader_idle_timeout
@@ -375,6 +392,7 @@ class Feeder:
         self, source: Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
     ) -> tuple[list[watchcache.Entry], int, tuple[str, str, str]]:
         reader = jsonlists.ListReader(self._feed.max_item)
+        inflate = _inflater(source, resp)
         entries: list[watchcache.Entry] = []
         count = 0
         try:
@@ -382,7 +400,11 @@ class Feeder:
                 count += len(chunk)
                 if sink is not None:
                     sink.feed(chunk)
-                for piece in reader.feed(chunk):
+                for plain in _plain(source, inflate, chunk):
+                    for piece in reader.feed(plain):
+                        entries.extend(self._items(piece, reader.head))
+            for plain in _plain(source, inflate, None):
+                for piece in reader.feed(plain):
                     entries.extend(self._items(piece, reader.head))
             for piece in reader.finish():
                 entries.extend(self._items(piece, reader.head))
@@ -420,17 +442,27 @@ class Feeder:
 
     # --- watch -------------------------------------------------------------------------------
 
-    async def _watch(self, source: Source) -> None:
+    async def _watch(self, source: Source, *, initial: bool) -> None:
+        """A watch from the store's version, or (``initial``) a streaming list: the whole state
+        as ADDED events up to the ``k8s.io/initial-events-end`` BOOKMARK, then changes."""
         low, high = self._feed.watch_timeout
         query = {
             "watch": "true",
-            "resourceVersion": str(self.store.rv),
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(random.randint(low, high)),
         }
+        if initial:
+            query["sendInitialEvents"] = "true"
+            query["resourceVersionMatch"] = "NotOlderThan"
+            if self.store.synced:
+                query["resourceVersion"] = str(self.store.rv)
+        else:
+            query["resourceVersion"] = str(self.store.rv)
         async with self._get(source, query, watch=True) as resp:
             if resp.status == 410:
                 raise _Gone
+            if initial and resp.status in (400, 422):
+                raise _NoStreaming(f"HTTP {resp.status}")
             if resp.status != 200:
                 raise _SourceFailed(
                     f"watch from {source.name}: HTTP {resp.status}",
@@ -440,8 +472,9 @@ class Feeder:
             sink = self._sink(source, query, resp)
             self.watching = True
             self._meter.upstream_watch(self.gvr, _kind(source), 1)
+            stream = _Stream(initial)
             try:
-                await self._read_events(source, resp, sink)
+                await self._read_events(source, resp, sink, stream)
             except BaseException as e:
                 if sink is not None:
                     sink.abort(f"watch ended: {type(e).__name__}")
@@ -452,52 +485,140 @@ class Feeder:
                 self._meter.upstream_watch(self.gvr, _kind(source), -1)
             if sink is not None:
                 await sink.finish()
+            if stream.collecting is not None:
+                raise _SourceFailed(f"{source.name} ended a streaming list before its end")
 
     async def _read_events(
-        self, source: Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
+        self,
+        source: Source,
+        resp: aiohttp.ClientResponse,
+        sink: seams.TeeSink | None,
+        stream: _Stream,
     ) -> None:
         splitter = framing.LineSplitter(self._feed.max_item)
-        kind = self.store.kind or self.gvr.resource
-        api_version = self.store.api_version or self.gvr.api_version
+        inflate = _inflater(source, resp)
         async for chunk in resp.content.iter_any():
             self._meter.upstream_bytes(self.gvr, _kind(source), len(chunk))
             if sink is not None:
                 sink.feed(chunk)
-            try:
-                lines = splitter.feed(chunk)
-            except framing.FrameTooLarge as e:
-                raise _SourceFailed(f"watch from {source.name}: {e}") from e
-            for line in lines:
-                self._event(source, line, kind, api_version)
+            for plain in _plain(source, inflate, chunk):
+                try:
+                    lines = splitter.feed(plain)
+                except framing.FrameTooLarge as e:
+                    raise _SourceFailed(f"watch from {source.name}: {e}") from e
+                for line in lines:
+                    self._event(source, line, stream)
+        for plain in _plain(source, inflate, None):
+            for line in splitter.feed(plain):
+                self._event(source, line, stream)
         rest = splitter.rest()
         if rest:
-            self._event(source, rest, kind, api_version)
+            self._event(source, rest, stream)
 
-    def _event(self, source: Source, line: bytes, kind: str, api_version: str) -> None:
+    def _event(self, source: Source, line: bytes, stream: _Stream) -> None:
         try:
             event = framing.parse_event(line)
         except framing.BadBody as e:
             raise _SourceFailed(f"watch from {source.name}: {e}") from e
+        obj = event.object
         if event.type == "ERROR":
-            if event.object.get("code") == 410:
+            if obj.get("code") == 410:
                 raise _Gone
-            message = str(event.object.get("message") or "")[:200]
+            message = str(obj.get("message") or "")[:200]
             raise _SourceFailed(f"watch from {source.name}: error event: {message}")
+        kind, api_version = stream.kinds(obj, self.store, self.gvr)
         if event.type == "BOOKMARK":
-            meta = event.object.get("metadata")
+            meta = obj.get("metadata")
             rv_text = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
-            if rv_text.isdigit():
+            if not rv_text.isdigit():
+                raise _SourceFailed(f"watch from {source.name}: a BOOKMARK without a version")
+            annotations = meta.get("annotations") if isinstance(meta, dict) else None
+            ended = (
+                isinstance(annotations, dict)
+                and annotations.get(encoding.INITIAL_EVENTS_END) == "true"
+            )
+            if stream.collecting is not None and ended:
+                self._replace(source, stream.collecting, int(rv_text), kind, api_version)
+                stream.collecting = None
+            elif stream.collecting is None:
                 self.store.advance(int(rv_text))
                 self._on_advance()
             return
         if event.type not in (watchcache.ADDED, watchcache.MODIFIED, watchcache.DELETED):
             raise _SourceFailed(f"watch from {source.name}: event type {event.type[:32]!r}")
         try:
-            entry = watchcache.entry_of(self.gvr.resource, event.object, kind, api_version)
+            entry = watchcache.entry_of(self.gvr.resource, obj, kind, api_version)
         except ValueError as e:
             raise _SourceFailed(f"watch from {source.name}: {e}") from e
-        if self.store.apply(event.type, entry):
+        if stream.collecting is not None:
+            if event.type != watchcache.ADDED:
+                raise _SourceFailed(f"{source.name}: a {event.type} among the initial events")
+            stream.collecting.append(entry)
+        elif self.store.apply(event.type, entry):
             self._on_advance()
+
+    def _replace(
+        self,
+        source: Source,
+        entries: list[watchcache.Entry],
+        rv: int,
+        kind: str,
+        api_version: str,
+    ) -> None:
+        try:
+            self.store.replace(
+                entries, rv, kind=kind, list_kind=f"{kind}List", api_version=api_version
+            )
+        except watchcache.Behind as e:
+            raise _SourceFailed(f"the state from {source.name} is behind: {e}") from e
+        self.failure = None
+        self._on_advance()
+        log.info("%s: %d objects at %d from %s", self.gvr, len(entries), rv, source.name)
+
+
+class _Stream:
+    """One upstream watch: the initial state while it is collected, the objects' kind."""
+
+    def __init__(self, initial: bool) -> None:
+        self.collecting: list[watchcache.Entry] | None = [] if initial else None
+        self._kind = ""
+        self._api_version = ""
+
+    def kinds(
+        self, obj: Mapping[str, Any], store: watchcache.Store, gvr: gvrs.Gvr
+    ) -> tuple[str, str]:
+        if not self._kind:
+            kind, api_version = obj.get("kind"), obj.get("apiVersion")
+            if isinstance(kind, str) and kind and isinstance(api_version, str) and api_version:
+                self._kind, self._api_version = kind, api_version
+            elif store.kind:
+                self._kind, self._api_version = store.kind, store.api_version
+            else:
+                raise _SourceFailed(f"{gvr}: an event whose object has no kind")
+        return self._kind, self._api_version
+
+
+def _inflater(source: Source, resp: aiohttp.ClientResponse) -> responding.Inflate | None:
+    encoding_ = responding.encoding_of(resp.headers)
+    if encoding_ is None:
+        raise _SourceFailed(
+            f"{source.name} answered with Content-Encoding {resp.headers.get('Content-Encoding')}"
+        )
+    return responding.Inflate(encoding_) if encoding_ else None
+
+
+def _plain(
+    source: Source, inflate: responding.Inflate | None, chunk: bytes | None
+) -> Iterator[bytes]:
+    """``chunk`` decoded (None: the end of the body)."""
+    if inflate is None:
+        if chunk:
+            yield chunk
+        return
+    try:
+        yield from (inflate.feed(chunk) if chunk is not None else inflate.finish())
+    except responding.BrokenBody as e:
+        raise _SourceFailed(f"from {source.name}: {e}") from e
 
 
 def _kind(source: Source) -> str:

@@ -154,7 +154,11 @@ class Multiplexer:
 
     async def run(self) -> None:
         """Feed the resources clients ask for, until cancelled."""
-        async with aiohttp.ClientSession() as session, asyncio.TaskGroup() as tg:
+        # Bodies are inflated by the feeders (a streaming list is many gzip members).
+        async with (
+            aiohttp.ClientSession(auto_decompress=False) as session,
+            asyncio.TaskGroup() as tg,
+        ):
             self._session = session
             self._tg = tg
             self.started.set()
