@@ -19,8 +19,9 @@ by server). Ours:
   ``pool_is_leader``.
 
 Labels are resources of the pool-scoped set, sources, verbs and leader node names: bounded by
-the configuration, whatever clients send. ``client`` on YurtHub's two families is the
-User-Agent, as in ``metrics``.
+the configuration, whatever clients send; YurtHub's two families take ``metrics``' bounded
+request labels. Read from the scrape thread: the collector copies the resource map (one C
+call) and reads plain numbers.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, core
 
-from yurthub import metrics
+from yurthub import metrics, requestinfo
 from yurthub.pool import gvrs, leaderconfigs, multiplexer
 
 _NS, _SUB = "node", "yurthub"
@@ -39,8 +40,9 @@ _NS, _SUB = "node", "yurthub"
 class PoolMeter:
     """``multiplexer.Meter`` on the hub's registry."""
 
-    def __init__(self, hub_metrics: metrics.Metrics) -> None:
+    def __init__(self, hub_metrics: metrics.Metrics, own_component: str) -> None:
         self.hub = hub_metrics
+        self._own = own_component
         r = hub_metrics.registry
         self.upstream_watches = Gauge(
             "multiplexer_upstream_watches",
@@ -88,8 +90,14 @@ class PoolMeter:
 
     def target(self, gvr: gvrs.Gvr, verb: str, server: str, delta: int) -> None:
         hub = self.hub
+        b = hub.bounds
         hub.child(
-            hub.target_for_multiplexer_requests, verb, gvr.resource, "", "multiplexer", server
+            hub.target_for_multiplexer_requests,
+            b.verb(verb),
+            b.resource(gvr.resource),
+            "",
+            b.component(self._own),
+            server,
         ).inc(delta)
 
     def served(self, gvr: gvrs.Gvr, verb: str, client: str) -> None:
@@ -100,9 +108,9 @@ class PoolMeter:
         self.hub.child(self.served_bytes_total, key).inc(nbytes)
         self._served[key] = self._served.get(key, 0) + nbytes
 
-    def in_flight(self, verb: str, resource: str, client: str, delta: int) -> None:
+    def in_flight(self, info: requestinfo.RequestInfo, delta: int) -> None:
         hub = self.hub
-        hub.child(hub.aggregated_in_flight_requests, verb, resource, "", client).inc(delta)
+        hub.child(hub.aggregated_in_flight_requests, *hub.request_labels(info)).inc(delta)
         hub.aggregated_in_flight_requests_total.inc(delta)
 
     def saved(self, key: str) -> float:
@@ -145,7 +153,7 @@ class PoolCollector:
             "Bytes served from memory minus bytes read from the cloud",
             ["resource"],
         )
-        for gvr, resource in sorted(self.mux.resources.items()):
+        for gvr, resource in sorted(dict(self.mux.resources).items()):
             key = str(gvr)
             store = resource.store
             clients.add_metric([key], store.watchers)

@@ -53,7 +53,7 @@ class Meter(feeding.Meter, Protocol):
 
     def served(self, gvr: gvrs.Gvr, verb: str, client: str) -> None: ...
     def served_bytes(self, gvr: gvrs.Gvr, nbytes: int) -> None: ...
-    def in_flight(self, verb: str, resource: str, client: str, delta: int) -> None: ...
+    def in_flight(self, info: requestinfo.RequestInfo, delta: int) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -268,14 +268,13 @@ class Multiplexer:
                 retry_after=1,
             )
         flt = self.filters.stored(info) if self.filters is not None else None
-        client = info.user_agent
-        self._meter.in_flight(info.verb, info.resource, client, 1)
+        self._meter.in_flight(info, 1)
         try:
             if isinstance(plan, rvrules.ListPlan):
                 return await self._list(request, info, resource, plan, sel, flt)
             return await self._watch(request, info, resource, plan, sel, flt)
         finally:
-            self._meter.in_flight(info.verb, info.resource, client, -1)
+            self._meter.in_flight(info, -1)
 
     async def _list(
         self,

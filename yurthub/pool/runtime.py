@@ -118,7 +118,9 @@ class Pool:
     # --- wiring ------------------------------------------------------------------------------
 
     def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:
-        self.meter = metering.PoolMeter(hub_metrics)
+        self.meter = metering.PoolMeter(
+            hub_metrics, f"{multiplexer.FOLLOWER_PREFIX}{self.settings.node_name}"
+        )
         hub_metrics.registry.register(
             metering.PoolCollector(
                 self.meter,
@@ -339,9 +341,9 @@ class _LateMeter:
         if self._pool.meter is not None:
             self._pool.meter.served_bytes(gvr, nbytes)
 
-    def in_flight(self, verb: str, resource: str, client: str, delta: int) -> None:
+    def in_flight(self, info: requestinfo.RequestInfo, delta: int) -> None:
         if self._pool.meter is not None:
-            self._pool.meter.in_flight(verb, resource, client, delta)
+            self._pool.meter.in_flight(info, delta)
 
 
 def _status(code: int, message: str) -> web.Response:

@@ -214,10 +214,7 @@ class Router:
                 # node_yurthub_target_for_multiplexer_requests_collector (reference §8.4).
                 target = self._metrics.child(
                     self._metrics.target_for_multiplexer_requests,
-                    info.verb,
-                    info.resource,
-                    info.subresource,
-                    info.user_agent,
+                    *self._metrics.request_labels(info),
                     server.split("://", 1)[-1],
                 )
                 target.inc()
