@@ -7,5 +7,7 @@
 - ``serving``: local list/watch clients answered from memory.
 - ``leaders``: the leader hubs' health (TCP probe, penalties after bad answers) and choice.
 - ``multiplexer``: the per-resource stores and feeders, replaced live.
-- ``runtime``: the ``leader-hub-<pool>`` ConfigMap followed, the multiplexer port served.
+- ``metering``: the multiplexer's and the pool's metrics.
+- ``runtime``: the ``leader-hub-<pool>`` ConfigMap followed, the multiplexer port served; the
+  router's ``seams.PoolServer``.
 """

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import ssl
 import urllib.parse
@@ -207,7 +208,11 @@ class Pool:
         old_source = self.sources.mode
         self.config = config
         self.is_leader = leaderconfigs.is_leader(config, node)
-        self.leaders.update(config.leaders if not self.is_leader else ())
+        usable = config.leaders
+        if not self.settings.pool.leader_tls:
+            # Plain HTTP between hubs exists for tests on loopback: never to another address.
+            usable = tuple(x for x in usable if ipaddress.ip_address(x.address).is_loopback)
+        self.leaders.update(usable if not self.is_leader else ())
         resources = (
             config.resources if config.resources is not None else self.settings.pool.resources
         )

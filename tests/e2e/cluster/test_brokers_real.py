@@ -62,9 +62,12 @@ def akri_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[realclust
         for manifest in (
             "crds/configurations.akri.sh.yaml",
             "crds/instances.akri.sh.yaml",
+            # The manager runs every controller (--controllers=*): the hub-leader ones too.
+            "crds/nodepools.apps.openyurt.io.yaml",
             "discovery/00-namespace.yaml",
             "hub/rbac.yaml",
             "manager/rbac.yaml",
+            "manager/hubleader-rbac.yaml",
         ):
             cluster.kubectl("apply", "-f", str(support.REPO / "manifests" / manifest))
         cluster.kubectl(

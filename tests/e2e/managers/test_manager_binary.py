@@ -149,7 +149,11 @@ async def test_two_replicas_hand_over_on_kill_and_release_on_sigterm(
         await until(one_leader, 10)
         leader, standby = (a, b) if await a.leader() else (b, a)
         await submit_and_wait_approved(sim, "first")
-        assert any("CSR first approved" in line for line in leader.lines)
+
+        async def logged() -> bool:  # the log line follows the write it reports
+            return any("CSR first approved" in line for line in leader.lines)
+
+        await until(logged, 5)
         assert not any("approved" in line for line in standby.lines), "the standby never acts"
 
         # kill -9: no release; the standby waits out the lease it last saw renewed.
