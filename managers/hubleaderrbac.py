@@ -5,9 +5,10 @@ One key for everything: any NodePool or ClusterRole event queues the role, and i
 again every ``RECHECK`` seconds (nothing else would create it in a cluster without pools).
 Creates and conditional PUTs; 409 -> decided again.
 
-RBAC: nodepools get/list/watch; clusterroles get/list/watch, create, and update/escalate of
-``yurt-hub-multiplexer`` only (escalate: the role grants reads of resources the manager
-itself cannot read).
+RBAC: nodepools get/list/watch; clusterroles list/watch and create (it is created without
+rules), and get/update/escalate of ``yurt-hub-multiplexer`` only (escalate: the role grants
+reads of resources the manager itself cannot read). Never an unnamed ``escalate``: with it, a
+stolen manager token could create a ClusterRole aggregated into ``admin``.
 """
 
 from __future__ import annotations
@@ -54,9 +55,11 @@ class HubLeaderRbac:
         existing = self.roles.store.get(KEY)
         try:
             if existing is None:
-                await self.api.create(CLUSTER_ROLES, "", want)
-                logger.info("ClusterRole %s created: %s", hubleaderroles.NAME, want["rules"])
-                return RECHECK
+                # Created empty, then given its rules: RBAC checks an escalation on create
+                # without the object's name, so ``escalate`` limited to this role (all the
+                # manager holds) only applies to the update.
+                existing = await self.api.create(CLUSTER_ROLES, "", {**want, "rules": []})
+                logger.info("ClusterRole %s created", hubleaderroles.NAME)
             body = hubleaderroles.update(existing, want)
             if body is not None:
                 await self.api.replace(CLUSTER_ROLES, "", hubleaderroles.NAME, body)

@@ -339,6 +339,14 @@ def test_pool_scope_on_the_real_cluster(
             status, body = edgenodes.http("GET", f"{node.proxy_url}/api/v1/services")
             names = {s["metadata"]["name"] for s in json.loads(body)["items"]}
             assert status == 200 and {"pool-e2e-a", "pool-e2e-b"} <= names
+
+        # The manager did all of it with its own roles: nothing refused, the role for the hubs.
+        role: Any = support.get_json(cluster, "clusterrole", "yurt-hub-multiplexer")
+        assert {"apiGroups": [""], "resources": ["services"], "verbs": ["list", "watch"]} in role[
+            "rules"
+        ]
+        log = (tmp_path / "manager.log").read_text(errors="replace")
+        assert "forbidden" not in log.lower(), log[-3000:]
     finally:
         for node in nodes:
             node.stop()

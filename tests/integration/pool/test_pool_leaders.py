@@ -195,3 +195,33 @@ async def test_cloud_cut_for_the_whole_pool_every_hub_answers(tmp_path: pathlib.
             assert "web" in {s["metadata"]["name"] for s in listed["items"]}
             slices = await hub.get(SLICES)
             assert slices["items"]
+
+
+async def test_the_multiplexer_port_serves_pool_scoped_reads_only(tmp_path: pathlib.Path) -> None:
+    async with pool_of(tmp_path, names=("edge-node-1",)) as pool:
+        (leader,) = pool.hubs
+        base = leader.pool.multiplexer_url
+        assert base.startswith("http://127.0.0.11:")
+        ua = {"User-Agent": "multiplexer-proxy-edge-node-2"}
+        session = leader.session
+        async with session.get(base + SERVICES, headers=ua) as resp:
+            assert resp.status == 200 and "web" in await resp.text()
+        for method, path in [
+            ("GET", "/api/v1/pods"),
+            ("GET", "/api/v1/namespaces/default/services/web"),
+            ("POST", "/api/v1/namespaces/default/services"),
+            ("GET", "/version"),
+        ]:
+            async with session.request(method, base + path, headers=ua) as resp:
+                body = await resp.json()
+                assert resp.status == 403 and body["kind"] == "Status", (method, path)
+                assert "pool-scoped resources" in body["message"]
+        # A follower's watch gets a BOOKMARK every 2 s: its liveness signal.
+        params = {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": "0"}
+        async with session.get(base + SERVICES, headers=ua, params=params) as resp:
+            started = time.monotonic()
+            while True:
+                line = await resp.content.readline()
+                if b'"BOOKMARK"' in line:
+                    break
+            assert time.monotonic() - started < 3.0
