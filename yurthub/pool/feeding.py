@@ -264,6 +264,11 @@ class Feeder:
                     await self._list_and_watch(source, relist)
                 except (_Gone, _SourceFailed) as e:
                     failed.append(e)
+                except _OverBudget as e:
+                    log.error("%s: %s", self.gvr, e)
+                    self.store.over_budget = True
+                    self._on_advance()  # the multiplexer drops the resource (and this feeder)
+                    failed.append(_SourceFailed(str(e)))
                 except Exception as e:  # a bug must not end the feeder
                     log.exception("%s: reading from %s failed", self.gvr, source.name)
                     failed.append(_SourceFailed(f"internal error: {type(e).__name__}"))
@@ -393,7 +398,7 @@ class Feeder:
     ) -> tuple[list[watchcache.Entry], int, tuple[str, str, str]]:
         reader = jsonlists.ListReader(self._feed.max_item)
         inflate = _inflater(source, resp)
-        entries: list[watchcache.Entry] = []
+        entries = _Collected(self.store)
         count = 0
         try:
             async for chunk in resp.content.iter_chunked(READ_SIZE):
@@ -418,7 +423,7 @@ class Feeder:
             rv = int(rv_text)
         except ValueError as e:
             raise _SourceFailed(f"list from {source.name}: no resourceVersion") from e
-        return entries, rv, self._kinds(reader.head)
+        return entries.entries, rv, self._kinds(reader.head)
 
     def _kinds(self, head: Mapping[str, Any]) -> tuple[str, str, str]:
         list_kind = str(head.get("kind") or "")
@@ -472,7 +477,7 @@ class Feeder:
             sink = self._sink(source, query, resp)
             self.watching = True
             self._meter.upstream_watch(self.gvr, _kind(source), 1)
-            stream = _Stream(initial)
+            stream = _Stream(initial, self.store)
             try:
                 await self._read_events(source, resp, sink, stream)
             except BaseException as e:
@@ -538,7 +543,7 @@ class Feeder:
                 and annotations.get(encoding.INITIAL_EVENTS_END) == "true"
             )
             if stream.collecting is not None and ended:
-                self._replace(source, stream.collecting, int(rv_text), kind, api_version)
+                self._replace(source, stream.collecting.entries, int(rv_text), kind, api_version)
                 stream.collecting = None
             elif stream.collecting is None:
                 self.store.advance(int(rv_text))
@@ -553,7 +558,7 @@ class Feeder:
         if stream.collecting is not None:
             if event.type != watchcache.ADDED:
                 raise _SourceFailed(f"{source.name}: a {event.type} among the initial events")
-            stream.collecting.append(entry)
+            stream.collecting.extend([entry])
         elif self.store.apply(event.type, entry):
             self._on_advance()
 
@@ -576,11 +581,34 @@ class Feeder:
         log.info("%s: %d objects at %d from %s", self.gvr, len(entries), rv, source.name)
 
 
+class _OverBudget(Exception):
+    pass
+
+
+class _Collected:
+    """The entries of a list being read, bounded by the store's memory budget: a list that
+    does not fit marks the store over budget (its owner gives up on the resource) instead of
+    growing without end."""
+
+    def __init__(self, store: watchcache.Store) -> None:
+        self.entries: list[watchcache.Entry] = []
+        self._store = store
+        self._bytes = 0
+
+    def extend(self, entries: list[watchcache.Entry]) -> None:
+        for entry in entries:
+            self._bytes += entry.size
+            self.entries.append(entry)
+        if self._bytes > self._store.limits.max_bytes:
+            self.entries = []
+            raise _OverBudget(f"a list of more than {self._store.limits.max_bytes} bytes")
+
+
 class _Stream:
     """One upstream watch: the initial state while it is collected, the objects' kind."""
 
-    def __init__(self, initial: bool) -> None:
-        self.collecting: list[watchcache.Entry] | None = [] if initial else None
+    def __init__(self, initial: bool, store: watchcache.Store) -> None:
+        self.collecting: _Collected | None = _Collected(store) if initial else None
         self._kind = ""
         self._api_version = ""
 

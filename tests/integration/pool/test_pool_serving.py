@@ -180,15 +180,21 @@ async def test_what_takes_the_ordinary_path(tmp_path: pathlib.Path) -> None:
             assert upstream_requests(pool, ua, "services") == 1, ua
 
 
+@pytest.mark.parametrize("before_start", [False, True])
 async def test_a_resource_over_its_memory_budget_is_proxied(
-    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture, before_start: bool
 ) -> None:
-    async with pool_of(tmp_path, names=(NODE,), leaders=(), max_bytes=20_000) as pool:
+    """Objects that outgrow the budget while watched, or a first list that does not fit."""
+    async with pool_of(
+        tmp_path, names=(NODE,), leaders=(), max_bytes=20_000, start=not before_start
+    ) as pool:
         (hub,) = pool.hubs
         for i in range(10):
             obj = service(f"pad-{i}")
             obj["metadata"]["annotations"] = {"pad": "x" * 3000}
             pool.sim.state.create(obj)
+        if before_start:
+            await hub.start()
         await eventually(
             lambda: any("over the multiplexer's budget" in r.getMessage() for r in caplog.records)
         )
