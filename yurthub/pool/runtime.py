@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 NODE_PREFIX = "system:node:"
 MAX_CONFIGMAP_BYTES = 4 << 20
+MAX_PORT_REQUESTS = 1024
+"""Requests (mostly followers' watches: two per follower) the multiplexer port serves at
+once; more get 429. Bounds what a hostile node on the pool's network can hold open."""
 
 
 class Pool:
@@ -102,6 +105,7 @@ class Pool:
         )
         self._last_problem = ""
         self._runner: web.BaseRunner | None = None
+        self._port_requests = 0
 
     # --- seams.PoolServer ------------------------------------------------------------------
 
@@ -284,7 +288,15 @@ class Pool:
         missing = ready()
         if missing:
             return _status(503, f"hub is not ready: {', '.join(missing)}")
-        answer = await self.mux.answer(request, info)
+        if self._port_requests >= MAX_PORT_REQUESTS:
+            busy = _status(429, "too many requests on the multiplexer port, retry later")
+            busy.headers["Retry-After"] = "1"
+            return busy
+        self._port_requests += 1
+        try:
+            answer = await self.mux.answer(request, info)
+        finally:
+            self._port_requests -= 1
         if answer is None:
             return _status(503, f"{info.resource} is not served from this hub's memory now")
         return answer
