@@ -43,6 +43,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import ssl
 from collections.abc import AsyncIterator, Callable
 
 from yurthub import discoverydocs, health, server, settings
@@ -164,12 +165,23 @@ async def running(
                 followers = []
                 if pool is not None:
                     client = hub.upstream
+                    certs = hub.certs
                     assert client is not None
+
+                    async def serving() -> ssl.SSLContext | None:
+                        # The hub's serving certificate (also the secure proxy's), once the
+                        # certificate manager has one; live: rotations reach new handshakes.
+                        if certs is None:
+                            return None
+                        await certs.serving_ready.wait()
+                        return certs.serving_context
+
                     followers.append(
                         tg.create_task(
                             pool.run(
                                 hub.proxy_url,
                                 leader_ssl=lambda: client.identity.with_identity,
+                                serving_ssl=serving,
                                 ready=hub.readiness.not_ready,
                             ),
                             name="pool",

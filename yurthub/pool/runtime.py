@@ -32,7 +32,7 @@ import ipaddress
 import logging
 import ssl
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -141,12 +141,13 @@ class Pool:
         proxy_url: str,
         *,
         leader_ssl: Callable[[], ssl.SSLContext | bool],
-        serving_ssl: Callable[[], ssl.SSLContext | None] = lambda: None,
+        serving_ssl: Callable[[], Awaitable[ssl.SSLContext | None]] | None = None,
         ready: Callable[[], list[str]] = list,
     ) -> None:
         """Until cancelled. ``leader_ssl``: the TLS context (the hub's client certificate and
-        the cluster CA) for leaders; ``serving_ssl``: the multiplexer port's, None while the
-        hub has no serving certificate; ``ready``: what is not ready (the readiness gate)."""
+        the cluster CA) for leaders; ``serving_ssl``: waits for the multiplexer port's (the
+        hub's serving certificate; None: the hub will have none); ``ready``: what is not ready
+        (the readiness gate)."""
         self.proxy_url = proxy_url
         self._leader_ssl = leader_ssl
         p = self.settings.pool
@@ -160,17 +161,11 @@ class Pool:
                 self.sources.configured.set()
                 log.info("no --nodepool-name: pool-scoped resources come from the cloud")
             if p.node_ip and p.multiplexer_port:
-                context = None if not p.leader_tls else serving_ssl()
-                if p.leader_tls and context is None:
-                    log.info(
-                        "the multiplexer port %s:%d is not served: the hub has no serving "
-                        "certificate (followers read from the cloud)",
-                        p.node_ip,
-                        p.multiplexer_port,
-                    )
+                stack.push_async_callback(self._stop_serving)
+                if not p.leader_tls:
+                    await self._serve(None, ready)
                 else:
-                    stack.push_async_callback(self._stop_serving)
-                    await self._serve(context, ready)
+                    tg.create_task(self._serve_with_tls(serving_ssl, ready), name="pool-port")
             await asyncio.Event().wait()  # until cancelled
 
     # --- the leader-hub ConfigMap -----------------------------------------------------------
@@ -234,6 +229,23 @@ class Pool:
             )
 
     # --- the multiplexer port ---------------------------------------------------------------
+
+    async def _serve_with_tls(
+        self,
+        serving_ssl: Callable[[], Awaitable[ssl.SSLContext | None]] | None,
+        ready: Callable[[], list[str]],
+    ) -> None:
+        p = self.settings.pool
+        context = await serving_ssl() if serving_ssl is not None else None
+        if context is None:
+            log.info(
+                "the multiplexer port %s:%d is not served: the hub has no serving certificate "
+                "(--kubeconfig gives it none; followers read from the cloud)",
+                p.node_ip,
+                p.multiplexer_port,
+            )
+            return
+        await self._serve(context, ready)
 
     async def _serve(self, context: ssl.SSLContext | None, ready: Callable[[], list[str]]) -> None:
         p = self.settings.pool

@@ -90,16 +90,21 @@ class EdgeNode:
         proxy: bool = True,
         kubelet: bool = True,
         identity: pathlib.Path | None = None,
+        serving_certificate: bool = False,
         die_with_parent: bool = True,
     ) -> None:
         """``kubelet=False``: a hub alone (no hollow node; ``start`` returns once the hub is
-        ready). ``identity``: the hub's kubeconfig instead of the node's own identity."""
+        ready). ``identity``: the hub's kubeconfig instead of the node's own identity.
+        ``serving_certificate``: the hub reads that identity as kubelet's
+        (``--bootstrap-mode=kubeletcertificate``, ``--root-dir`` under ``workdir``) and so
+        requests a serving certificate too (someone must approve its CSR: edgehub manager)."""
         self.cluster = cluster
         self.name = name
         self.workdir = workdir
         self._hub_args = list(hub_args)
         self._with_kubelet = kubelet
         self._identity = identity
+        self._serving_certificate = serving_certificate
         self._die = die_with_parent
         self.partition_port, self.control_port, self.proxy_port, self.serve_port = (
             realcluster.free_ports(4)
@@ -164,8 +169,15 @@ class EdgeNode:
                 f"https://127.0.0.1:{self.partition_port}",
                 "--node-name",
                 self.name,
-                "--kubeconfig",
-                str(identity),
+                *(
+                    (
+                        "--bootstrap-mode=kubeletcertificate",
+                        f"--kubelet-kubeconfig={identity}",
+                        f"--root-dir={self.workdir / 'root'}",
+                    )
+                    if self._serving_certificate
+                    else ("--kubeconfig", str(identity))
+                ),
                 "--disk-cache-path",
                 str(self.cache_dir),
                 "--proxy-port",

@@ -14,9 +14,11 @@ ServiceAccount and roles.
 
 The nodes are named after their addresses (``127.0.0.21``...): kubelet then reports that
 address as the node's InternalIP (an IP given as the hostname is used as it is), so the
-leaders the manager elects are loopback addresses, each hub's multiplexer port its own.
-Until the hubs have serving certificates in this setup, hubs talk plain HTTP to each other on
-loopback (the hidden ``--multiplexer-insecure``).
+leaders the manager elects are loopback addresses, each hub's multiplexer port its own. The
+hubs use the node's identity as kubelet's (``--bootstrap-mode=kubeletcertificate``) and request
+their serving certificates, which the manager's ``csrapprover`` approves and the real
+controller-manager signs: followers talk HTTPS to their leader with the node's client
+certificate, and check the leader's serving certificate against the cluster CA.
 
 A node is made NotReady by writing the condition the node lifecycle controller would write
 after its grace period (50 s; the test bed's controller-manager keeps its defaults).
@@ -27,8 +29,11 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import ssl
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +98,27 @@ def source(node: edgenodes.EdgeNode, resource: str = "/v1/services") -> str:
         ):
             return src
     return ""
+
+
+def port_status(
+    cluster: realcluster.RealCluster,
+    tmp_path: Path,
+    url: str,
+    who: tuple[str, tuple[str, ...]] | None,
+) -> int:
+    """The status a GET of the multiplexer port answers, with ``who``'s client certificate."""
+    context = ssl.create_default_context(cadata=cluster.ca_pem.decode())
+    if who is not None:
+        cert, key = cluster.issue_identity(who[0], who[1])
+        pem = tmp_path / "client.pem"
+        pem.write_bytes(cert + key)
+        context.load_cert_chain(str(pem))
+    request = urllib.request.Request(url, headers={"User-Agent": "multiplexer-proxy-x"})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
 
 
 def leaders(cluster: realcluster.RealCluster) -> list[str]:
@@ -197,7 +223,7 @@ def test_pool_scope_on_the_real_cluster(
         "manager",
         edgenodes.edgehub_argv(
             "manager",
-            "--controllers=hubleader,hubleaderconfig,hubleaderrbac",
+            "--controllers=csrapprover,hubleader,hubleaderconfig,hubleaderrbac",
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             "--health-port=0",
@@ -214,11 +240,12 @@ def test_pool_scope_on_the_real_cluster(
             name,
             workdir=tmp_path / name,
             labels={POOL_LABEL: POOL},
+            serving_certificate=True,
             hub_args=[
                 f"--nodepool-name={POOL}",
                 f"--node-ip={name}",
                 f"--multiplexer-port={port}",
-                "--multiplexer-insecure",
+                "--proxy-secure-port=0",
             ],
         )
         for name in NAMES
@@ -277,6 +304,15 @@ def test_pool_scope_on_the_real_cluster(
                 )
                 >= 1
             )
+
+        # The leader's port: HTTPS with its serving certificate (the cluster CA's, for its IP);
+        # a node's client certificate is required, and only pool-scoped list/watch answered.
+        url = f"https://{leader_name}:{port}/api/v1/services"
+        assert port_status(cluster, tmp_path, url, None) == 401
+        assert port_status(cluster, tmp_path, url, ("someone", ())) == 403
+        assert port_status(cluster, tmp_path, url, ("system:node:x", ("system:nodes",))) == 200
+        pods = f"https://{leader_name}:{port}/api/v1/pods"
+        assert port_status(cluster, tmp_path, pods, ("system:node:x", ("system:nodes",))) == 403
 
         # A Service created in the cloud reaches every hub's kube-proxy within 1 s.
         urls = [n.proxy_url for n in nodes]
