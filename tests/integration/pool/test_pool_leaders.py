@@ -51,6 +51,7 @@ async def test_one_upstream_watch_per_resource_for_the_whole_pool(tmp_path: path
         assert "fresh" in {s["metadata"]["name"] for s in listed["items"]}
 
 
+@pytest.mark.slow
 async def test_leader_gone_followers_read_the_cloud_and_clients_see_nothing(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -115,6 +116,7 @@ class FakeLeader:
             writer.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["hang", "garbage"])
 async def test_a_leader_that_hangs_or_lies_is_left_within_ten_seconds(
     tmp_path: pathlib.Path, mode: str
@@ -140,6 +142,7 @@ async def test_a_leader_that_hangs_or_lies_is_left_within_ten_seconds(
                 await events.until(named("later"), within=2.0)
 
 
+@pytest.mark.slow
 async def test_a_new_leader_takes_over_at_once(tmp_path: pathlib.Path) -> None:
     async with pool_of(tmp_path) as pool:
         first, second, follower = pool.hubs
@@ -159,6 +162,7 @@ async def test_a_new_leader_takes_over_at_once(tmp_path: pathlib.Path) -> None:
         assert "node_yurthub_pool_is_leader 1.0" in metrics
 
 
+@pytest.mark.slow
 async def test_a_malformed_configmap_keeps_the_last_good_one(
     tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -175,6 +179,7 @@ async def test_a_malformed_configmap_keeps_the_last_good_one(
         await eventually(lambda: follower.source() == "edge-node-2", within=3.0)
 
 
+@pytest.mark.slow
 async def test_cloud_cut_for_the_whole_pool_every_hub_answers(tmp_path: pathlib.Path) -> None:
     async with pool_of(tmp_path) as pool:
         for hub in pool.hubs[1:]:

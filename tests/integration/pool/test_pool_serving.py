@@ -233,6 +233,7 @@ async def test_the_pool_scoped_set_changes_live(tmp_path: pathlib.Path) -> None:
         assert "node_yurthub_multiplexer_store_bytes" in metrics
 
 
+@pytest.mark.slow
 async def test_a_client_before_the_first_list_gets_429(tmp_path: pathlib.Path) -> None:
     """A follower whose leader accepts connections and never answers: the store waits for it
     (up to the 6 s idle timeout), so a client asking meanwhile gets 429 + Retry-After: 1."""
