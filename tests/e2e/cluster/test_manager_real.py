@@ -1,7 +1,7 @@
 """``edgehub manager`` on the real control plane (kube-apiserver with Node,RBAC authorization,
 the real controller-manager signing), as deployed: its ServiceAccount bound by
-``manifests/manager/rbac.yaml`` and ``autonomy-rbac.yaml`` (with ``autonomy-policy.yaml``) and
-nothing more.
+``manifests/manager/rbac.yaml``, ``autonomy-rbac.yaml`` (with ``autonomy-policy.yaml``) and
+``hubleader-rbac.yaml`` (with the NodePool CRD), and nothing more.
 
 * Hub-shaped client and serving CSRs made with ``cryptography`` and submitted as the node
   (its client certificate) are approved by the manager and signed by the controller-manager;
@@ -153,7 +153,15 @@ async def test_manager_approves_hub_csrs_leaves_kubelets_and_hands_over(
 ) -> None:
     cluster = real_cluster
     await kubectl(cluster, "apply", "-f", str(REPO / "manifests/discovery/00-namespace.yaml"))
-    for manifest in ("rbac.yaml", "autonomy-rbac.yaml", "autonomy-policy.yaml"):
+    await kubectl(
+        cluster, "apply", "-f", str(REPO / "manifests/crds/nodepools.apps.openyurt.io.yaml")
+    )
+    for manifest in (
+        "rbac.yaml",
+        "autonomy-rbac.yaml",
+        "autonomy-policy.yaml",
+        "hubleader-rbac.yaml",
+    ):
         await kubectl(cluster, "apply", "-f", str(REPO / "manifests/manager" / manifest))
     token = await kubectl(
         cluster, "create", "token", "edgehub-manager", "-n", NAMESPACE, "--duration=1h"
