@@ -110,7 +110,8 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.option(
     "--namespace",
     default="kube-system",
-    help="Where the hub reads ConfigMaps yurt-hub-cfg and leader-hub-<pool> (YurtHub's --namespace).",
+    help="Where the hub reads ConfigMaps yurt-hub-cfg and leader-hub-<pool> "
+    "(YurtHub's --namespace).",
 )
 @click.option("--bind-address", default="127.0.0.1", help="Hub server host.")
 @click.option("--serve-port", default=10267, type=click.IntRange(0, 65535), help="Hub server port.")
