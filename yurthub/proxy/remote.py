@@ -302,6 +302,7 @@ class RemoteProxy:
         started: list[web.StreamResponse],
     ) -> web.StreamResponse:
         resp = web.StreamResponse(status=up.status, reason=up.reason)
+        out = _Out(resp, whole=not info.is_long_running and up.content.is_eof())
         transform = self._transform(info, up)
         out_headers = headers.response_headers(up.headers.items())
         if transform is not None:
@@ -337,20 +338,18 @@ class RemoteProxy:
                         log.debug("watch %s ended by upstream: %r", info.path, e)
                         break
                     log.warning("upstream broke mid-body for %s: %r", info.describe(), e)
-                    if request.transport is not None:
-                        request.transport.close()
+                    await out.cut(request)
                     return resp
                 if transform is None:
-                    await resp.write(chunk)
-                elif not await _write_filtered(resp, transform.feed(chunk), info):
+                    await out.write(chunk)
+                elif not await _write_filtered(out, transform.feed(chunk), info):
                     if sink is not None:
                         sink.abort("filter broke mid-body")
                         sink = None
                     if info.is_watch:
                         transform = None  # end the watch cleanly; the client re-watches
                         break
-                    if request.transport is not None:
-                        request.transport.close()
+                    await out.cut(request)
                     return resp
                 traffic += len(chunk)
                 if sink is not None:
@@ -364,14 +363,14 @@ class RemoteProxy:
             if sink is not None and info.is_watch and self._closing:
                 sink.abort("hub shutting down")
                 sink = None
-            if transform is not None and not await _write_filtered(resp, transform.finish(), info):
+            if transform is not None and not await _write_filtered(out, transform.finish(), info):
                 if sink is not None:
                     sink.abort("filter broke at the end of the body")
                     sink = None
                 if not info.is_watch and request.transport is not None:
-                    request.transport.close()
+                    await out.cut(request)
                     return resp
-            await resp.write_eof()
+            await out.end()
             if sink is not None:
                 current, sink = sink, None
                 try:
@@ -400,8 +399,49 @@ class RemoteProxy:
                 ).inc(traffic)
 
 
+class _Out:
+    """Where a relayed body goes. ``whole``: the upstream body had all arrived when its headers
+    were read (a small answer, within one read buffer): headers, body and the end of the body
+    then leave in one write to the socket (one syscall instead of three); otherwise every chunk
+    is written as it comes (a watch event, a log line, a list as it streams)."""
+
+    __slots__ = ("_held", "_resp", "_whole")
+
+    def __init__(self, resp: web.StreamResponse, *, whole: bool) -> None:
+        self._resp = resp
+        self._whole = whole
+        self._held: list[bytes] = []
+        if whole:
+            # aiohttp's own switch (``web.Response`` sets it): headers wait for the body.
+            resp._send_headers_immediately = False
+
+    async def write(self, data: bytes) -> None:
+        if self._whole:
+            self._held.append(data)
+        else:
+            await self._resp.write(data)
+
+    async def end(self) -> None:
+        held, self._held = self._held, []
+        await self._resp.write_eof(b"".join(held))
+
+    async def cut(self, request: web.BaseRequest) -> None:
+        """End the answer short (the upstream or a filter broke): what was held goes first,
+        so the client sees a truncated body, as it would have without holding."""
+        held, self._held = self._held, []
+        try:
+            if held:
+                await self._resp.write(b"".join(held))
+            elif self._whole and self._resp.prepared:
+                self._resp._payload_writer.send_headers()  # type: ignore[union-attr]
+        except ConnectionError:
+            pass
+        if request.transport is not None:
+            request.transport.close()
+
+
 async def _write_filtered(
-    resp: web.StreamResponse, pieces: Iterable[bytes], info: requestinfo.RequestInfo
+    out: _Out, pieces: Iterable[bytes], info: requestinfo.RequestInfo
 ) -> bool:
     """Write what a transform yields; False when the transform raised (logged)."""
     it = iter(pieces)
@@ -414,4 +454,4 @@ async def _write_filtered(
             log.exception("the response filters broke off %s", info.describe())
             return False
         if piece:
-            await resp.write(piece)
+            await out.write(piece)
