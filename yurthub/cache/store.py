@@ -79,6 +79,10 @@ _DISKCACHE_SETTINGS: dict[str, Any] = {
     "sqlite_cache_size": 1024,
 }
 PAGE_SESSION_TTL = 120.0
+GATHER_DELAY = 0.005
+"""Seconds a small write waits for others to share its executor hop and transaction."""
+GATHER_BYTES = 256 << 10
+"""Queued bytes past which the writer starts at once."""
 _PARTIAL = "PartialObjectMetadata"
 
 
@@ -349,6 +353,7 @@ class Store:
         self._in_flight: asyncio.Future[_Outcome] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
+        self._gather: asyncio.TimerHandle | None = None
         self._closed = False
         self._failing = False
         self._warned_at: float | None = None
@@ -387,6 +392,9 @@ class Store:
         finally:
             self._closed = True
             self._pending.clear()
+            if self._gather is not None:
+                self._gather.cancel()
+                self._gather = None
             loop = asyncio.get_running_loop()
             try:
                 await loop.run_in_executor(self._writer, self._cache.close)
@@ -665,13 +673,28 @@ class Store:
         size = job.size
         if isinstance(job, PutList):
             self._drop_superseded(job)
-        if self._pending_bytes + size > self._max_pending and self._pending:
+        over = self._pending_bytes + size > self._max_pending
+        if over and self._pending and self._in_flight is None:
+            self._kick()  # what gathers goes now; the bound is on what still waits after it
+        if over and self._pending:
             self.stats.refused_jobs += 1
             return False
         self._pending.append(job)
         self._pending_bytes += size
-        self._kick()
+        self._idle.clear()
+        if self._in_flight is None and self._gather is None:
+            if self._pending_bytes >= GATHER_BYTES:
+                self._kick()
+            else:
+                # Small jobs (the answers to gets, watch events) wait a moment for company:
+                # one executor hop and at most one transaction for all of them.
+                loop = asyncio.get_running_loop()
+                self._gather = loop.call_later(GATHER_DELAY, self._gathered)
         return True
+
+    def _gathered(self) -> None:
+        self._gather = None
+        self._kick()
 
     def _drop_superseded(self, job: PutList) -> None:
         """A whole list makes a queued whole list of the same key pointless: drop that one.
@@ -694,7 +717,13 @@ class Store:
                 self.stats.superseded_lists += 1
 
     def _kick(self) -> None:
-        if self._in_flight is not None or not self._pending or self._closed:
+        if self._gather is not None:
+            self._gather.cancel()
+            self._gather = None
+        if self._in_flight is not None:
+            return
+        if not self._pending or self._closed:
+            self._idle.set()
             return
         batch: list[Job] = []
         size = 0
@@ -803,6 +832,9 @@ class Store:
                 logger.debug("cache skipped a response body: %s", e)
         outcome = batch_state.outcome
         outcome.jobs = len(batch)
+        if batch_state.unchanged():
+            # Most gets repeat what is stored (same version, same claim): no transaction.
+            return outcome
         try:
             with self._cache.transact():
                 batch_state.write(self._cache)
@@ -837,6 +869,17 @@ class _Batch:
         """New bodies; None: header-only rewrite (owners changed, body kept)."""
         self.counts: dict[str, int] = {}
         self.documents: dict[str, bytes] = {}
+
+    def unchanged(self) -> bool:
+        """Nothing to write: every job of the batch left the cache as it was."""
+        outcome = self.outcome
+        return not (
+            outcome.objects
+            or outcome.lists
+            or outcome.dropped_lists
+            or outcome.dropped_documents
+            or self.documents
+        )
 
     # overlay lookups
 
