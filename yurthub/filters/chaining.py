@@ -45,6 +45,17 @@ FUNCTIONS: dict[str, FilterFunction] = {
     registry.INCLUSTERCONFIG: inclusterconfig.apply,
     registry.SERVICEENVUPDATER: serviceenvupdater.apply,
 }
+NEEDLES: dict[str, tuple[bytes, ...]] = {
+    registry.SERVICEENVUPDATER: (
+        serviceenvupdater.HOST.encode(),
+        serviceenvupdater.PORT.encode(),
+    ),
+}
+"""Per filter, byte strings at least one of which an object's encoded body (JSON or protobuf)
+holds whenever the filter could change it. Bodies come from the apiserver, whose encoders never
+escape ASCII letters, so a body without any needle is passed without being decoded (most pods
+set no KUBERNETES_SERVICE_* variable: kubelet's pod GETs and offline pod lists then cost no
+decode). A filter without needles is always run."""
 ERROR_LOG_INTERVAL = 60.0
 
 
@@ -104,7 +115,7 @@ class ErrorLog:
 class Chain:
     """The filters of one request."""
 
-    __slots__ = ("_errors", "_filters", "_observer", "_world", "names")
+    __slots__ = ("_errors", "_filters", "_needles", "_observer", "_world", "names")
 
     def __init__(
         self,
@@ -116,9 +127,19 @@ class Chain:
     ) -> None:
         self.names = tuple(names)
         self._filters = [(name, FUNCTIONS[name]) for name in self.names]
+        needles = [NEEDLES.get(name) for name in self.names]
+        self._needles: tuple[bytes, ...] | None = (
+            None if None in needles else tuple(n for own in needles if own for n in own)
+        )
         self._world = world
         self._errors = errors
         self._observer = observer or NullObserver()
+
+    def may_change(self, body: bytes) -> bool:
+        """False when no filter of the chain can change the object(s) ``body`` encodes
+        (``NEEDLES``): the body is passed as it is, undecoded."""
+        needles = self._needles
+        return needles is None or any(needle in body for needle in needles)
 
     def apply(self, obj: objects.Obj, kind: str) -> objects.Obj | None:
         """``obj`` itself when no filter changed it, a new object, or None (dropped)."""

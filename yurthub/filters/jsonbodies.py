@@ -94,6 +94,8 @@ def filter_object(chain: chaining.Chain, body: bytes, kind: str, counts: Counts)
 
     A ``*List`` body has its items filtered (dropped ones removed).
     """
+    if not chain.may_change(body):
+        return body
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -123,6 +125,9 @@ def filter_object(chain: chaining.Chain, body: bytes, kind: str, counts: Counts)
 
 def filter_item(chain: chaining.Chain, body: bytes, kind: str, counts: Counts) -> bytes | None:
     """One stored object for an answer built from items (offline lists): None when dropped."""
+    if not chain.may_change(body):
+        counts.objects += 1
+        return body
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -259,7 +264,7 @@ class WatchStream:
         yield tail
 
     def _event(self, line: bytes) -> bytes:
-        if not line.strip():
+        if not line.strip() or not self._chain.may_change(line):
             return line
         try:
             event = framing.parse_event(line)

@@ -291,6 +291,8 @@ def filter_object(
     chain: chaining.Chain, body: bytes, counts: jsonbodies.Counts
 ) -> tuple[bytes, bool]:
     """(the body filtered, dropped). A list's items are filtered (dropped ones removed)."""
+    if not chain.may_change(body):
+        return body, False
     try:
         kind, raw, fields = _envelope(body)
         if kind.endswith("List") and kind[:-4] in KINDS:
