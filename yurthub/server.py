@@ -45,6 +45,7 @@ import datetime
 import logging
 import ssl
 import time
+import typing
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -96,10 +97,11 @@ class _StatusRequestHandler(web_protocol.RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         server = self._manager
-        assert isinstance(server, _ProxyServer) and isinstance(transport, asyncio.Transport)
+        assert isinstance(server, _ProxyServer)
         if len(server.connections) > server.max_connections:
             server.refused()
-            transport.write(
+            # uvloop's transports write like asyncio's but do not subclass asyncio.Transport.
+            typing.cast(asyncio.WriteTransport, transport).write(
                 _raw_status(503, "Service Unavailable", "too many connections to the hub")
             )
             self.force_close()

@@ -7,13 +7,18 @@ must not break the others.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.util
 import logging
 import os
 import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import click
+
+T = TypeVar("T")
 
 # name -> "module:attribute" of a click command. Keep sorted.
 COMMANDS: dict[str, str] = {
@@ -64,6 +69,30 @@ class LazyGroup(click.Group):
 def _available(name: str) -> bool:
     module_name = COMMANDS[name].partition(":")[0]
     return importlib.util.find_spec(module_name) is not None
+
+
+EVENT_LOOP_ENV = "EDGEHUB_EVENT_LOOP"
+"""``asyncio`` picks the standard library's event loop instead of uvloop."""
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop when it is installed and not refused (``EDGEHUB_EVENT_LOOP=asyncio``);
+    None: the standard loop. uvloop moves the socket and timer work of the proxy into C: it
+    measurably pays for the hub (``bench/proxy.py`` runs both side by side)."""
+    if os.environ.get(EVENT_LOOP_ENV, "").strip().lower() == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on the loop ``loop_factory`` picks."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(main)
 
 
 def configure_logging(level: str) -> None:

@@ -9,7 +9,6 @@ with one warning naming them). Bad flags or an unreadable kubeconfig exit with
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib.metadata
 import logging
@@ -403,7 +402,7 @@ def command(**opts: object) -> None:
         click.echo(f"edgehub hub: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
     try:
-        asyncio.run(lifecycle.run(hub_settings, companions))
+        cli.run(lifecycle.run(hub_settings, companions))
     except (OSError, dummyif.DummyIfError) as e:  # port in use, no NET_ADMIN for the dummy
         click.echo(f"edgehub hub: cannot start: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e

@@ -78,7 +78,7 @@ def command(
         interval=interval,
     )
     try:
-        asyncio.run(run(link, control_at))
+        cli.run(run(link, control_at))
     except OSError as e:
         click.echo(f"edgehub partition: cannot start: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
@@ -92,6 +92,7 @@ def _state(link: partition.Partition) -> bytes:
             "latency": link.latency,
             "interval": link.interval,
             "accepted": link.accepted,
+            "relayed": link.relayed,
         }
     )
 
