@@ -49,7 +49,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import diskcache
@@ -104,6 +104,12 @@ _SELECT_RANGE = (
     "SELECT key, mode, value, filename FROM Cache WHERE key >= ? AND key < ? AND raw = 1"
     " AND instr(key, '?') = 0 ORDER BY key"
 )
+_SELECT_PAGE = (
+    "SELECT key, mode, value, filename FROM Cache WHERE key > ? AND key < ? AND raw = 1"
+    " AND instr(key, '?') = 0 ORDER BY key LIMIT ?"
+)
+PAGE_ROWS = 1000
+"""Rows per page of an offline list read (``Store.pages``)."""
 _SELECT_IN = "SELECT key, mode, value, filename FROM Cache WHERE key IN ({}) AND raw = 1"
 _SELECT_ONE = "SELECT mode, value, filename FROM Cache WHERE key = ? AND raw = 1"
 _IN_CHUNK = 500
@@ -462,6 +468,20 @@ class Store:
             return [(namespace, namespaces.get(namespace) or {})]
         return list(namespaces.items())
 
+    def summary(self, scope: keys.Scope, namespace: str = "") -> tuple[int, int, str]:
+        """(objects, highest resourceVersion or -1, the kind of one of them) of ``scope`` (in
+        ``namespace`` when given), without making a key per object (an offline list of
+        everything needs no more)."""
+        count, best, kind = 0, -1, ""
+        for _, names in self._namespaces(scope, namespace):
+            count += len(names)
+            for entry in names.values():
+                if entry.rv > best:
+                    best = entry.rv
+                if not kind:
+                    kind = entry.kind
+        return count, best, kind
+
     def count(self, scope: keys.Scope, namespace: str = "") -> int:
         """Objects of ``scope`` (in ``namespace`` when given)."""
         namespaces = self._objects.get(scope)
@@ -512,39 +532,61 @@ class Store:
         return found
 
     async def all_bodies(self, within: keys.ObjectKey) -> list[bytes]:
-        """Every stored body of ``within``'s scope (and namespace, when set), in key order.
+        """Every stored body of ``within``'s scope (and namespace, when set), in key order (all
+        pages of ``pages`` at once: for small ranges and tests)."""
+        out: list[bytes] = []
+        async for page in self.pages(within):
+            out.extend(page)
+        return out
 
-        For a list that answers with everything in its range (the usual offline list): one
-        range scan and no per-key work. A body written after the caller looked at the index is
-        included too (it is newer, not wrong).
-        """
+    async def pages(
+        self, within: keys.ObjectKey, size: int = PAGE_ROWS
+    ) -> AsyncIterator[list[bytes]]:
+        """Every stored body of ``within``'s range in key order, ``size`` at a time: one
+        executor hop per page, so an answer streams while the rest is read and at most a page of
+        bodies is in memory (a 10,000-pod list is ~20 MB). Pages are read one after the other
+        (keyset paging): a body written meanwhile is included when its key is still ahead.
+        Raises ``CorruptRead`` at the page holding a corrupt row (being dropped)."""
         prefix = within.scope.prefix() + "/"
         if within.namespace:
             prefix += keys.escape(within.namespace) + "/"
-        loop = asyncio.get_running_loop()
-        found, corrupt = await loop.run_in_executor(self._readers, self._read_range, prefix)
-        if corrupt:
-            self._corrupt_found(corrupt)
-            raise CorruptRead(corrupt)
-        return found
-
-    def _read_range(self, prefix: str) -> tuple[list[bytes], list[str]]:
-        """(bodies in key order, names of corrupt rows)."""
         upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        loop = asyncio.get_running_loop()
+        after = prefix
+        while True:
+            found, corrupt, last = await loop.run_in_executor(
+                self._readers, self._read_page, after, upper, size
+            )
+            if corrupt:
+                self._corrupt_found(corrupt)
+                raise CorruptRead(corrupt)
+            if found:
+                yield found
+            if last is None:
+                return
+            after = last
+
+    def _read_page(
+        self, after: str, upper: str, size: int
+    ) -> tuple[list[bytes], list[str], str | None]:
+        """(bodies of up to ``size`` rows with ``after < key < upper``, names of corrupt rows,
+        the last key read, None when the range ended)."""
         out: list[bytes] = []
         corrupt: list[str] = []
         body_of = entries.body_of
-        # The offline list's hot loop: _raw_value's checks inline.
+        key = None
+        rows = 0
         for key, mode, value, filename in self._reader_connection().execute(
-            _SELECT_RANGE, (prefix, upper)
+            _SELECT_PAGE, (after, upper, size)
         ):
+            rows += 1
             try:
                 if mode != _MODE_RAW or filename is not None or value.__class__ is not bytes:
                     raise entries.CorruptEntry("not a raw row written by this hub")
                 out.append(body_of(value))
             except entries.CorruptEntry:
                 corrupt.append(key)
-        return out, corrupt
+        return out, corrupt, (key if rows == size else None)
 
     def _read_bodies(
         self, wanted: list[str], prefix: str | None

@@ -55,7 +55,7 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -281,25 +281,6 @@ class Answerer:
         stored = self.filters.stored(info) if self.filters is not None else None
         return body if stored is None else stored.object(body)
 
-    async def _filtered_items(
-        self, info: requestinfo.RequestInfo, bodies: list[bytes]
-    ) -> list[bytes]:
-        """The list's items through the request's filters, dropped ones left out. Decoding is
-        CPU: the loop gets a turn every ``LIST_WRITE_ITEMS`` items."""
-        stored = self.filters.stored(info) if self.filters is not None else None
-        if stored is None:
-            return bodies
-        out: list[bytes] = []
-        for start in range(0, len(bodies), LIST_WRITE_ITEMS):
-            if start:
-                await asyncio.sleep(0)
-            for body in bodies[start : start + LIST_WRITE_ITEMS]:
-                kept = stored.item(body)
-                if kept is not None:
-                    out.append(kept)
-        bodies.clear()
-        return out
-
     # --- list ------------------------------------------------------------------------------------
 
     async def _list(
@@ -315,34 +296,29 @@ class Answerer:
             return _status(400, str(e))
         listing = self._listing(info, self._scopes(info, media), labels, fields)
         if listing is None or (
-            not listing.chosen and (_kubelet_pods(info) or listing.record is None)
+            not listing.count and (_kubelet_pods(info) or listing.record is None)
         ):
             if reason is seams.LocalReason.UPSTREAM_ERROR:
                 return None  # the upstream's failure is the truer answer
             if listing is None or _kubelet_pods(info):
                 return _not_found(info, "")
             # Named, and not cached: an empty list, as YurtHub answers (reference §3.7 step 3).
-        scope, record, chosen = listing.scope, listing.record, listing.chosen
-        rv = max([e.rv for _, e in chosen] + [record.rv if record is not None else -1])
+        scope, record = listing.scope, listing.record
+        rv = max(listing.rv, record.rv if record is not None else -1)
         resource_version = "" if rv < 0 else str(rv)
         if record is not None and record.rv == rv:
             resource_version = record.resource_version
-        within = _within(scope, info.namespace)
-        if chosen and len(chosen) == self._store.count(scope, info.namespace):
-            bodies = await self._store.all_bodies(within)  # everything in range: one scan
-        else:
-            found = await self._store.bodies((k for k, _ in chosen), within=within)
-            bodies = [b for b in found if b is not None]
+        pages = self._pages(info, listing)
         if media.representation is cacheability.Representation.OBJECT:
-            bodies = await self._filtered_items(info, bodies)
+            pages = self._filtered_pages(info, pages)
         if media.representation is cacheability.Representation.OBJECT or (
             media.representation is cacheability.Representation.PARTIAL and scope.partial
         ):
-            kind = self._kind(scope, record, chosen)
+            kind = self._kind(scope, record, listing)
             api_version = f"meta.k8s.io/{scope.partial}" if scope.partial else _api_version(info)
             meta = {"resourceVersion": resource_version}
             head = {"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta, "items": []}
-            return await _stream_items(request, _open_items(head), bodies)
+            return await _stream_items(request, _open_items(head), pages)
         # A view: each stored object is decoded, turned into its row or item and encoded again,
         # a slice at a time (decoding 10,000 pods at once would take ~7x their JSON in memory).
         version = media.partial_version
@@ -364,7 +340,9 @@ class Answerer:
             )
             now = self._clock()
             include = request.query.get("includeObject", "Metadata")
-            cells = {key: entry.cells for key, entry in chosen if entry.cells is not None}
+            cells = {
+                key: entry.cells for key, entry in self._chosen(listing) if entry.cells is not None
+            }
 
             def convert(body: bytes) -> bytes:
                 obj = framing.parse_object(body)
@@ -384,7 +362,45 @@ class Answerer:
                 )
                 return orjson.dumps(row)
 
-        return await _stream_items(request, _open_items(view), bodies, convert)
+        return await _stream_items(request, _open_items(view), pages, convert)
+
+    def _chosen(self, listing: _Listing) -> list[tuple[keys.ObjectKey, entries.Entry]]:
+        """The listing's objects (keys made now when it is the whole range)."""
+        if listing.chosen is not None:
+            return listing.chosen
+        return list(self._store.objects(listing.scope, listing.namespace))
+
+    async def _pages(
+        self, info: requestinfo.RequestInfo, listing: _Listing
+    ) -> AsyncIterator[list[bytes]]:
+        """The stored bodies of a listing, a page at a time: the whole range streamed from
+        SQLite (the usual offline list: no key per object, never all bodies at once), or the
+        chosen keys' bodies."""
+        within = _within(listing.scope, info.namespace)
+        if listing.chosen is None:
+            async for page in self._store.pages(within):
+                yield page
+            return
+        keys_ = [k for k, _ in listing.chosen]
+        for start in range(0, len(keys_), store.PAGE_ROWS):
+            found = await self._store.bodies(keys_[start : start + store.PAGE_ROWS], within=within)
+            yield [b for b in found if b is not None]
+
+    async def _filtered_pages(
+        self, info: requestinfo.RequestInfo, pages: AsyncIterator[list[bytes]]
+    ) -> AsyncIterator[list[bytes]]:
+        """Each page's items through the request's filters, dropped ones left out."""
+        stored = self.filters.stored(info) if self.filters is not None else None
+        async for page in pages:
+            if stored is None:
+                yield page
+                continue
+            kept = []
+            for body in page:
+                out = stored.item(body)
+                if out is not None:
+                    kept.append(out)
+            yield kept
 
     def _listing(
         self,
@@ -412,15 +428,32 @@ class Answerer:
                 newest = scope, found[1]
         if newest is not None:
             scope, record = newest
-            chosen = _select(self._store, scope, info.namespace, labels, fields)
-            return _Listing(scope, record, chosen)
+            return self._select(scope, record, info.namespace, labels, fields)
         if fields.name is None:
             return None
         for scope in candidates:
-            chosen = _select(self._store, scope, info.namespace, labels, fields)
-            if chosen:
-                return _Listing(scope, None, chosen)
-        return _Listing(candidates[0], None, [])
+            named = self._select(scope, None, info.namespace, labels, fields)
+            if named.count:
+                return named
+        return _Listing(candidates[0], info.namespace, None, [], 0, -1, "")
+
+    def _select(
+        self,
+        scope: keys.Scope,
+        record: entries.ListRecord | None,
+        namespace: str,
+        labels: selectors.LabelSelector,
+        fields: selectors.FieldSelector,
+    ) -> _Listing:
+        """The objects of ``scope`` in ``namespace`` (all when empty) the selectors match."""
+        if labels.empty() and fields.empty():
+            # Everything in range: counted, never keyed (10,000 pods cost no 10,000 keys).
+            count, rv, kind = self._store.summary(scope, namespace)
+            return _Listing(scope, namespace, record, None, count, rv, kind)
+        chosen = _select(self._store, scope, namespace, labels, fields)
+        rv = max((e.rv for _, e in chosen), default=-1)
+        kind = chosen[0][1].kind if chosen else ""
+        return _Listing(scope, namespace, record, chosen, len(chosen), rv, kind)
 
     def _columns(self, scopes: list[keys.Scope]) -> tuple[Any, ...] | None:
         """The newest Table column definitions cached for these scopes' resource."""
@@ -432,17 +465,14 @@ class Answerer:
         return best.columns if best is not None else None
 
     def _kind(
-        self,
-        scope: keys.Scope,
-        record: entries.ListRecord | None,
-        chosen: list[tuple[keys.ObjectKey, entries.Entry]],
+        self, scope: keys.Scope, record: entries.ListRecord | None, listing: _Listing | None
     ) -> str:
         if scope.partial:
             return "PartialObjectMetadata"
         if record is not None and record.kind:
             return record.kind
-        if chosen:
-            return chosen[0][1].kind
+        if listing is not None and listing.kind:
+            return listing.kind
         for _, other in self._store.list_records(scope):
             if other.kind:
                 return other.kind
@@ -470,7 +500,7 @@ class Answerer:
         if _flag(request.query.get("sendInitialEvents", "")) and bookmarks:
             # A list streamed as events: complete or nothing, as a list (``_listing``).
             initial = self._listing(info, [scope], labels, fields)
-            if initial is None or (not initial.chosen and _kubelet_pods(info)):
+            if initial is None or (not initial.count and _kubelet_pods(info)):
                 return _not_found(info, "")
         resp = web.StreamResponse(status=200, headers={"Content-Type": JSON})
         resp.enable_chunked_encoding()
@@ -512,7 +542,7 @@ class Answerer:
         self, info: requestinfo.RequestInfo, scope: keys.Scope, list_key: keys.ListKey
     ) -> bytes:
         record = self._store.list_record(list_key)
-        kind = self._kind(scope, record, [])
+        kind = self._kind(scope, record, None)
         event = {
             "type": "BOOKMARK",
             "object": {
@@ -530,15 +560,11 @@ class Answerer:
         list_key: keys.ListKey,
         listing: _Listing,
     ) -> None:
-        bodies = await self._store.bodies(
-            (k for k, _ in listing.chosen), within=_within(listing.scope, info.namespace)
-        )
-        stored = self.filters.stored(info) if self.filters is not None else None
-        for body in bodies:
-            if body is not None and stored is not None:
-                body = stored.item(body)  # one left out: this is a list, streamed
-            if body is not None:
-                await resp.write(b'{"type":"ADDED","object":' + body + b"}\n")
+        # A list streamed: a filter's dropped object is left out.
+        async for page in self._filtered_pages(info, self._pages(info, listing)):
+            if page:
+                events = b"}\n".join(b'{"type":"ADDED","object":' + body for body in page)
+                await resp.write(events + b"}\n")
         end = orjson.loads(self._bookmark(info, listing.scope, list_key))
         end["object"]["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
         await resp.write(orjson.dumps(end) + b"\n")
@@ -683,9 +709,16 @@ class _Listing:
     """What an offline list answers with."""
 
     scope: keys.Scope
+    namespace: str
     record: entries.ListRecord | None
     """The cached list covering the request (its own when cached); None: answered by name."""
-    chosen: list[tuple[keys.ObjectKey, entries.Entry]]
+    chosen: list[tuple[keys.ObjectKey, entries.Entry]] | None
+    """The objects selected; None: every object of the scope (in the namespace)."""
+    count: int
+    rv: int
+    """The highest resourceVersion among them (-1: none)."""
+    kind: str
+    """The kind of one of them ("" when none)."""
 
 
 class _Reply(Exception):
@@ -823,49 +856,68 @@ def _open_items(document: dict[str, Any]) -> bytes:
     return encoded[:-2]
 
 
-LIST_WRITE_ITEMS = 512
-"""Items per write of a streamed list: no second copy of a 10,000-pod list in memory."""
-
-
 async def _stream_items(
     request: web.Request,
     head: bytes,
-    bodies: list[bytes],
+    pages: AsyncIterator[list[bytes]],
     convert: Callable[[bytes], bytes] | None = None,
 ) -> web.StreamResponse:
-    """A list written in slices of stored bodies (never joined into one buffer).
+    """A list written a page of stored bodies at a time, never joined into one buffer.
 
-    With ``convert`` (a view made from each stored object) the items are made a slice at a
-    time too: at most one slice of decoded objects exists, and the loop gets a turn between
-    slices. ``bodies`` is consumed.
+    With ``convert`` (a view made from each stored object) the items are made a page at a
+    time too: at most one page of decoded objects exists, and the loop gets a turn between
+    pages. A list that fits one page is one answer with its length; a longer one is sent
+    chunked while the next page is read. A read that fails past the first page (a corrupt
+    row) cuts the answer: the client sees a broken body, never a shorter list.
     """
-    if len(bodies) <= LIST_WRITE_ITEMS:
-        items = bodies if convert is None else [convert(b) for b in bodies]
+    first: list[bytes] = await anext(pages, [])
+    second = await anext(pages, None) if len(first) >= store.PAGE_ROWS else None
+    if second is None:
+        items = first if convert is None else [convert(b) for b in first]
         return _json(200, b"".join((head, b",".join(items), b"]}")))
     resp = web.StreamResponse(status=200)
     resp.headers["Content-Type"] = JSON
-    if convert is None:
-        resp.content_length = len(head) + sum(len(b) for b in bodies) + len(bodies) - 1 + len(b"]}")
-    else:
-        resp.enable_chunked_encoding()
+    resp.enable_chunked_encoding()
+    written = 0
     try:
         await resp.prepare(request)
         await resp.write(head)
-        first = True
-        while bodies:
-            chunk, bodies[:LIST_WRITE_ITEMS] = bodies[:LIST_WRITE_ITEMS], []
-            if not first:
-                await resp.write(b",")
-            first = False
-            await resp.write(b",".join(chunk if convert is None else map(convert, chunk)))
+        for page in (first, second):
+            written = await _write_page(resp, page, convert, written)
+        del first, second
+        async for page in pages:
+            written = await _write_page(resp, page, convert, written)
         await resp.write(b"]}")
         await resp.write_eof()
     except ConnectionError:
         pass  # the client went away mid-list (reset, or "Connection lost" while draining)
-    finally:
-        bodies.clear()
-    await asyncio.get_running_loop().run_in_executor(None, store.trim_heap)
+    except store.CorruptRead:
+        if request.transport is not None:
+            request.transport.close()
+    if written > _TRIM_ITEMS:
+        await asyncio.get_running_loop().run_in_executor(None, store.trim_heap)
     return resp
+
+
+_TRIM_ITEMS = 2000
+"""Items past which a streamed list gives freed heap back to the OS (``store.trim_heap``)."""
+
+
+async def _write_page(
+    resp: web.StreamResponse,
+    page: list[bytes],
+    convert: Callable[[bytes], bytes] | None,
+    written: int,
+) -> int:
+    """Write one page's items (after ``written`` others); returns the items written so far."""
+    if not page:
+        return written
+    items = page if convert is None else [convert(b) for b in page]
+    if written:
+        await resp.write(b"," + b",".join(items))
+    else:
+        await resp.write(b",".join(items))
+    return written + len(items)
 
 
 def _document_keys(path: str, accept: str) -> list[str]:

@@ -13,10 +13,19 @@ from typing import Any
 
 import orjson
 import pytest
-from cache_answering import KUBELET, MY_PODS, NODE, NODES, UNANSWERED, answering, get, pod_list
+from cache_answering import (
+    KUBELET,
+    MY_PODS,
+    NODE,
+    NODES,
+    PODS,
+    UNANSWERED,
+    answering,
+    get,
+    pod_list,
+)
 
 from yurthub.cache import keys, store
-from yurthub.proxy import local
 
 
 async def test_kubelet_empty_pod_list_is_404_offline_and_unanswered_on_upstream_error(
@@ -62,9 +71,9 @@ async def test_a_watch_with_timeout_seconds_zero_is_held_like_one_without(
 
 
 async def test_views_of_a_long_list_are_whole(tmp_path: pathlib.Path) -> None:
-    # Over one write slice (local.LIST_WRITE_ITEMS): views are built and written a slice at a
+    # Over one page (store.PAGE_ROWS): views are built and written a page at a
     # time, and must still be one whole document.
-    names = [f"p{i:04}" for i in range(local.LIST_WRITE_ITEMS * 2 + 7)]
+    names = [f"p{i:04}" for i in range(store.PAGE_ROWS * 2 + 7)]
     async with answering(tmp_path, store.PutList(MY_PODS, pod_list(*names))) as (session, base):
         params = {"fieldSelector": f"spec.nodeName={NODE}"}
         table = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -83,6 +92,38 @@ async def test_views_of_a_long_list_are_whole(tmp_path: pathlib.Path) -> None:
         assert [i["metadata"]["name"] for i in items["items"]] == names
         status, plain = await get(session, base + "/api/v1/pods", "offline", params=params)
         assert status == 200 and [i["metadata"]["name"] for i in plain["items"]] == names
+
+
+async def test_a_list_of_everything_streams_page_by_page_and_is_whole(
+    tmp_path: pathlib.Path,
+) -> None:
+    # No selector: the whole range is read from SQLite a page (store.PAGE_ROWS) at a time and
+    # streamed; the answer is still one ordered document, and the initial events of a
+    # streaming list are every object plus the end bookmark.
+    names = [f"p{i:04}" for i in range(store.PAGE_ROWS * 2 + 3)]
+    everything = keys.list_key(PODS, "", "", "")
+    async with answering(tmp_path, store.PutList(everything, pod_list(*names))) as (session, base):
+        status, plain = await get(session, base + "/api/v1/pods", "offline", ua="kube-proxy/1")
+        assert status == 404  # another component's cache
+        status, plain = await get(session, base + "/api/v1/pods", "offline")
+        assert status == 200 and plain["kind"] == "PodList"
+        assert [i["metadata"]["name"] for i in plain["items"]] == names
+        assert plain["items"][0]["kind"] == "Pod"
+        params = {"watch": "1", "sendInitialEvents": "true", "allowWatchBookmarks": "true"}
+        headers = {"User-Agent": KUBELET, "Accept": "application/json", "X-Reason": "offline"}
+        async with session.get(base + "/api/v1/pods", params=params, headers=headers) as resp:
+            assert resp.status == 200
+            seen: list[str] = []
+            async with asyncio.timeout(10):
+                while True:
+                    event = orjson.loads(await resp.content.readline())
+                    if event["type"] == "BOOKMARK":
+                        notes = event["object"]["metadata"].get("annotations", {})
+                        assert notes == {"k8s.io/initial-events-end": "true"}
+                        break
+                    assert event["type"] == "ADDED"
+                    seen.append(event["object"]["metadata"]["name"])
+        assert seen == names
 
 
 async def test_kubelet_lease_writes_offline(tmp_path: pathlib.Path) -> None:
