@@ -46,10 +46,8 @@ FUNCTIONS: dict[str, FilterFunction] = {
     registry.SERVICEENVUPDATER: serviceenvupdater.apply,
 }
 NEEDLES: dict[str, tuple[bytes, ...]] = {
-    registry.SERVICEENVUPDATER: (
-        serviceenvupdater.HOST.encode(),
-        serviceenvupdater.PORT.encode(),
-    ),
+    # One scan for both variables' common prefix.
+    registry.SERVICEENVUPDATER: (serviceenvupdater.VARIABLE_PREFIX.encode(),),
 }
 """Per filter, byte strings at least one of which an object's encoded body (JSON or protobuf)
 holds whenever the filter could change it. Bodies come from the apiserver, whose encoders never

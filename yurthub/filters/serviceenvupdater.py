@@ -18,6 +18,8 @@ from typing import Any
 from yurthub.filters import inputs, objects
 
 HOST, PORT = "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"
+VARIABLE_PREFIX = "KUBERNETES_SERVICE_"
+"""What both names start with: a body without it has nothing to rewrite."""
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 

@@ -77,3 +77,20 @@ def test_a_failing_filter_costs_only_its_own_rewrite(
     assert "Service default/kubernetes" in logged[0].getMessage()
     assert logged[0].exc_info is not None
     assert "2 more failures" in logged[1].getMessage()
+
+
+@pytest.mark.parametrize(
+    ("names", "body", "may"),
+    [
+        (["serviceenvupdater"], b'{"spec":{"containers":[{"env":[]}]}}', False),
+        (["serviceenvupdater"], b'{"env":[{"name":"KUBERNETES_SERVICE_HOST"}]}', True),
+        (["serviceenvupdater"], b"\n\x17KUBERNETES_SERVICE_PORT", True),  # protobuf bytes
+        (["serviceenvupdater", "masterservice"], b"{}", True),  # one without needles: always
+        ([], b"{}", False),
+    ],
+)
+def test_may_change_skips_bodies_without_the_needles(
+    names: list[str], body: bytes, may: bool
+) -> None:
+    chain = chaining.Chain(names, world(), errors=chaining.ErrorLog())
+    assert chain.may_change(body) is may
