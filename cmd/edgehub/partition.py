@@ -8,7 +8,7 @@ Switch modes at run time over the control port::
     curl -X PUT '127.0.0.1:16444/mode?mode=blackhole'
     curl -X PUT '127.0.0.1:16444/mode?mode=latency&latency=0.5'
     curl -X PUT 127.0.0.1:16444/cut        # = blackhole;  /heal = pass
-    curl 127.0.0.1:16444/mode              # read only: a GET never changes the mode
+    curl 127.0.0.1:16444/mode              # read only (mode, bytes "relayed" each way)
 
 or by typing ``blackhole``, ``pass``, ``cut``, ``heal``, ``latency 0.5``, ``flap 2`` ... on
 stdin (an unknown word is answered with the list of known ones). Only loopback
@@ -92,7 +92,7 @@ def _state(link: partition.Partition) -> bytes:
             "latency": link.latency,
             "interval": link.interval,
             "accepted": link.accepted,
-            "relayed": link.relayed,
+            "relayed": {"to_upstream": link.bytes_up, "from_upstream": link.bytes_down},
         }
     )
 
