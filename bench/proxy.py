@@ -263,9 +263,24 @@ http {{
 """
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def cpu_seconds(*pids: int) -> float:
+    """User + system CPU of ``pids`` and their children (nginx's worker is its master's child)."""
+    total = 0.0
+    seen: set[int] = set()
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            children = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        todo.extend(int(c) for c in children)
+    return total
 
 
 def rss_mb(pid: int) -> float:
@@ -283,20 +298,24 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def sequential(session: aiohttp.ClientSession, url: str, n: int) -> list[float]:
+async def sequential(
+    session: aiohttp.ClientSession, url: str, n: int, headers: dict[str, str] | None = None
+) -> list[float]:
     out = []
     for _ in range(n):
         t0 = time.perf_counter()
-        async with session.get(url) as r:
+        async with session.get(url, headers=headers) as r:
             await r.read()
             assert r.status == 200, r.status
         out.append(time.perf_counter() - t0)
     return out
 
 
-async def throughput(url: str, n: int, concurrency: int) -> float:
+async def throughput(
+    url: str, n: int, concurrency: int, headers: dict[str, str] | None = None
+) -> float:
     connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
         remaining = n
 
         async def worker() -> None:
@@ -323,11 +342,56 @@ async def watch_delays(session: aiohttp.ClientSession, url: str, events: int) ->
     return delays
 
 
-async def run(quick: bool, upstream: str) -> None:
+KUBELET = {"User-Agent": "kubelet/v1.37.2 (linux/amd64) kubernetes/bench"}
+"""A cache agent: its GETs are teed into the cache and filtered (the hub's whole path)."""
+
+
+def hub_argv(upstream: str, proxy_port: int, serve_port: int, cache: str) -> list[str]:
+    return [
+        EDGEHUB, "--log-level", "warning", "hub", "--server-addr", upstream,
+        "--node-name", NODE, "--proxy-port", str(proxy_port), "--serve-port", str(serve_port),
+        "--disk-cache-path", cache,
+    ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def hub_process(argv: list[str], loop: str, source: str = "") -> Iterator[subprocess.Popen[bytes]]:
+    """``source``: run the hub of another source tree (``--compare-src``) instead."""
+    env = dict(os.environ, EDGEHUB_EVENT_LOOP=loop)
+    if source:
+        env["PYTHONPATH"] = os.pathsep.join((source, os.path.join(source, "cmd")))
+        argv = [PYTHON, "-m", "edgehub", *argv[1:]]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def wait_ready(serve_port: int) -> None:
+    await wait_http(f"http://127.0.0.1:{serve_port}/v1/readyz")
+    for _ in range(100):
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(f"http://127.0.0.1:{serve_port}/v1/readyz") as r,
+        ):
+            if r.status == 200:
+                return
+        await asyncio.sleep(0.1)
+
+
+async def run(quick: bool, upstream: str, compare: str = "") -> None:
     n_get, n_list, n_events = (300, 20, 100) if quick else (2000, 100, 500)
-    up_port, hub_port, srv_port, ngx_port = free_port(), free_port(), free_port(), free_port()
+    up_port, ngx_port = free_port(), free_port()
     direct = f"http://127.0.0.1:{up_port}"
-    targets = {"direct": direct, "hub": f"http://127.0.0.1:{hub_port}"}
+    targets = {"direct": direct}
+    proxies: dict[str, int] = {}
+    """Proxy target -> the pid whose CPU (with its children) is its cost."""
     nginx = ensure_nginx()
     use_sim = upstream == "sim"
     get_path, list_path = (SIM_GET, SIM_LIST) if use_sim else (BUILTIN_GET, BUILTIN_LIST)
@@ -342,62 +406,56 @@ async def run(quick: bool, upstream: str) -> None:
             upstream_argv = [PYTHON, __file__, "--serve-upstream", str(up_port)]
         stack.enter_context(process(upstream_argv))
         await wait_http(direct + get_path, timeout=60)
-        hub = stack.enter_context(
-            process(
-                [
-                    EDGEHUB,
-                    "--log-level",
-                    "warning",
-                    "hub",
-                    "--server-addr",
-                    direct,
-                    "--node-name",
-                    NODE,
-                    "--proxy-port",
-                    str(hub_port),
-                    "--serve-port",
-                    str(srv_port),
-                ]
+        # The hub as shipped (uvloop) and on the standard library's loop, side by side.
+        hubs = [("hub", "uvloop", ""), ("hub-asyncio", "asyncio", "")]
+        if compare:
+            hubs.append(("hub-before", "asyncio", compare))
+        for name, loop, source in hubs:
+            hub_port, srv_port = free_port(), free_port()
+            cache = os.path.join(workdir, f"cache-{name}")
+            hub = stack.enter_context(
+                hub_process(hub_argv(direct, hub_port, srv_port, cache), loop, source)
             )
-        )
-        await wait_http(f"http://127.0.0.1:{srv_port}/v1/readyz")
-        for _ in range(100):
-            async with (
-                aiohttp.ClientSession() as s,
-                s.get(f"http://127.0.0.1:{srv_port}/v1/readyz") as r,
-            ):
-                if r.status == 200:
-                    break
-            await asyncio.sleep(0.1)
+            await wait_ready(srv_port)
+            targets[name] = f"http://127.0.0.1:{hub_port}"
+            proxies[name] = hub.pid
         if nginx:
             tmp = stack.enter_context(tempfile.TemporaryDirectory())
             conf = pathlib.Path(tmp) / "nginx.conf"
             conf.write_text(NGINX_CONF.format(tmp=tmp, upstream=up_port, port=ngx_port))
-            stack.enter_context(process([nginx, "-c", str(conf), "-p", tmp]))
+            ngx = stack.enter_context(process([nginx, "-c", str(conf), "-p", tmp]))
             targets["nginx"] = f"http://127.0.0.1:{ngx_port}"
-            await wait_http(targets["nginx"] + "/api/v1/namespaces/default/pods/pod-0")
+            proxies["nginx"] = ngx.pid
+            await wait_http(targets["nginx"] + get_path)
         await asyncio.sleep(1.0)
-        hub_pid = hub.pid
-        idle_rss = rss_mb(hub_pid)
+        hub_names = [name for name in proxies if name.startswith("hub")]
+        idle_rss = {name: rss_mb(proxies[name]) for name in hub_names}
 
         results: dict[str, dict[str, float]] = {name: {} for name in targets}
-        hub_cpu: dict[str, float] = {}
+        cpu: dict[str, dict[str, float]] = {name: {} for name in proxies}
         relative: dict[str, tuple[float, float]] = {}
         async with aiohttp.ClientSession() as session:
             for name, base in targets.items():
                 get_url = base + get_path
                 list_url = base + list_path
+                pid = proxies.get(name)
                 await sequential(session, get_url, 50)  # warm-up
-                c0 = cpu_seconds(hub_pid)
+                c0 = cpu_seconds(pid) if pid else 0.0
                 lat = await sequential(session, get_url, n_get)
                 rps = await throughput(get_url, n_get, 8)
-                if name == "hub":
-                    hub_cpu["get"] = (cpu_seconds(hub_pid) - c0) / (2 * n_get)
-                c0 = cpu_seconds(hub_pid)
+                if pid:
+                    cpu[name]["get"] = (cpu_seconds(pid) - c0) / (2 * n_get)
+                    # The same GETs as kubelet: a cache agent (teed, filtered).
+                    await sequential(session, get_url, 50, KUBELET)
+                    c0 = cpu_seconds(pid)
+                    await sequential(session, get_url, n_get, KUBELET)
+                    await throughput(get_url, n_get, 8, KUBELET)
+                    cpu[name]["get_kubelet"] = (cpu_seconds(pid) - c0) / (2 * n_get)
+                c0 = cpu_seconds(pid) if pid else 0.0
                 list_lat = await sequential(session, list_url, n_list)
                 list_rps = await throughput(list_url, n_list, 4)
-                if name == "hub":
-                    hub_cpu["list"] = (cpu_seconds(hub_pid) - c0) / (2 * n_list)
+                if pid:
+                    cpu[name]["list"] = (cpu_seconds(pid) - c0) / (2 * n_list)
                 delays = [] if use_sim else await watch_delays(session, list_url, n_events)
                 results[name] = {
                     "get_p50": statistics.median(lat) * 1e3,
@@ -417,27 +475,24 @@ async def run(quick: bool, upstream: str) -> None:
                         continue
                     results[name]["watch_p50"] = statistics.median(delays)
                     results[name]["watch_p99"] = pct(delays, 0.99)
-        busy_rss = rss_mb(hub_pid)
+        busy_rss = {name: rss_mb(proxies[name]) for name in hub_names}
 
     if use_sim:
         print("\nupstream: edgehub sim-apiserver --seed scale:1000 (plain-HTTP port)")
     else:
         print(f"\nupstream: built-in stand-in (1 pod {len(orjson.dumps(_pod(0)))} B, list of 1000)")
     print(f"requests: GET x{n_get} (+{n_get} at concurrency 8), LIST x{n_list}, ", end="")
-    print(f"watch events {n_events}\n")
+    print(f"watch events {n_events}; load average {os.getloadavg()[0]:.2f}\n")
     columns = ("GET p50", "GET p99", "GET rps", "LIST p50", "LIST p99", "LIST rps")
-    print(f"{'target':8} " + " ".join(f"{c:>9}" for c in columns) + "  watch p50  watch p99")
+    print(f"{'target':11} " + " ".join(f"{c:>9}" for c in columns) + "  watch p50  watch p99")
     for name, row in results.items():
         print(
-            f"{name:8} {row['get_p50']:8.3f}ms {row['get_p99']:8.3f}ms {row['get_rps']:9.0f} "
+            f"{name:11} {row['get_p50']:8.3f}ms {row['get_p99']:8.3f}ms {row['get_rps']:9.0f} "
             f"{row['list_p50']:8.2f}ms {row['list_p99']:8.2f}ms {row['list_rps']:9.1f} "
             f"{row['watch_p50']:9.3f}ms {row['watch_p99']:9.3f}ms"
         )
     d = results["direct"]
-    for name in ("hub", "nginx"):
-        if name not in results:
-            print(f"{name}: not available")
-            continue
+    for name in proxies:
         row = results[name]
         print(f"\nadded by {name} ({name} - direct):")
         print(
@@ -454,26 +509,59 @@ async def run(quick: bool, upstream: str) -> None:
             f"  watch delay p50 {row['watch_p50'] - d['watch_p50']:+.3f} ms  p99 "
             f"{row['watch_p99'] - d['watch_p99']:+.3f} ms"
         )
+    if "nginx" not in proxies:
+        print("nginx: not available (apt-get install -y nginx)")
     for name, (p50, p99) in relative.items():
         print(f"{name}, per event (same events, watches open side by side): ", end="")
         print(f"p50 {p50:+.3f} ms  p99 {p99:+.3f} ms")
+    print("\nCPU per proxied request (process and children):")
+    for name, used in cpu.items():
+        kubelet = f", as kubelet (cached + filtered) {used['get_kubelet'] * 1e6:.0f} us"
+        print(
+            f"  {name:11} GET {used['get'] * 1e6:4.0f} us{kubelet}, "
+            f"LIST(1000 pods) {used['list'] * 1e3:.2f} ms"
+        )
+    if "nginx" in cpu:
+        ngx = cpu["nginx"]
+        for name in hub_names:
+            print(
+                f"  {name} / nginx: GET {cpu[name]['get'] / ngx['get']:.1f}x, "
+                f"as kubelet {cpu[name]['get_kubelet'] / ngx['get_kubelet']:.1f}x, "
+                f"LIST {cpu[name]['list'] / ngx['list']:.1f}x"
+            )
     print(
-        f"\nhub CPU per proxied request: GET {hub_cpu['get'] * 1e6:.0f} us, "
-        f"LIST(1000 pods) {hub_cpu['list'] * 1e3:.2f} ms"
+        f"  hub (uvloop) / hub-asyncio: GET {cpu['hub']['get'] / cpu['hub-asyncio']['get']:.2f}x,"
+        f" as kubelet {cpu['hub']['get_kubelet'] / cpu['hub-asyncio']['get_kubelet']:.2f}x"
     )
-    print(f"hub RSS: idle {idle_rss:.1f} MB, after the run {busy_rss:.1f} MB")
+    for name in hub_names:
+        ratio = results[name]["get_rps"] / d["get_rps"]
+        print(f"GET throughput through {name} / direct: {ratio:.2f}x")
+    if compare:
+        now, before = cpu["hub"], cpu["hub-before"]
+        print(
+            f"this tree / --compare-src: CPU per GET {now['get'] / before['get']:.2f}x, "
+            f"as kubelet {now['get_kubelet'] / before['get_kubelet']:.2f}x"
+        )
+    for name in hub_names:
+        print(f"{name} RSS: idle {idle_rss[name]:.1f} MB, after the run {busy_rss[name]:.1f} MB")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer requests")
     parser.add_argument("--upstream", choices=("sim", "builtin"), default="sim")
+    parser.add_argument(
+        "--compare-src",
+        default="",
+        help="another source tree (e.g. `git archive main` unpacked): its hub runs beside, "
+        "as hub-before, on the standard loop",
+    )
     parser.add_argument("--serve-upstream", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
         return
-    asyncio.run(run(args.quick, args.upstream))
+    asyncio.run(run(args.quick, args.upstream, args.compare_src))
 
 
 if __name__ == "__main__":
