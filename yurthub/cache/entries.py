@@ -96,7 +96,7 @@ class Entry:
             self.api_version,
             self.labels,
             self.fields,
-            owners,
+            shared_owners(owners),
             self.size,
             self.cells,
         )
@@ -123,11 +123,46 @@ class ListRecord:
     """The Table ``columnDefinitions`` of a list fetched as a Table."""
 
 
+_SHARED_LIMIT = 1 << 16
+"""Distinct label/field maps and owner sets kept for sharing; past it the tables start anew
+(sharing is a saving, never a meaning: equal values stay equal either way)."""
+_shared_maps: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+_shared_owners: dict[frozenset[str], frozenset[str]] = {}
+
+
 def _intern_map(values: Mapping[str, Any] | None) -> dict[str, str] | None:
     if not values:
         return None
     # Node names, phases and label values repeat across thousands of objects: share them.
     return {sys.intern(str(k)): sys.intern(str(v)) for k, v in values.items() if v != ""}
+
+
+def _shared_labels(values: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """``_intern_map``, and the same dict object for every equal label map (the pods of one
+    ReplicaSet share theirs). Not for fields: a pod's IP makes nearly every field map unique,
+    and the table would only add to them. Never mutated: ``Entry`` is read-only."""
+    if not values:
+        return None
+    items = tuple((sys.intern(str(k)), sys.intern(str(v))) for k, v in values.items() if v != "")
+    if not items:
+        return None
+    found = _shared_maps.get(items)
+    if found is None:
+        if len(_shared_maps) >= _SHARED_LIMIT:
+            _shared_maps.clear()
+        found = _shared_maps.setdefault(items, dict(items))
+    return found
+
+
+def shared_owners(owners: frozenset[str]) -> frozenset[str]:
+    """``owners`` as the one frozenset every entry with the same owners holds (most entries
+    of a list have exactly that list as owner: ~200 bytes each saved)."""
+    found = _shared_owners.get(owners)
+    if found is None:
+        if len(_shared_owners) >= _SHARED_LIMIT:
+            _shared_owners.clear()
+        found = _shared_owners.setdefault(owners, owners)
+    return found
 
 
 def entry_from_object(
@@ -150,9 +185,9 @@ def entry_from_object(
         rv=parse_rv(rv),
         kind=sys.intern(str(obj.get("kind") or "")),
         api_version=sys.intern(str(obj.get("apiVersion") or "")),
-        labels=_intern_map(labels if isinstance(labels, Mapping) else None),
+        labels=_shared_labels(labels if isinstance(labels, Mapping) else None),
         fields=_intern_map(fields) or {},
-        owners=owners,
+        owners=shared_owners(owners),
         size=size,
         cells=cells,
     )
@@ -294,9 +329,9 @@ def _entry(header: Mapping[str, Any], size: int) -> Entry:
             rv=parse_rv(rv),
             kind=sys.intern(str(header["k"])),
             api_version=sys.intern(str(header["av"])),
-            labels=_intern_map(header.get("l")),
+            labels=_shared_labels(header.get("l")),
             fields=_intern_map(header.get("f")) or {},
-            owners=frozenset(sys.intern(o) for o in owners),
+            owners=shared_owners(frozenset(sys.intern(o) for o in owners)),
             size=size,
             cells=tuple(cells) if isinstance(cells, list) else None,
         )

@@ -47,6 +47,7 @@ import os
 import pathlib
 import sqlite3
 import stat
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
@@ -844,7 +845,10 @@ class Store:
         self._dropping -= outcome.dropped
 
     def _set_entry(self, key: keys.ObjectKey, entry: entries.Entry) -> None:
-        names = self._objects.setdefault(key.scope, {}).setdefault(key.namespace, {})
+        namespaces = self._objects.setdefault(key.scope, {})
+        names = namespaces.get(key.namespace)
+        if names is None:
+            names = namespaces[sys.intern(key.namespace)] = {}
         if key.name not in names:
             self._count += 1
         names[key.name] = entry
