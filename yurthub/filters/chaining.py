@@ -45,6 +45,8 @@ FUNCTIONS: dict[str, FilterFunction] = {
     registry.INCLUSTERCONFIG: inclusterconfig.apply,
     registry.SERVICEENVUPDATER: serviceenvupdater.apply,
 }
+NEEDLE_MAX = 64
+"""No needle is longer (a stream checked chunk by chunk keeps this many bytes of overlap)."""
 NEEDLES: dict[str, tuple[bytes, ...]] = {
     # One scan for both variables' common prefix.
     registry.SERVICEENVUPDATER: (serviceenvupdater.VARIABLE_PREFIX.encode(),),
@@ -132,6 +134,11 @@ class Chain:
         self._world = world
         self._errors = errors
         self._observer = observer or NullObserver()
+
+    @property
+    def gated(self) -> bool:
+        """Every filter of the chain names its needles (``may_change`` can say no)."""
+        return self._needles is not None
 
     def may_change(self, body: bytes) -> bool:
         """False when no filter of the chain can change the object(s) ``body`` encodes

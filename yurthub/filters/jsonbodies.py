@@ -158,6 +158,55 @@ def _apply(chain: chaining.Chain, obj: object, kind: str, counts: Counts) -> obj
     return result
 
 
+class GatedList:
+    """A list whose chain changes only bodies that hold one of its needles
+    (``chaining.Chain.gated``): held, up to ``max_bytes``, and passed as it came when the whole
+    body shows no needle, so its items are never decoded (kubelet's pods set no
+    KUBERNETES_SERVICE_* variable: decoding each of 10,000 took seconds). As soon as a needle
+    shows, or the bound is reached, what was held and everything after it go through
+    ``ListBody`` as any list. The price: a list without needles reaches the client once the
+    upstream has sent all of it (within the bound), not item by item.
+    """
+
+    def __init__(self, chain: chaining.Chain, kind: str, *, max_item: int, max_bytes: int) -> None:
+        self._chain = chain
+        self._kind = kind
+        self._max_item = max_item
+        self._max = max_bytes
+        self._held: list[bytes] = []
+        self._size = 0
+        self._tail = b""
+        self._list: ListBody | None = None
+        self._counts = Counts()
+
+    @property
+    def counts(self) -> Counts:
+        return self._list.counts if self._list is not None else self._counts
+
+    def feed(self, chunk: bytes) -> Iterator[bytes]:
+        if self._list is not None:
+            yield from self._list.feed(chunk)
+            return
+        self._held.append(chunk)
+        self._size += len(chunk)
+        window = self._tail + chunk
+        if self._size > self._max or self._chain.may_change(window):
+            self._list = ListBody(self._chain, self._kind, max_item=self._max_item)
+            held, self._held = self._held, []
+            for part in held:
+                yield from self._list.feed(part)
+            return
+        self._tail = window[-chaining.NEEDLE_MAX :]
+
+    def finish(self) -> Iterator[bytes]:
+        if self._list is not None:
+            yield from self._list.finish()
+            return
+        held, self._held = self._held, []
+        if held:
+            yield b"".join(held)
+
+
 class ListBody:
     """A list filtered item by item as it streams."""
 

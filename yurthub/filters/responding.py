@@ -7,8 +7,9 @@ Choice (reference §6 "where they apply"):
 
 - only 2xx answers to resource requests on the object itself or its ``status`` subresource;
 - JSON objects (not Tables or PartialObjectMetadata, which are views for humans and
-  garbage collectors): watch -> ``jsonbodies.WatchStream``, list -> ``ListBody``, anything
-  else (get, patch) -> ``ObjectBody``;
+  garbage collectors): watch -> ``jsonbodies.WatchStream``, list -> ``ListBody`` (or
+  ``GatedList`` when every filter of the chain names its needles), anything else (get, patch)
+  -> ``ObjectBody``;
 - ``application/vnd.kubernetes.protobuf``: watch (``;stream=watch``) -> ``protobodies.WatchStream``,
   else ``ObjectBody`` (lists included);
 - any other type (YAML, CBOR) passes unfiltered.
@@ -46,7 +47,8 @@ class BrokenBody(Exception):
 
 
 class BodyFilter(Protocol):
-    counts: jsonbodies.Counts
+    @property
+    def counts(self) -> jsonbodies.Counts: ...
 
     def feed(self, chunk: bytes) -> Iterator[bytes]: ...
 
@@ -196,5 +198,8 @@ def open_body(
     if info.is_watch:
         return jsonbodies.WatchStream(chain, kind, max_event=max_event), "json"
     if info.verb == "list":
+        if chain.gated:
+            body = jsonbodies.GatedList(chain, kind, max_item=max_event, max_bytes=max_body)
+            return body, "json"
         return jsonbodies.ListBody(chain, kind, max_item=max_event), "json"
     return jsonbodies.ObjectBody(chain, kind, max_bytes=max_event), "json"

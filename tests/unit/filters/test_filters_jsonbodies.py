@@ -315,3 +315,44 @@ def test_watch_kind_from_the_request_when_objects_carry_none() -> None:
     del obj["kind"]
     out = run(f, event("ADDED", obj), 1 << 20)
     assert len(orjson.loads(out)["object"]["endpoints"]) == 1
+
+
+def _pods(*envs: list[dict[str, str]]) -> bytes:
+    items = [
+        {"metadata": {"name": f"p{i}"}, "spec": {"containers": [{"name": "c", "env": env}]}}
+        for i, env in enumerate(envs)
+    ]
+    return orjson.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+
+
+def _gated(body: bytes, cut: int, max_bytes: int = 1 << 20) -> bytes:
+    chain = chaining.Chain(["serviceenvupdater"], world(), errors=chaining.ErrorLog())
+    assert chain.gated
+    f = jsonbodies.GatedList(chain, "Pod", max_item=1 << 20, max_bytes=max_bytes)
+    out = b"".join(b"".join(f.feed(body[i : i + cut])) for i in range(0, len(body), cut))
+    return out + b"".join(f.finish())
+
+
+@pytest.mark.parametrize("cut", [1, 7, 40, 1 << 20])
+def test_gated_list_without_needles_passes_the_bytes_that_came(cut: int) -> None:
+    body = _pods([{"name": "A", "value": "1"}], [], [{"name": "B", "value": "2"}])
+    assert _gated(body, cut) == body
+
+
+@pytest.mark.parametrize("cut", [1, 7, 40, 1 << 20])
+def test_gated_list_with_a_needle_anywhere_is_filtered_whole(cut: int) -> None:
+    # The needle may straddle chunks (cut=7): the overlap still finds it.
+    host = {"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.1"}
+    body = _pods([], [{"name": "A", "value": "1"}], [host])
+    out = orjson.loads(_gated(body, cut))
+    assert [i["metadata"]["name"] for i in out["items"]] == ["p0", "p1", "p2"]
+    env = out["items"][2]["spec"]["containers"][0]["env"][0]
+    assert env["name"] == "KUBERNETES_SERVICE_HOST" and env["value"] != "10.0.0.1"
+
+
+def test_gated_list_over_its_bound_is_filtered_item_by_item() -> None:
+    host = {"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.1"}
+    body = _pods(*([[{"name": "X", "value": "y" * 50}]] * 20), [host])
+    out = orjson.loads(_gated(body, 64, max_bytes=256))  # the needle comes past the bound
+    assert len(out["items"]) == 21
+    assert out["items"][20]["spec"]["containers"][0]["env"][0]["value"] != "10.0.0.1"
