@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from yurthub import assembly, settings
+from yurthub.cache import store
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ async def run(hub_settings: settings.HubSettings, companions: Sequence[Companion
                 await stack.enter_async_context(companion(node))
             starting = False
             hub = node.hub
+            # Start-up (imports, the cache index load) leaves freed heap behind: give it back.
+            await loop.run_in_executor(None, store.trim_heap)
             print(f"{READY_LINE_PREFIX} proxy={hub.proxy_url} server={hub.server_url}", flush=True)
             sys.stdout.flush()
             await stop.wait()
