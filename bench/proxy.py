@@ -8,12 +8,17 @@ serving the same shapes. The upstream, the hub (``edgehub hub``, so its CPU coun
 own) and nginx (installed with apt-get if missing) each run in their own process. All traffic
 stays on 127.0.0.1.
 
-Measured per target (direct, hub, nginx): GET one pod (sequential latency p50/p99 and
-concurrent throughput), LIST 1,000 pods (latency, throughput), watch-event delivery delay. For
-the watch, one watch per target is open at the same time on the same objects; the bench changes
-a ConfigMap (simulator) or the stand-in emits events, and each event's arrival is timed from
-the moment it was caused (same CLOCK_MONOTONIC). Plus the hub's CPU time per proxied request
-and its RSS.
+Targets: direct, the hub as shipped (uvloop), the same hub on the standard library's loop
+(``EDGEHUB_EVENT_LOOP=asyncio``), nginx, and with ``--compare-src DIR`` the hub of another
+source tree (e.g. ``git archive main | tar -x -C DIR``) as ``hub-before``.
+
+Measured per target: GET one pod (sequential latency p50/p99 and concurrent throughput), LIST
+1,000 pods (latency, throughput), watch-event delivery delay. For the watch, one watch per
+target is open at the same time on the same objects; the bench changes a ConfigMap (simulator)
+or the stand-in emits events, and each event's arrival is timed from the moment it was caused
+(same CLOCK_MONOTONIC). Plus each proxy's CPU time per proxied request (process and children,
+so nginx's worker counts), for a plain client and for the same GETs as kubelet (a cache agent:
+teed into the cache and filtered), the ratios to nginx, and the hubs' RSS.
 """
 
 from __future__ import annotations
