@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench proto readme clean cluster-bins
+.PHONY: demo test lint bench proto readme clean cluster-bins yurthub-bin
 
 # The real Kubernetes parts of the test bed (etcd, kube-apiserver, controller-manager,
 # scheduler, kubemark, kubectl), built from tests/cluster/go.mod into
@@ -32,10 +32,15 @@ lint: $(STAMP)
 cluster-bins:
 	$(PYTHON) tests/cluster/build.py
 
+# OpenYurt's YurtHub (bench/yurthub/go.mod pins it), for bench/side_by_side.py: built into
+# ~/.cache/edgehub/yurthub-<version>/ once per pin (~10 min on 2 cores the first time).
+yurthub-bin:
+	$(PYTHON) bench/yurthub/build.py
+
 test: lint cluster-bins
 	EDGEHUB_K8S_BIN=$(K8S_BIN) EDGEHUB_KUBECTL=$(K8S_BIN)/kubectl $(BIN)/python -m pytest -q -p no:cacheprovider
 
-bench: $(STAMP)
+bench: $(STAMP) cluster-bins yurthub-bin
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 # Regenerate the committed gRPC stubs from discovery/proto/*.proto.
