@@ -36,6 +36,9 @@ from yurthub.filters import chaining, jsonbodies, protobodies, registry
 logger = logging.getLogger(__name__)
 
 INFLATE_STEP = 1 << 20
+GATED_LIST_BYTES = 32 << 20
+"""The most a list without needles is held (``jsonbodies.GatedList``; a 10,000-pod list is
+~20 MB); a longer one is filtered item by item as it streams, in the memory of one item."""
 FILTERED_SUBRESOURCES = frozenset({"", "status"})
 _DROPPED_HEADERS = frozenset({"content-length", "content-encoding", "content-md5", "etag"})
 
@@ -199,7 +202,8 @@ def open_body(
         return jsonbodies.WatchStream(chain, kind, max_event=max_event), "json"
     if info.verb == "list":
         if chain.gated:
-            body = jsonbodies.GatedList(chain, kind, max_item=max_event, max_bytes=max_body)
+            held = min(max_body, GATED_LIST_BYTES)
+            body = jsonbodies.GatedList(chain, kind, max_item=max_event, max_bytes=held)
             return body, "json"
         return jsonbodies.ListBody(chain, kind, max_item=max_event), "json"
     return jsonbodies.ObjectBody(chain, kind, max_bytes=max_event), "json"
