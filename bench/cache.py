@@ -256,6 +256,9 @@ async def bench(seed: str, runs: int) -> None:
         procs.append(hub)
         params: dict[str, str] = {}
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+            # The hub serves before its first heartbeat has found the apiserver: until then a
+            # LIST is answered from the (empty) cache with a 404. Wait for an online answer.
+            await first_answer(session, f"{proxy}/api/v1/namespaces/default/pods/scale-1")
             direct, count = await series(session, f"{insecure}/api/v1/pods", params, runs)
             online, _ = await series(session, f"{proxy}/api/v1/pods", params, runs)
             async with asyncio.timeout(120):
