@@ -147,6 +147,7 @@ async def running(
             filters.attach_metrics(hub.metrics)
         if pool is not None:
             pool.attach_metrics(hub.metrics)
+            hub.status_sections["pool"] = pool.status
         await hub.start()
         checker = hub.health
         assert checker is not None  # set by start()

@@ -728,8 +728,8 @@ class Hub:
             "certificates": self.certificates(),
             "pool": {
                 "nodePool": s.nodepool_name or None,
-                "leader": None,
-                "note": "not configured: this hub has no pool leader (leader hubs are not built)",
+                "role": "off",
+                "note": "no pool-scoped resources and no --nodepool-name: no multiplexer",
             },
         }
         for name, section in self.status_sections.items():

@@ -150,15 +150,44 @@ def hub_lines(hub: Mapping[str, Any], url: str, now: float) -> list[str]:
         lines += _table(rows)
     lines += problems
 
-    pool = hub.get("pool") or {}
-    lines.append("")
-    leader = pool.get("leader")
+    lines += pool_lines(hub.get("pool") or {})
+    return lines
+
+
+_ROLES = {
+    "leader": "this hub leads its pool (followers read from its multiplexer port)",
+    "follower": "this hub follows a leader (the cloud when none is usable)",
+    "cloud": "this hub reads pool-scoped resources from the cloud",
+}
+
+
+def pool_lines(pool: Mapping[str, Any]) -> list[str]:
     name = pool.get("nodePool")
     where = f" (pool {name})" if name else ""
-    if leader:
-        lines.append(f"POOL LEADER{where}  {leader}")
-    else:
-        lines.append(f"POOL LEADER{where}  {pool.get('note') or 'not configured'}")
+    role = str(pool.get("role") or "off")
+    lines = ["", f"POOL{where}  {_ROLES.get(role) or pool.get('note') or role}"]
+    leaders = pool.get("leaders") or []
+    if leaders:
+        shown = ", ".join(
+            f"{x.get('node')}/{x.get('address')} ({'usable' if x.get('usable') else 'unusable'})"
+            for x in leaders
+        )
+        lines.append(f"  leaders: {shown}")
+    resources = pool.get("resources") or []
+    if resources:
+        rows = [["RESOURCE", "SYNCED", "OBJECTS", "CLIENTS", "READ FROM", "LAST ERROR"]]
+        for r in resources:
+            rows.append(
+                [
+                    str(r.get("resource")),
+                    "yes" if r.get("synced") else "no",
+                    str(r.get("objects", 0)),
+                    str(r.get("clients", 0)),
+                    str(r.get("readFrom") or "-"),
+                    str(r.get("lastError") or "-"),
+                ]
+            )
+        lines += _table(rows)
     return lines
 
 

@@ -120,6 +120,43 @@ class Pool:
     async def wait_started(self) -> None:
         await self.mux.started.wait()
 
+    async def status(self) -> dict[str, Any]:
+        """The ``pool`` section of ``GET /v1/status``: this hub's role, the leaders and what
+        each pool-scoped resource is read from."""
+        source = self.sources.mode
+        if self.is_leader:
+            role = "leader"
+        elif source is leaderconfigs.Source.POOL:
+            role = "follower"
+        else:
+            role = "cloud"
+        usable = self.leaders.healthy()
+        resources = []
+        for gvr, resource in sorted(self.mux.resources.items()):
+            store = resource.store
+            feeder = resource.feeder
+            resources.append(
+                {
+                    "resource": str(gvr),
+                    "synced": store.synced,
+                    "objects": store.objects,
+                    "bytes": store.bytes,
+                    "clients": store.watchers,
+                    "readFrom": feeder.source.name if feeder and feeder.source else None,
+                    "lastError": feeder.failure["message"] if feeder and feeder.failure else "",
+                }
+            )
+        return {
+            "nodePool": self.settings.nodepool_name or None,
+            "role": role,
+            "leaders": [
+                {"node": x.node, "address": x.address, "usable": usable.get(x, False)}
+                for x in self.config.leaders
+            ],
+            "multiplexerUrl": self.multiplexer_url or None,
+            "resources": resources,
+        }
+
     # --- wiring ------------------------------------------------------------------------------
 
     def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:

@@ -128,6 +128,13 @@ class Hub:
         async with self.session.get(self.node.hub.server_url + "/metrics") as resp:
             return await resp.text()
 
+    async def status(self) -> Any:
+        """The hub's ``GET /v1/status`` (what ``edgehub status`` shows)."""
+        assert self.node is not None
+        async with self.session.get(self.node.hub.server_url + "/v1/status") as resp:
+            assert resp.status == 200
+            return orjson.loads(await resp.read())
+
 
 class Events:
     def __init__(self, resp: aiohttp.ClientResponse) -> None:

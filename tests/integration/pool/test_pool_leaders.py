@@ -160,6 +160,16 @@ async def test_a_new_leader_takes_over_at_once(tmp_path: pathlib.Path) -> None:
             await events.until(named("moved"), within=2.0)  # the same client watch goes on
         metrics = await second.metrics()
         assert "node_yurthub_pool_is_leader 1.0" in metrics
+        # edgehub status shows the same: the roles, the leaders, where each resource comes from.
+        assert (await second.status())["pool"]["role"] == "leader"
+        shown = (await follower.status())["pool"]
+        assert shown["role"] == "follower"
+        assert shown["leaders"] == [
+            {"node": "edge-node-2", "address": second.address, "usable": True}
+        ]
+        by_resource = {r["resource"]: r for r in shown["resources"]}
+        assert by_resource["/v1/services"]["readFrom"] == "edge-node-2"
+        assert by_resource["/v1/services"]["synced"] is True
 
 
 @pytest.mark.slow

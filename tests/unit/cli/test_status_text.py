@@ -66,7 +66,20 @@ HUB: dict[str, Any] = {
         },
         {"name": "serving", "problem": "waiting for CSR csr-x"},
     ],
-    "pool": {"nodePool": "hangzhou", "leader": None, "note": "not configured"},
+    "pool": {
+        "nodePool": "hangzhou",
+        "role": "follower",
+        "leaders": [
+            {"node": "edge-2", "address": "10.0.0.2", "usable": True},
+            {"node": "edge-3", "address": "10.0.0.3", "usable": False},
+        ],
+        "resources": [
+            {"resource": "/v1/services", "synced": True, "objects": 40, "clients": 2,
+             "readFrom": "edge-2", "lastError": ""},
+            {"resource": "discovery.k8s.io/v1/endpointslices", "synced": False, "objects": 0,
+             "clients": 0, "readFrom": None, "lastError": "leader edge-3 refused"},
+        ],
+    },
 }
 AGENT: dict[str, Any] = {
     "kubeletSocket": {"path": "/var/lib/kubelet/device-plugins/kubelet.sock", "present": False},
@@ -99,7 +112,14 @@ def test_the_whole_screen() -> None:
     assert "  yurthub    2        0      never listed" in lines
     assert any("2027-01-16T08:00:00Z (in 24h)" in line for line in lines)
     assert "  serving: waiting for CSR csr-x" in lines
-    assert "POOL LEADER (pool hangzhou)  not configured" in lines
+    assert (
+        "POOL (pool hangzhou)  this hub follows a leader (the cloud when none is usable)" in lines
+    )
+    assert "  leaders: edge-2/10.0.0.2 (usable), edge-3/10.0.0.3 (unusable)" in lines
+    pool_rows = [line for line in lines if "/v1/" in line]
+    assert pool_rows[0].split() == ["/v1/services", "yes", "40", "2", "edge-2", "-"]
+    assert pool_rows[1].split()[:5] == ["discovery.k8s.io/v1/endpointslices", "no", "0", "0", "-"]
+    assert pool_rows[1].endswith("leader edge-3 refused")
     assert (
         "  kubelet socket /var/lib/kubelet/device-plugins/kubelet.sock: MISSING: device "
         "plugins wait for kubelet" in lines
