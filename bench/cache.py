@@ -100,14 +100,9 @@ async def spawn(*argv: str) -> asyncio.subprocess.Process:
 
 
 async def stop(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            async with asyncio.timeout(10):
-                await proc.wait()
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+    from yurthub.testing import processes  # here: the served hub never loads it
+
+    await processes.terminate(proc)
 
 
 async def start_hub(

@@ -29,7 +29,6 @@ import contextlib
 import os
 import pathlib
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -217,12 +216,9 @@ def process(args: list[str]) -> Iterator[subprocess.Popen[bytes]]:
     try:
         yield proc
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        from yurthub.testing import processes  # here: a served hub never loads it
+
+        processes.terminate_popen(proc)
 
 
 def ensure_nginx() -> str | None:
@@ -372,12 +368,9 @@ def hub_process(argv: list[str], loop: str, source: str = "") -> Iterator[subpro
     try:
         yield proc
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        from yurthub.testing import processes  # here: a served hub never loads it
+
+        processes.terminate_popen(proc)
 
 
 async def wait_ready(serve_port: int) -> None:

@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from yurthub import requestinfo
+
 OTHER = "other"
 
 KNOWN_COMPONENTS = frozenset(
@@ -54,24 +56,8 @@ KNOWN_COMPONENTS = frozenset(
     }
 )
 
-VERBS = frozenset(
-    {
-        "get",
-        "list",
-        "watch",
-        "create",
-        "update",
-        "patch",
-        "delete",
-        "deletecollection",
-        "proxy",
-        # non-resource requests: the lower-cased method
-        "post",
-        "put",
-        "head",
-        "options",
-    }
-)
+VERBS = requestinfo.KNOWN_VERBS | {"post", "put", "head", "options"}
+"""The apiserver's verbs, plus the lower-cased methods of non-resource requests."""
 
 BUILTIN_RESOURCES = frozenset(
     {

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import ipaddress
 import logging
 import os
@@ -250,16 +251,12 @@ class CertManager:
                     self.client_problem = ""
                     await self._sleep_until(self._renew_at(pair), self._wake_client)
                     continue
-            try:
-                await self._renew_client(pair)
-                attempt = 0
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                attempt += 1
-                delay = self._backoff(attempt)
-                self._failed(csrs.Kind.CLIENT, _describe(e), delay)
-                await self._sleep(delay, self._wake_client)
+            attempt = await self._renewing(
+                functools.partial(self._renew_client, pair),
+                csrs.Kind.CLIENT,
+                self._wake_client,
+                attempt,
+            )
 
     async def _serving_loop(self) -> None:
         attempt = 0
@@ -287,16 +284,30 @@ class CertManager:
                 self.serving_problem = "waiting for a valid client certificate (the requester)"
                 await self._sleep(RECHECK, self._wake_serving)
                 continue
-            try:
-                await self._renew_serving()
-                attempt = 0
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                attempt += 1
-                delay = self._backoff(attempt)
-                self._failed(csrs.Kind.SERVING, _describe(e), delay)
-                await self._sleep(delay, self._wake_serving)
+            attempt = await self._renewing(
+                self._renew_serving, csrs.Kind.SERVING, self._wake_serving, attempt
+            )
+
+    async def _renewing(
+        self,
+        renew: Callable[[], Awaitable[None]],
+        kind: csrs.Kind,
+        wake: asyncio.Event,
+        attempt: int,
+    ) -> int:
+        """One renewal try; a failure is reported and waited out with back-off. The number of
+        failures in a row comes back (0 after a success)."""
+        try:
+            await renew()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            attempt += 1
+            delay = self._backoff(attempt)
+            self._failed(kind, _describe(e), delay)
+            await self._sleep(delay, wake)
+            return attempt
+        return 0
 
     def _has_valid_client_identity(self) -> bool:
         if self.source is modes.Source.KUBELET:

@@ -38,9 +38,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from yurthub import following, metrics, requestinfo, settings, statuses
+from yurthub import following, metrics, requestinfo, settings
 from yurthub.pool import feeding, gvrs, leaderconfigs, leaders, metering, multiplexer, watchcache
-from yurthub.proxy import seams
+from yurthub.proxy import identifying, responses, seams
 
 log = logging.getLogger(__name__)
 
@@ -321,24 +321,26 @@ class Pool:
                 request.method, request.path, request.query.items(), request.headers
             )
         except requestinfo.BadRequestError as e:
-            return _status(400, str(e))
+            return responses.status(400, str(e))
         if secure:
-            who = _peer_common_name(request)
+            who = identifying.peer_common_name(request)
             if who is None:
-                return _status(401, "a node's client certificate is required on this port")
+                return responses.status(401, "a node's client certificate is required on this port")
             if not who.startswith(NODE_PREFIX):
-                return _status(403, f"{who!r} is not a node; this port serves only the pool's hubs")
+                return responses.status(
+                    403, f"{who!r} is not a node; this port serves only the pool's hubs"
+                )
         if request.method != "GET" or not self.mux.handles(info):
-            return _status(
+            return responses.status(
                 403,
                 "this port serves list and watch of the pool-scoped resources "
                 f"({gvrs.render_list(self.mux.wanted) or 'none'}) only",
             )
         missing = ready()
         if missing:
-            return _status(503, f"hub is not ready: {', '.join(missing)}")
+            return responses.status(503, f"hub is not ready: {', '.join(missing)}")
         if self._port_requests >= MAX_PORT_REQUESTS:
-            busy = _status(429, "too many requests on the multiplexer port, retry later")
+            busy = responses.status(429, "too many requests on the multiplexer port, retry later")
             busy.headers["Retry-After"] = "1"
             return busy
         self._port_requests += 1
@@ -347,7 +349,9 @@ class Pool:
         finally:
             self._port_requests -= 1
         if answer is None:
-            return _status(503, f"{info.resource} is not served from this hub's memory now")
+            return responses.status(
+                503, f"{info.resource} is not served from this hub's memory now"
+            )
         return answer
 
 
@@ -410,25 +414,3 @@ class _LateMeter:
     def in_flight(self, info: requestinfo.RequestInfo, delta: int) -> None:
         if self._pool.meter is not None:
             self._pool.meter.in_flight(info, delta)
-
-
-def _status(code: int, message: str) -> web.Response:
-    return web.Response(
-        status=code,
-        body=statuses.encode(statuses.failure(code, message)),
-        content_type="application/json",
-    )
-
-
-def _peer_common_name(request: web.BaseRequest) -> str | None:
-    transport = request.transport
-    if transport is None:
-        return None
-    cert: Any = transport.get_extra_info("peercert")
-    if not cert:
-        return None
-    for rdn in cert.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName":
-                return str(value)
-    return ""

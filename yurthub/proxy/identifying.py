@@ -36,7 +36,7 @@ class Identifier:
         decision = callers.decide(
             secure=secure,
             bearer=bearer,
-            peer_common_name=_peer_common_name(request) if secure else None,
+            peer_common_name=peer_common_name(request) if secure else None,
             node_name=self.node_name,
         )
         if decision.kind is callers.Kind.UNAUTHENTICATED:
@@ -52,7 +52,8 @@ class Identifier:
         return dataclasses.replace(info, partition=partition)
 
 
-def _peer_common_name(request: web.Request) -> str | None:
+def peer_common_name(request: web.BaseRequest) -> str | None:
+    """The commonName of the TLS peer's certificate; "" when it has none, None without one."""
     transport = request.transport
     if transport is None:
         return None

@@ -14,6 +14,7 @@ Dangers: log files grow with the component's verbosity; keep ``--v`` low.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import dataclasses
@@ -187,3 +188,26 @@ def stop_recorded(records: Sequence[Record], grace: float = 10.0) -> list[str]:
         _signal_group(record.pid, signal.SIGKILL)
         stopped.append(record.name)
     return stopped
+
+
+async def terminate(proc: asyncio.subprocess.Process, grace: float = 10.0) -> None:
+    """Stop an asyncio child: SIGTERM, then SIGKILL after ``grace`` seconds; waits for it."""
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(grace):
+                await proc.wait()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+def terminate_popen(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
+    """``terminate`` for a ``subprocess.Popen`` child."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -27,6 +27,7 @@ import pytest
 
 from discovery.testing import cluster
 from discovery.testing import kubelet as sim_kubelet
+from yurthub.testing import processes
 
 pytestmark = pytest.mark.slow
 
@@ -77,14 +78,7 @@ async def process(*args: str, env: dict[str, str]) -> AsyncIterator[asyncio.subp
     try:
         yield proc
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(10):
-                    await proc.wait()
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await processes.terminate(proc)
         if proc.stderr is not None:
             await proc.stderr.read()
 

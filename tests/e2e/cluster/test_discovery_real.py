@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import pathlib
-import signal
 import sys
 from collections.abc import AsyncIterator
 
@@ -18,7 +17,7 @@ import cluster_support as support
 import pytest
 
 from discovery.testing import kubelet as sim_kubelet
-from yurthub.testing import realcluster
+from yurthub.testing import processes, realcluster
 
 pytestmark = pytest.mark.slow
 
@@ -51,14 +50,7 @@ async def agent(
         try:
             yield proc
         finally:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    async with asyncio.timeout(10):
-                        await proc.wait()
-                except TimeoutError:
-                    proc.kill()
-                    await proc.wait()
+            await processes.terminate(proc)
 
 
 async def test_agent_with_the_manifests_rbac_makes_instances(

@@ -17,7 +17,6 @@ import asyncio
 import base64
 import json
 import os
-import re
 import signal
 import sys
 import time
@@ -25,11 +24,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import cluster_support as support
 import csr_support as cs
 import pytest
 from cryptography import x509
+from manager_replicas import Replica
 
 from yurthub.testing import realcluster
 
@@ -39,40 +38,6 @@ REPO = support.REPO
 EDGEHUB = str(Path(sys.executable).with_name("edgehub"))
 NAMESPACE = "edgehub-system"
 NODE = "edge-csr-1"
-
-
-class Replica:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.lines: list[str] = []
-        self.port: int | None = None
-        self.ready = asyncio.Event()
-
-    async def follow(self) -> None:
-        assert self.proc.stderr is not None
-        async for raw in self.proc.stderr:
-            line = raw.decode(errors="replace").rstrip()
-            self.lines.append(line)
-            found = re.search(r"/metrics on [0-9.]+:(\d+)", line)
-            if found:
-                self.port = int(found.group(1))
-            if "edgehub manager running controllers" in line:
-                self.ready.set()
-
-    async def metrics(self) -> str:
-        if self.port is None or self.proc.returncode is not None:
-            return ""
-        try:
-            async with (
-                aiohttp.ClientSession() as session,
-                session.get(f"http://127.0.0.1:{self.port}/metrics") as resp,
-            ):
-                return await resp.text()
-        except aiohttp.ClientError:
-            return ""
-
-    async def leader(self) -> bool:
-        return "\nedgehub_manager_leader 1.0" in await self.metrics()
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout: float) -> float:

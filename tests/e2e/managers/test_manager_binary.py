@@ -9,16 +9,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import aiohttp
 import csr_support as cs
 import pytest
+from manager_replicas import Replica
 
 from yurthub.testing import partition, simapiserver
 
@@ -26,37 +25,6 @@ EDGEHUB = str(Path(sys.executable).with_name("edgehub"))
 LEASE = 2  # seconds; renew deadline 1.2, retry 0.2: client-go's proportions, fast
 CSRS = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
 USAGES = ["digital signature", "client auth"]
-
-
-class Replica:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.lines: list[str] = []
-        self.port: int | None = None
-        self.ready = asyncio.Event()
-
-    async def follow(self) -> None:
-        assert self.proc.stderr is not None
-        async for raw in self.proc.stderr:
-            line = raw.decode(errors="replace").rstrip()
-            self.lines.append(line)
-            found = re.search(r"/metrics on [0-9.]+:(\d+)", line)
-            if found:
-                self.port = int(found.group(1))
-            if "edgehub manager running controllers" in line:
-                self.ready.set()
-
-    async def leader(self) -> bool:
-        if self.port is None or self.proc.returncode is not None:
-            return False
-        try:
-            async with (
-                aiohttp.ClientSession() as session,
-                session.get(f"http://127.0.0.1:{self.port}/metrics") as resp,
-            ):
-                return "\nedgehub_manager_leader 1.0" in await resp.text()
-        except aiohttp.ClientError:
-            return False
 
 
 @contextlib.asynccontextmanager
