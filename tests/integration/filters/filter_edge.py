@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import dataclasses
 import pathlib
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -23,6 +22,7 @@ import yaml
 
 from yurthub import assembly, settings
 from yurthub.testing import partition, simapiserver
+from yurthub.testing.watchevents import Events
 
 NODE = "edge-node-1"
 KUBELET = "kubelet/v1.37.2 (linux/amd64) kubernetes/abcdef0"
@@ -106,32 +106,6 @@ class FilteredEdge:
     async def metrics(self) -> str:
         async with self.session.get(self.node.hub.server_url + "/metrics") as resp:
             return await resp.text()
-
-
-class Events:
-    """Watch events as they arrive (one JSON line each)."""
-
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
-        self._resp = resp
-
-    async def next(self, within: float = 5.0) -> dict[str, Any]:
-        async with asyncio.timeout(within):
-            while True:
-                line = await self._resp.content.readline()
-                assert line, "the watch ended"
-                if line.strip():
-                    event = orjson.loads(line)
-                    assert isinstance(event, dict)
-                    return event
-
-    async def until(
-        self, match: Callable[[dict[str, Any]], bool], within: float = 5.0
-    ) -> dict[str, Any]:
-        deadline = time.monotonic() + within
-        while True:
-            event = await self.next(max(0.01, deadline - time.monotonic()))
-            if match(event):
-                return event
 
 
 def hub_settings(workdir: pathlib.Path, server: str, **filters: Any) -> settings.HubSettings:

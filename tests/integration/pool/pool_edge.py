@@ -25,6 +25,7 @@ import orjson
 from yurthub import assembly, settings
 from yurthub.pool import leaderconfigs
 from yurthub.testing import partition, simapiserver
+from yurthub.testing.watchevents import Events
 
 POOL = "hz"
 NAMES = ("edge-node-1", "edge-node-2", "cloud-node-1")
@@ -134,37 +135,6 @@ class Hub:
         async with self.session.get(self.node.hub.server_url + "/v1/status") as resp:
             assert resp.status == 200
             return orjson.loads(await resp.read())
-
-
-class Events:
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
-        self.resp = resp
-
-    async def next(self, within: float = 5.0) -> dict[str, Any]:
-        async with asyncio.timeout(within):
-            while True:
-                line = await self.resp.content.readline()
-                assert line, "the watch ended"
-                if line.strip():
-                    event = orjson.loads(line)
-                    assert isinstance(event, dict)
-                    return event
-
-    async def until(
-        self, match: Callable[[dict[str, Any]], bool], within: float = 5.0
-    ) -> dict[str, Any]:
-        deadline = time.monotonic() + within
-        while True:
-            event = await self.next(max(0.01, deadline - time.monotonic()))
-            if match(event):
-                return event
-
-    async def ended(self, within: float = 5.0) -> bool:
-        async with asyncio.timeout(within):
-            while True:
-                line = await self.resp.content.readline()
-                if not line:
-                    return True
 
 
 def named(name: str) -> Callable[[dict[str, Any]], bool]:
