@@ -10,6 +10,7 @@ process's own registry in the Prometheus text format.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Sequence
 
 import prometheus_client
@@ -59,15 +60,23 @@ async def serve(
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    runner, bound = await start(app, host, port)
+    logger.info("serving /healthz, /readyz and /metrics on %s:%d", host, bound)
+    return runner, bound
+
+
+async def start(
+    app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on ``host:port`` (0: a free port); the runner (the caller cleans it up)
+    and the bound port. A failure to bind cleans up and raises."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
         await site.start()
     except BaseException:
         await runner.cleanup()
         raise
     addresses = runner.addresses
-    bound = int(addresses[0][1]) if addresses else port
-    logger.info("serving /healthz, /readyz and /metrics on %s:%d", host, bound)
-    return runner, bound
+    return runner, int(addresses[0][1]) if addresses else port

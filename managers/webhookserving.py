@@ -42,7 +42,7 @@ from aiohttp import web
 
 from kubecontrol import kubeapi
 from managers import brokerobjects as objects
-from managers import configvalidating, metrics, settings
+from managers import configvalidating, metrics, serving, settings
 
 logger = logging.getLogger(__name__)
 
@@ -252,16 +252,7 @@ async def serve(
 
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post(PATH, validate)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port, ssl_context=certificates.context)
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    addresses = runner.addresses
-    bound = int(addresses[0][1]) if addresses else port
+    runner, bound = await serving.start(app, host, port, certificates.context)
     logger.info("serving the Configuration webhook on https://%s:%d%s", host, bound, PATH)
     return runner, bound
 
