@@ -98,6 +98,14 @@ def test_helm_install_grants_each_part_what_it_needs_and_uninstalls(
         )  # fmt: skip
         assert not can(real_cluster, "update", "leases.coordination.k8s.io/other", "-n", ns,
                        f"--as={manager}")  # fmt: skip
+        # The hub-leader controllers: pools' status, leader-hub ConfigMaps in the hubs'
+        # namespace, escalate on yurt-hub-multiplexer only.
+        assert can(real_cluster, "update", "nodepools.apps.openyurt.io", "--subresource=status",
+                   f"--as={manager}")  # fmt: skip
+        assert can(real_cluster, "create", "configmaps", "-n", ns, f"--as={manager}")
+        assert can(real_cluster, "escalate", "clusterroles/yurt-hub-multiplexer",
+                   f"--as={manager}")  # fmt: skip
+        assert not can(real_cluster, "escalate", "clusterroles/admin", f"--as={manager}")
         assert can(real_cluster, "create", "instances.akri.sh", "-n", "default", f"--as={agent}")
         assert not can(real_cluster, "create", "pods", "-n", "default", f"--as={agent}")
         node = ["--as=system:node:edge-x", "--as-group=system:nodes"]

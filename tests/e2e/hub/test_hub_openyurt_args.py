@@ -79,8 +79,8 @@ EVERY_OTHER = [
     "--one-output=false",
 ]
 NOT_BUILT = (
-    "--multiplexer-port, --gc-frequency, --profiling, --enable-iptables, "
-    "--host-control-plane-address, --pool-scope-resources, --logtostderr, --alsologtostderr, "
+    "--gc-frequency, --profiling, --enable-iptables, "
+    "--host-control-plane-address, --logtostderr, --alsologtostderr, "
     "--log-dir, --log-file, --log-file-max-size, --log-flush-frequency, --stderrthreshold, "
     "--vmodule, --add-dir-header, --skip-headers, --skip-log-headers, --one-output"
 )

@@ -122,14 +122,18 @@ def test_release_edgehub_renders_the_plain_manifests() -> None:
         (MANIFESTS / "manager" / "rbac.yaml", "ClusterRole"),
         (MANIFESTS / "manager" / "rbac.yaml", "Role"),
         (MANIFESTS / "manager" / "autonomy-rbac.yaml", "ClusterRole"),
+        (MANIFESTS / "manager" / "hubleader-rbac.yaml", "ClusterRole"),
+        (MANIFESTS / "manager" / "hubleader-rbac.yaml", "Role"),
         (MANIFESTS / "hub" / "rbac.yaml", "Role"),
         (MANIFESTS / "hub" / "bootstrap-rbac.yaml", "Role"),
     ):
         want = one(path, kind)
         got = find(docs, kind, want["metadata"]["name"])
         assert got["rules"] == want["rules"], want["metadata"]["name"]
-    for manifest in load(MANIFESTS / "hub" / "rbac.yaml") + load(
-        MANIFESTS / "hub" / "bootstrap-rbac.yaml"
+    for manifest in (
+        load(MANIFESTS / "hub" / "rbac.yaml")
+        + load(MANIFESTS / "hub" / "bootstrap-rbac.yaml")
+        + load(MANIFESTS / "hub" / "multiplexer-rbac.yaml")
     ):
         if manifest.kind.endswith("Binding"):
             got = find(docs, manifest.kind, manifest.name)
