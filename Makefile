@@ -43,9 +43,12 @@ test: lint cluster-bins
 bench: $(STAMP) cluster-bins yurthub-bin
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
-# Regenerate the committed gRPC stubs from discovery/proto/*.proto.
+# Regenerate the committed gRPC stubs from discovery/proto/*.proto, and the Kubernetes API
+# descriptors + Go JSON facts of yurthub/kubeproto from the pinned k8s.io modules (needs Go and
+# the module cache of tests/cluster: cd tests/cluster && go mod download).
 proto: $(STAMP)
 	$(BIN)/python -m discovery.proto.generate
+	$(BIN)/python -m yurthub.kubeproto.generate
 
 # Regenerate the README's CLI reference from the commands' own --help.
 readme: $(STAMP)

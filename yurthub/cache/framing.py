@@ -65,6 +65,43 @@ class LineSplitter:
         return tail if tail.strip() else b""
 
 
+class FrameSplitter:
+    """Incremental framing of a protobuf watch stream: each frame is a 4-byte big-endian length
+    and that many bytes (a ``WatchEvent`` message). A frame announcing more than ``max_frame``
+    bytes raises ``FrameTooLarge`` before any of it is held."""
+
+    __slots__ = ("_buf", "_max_frame")
+
+    def __init__(self, max_frame: int) -> None:
+        self._max_frame = max_frame
+        self._buf = bytearray()
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The frames ``chunk`` completes (length prefixes removed), in order."""
+        buf = self._buf
+        buf += chunk
+        frames: list[bytes] = []
+        pos = 0
+        while len(buf) - pos >= 4:
+            size = int.from_bytes(buf[pos : pos + 4], "big")
+            if size > self._max_frame:
+                self._buf = bytearray()
+                raise FrameTooLarge(f"watch event longer than {self._max_frame} bytes")
+            if len(buf) - pos - 4 < size:
+                break
+            frames.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        return frames
+
+    def rest(self) -> bytes:
+        """Bytes of an unfinished frame once the stream ended (never a frame: dropped)."""
+        tail = bytes(self._buf)
+        self._buf = bytearray()
+        return tail
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class WatchEvent:
     type: str
