@@ -56,7 +56,7 @@ from typing import Any
 import diskcache
 import diskcache.core
 
-from yurthub.cache import applying, coverage, entries, framing, keys
+from yurthub.cache import applying, coverage, entries, framing, keys, transcoding
 
 logger = logging.getLogger(__name__)
 
@@ -229,6 +229,8 @@ class PutObject:
     another one is not stored."""
     local: bool = False
     """Made by the hub offline (kubelet's lease renewal): may differ at the same version."""
+    protobuf: bool = False
+    """``body`` is the apiserver's protobuf: the writer converts it to JSON first."""
 
     @property
     def size(self) -> int:
@@ -243,6 +245,8 @@ class PutList:
     body: bytes
     continued: bool | None = None
     """The request carried ``continue=`` (a later page); None when unknown."""
+    protobuf: bool = False
+    """``body`` is the apiserver's protobuf: the writer converts it to JSON first."""
 
     @property
     def size(self) -> int:
@@ -255,6 +259,8 @@ class WatchLines:
 
     list_key: keys.ListKey
     lines: tuple[bytes, ...]
+    protobuf: bool = False
+    """``lines`` are protobuf frames (``WatchEvent`` messages): converted to JSON first."""
 
     @property
     def size(self) -> int:
@@ -269,6 +275,8 @@ class InitialEvents:
 
     list_key: keys.ListKey
     lines: tuple[bytes, ...]
+    protobuf: bool = False
+    """``lines`` are protobuf frames: converted to JSON first, all or nothing."""
 
     @property
     def size(self) -> int:
@@ -342,6 +350,8 @@ class Store:
         self._cache = cache
         self._max_pending = max_pending_bytes
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cache-writer")
+        self.transcoder = transcoding.Transcoder()
+        """Protobuf bodies -> JSON (the writer's; the tee asks it about end bookmarks)."""
         self._readers = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="cache-reader")
         self._reader_local = threading.local()
         self._reader_lock = threading.Lock()
@@ -745,6 +755,8 @@ class Store:
         Back-to-back lists (a client relisting, kubectl in a loop) otherwise queue tens of MB
         each and cost a parse each, for a state the newest one replaces anyway.
         """
+        if job.protobuf:
+            return  # its kind is known once the writer has converted it
         kind = "" if job.continued is True else framing.whole_list_kind(job.body)
         if not kind:
             return
@@ -753,6 +765,7 @@ class Store:
                 isinstance(queued, PutList)
                 and queued.list_key == job.list_key
                 and queued.continued is not True
+                and not queued.protobuf
                 and framing.whole_list_kind(queued.body) == kind
             ):
                 self._pending.remove(queued)
@@ -870,7 +883,11 @@ class Store:
 
     def _run_batch(self, batch: list[Job]) -> _Outcome:
         batch_state = _Batch(self)
-        for job in batch:
+        for queued in batch:
+            job = self._as_json(queued)
+            if job is None:
+                batch_state.outcome.bad_bodies += 1
+                continue
             try:
                 batch_state.run(job)
             except (framing.BadBody, applying.NotStorable, entries.CorruptEntry) as e:
@@ -897,6 +914,19 @@ class Store:
             del batch, batch_state
             trim_heap()
         return outcome
+
+    def _as_json(self, job: Job) -> Job | None:
+        """A protobuf job as the JSON job it stands for (writer thread); None: not storable."""
+        if isinstance(job, PutObject | PutList) and job.protobuf:
+            body = self.transcoder.body(job.body)
+            return None if body is None else dataclasses.replace(job, body=body, protobuf=False)
+        if isinstance(job, WatchLines | InitialEvents) and job.protobuf:
+            whole = isinstance(job, InitialEvents)
+            lines = self.transcoder.events(job.lines, whole=whole)
+            if lines is None:
+                return None
+            return dataclasses.replace(job, lines=lines, protobuf=False)
+        return job
 
 
 class _CorruptStored(Exception):

@@ -23,7 +23,12 @@ watch event) and globally: bodies being collected and jobs queued for the writer
 store's submission bound (many large lists at once would otherwise each hold up to
 ``max_body_bytes``). Past a bound the sink stops caching that response (counted in
 ``Stats.dropped_responses``, logged once per reason); the client stream is never touched.
-Only JSON is kept (DESIGN.md: protobuf caching is a later goal). A gzip body (the apiserver
+JSON and protobuf answers are kept: the client receives the apiserver's bytes as they came
+(protobuf for kubelet and kube-proxy: fewer bytes on the edge link); a protobuf body, list or
+watch frame (4-byte length + ``WatchEvent``) is queued as it is and converted to the JSON the
+cache stores in the writer's thread (``transcoding``); only the end bookmark of a streaming
+list is looked into here (a few hundred bytes). Protobuf views (``as=Table``, partial
+metadata) are not kept. A gzip body (the apiserver
 compresses lists and, since 1.3x, watch streams for clients that send ``Accept-Encoding: gzip``,
 as every Go client does) is inflated for the cache only, in bounded steps that stop as soon as
 the sink stops collecting: the client still gets the compressed bytes, so the edge link keeps
@@ -99,7 +104,12 @@ class Tee:
             return self._document(info, content_type)
         if not cacheability.is_cacheable_request(info, self._agents.allows):
             return None
-        media = cacheability.classify_media(content_type)
+        protobuf = _is_plain_protobuf(content_type)
+        media = (
+            cacheability.MediaType(cacheability.Representation.OBJECT)
+            if protobuf
+            else cacheability.classify_media(content_type)
+        )
         if media.representation is cacheability.Representation.OTHER:
             return None
         # A Table is never stored; the objects its rows carry are (kubectl reads Tables). The
@@ -108,7 +118,7 @@ class Tee:
         if info.verb in ("get", "create", "update", "patch"):
             # A create is POSTed to the collection: only its namespace is the URL's.
             name = "" if info.verb == "create" else info.name
-            job = store.PutObject(scope, b"", info.namespace, name=name)
+            job = store.PutObject(scope, b"", info.namespace, name=name, protobuf=protobuf)
             return _BodySink(self, job, info.verb)
         if info.verb not in ("list", "watch"):
             return None
@@ -122,10 +132,13 @@ class Tee:
         except selectors.SelectorError:
             return None
         if info.verb == "watch":
-            return _WatchSink(self, list_key, streaming_list=info.send_initial_events)
+            return _WatchSink(
+                self, list_key, streaming_list=info.send_initial_events, protobuf=protobuf
+            )
         # A request with a continue token is a later page; without one it is a first page or a
         # whole list (the store tells them apart by the response's own continue token).
-        return _BodySink(self, store.PutList(list_key, b"", bool(info.list_continue)), "list")
+        whole = store.PutList(list_key, b"", bool(info.list_continue), protobuf=protobuf)
+        return _BodySink(self, whole, "list")
 
     def _document(self, info: requestinfo.RequestInfo, content_type: str) -> _BodySink | None:
         if info.verb != "get" or not _DOCUMENT_PATH.match(info.path):
@@ -158,6 +171,14 @@ class Tee:
     def drop(self, reason: str, what: str) -> None:
         self._store.stats.dropped_responses += 1
         self.once.warn(reason, what)
+
+
+def _is_plain_protobuf(content_type: str) -> bool:
+    """``application/vnd.kubernetes.protobuf`` (``;stream=watch`` included), not a view."""
+    ranges = requestinfo.media_ranges(content_type)
+    if not ranges or ranges[0][0] != requestinfo.PROTOBUF_MEDIA_TYPE:
+        return False
+    return not ranges[0][1].get("as")
 
 
 class _BodySink:
@@ -236,14 +257,35 @@ def is_initial_events_end(line: bytes) -> bool:
 
 class _WatchSink:
     """Cuts a watch stream into events and submits them as they complete (a streaming list's
-    initial events as one ``InitialEvents`` job)."""
+    initial events as one ``InitialEvents`` job). JSON streams are cut at newlines, protobuf
+    ones at their length prefixes (the frames go to the writer as they are)."""
 
-    __slots__ = ("_dropped", "_held", "_held_bytes", "_list_key", "_splitter", "_tee")
+    __slots__ = (
+        "_dropped",
+        "_held",
+        "_held_bytes",
+        "_list_key",
+        "_protobuf",
+        "_splitter",
+        "_tee",
+    )
 
-    def __init__(self, tee: Tee, list_key: keys.ListKey, *, streaming_list: bool = False) -> None:
+    def __init__(
+        self,
+        tee: Tee,
+        list_key: keys.ListKey,
+        *,
+        streaming_list: bool = False,
+        protobuf: bool = False,
+    ) -> None:
         self._tee = tee
         self._list_key = list_key
-        self._splitter = framing.LineSplitter(tee._max_event)
+        self._protobuf = protobuf
+        self._splitter: framing.LineSplitter | framing.FrameSplitter = (
+            framing.FrameSplitter(tee._max_event)
+            if protobuf
+            else framing.LineSplitter(tee._max_event)
+        )
         self._dropped = False
         self._held: list[bytes] | None = [] if streaming_list else None
         self._held_bytes = 0
@@ -266,7 +308,7 @@ class _WatchSink:
         self._submit(lines)
 
     def _submit(self, lines: list[bytes]) -> None:
-        if lines and not self._tee.submit(store.WatchLines(self._list_key, tuple(lines)), "watch"):
+        if lines and not self._tee.submit(self._events(lines), "watch"):
             # Later events without these would leave gaps: stop caching this stream. Objects it
             # missed stay stale until they change again or the client lists again.
             self._stop()
@@ -287,15 +329,22 @@ class _WatchSink:
                 return self._release() + lines[i:]
             held.append(line)
             self._held_bytes += len(line)
-            if is_initial_events_end(line):
+            if self._ends_initial_events(line):
                 whole = self._release()
-                if not self._tee.submit(
-                    store.InitialEvents(self._list_key, tuple(whole)), "streaming list"
-                ):
+                job = store.InitialEvents(self._list_key, tuple(whole), protobuf=self._protobuf)
+                if not self._tee.submit(job, "streaming list"):
                     self._stop()
                     return []
                 return lines[i + 1 :]
         return []
+
+    def _ends_initial_events(self, line: bytes) -> bool:
+        if self._protobuf:
+            return self._tee._store.transcoder.is_initial_events_end(line)
+        return is_initial_events_end(line)
+
+    def _events(self, lines: list[bytes]) -> store.WatchLines:
+        return store.WatchLines(self._list_key, tuple(lines), protobuf=self._protobuf)
 
     def _release(self) -> list[bytes]:
         """Stop holding: the held lines, their bytes given back to the tee's bound."""
@@ -315,18 +364,18 @@ class _WatchSink:
         # A stream that ended before its end bookmark proved no list: its events are events.
         lines = self._release()
         rest = self._splitter.rest()
-        if rest:
+        if rest and not self._protobuf:  # a protobuf frame cut short is no event
             lines.append(rest)
         self._dropped = True
         if lines:
-            self._tee.submit(store.WatchLines(self._list_key, tuple(lines)), "watch")
+            self._tee.submit(self._events(lines), "watch")
 
     def abort(self, reason: str) -> None:
         # Complete events are applied (held ones now, as events); an unfinished one is dropped.
         lines = self._release()
         self._dropped = True
         if lines:
-            self._tee.submit(store.WatchLines(self._list_key, tuple(lines)), "watch")
+            self._tee.submit(self._events(lines), "watch")
 
 
 class _Gunzip:

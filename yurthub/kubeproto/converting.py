@@ -29,8 +29,9 @@ truncated or corrupt message, a RawExtension holding neither JSON nor protobuf) 
 ``Undecodable`` naming the kind; never a partial result.
 
 Cost: building the pool takes ~50 ms and a few MB, so ``Converter`` loads it on first use (a
-hub whose clients speak JSON never pays). Plans are built once per message type. A converter
-is meant for one thread at a time (the cache writer's): plan building is not locked.
+hub whose clients speak JSON never pays). Plans are built once per message type. Threads may
+share a converter (the cache writer converts, the tee checks bookmarks on the event loop):
+loading and plan building take a lock, held briefly; conversions themselves take none.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import base64
 import datetime
 import importlib.resources
 import json
+import threading
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -147,7 +149,8 @@ class Converter:
         self._kinds: dict[str, str] = {}
         self._go: dict[str, dict[str, Any]] = {}
         self._classes: dict[str, type[message.Message]] = {}
-        self._plans: dict[str, _Plan] = {}
+        self._plans: dict[str, _Plan | None] = {}
+        self._lock = threading.RLock()
         self._specials: dict[str, Convert] = {
             _META + "Time": self._time,
             _META + "MicroTime": self._micro_time,
@@ -165,7 +168,11 @@ class Converter:
     # --- loading --------------------------------------------------------------------------
 
     def _load(self) -> descriptor_pool.DescriptorPool:
-        if self._pool is None:
+        if self._pool is not None:
+            return self._pool
+        with self._lock:
+            if self._pool is not None:
+                return self._pool
             files = descriptor_pb2.FileDescriptorSet.FromString(
                 zlib.decompress(base64.b64decode("".join(descriptors.PACKED)))
             )
@@ -178,13 +185,15 @@ class Converter:
             self._kinds = facts["kinds"]
             self._go = facts["messages"]
             self._pool = pool
-        return self._pool
+            return pool
 
     def _class(self, full_name: str) -> type[message.Message]:
         found = self._classes.get(full_name)
         if found is None:
-            desc = self._load().FindMessageTypeByName(full_name)
-            found = self._classes[full_name] = message_factory.GetMessageClass(desc)
+            pool = self._load()
+            with self._lock:
+                desc = pool.FindMessageTypeByName(full_name)
+                found = self._classes[full_name] = message_factory.GetMessageClass(desc)
         return found
 
     def message_name(self, api_version: str, kind: str) -> str | None:
@@ -237,7 +246,8 @@ class Converter:
         special = self._specials.get(desc.full_name)
         if special is not None:
             return special(msg)
-        plan = self._plans.get(desc.full_name) or self._plan(desc)
+        name = desc.full_name
+        plan = self._plans[name] if name in self._plans else self._plan(desc)
         if plan is None:
             return self._items(msg)
         out: dict[str, Any] = {}
@@ -287,6 +297,12 @@ class Converter:
         return list(msg.items)
 
     def _plan(self, desc: Any) -> _Plan | None:
+        with self._lock:
+            if desc.full_name not in self._plans:
+                self._plans[desc.full_name] = self._build_plan(desc)
+            return self._plans[desc.full_name]
+
+    def _build_plan(self, desc: Any) -> _Plan | None:
         go = self._go.get(desc.full_name)
         if go is None:
             raise Undecodable(desc.full_name, "no Go facts for this message")
@@ -339,7 +355,6 @@ class Converter:
                     plan.absent.append((fact["json"], _constant(_zero(fd))))
             drop_zero = (omit and not pointer) or omit_zero
             plan.fields[fd.number] = _Field(fact["json"], handling, drop_zero, inline, convert)
-        self._plans[desc.full_name] = plan
         return plan
 
     def _empty(self, desc: Any) -> Callable[[], Any]:

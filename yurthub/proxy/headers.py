@@ -11,9 +11,12 @@ PURE: takes and returns plain (name, value) pairs; no aiohttp. Names compare cas
   client certificate (a pod's ServiceAccount authenticates itself). Every other request is sent
   with the hub's identity: its ``Authorization`` (Basic, a broken header) is dropped, and so are
   ``Impersonate-*`` headers, so that a local process cannot borrow the hub's rights through them.
-- Wire format (DESIGN.md): a get/list/watch from a client accepting both protobuf and JSON asks
-  upstream for JSON (the cache stores JSON) by dropping the protobuf clauses from ``Accept``;
-  a client accepting only protobuf is proxied untouched.
+- Wire format (DESIGN.md): a client gets the content type it asked for from the apiserver:
+  kubelet's and kube-proxy's ``protobuf, json`` is forwarded as it is, the protobuf answer
+  reaches them unchanged (the cache converts its copy to JSON, ``cache.transcoding``). One
+  exception: a get/list/watch that accepts JSON and asks for a protobuf *view* (``as=`` a
+  PartialObjectMetadata(List) or Table, metadata informers) asks upstream for JSON by
+  dropping its protobuf clauses, because views are cached only from JSON.
 """
 
 from __future__ import annotations
@@ -118,6 +121,9 @@ def upstream_accept(info: requestinfo.RequestInfo) -> str | None:
     accept = info.accept
     if not requestinfo.accepts_protobuf(accept) or not requestinfo.accepts_json(accept):
         return None
+    ranges = requestinfo.media_ranges(accept)
+    if not any(m == requestinfo.PROTOBUF_MEDIA_TYPE and p.get("as") for m, p in ranges):
+        return None  # plain protobuf: the client gets what it asked for
     clauses = [c.strip() for c in accept.split(",") if c.strip()]
     kept = [
         c for c in clauses if c.split(";", 1)[0].strip().lower() != requestinfo.PROTOBUF_MEDIA_TYPE

@@ -303,6 +303,18 @@ class EdgeNode:
         finally:
             con.close()
 
+    def cached_object(self, key: str) -> dict[str, Any] | None:
+        """The JSON the hub's cache holds under ``key`` (e.g. ``kubelet/nodes.v1.core/n``)."""
+        con = verifying.connect(self.cache_dir)
+        try:
+            for row in verifying.rows(con, key):
+                if row.key == key and row.kind == "object" and row.value is not None:
+                    found: dict[str, Any] = json.loads(entries.body_of(row.value))
+                    return found
+            return None
+        finally:
+            con.close()
+
     def cached_lists(self, prefix: str) -> dict[str, str]:
         """``list key -> resourceVersion`` of the list records under ``prefix``: the lists the
         hub saw whole and can answer offline."""

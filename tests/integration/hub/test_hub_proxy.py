@@ -50,15 +50,19 @@ async def test_identity_and_hop_by_hop(apiserver: FakeApiserver, make_hub: MakeH
         assert apiserver.seen_headers[-1]["Authorization"] == "Bearer sa-tok"
 
 
-async def test_protobuf_and_json_client_is_asked_json(
+async def test_a_client_is_asked_what_it_accepts_but_protobuf_views_are_asked_json(
     apiserver: FakeApiserver, make_hub: MakeHub
 ) -> None:
     async with make_hub([apiserver.url]) as hub:
         pb = "application/vnd.kubernetes.protobuf"
-        await get_json(hub.proxy_url + "/api/v1/pods", headers={"Accept": f"{pb},application/json"})
-        assert apiserver.seen_headers[-1]["Accept"] == "application/json"
-        await get_json(hub.proxy_url + "/api/v1/pods", headers={"Accept": pb})
+        url = hub.proxy_url + "/api/v1/pods"
+        await get_json(url, headers={"Accept": f"{pb},application/json"})
+        assert apiserver.seen_headers[-1]["Accept"] == f"{pb},application/json"
+        await get_json(url, headers={"Accept": pb})
         assert apiserver.seen_headers[-1]["Accept"] == pb
+        view = ";as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+        await get_json(url, headers={"Accept": f"{pb}{view},application/json{view}"})
+        assert apiserver.seen_headers[-1]["Accept"] == f"application/json{view}"
 
 
 async def test_watch_events_arrive_one_by_one(apiserver: FakeApiserver, make_hub: MakeHub) -> None:

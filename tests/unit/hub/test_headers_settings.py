@@ -79,8 +79,9 @@ PB = "application/vnd.kubernetes.protobuf"
 @pytest.mark.parametrize(
     ("method", "path", "accept", "want"),
     [
-        ("GET", "/api/v1/pods", f"{PB},application/json", "application/json"),
-        ("GET", "/api/v1/nodes/n", f"{PB}, */*", "application/json, */*"),
+        # kubelet, kube-proxy: protobuf passes (the cache converts its copy)
+        ("GET", "/api/v1/pods", f"{PB},application/json", None),
+        ("GET", "/api/v1/nodes/n", f"{PB}, */*", None),
         ("GET", "/api/v1/pods", PB, None),  # protobuf only: untouched
         ("GET", "/api/v1/pods", "application/json", None),  # JSON only: untouched
         ("POST", "/api/v1/namespaces/d/pods", f"{PB},application/json", None),  # not cacheable
@@ -91,6 +92,12 @@ PB = "application/vnd.kubernetes.protobuf"
             f"{PB};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,"
             "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
             "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json",
+        ),  # a protobuf view: views are cached from JSON only
+        (
+            "GET",
+            "/api/v1/nodes",
+            f"{PB};as=Table;g=meta.k8s.io;v=v1, */*",
+            "application/json, */*",
         ),
     ],
 )
