@@ -227,16 +227,17 @@ def test_python_client_list_and_watch_through_the_hub(
 def test_protobuf_passes_through_the_hub(
     real_cluster: realcluster.RealCluster, edge_node: edgenodes.EdgeNode
 ) -> None:
-    # The hub answers with its own (node) identity here, as for kubelet. Both the protobuf-only
-    # client and kubelet's "protobuf, json" get the apiserver's protobuf bytes (the edge link
-    # carries protobuf); the hub's cache keeps the object as the apiserver's JSON.
-    key = f"kubelet/nodes.v1.core/{edge_node.name}"
+    # The hub answers with its own (node) identity here. Both the protobuf-only client and
+    # kube-proxy's "protobuf, json" get the apiserver's protobuf bytes (the edge link carries
+    # protobuf); the hub's cache keeps the object as the apiserver's JSON. (Not kubelet: its
+    # node GETs are answered from the cache, in JSON, as YurtHub does.)
+    key = f"kube-proxy/nodes.v1.core/{edge_node.name}"
 
     def fetched_and_cached_equal_direct() -> bool:
         for accept in (PROTOBUF, f"{PROTOBUF}, application/json"):
             request = urllib.request.Request(
                 f"{edge_node.proxy_url}/api/v1/nodes/{edge_node.name}",
-                headers={"Accept": accept, "User-Agent": "kubelet/v1.37.2 (linux/amd64) e2e"},
+                headers={"Accept": accept, "User-Agent": "kube-proxy/v1.37.2 (linux/amd64) e2e"},
             )
             with urllib.request.urlopen(request, timeout=10) as r:
                 body = r.read()
@@ -247,7 +248,7 @@ def test_protobuf_passes_through_the_hub(
             real_cluster.kubectl("get", "--raw", f"/api/v1/nodes/{edge_node.name}").stdout
         )
         cached = edge_node.cached_object(key)
-        assert cached is not None, "what kubelet fetched was cached for it"
+        assert cached is not None, "what kube-proxy fetched was cached for it"
         # The node's status moves on (heartbeats): compare at the same resourceVersion.
         if cached["metadata"]["resourceVersion"] != direct["metadata"]["resourceVersion"]:
             return False

@@ -1,0 +1,218 @@
+"""Benchmark: bytes on the edge link and the hub's CPU, protobuf end to end vs the old JSON path.
+
+    .venv/bin/python bench/protobuf_link.py [--quick]
+
+Needs the test bed (``make cluster-bins``). All on loopback.
+
+Set-up as ``side_by_side.py`` (whose pieces it reuses): the real control plane, 10,000 pods
+bound to ``bench-node`` (plus 30 in ``bench-k``, the node's "own" pods for the kubelet-start
+set), one ``edgehub hub`` with the node's identity behind its own counting edge link
+(``edgehub partition``).
+
+Side by side in one run, each measurement alternating between the two:
+
+- **protobuf**: kubelet's ``Accept: application/vnd.kubernetes.protobuf,application/json``; the
+  hub now forwards it, the link carries protobuf, the cache converts its copy to JSON;
+- **json (old path)**: ``Accept: application/json``, which is exactly what the hub sent upstream
+  for kubelet before (it dropped the protobuf clause), so the link carries what it used to.
+
+Printed: bytes on the link for a kubelet start (its node, its pods, services, endpointslices,
+CSIDrivers, RuntimeClasses, a namespace and a ConfigMap) and per LIST of 10,000 pods (gzip, as
+Go clients ask), the hub's CPU per LIST of 10,000 including its cache write (waited for: the
+process is sampled until idle), the converter's CPU per pod in-process against ``orjson``
+parsing the JSON list, and a check that the hub answers the 10,000 pods offline from what the
+protobuf path cached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import side_by_side as sbs  # noqa: E402  (bench/side_by_side.py: the shared set-up)
+
+PROTOBUF = dict(sbs.KUBELET)
+JSON = dict(sbs.JSON_KUBELET)
+KUBELET_START = (
+    f"/api/v1/nodes/{sbs.NODE}",
+    "/api/v1/namespaces/bench-k/pods",
+    "/api/v1/services",
+    "/apis/discovery.k8s.io/v1/endpointslices",
+    "/apis/storage.k8s.io/v1/csidrivers",
+    "/apis/node.k8s.io/v1/runtimeclasses",
+    "/api/v1/namespaces/bench-k",
+    "/api/v1/namespaces/bench-k/configmaps/kube-root-ca.crt",
+)
+
+
+async def get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> bytes:
+    async with session.get(url, headers=headers) as r:
+        body = await r.read()
+        if r.status != 200:
+            raise RuntimeError(f"GET {url}: {r.status} {body[:200]!r}")
+        return body
+
+
+async def idle_cpu(pid: int, quiet: float = 0.01) -> float:
+    """The process's CPU seconds once it stopped working (the cache writer done)."""
+    last = sbs.cpu_seconds(pid)
+    while True:
+        await asyncio.sleep(0.4)
+        now = sbs.cpu_seconds(pid)
+        if now - last < quiet:
+            return now
+        last = now
+
+
+async def run(args: argparse.Namespace, workdir: pathlib.Path) -> None:
+    from yurthub.testing import k8sbinaries, realcluster
+
+    runs = 2 if args.quick else 4
+    logs = workdir / "logs"
+    logs.mkdir()
+    cluster = realcluster.RealCluster(workdir / "k8s", k8sbinaries.locate(), die_with_parent=True)
+    print("starting the control plane ...", flush=True)
+    await asyncio.to_thread(cluster.up)
+    stack = contextlib.ExitStack()
+    stack.callback(cluster.down)
+    try:
+        await bench(workdir, logs, cluster, stack, runs)
+    finally:
+        await asyncio.to_thread(stack.close)
+
+
+async def bench(
+    workdir: pathlib.Path, logs: pathlib.Path, cluster: Any, stack: contextlib.ExitStack, runs: int
+) -> None:
+    cluster.kubectl("apply", "-f", str(HERE.parent / "manifests" / "hub" / "rbac.yaml"))
+    cluster.kubectl("apply", "-f", "-", input=sbs.BENCH_RBAC)
+    counts = {"bench-k": 30, "bench-a": 1000, "bench-b": 9000}
+    total = counts["bench-a"] + counts["bench-b"] + counts["bench-k"]
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+        print(f"creating {total} pods ...", flush=True)
+        await sbs.seed(cluster, session, counts)
+        node_kc = cluster.write_kubeconfig(workdir / "edgehub.kubeconfig", sbs.USER, sbs.GROUPS)
+        link = sbs.Link("edgehub", int(cluster.url.rsplit(":", 1)[1]), logs)
+        link.proc.start()
+        stack.callback(link.proc.stop)
+        await asyncio.sleep(1.5)
+        serve, proxy = sbs.free_port(), sbs.free_port()
+        argv = sbs.edgehub_argv(node_kc, workdir / "cache", link, serve, proxy)
+        hub = sbs.Hub("edgehub", link, argv, serve, proxy)
+        hub.proc.start()
+        stack.callback(hub.proc.stop)
+        await hub.wait_ready(session)
+        await asyncio.sleep(5)
+        pid = hub.proc.pid
+
+        forms = {"protobuf": PROTOBUF, "json (old path)": JSON}
+        res: dict[str, dict[str, list[float]]] = {f: {} for f in forms}
+        print("kubelet start and LISTs of 10,000 ...", flush=True)
+        for turn in range(runs):
+            # Alternate which goes first; the protobuf path goes last in the final turn, so the
+            # offline check below answers from what it cached.
+            order = list(forms) if turn % 2 else list(reversed(forms))
+            for form in order:
+                headers = forms[form]
+                row = res[form]
+                before = await link.relayed(session)
+                for path in KUBELET_START:
+                    await get(session, hub.url + path, headers)
+                row.setdefault("start", []).append(await link.relayed(session) - before)
+
+                await idle_cpu(pid)
+                cpu0 = sbs.cpu_seconds(pid)
+                before = await link.relayed(session)
+                started = time.perf_counter()
+                body = await get(session, hub.url + sbs.LIST_10K, headers)
+                row.setdefault("list_s", []).append(time.perf_counter() - started)
+                row.setdefault("list", []).append(await link.relayed(session) - before)
+                row.setdefault("cpu", []).append(await idle_cpu(pid) - cpu0)
+                row.setdefault("answer", []).append(len(body))
+
+        # The converter in this process, against orjson on the same list as JSON.
+        from yurthub.kubeproto import converting
+
+        pb_body = await get(
+            session, hub.url + sbs.LIST_10K, {**PROTOBUF, "Accept-Encoding": "identity"}
+        )
+        json_body = await get(
+            session, hub.url + sbs.LIST_10K, {**JSON, "Accept-Encoding": "identity"}
+        )
+        converter = converting.Converter()
+        converter.object(pb_body)  # loads the descriptors, builds the plans
+        started = time.process_time()
+        converted = converter.object(pb_body)
+        convert_s = time.process_time() - started
+        started = time.process_time()
+        parsed = orjson.loads(json_body)
+        parse_s = time.process_time() - started
+        started = time.process_time()
+        orjson.dumps(converted)
+        dump_s = time.process_time() - started
+        assert len(converted["items"]) == len(parsed["items"]) == total
+
+        print("offline ...", flush=True)
+        await link.set_mode(session, "blackhole")
+        await asyncio.sleep(1)
+        offline = None
+        deadline = time.monotonic() + 60
+        while offline is None and time.monotonic() < deadline:
+            try:
+                offline = await get(session, hub.url + sbs.LIST_10K, PROTOBUF)
+            except (RuntimeError, aiohttp.ClientError):
+                await asyncio.sleep(1)
+        offline_items = len(orjson.loads(offline)["items"]) if offline is not None else 0
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    pb, js = res["protobuf"], res["json (old path)"]
+    print()
+    print(f"edge link, {runs} runs each, alternating; kubelet's load; gzip accepted")
+    print(f"{'':38} {'protobuf':>14} {'json (old)':>14} {'json/protobuf':>14}")
+    rows = (
+        ("bytes on the link, kubelet start", "start", "{:,.0f} B"),
+        (f"bytes on the link per LIST {total:,}", "list", "{:,.0f} B"),
+        (f"hub CPU per LIST {total:,} (+cache)", "cpu", "{:.2f} s"),
+        (f"LIST {total:,} through the hub", "list_s", "{:.2f} s"),
+    )
+    for label, key, fmt in rows:
+        a, b = mean(pb[key]), mean(js[key])
+        print(f"{label:38} {fmt.format(a):>14} {fmt.format(b):>14} {b / a:>13.2f}x")
+    per_pod = 1e6 / total
+    print(
+        f"converter (in-process, {total:,} pods): {convert_s * per_pod:.0f} us/pod protobuf->dict "
+        f"+ {dump_s * per_pod:.0f} us/pod to JSON bytes; orjson.loads of the JSON list "
+        f"{parse_s * per_pod:.0f} us/pod ({(convert_s + dump_s) / parse_s:.1f}x)"
+    )
+    print(f"offline LIST through the hub (link blackholed): {offline_items:,} pods, JSON")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer runs")
+    args = parser.parse_args()
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="bench-protobuf-"))
+    try:
+        asyncio.run(run(args, workdir))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
