@@ -33,6 +33,11 @@ class Transcoder:
         self._logged: set[str] = set()
         self.failures = 0
 
+    @property
+    def converter(self) -> converting.Converter:
+        """The hub's one converter (local answers read protobuf request bodies with it)."""
+        return self._converter
+
     def body(self, body: bytes) -> bytes | None:
         """An object or list body as JSON, None when it does not convert."""
         try:

@@ -61,7 +61,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from yurthub import protodecoding, requestinfo, statuses
+from yurthub import requestinfo, statuses
 from yurthub.authn import offlinetokens
 from yurthub.cache import (
     agents,
@@ -75,6 +75,7 @@ from yurthub.cache import (
     store,
     tables,
 )
+from yurthub.kubeproto import converting
 from yurthub.proxy import seams
 
 logger = logging.getLogger(__name__)
@@ -601,7 +602,7 @@ class Answerer:
         right.
         """
         try:
-            request_obj = _decoded(info, body) if body else {}
+            request_obj = _decoded(info, body, self._store.transcoder.converter) if body else {}
         except ValueError as e:
             return _status(400, f"the TokenRequest body cannot be read: {e}")
         spec = request_obj.get("spec") if isinstance(request_obj.get("spec"), dict) else {}
@@ -646,7 +647,7 @@ class Answerer:
             return await self._mutation(request, info)
         body = await _read_body(request)
         try:
-            lease = _decoded(info, body)
+            lease = _decoded(info, body, self._store.transcoder.converter)
         except ValueError as e:
             return _status(400, f"the Lease body cannot be read: {e}")
         # The cache keeps JSON (kubelet PUTs protobuf and accepts a JSON answer).
@@ -735,11 +736,13 @@ class _Reply(Exception):
 PROTOBUF = requestinfo.PROTOBUF_MEDIA_TYPE
 
 
-def _decoded(info: requestinfo.RequestInfo, body: bytes) -> dict[str, Any]:
+def _decoded(
+    info: requestinfo.RequestInfo, body: bytes, converter: converting.Converter
+) -> dict[str, Any]:
     """A request body as a JSON-shaped dict: JSON, or protobuf (what Go clients send by
     default: kubelet's lease renewals and TokenRequests). ``ValueError`` when unreadable."""
     if info.body_content_type == PROTOBUF:
-        return protodecoding.decode(body)
+        return converter.object(body)
     try:
         return framing.parse_object(body)
     except framing.BadBody as e:

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from filter_samples import world
 
-from yurthub import protodecoding
 from yurthub.filters import chaining, jsonbodies, protobodies
+from yurthub.kubeproto import converting
 from yurthub.testing.protomessages import (
     CLASSES,
     entries,
@@ -72,8 +72,8 @@ def test_object_rewritten_and_every_other_field_kept() -> None:
     assert got.spec.ports[0].targetPort.intVal == 6443
     assert entries(got.spec.selector) == {"app": "kubernetes"}
     assert got.spec.sessionAffinity == "None" and got.status == b"\x0a\x00"
-    # An independent decoder (the hub's request-body decoder) reads the result.
-    decoded = protodecoding.decode(out)
+    # An independent decoder (the cache's converter) reads the result.
+    decoded = converting.Converter().object(out)
     assert decoded["spec"]["clusterIP"] == "169.251.2.1"
     assert decoded["spec"]["ports"][0] == {
         "name": "https",

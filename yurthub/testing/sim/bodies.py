@@ -14,7 +14,8 @@ import orjson
 import yaml
 from aiohttp import web
 
-from yurthub import protodecoding, statuses
+from yurthub import statuses
+from yurthub.kubeproto import converting
 from yurthub.testing.sim import errors, negotiation
 
 _YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -40,13 +41,13 @@ async def read(request: web.Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def decode(raw: bytes, fmt: negotiation.BodyFormat) -> Any:
+def decode(raw: bytes, fmt: negotiation.BodyFormat, converter: converting.Converter) -> Any:
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
     if fmt is negotiation.BodyFormat.PROTOBUF:
         try:
-            return protodecoding.decode(raw)
-        except protodecoding.ProtobufError as e:
+            return converter.object(raw)
+        except converting.Undecodable as e:
             raise errors.ApiError(
                 statuses.failure(
                     415,

@@ -14,6 +14,7 @@ import weakref
 
 from aiohttp import web
 
+from yurthub.kubeproto import converting
 from yurthub.testing.sim import auditing, auth, storage
 
 
@@ -33,6 +34,8 @@ class ServerContext:
     # Open watches: closed on stop(), so their streams end cleanly (final chunk written).
     watchers: set[storage.Watcher] = dataclasses.field(default_factory=set)
     audit: auditing.AuditLog = dataclasses.field(default_factory=auditing.AuditLog)
+    # Protobuf request bodies (kubectl's typed clients, kubelet) -> JSON-shaped dicts.
+    converter: converting.Converter = dataclasses.field(default_factory=converting.Converter)
     # Every connection seen, so stop() can drop the ones a graceful TLS close would leave
     # waiting for an idle client's close_notify.
     transports: weakref.WeakSet[asyncio.BaseTransport] = dataclasses.field(

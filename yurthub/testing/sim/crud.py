@@ -221,7 +221,7 @@ async def list_(
 async def read_object(ctx: context.ServerContext, request: web.Request) -> Any:
     fmt = negotiation.body_format(request.headers.get("Content-Type"), patch=False)
     raw = await bodies.read(request, ctx.max_body_bytes)
-    return bodies.decode(raw, fmt)
+    return bodies.decode(raw, fmt, ctx.converter)
 
 
 async def create(
@@ -325,7 +325,7 @@ async def patch(
             "PatchOptions", "", "fieldManager: Required value: is required for apply patch"
         )
     raw = await bodies.read(request, ctx.max_body_bytes)
-    document = bodies.decode(raw, fmt)
+    document = bodies.decode(raw, fmt, ctx.converter)
     assert rp.name is not None
     is_dry = dry_run(request.query)
     validation = field_validation(request.query)
@@ -435,14 +435,14 @@ def set_scale(
     return bodies.respond(scale_of(rt, stored))
 
 
-def _delete_options(request: web.Request, raw: bytes) -> dict[str, Any]:
+def _delete_options(ctx: context.ServerContext, request: web.Request, raw: bytes) -> dict[str, Any]:
     """DeleteOptions from the body (JSON or, from Go clients, protobuf) and the query."""
     query = request.query
     options: dict[str, Any] = {}
     if raw.strip():
         fmt = negotiation.body_format(request.headers.get("Content-Type"), patch=False)
         try:
-            decoded = bodies.decode(raw, fmt)
+            decoded = bodies.decode(raw, fmt, ctx.converter)
         except errors.ApiError as e:
             raise errors.bad_request(f"couldn't decode DeleteOptions: {e}") from e
         if not isinstance(decoded, dict):
@@ -474,7 +474,7 @@ async def delete(
 ) -> web.StreamResponse:
     neg = negotiation.negotiate(request.headers.get("Accept"))
     raw = await bodies.read(request, ctx.max_body_bytes)
-    options = _delete_options(request, raw)
+    options = _delete_options(ctx, request, raw)
     assert rp.name is not None
     stored, deleted = ctx.state.delete_object(
         rt,
@@ -498,7 +498,7 @@ async def delete_collection(
     if "deletecollection" not in rt.verbs:
         raise errors.method_not_allowed(f"deletecollection is not supported on {rt.qualified}")
     raw = await bodies.read(request, ctx.max_body_bytes)
-    options = _delete_options(request, raw)
+    options = _delete_options(ctx, request, raw)
     result = ctx.state.list_objects(rt, list_filter(rt, rp, request.query))
     gone: list[storage.Stored] = []
     for s in result.items:

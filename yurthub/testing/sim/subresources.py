@@ -154,7 +154,9 @@ async def token(
     if not isinstance(body, dict):
         raise errors.bad_request("the body must be a TokenRequest object")
     spec = body.get("spec") or {}
-    seconds = spec.get("expirationSeconds", 3600)
+    seconds = spec.get("expirationSeconds")
+    if seconds is None:  # absent, or null (a Go client's nil pointer: Go writes null)
+        seconds = 3600
     if not isinstance(seconds, int) or seconds < MIN_TOKEN_SECONDS:
         raise errors.invalid(
             "TokenRequest",
