@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import importlib.resources
 import json
 import threading
@@ -119,24 +120,16 @@ def _fraction(value: int, unit: int) -> str:
 Convert = Callable[[Any], Any]
 
 
-class _Field:
-    __slots__ = ("convert", "drop_zero", "handling", "inline", "name")
-
-    def __init__(
-        self, name: str, handling: int, drop_zero: bool, inline: bool, convert: Convert | None
-    ) -> None:
-        self.name = name
-        self.handling = handling
-        self.drop_zero = drop_zero
-        self.inline = inline
-        self.convert = convert
+_Field = tuple[str, int, bool, bool, Convert]
+"""(JSON name, handling, drop a zero, inline, how to convert a message value)."""
 
 
 class _Plan:
     __slots__ = ("absent", "fields")
 
     def __init__(self) -> None:
-        self.fields: dict[int, _Field] = {}
+        self.fields: dict[Any, _Field] = {}
+        """By field descriptor (upb hands out the same object each time: no number lookup)."""
         self.absent: list[tuple[str, Callable[[], Any]]] = []
         """Fields Go writes even when the wire lacks them: (JSON name, its value then)."""
 
@@ -150,6 +143,8 @@ class Converter:
         self._go: dict[str, dict[str, Any]] = {}
         self._classes: dict[str, type[message.Message]] = {}
         self._plans: dict[str, _Plan | None] = {}
+        self._walkers: dict[type, Convert] = {}
+        self._times: dict[tuple[int, int, bool], str] = {}
         self._lock = threading.RLock()
         self._specials: dict[str, Convert] = {
             _META + "Time": self._time,
@@ -242,51 +237,59 @@ class Converter:
     # --- walking --------------------------------------------------------------------------
 
     def _message(self, msg: Any) -> Any:
-        desc = msg.DESCRIPTOR
+        walk = self._walkers.get(type(msg))
+        if walk is None:
+            walk = self._walker(msg.DESCRIPTOR)
+            self._walkers[type(msg)] = walk
+        return walk(msg)
+
+    def _walker(self, desc: Any) -> Convert:
+        """How to convert messages of ``desc``: a special type's function, a slice type's, or
+        the plan walk (built once per type; the hot path is ``_walk``)."""
         special = self._specials.get(desc.full_name)
         if special is not None:
-            return special(msg)
-        name = desc.full_name
-        plan = self._plans[name] if name in self._plans else self._plan(desc)
+            return special
+        plan = self._plans[desc.full_name] if desc.full_name in self._plans else self._plan(desc)
         if plan is None:
-            return self._items(msg)
+            return self._items
+        return functools.partial(self._walk, plan=plan)
+
+    def _walk(self, msg: Any, plan: _Plan) -> dict[str, Any]:
         out: dict[str, Any] = {}
         fields = plan.fields
         for fd, value in msg.ListFields():
-            f = fields.get(fd.number)
+            f = fields.get(fd)
             if f is None:
                 continue  # a field Go does not have (newer upstream): not in the JSON either
-            handling = f.handling
+            name, handling, drop_zero, inline, convert = f
             if handling == _SCALAR:
-                if f.drop_zero and not value:
+                if drop_zero and not value:
                     continue
-                out[f.name] = value
+                out[name] = value
             elif handling == _MESSAGE:
-                converted = f.convert(value) if f.convert else self._message(value)
-                if converted is None and f.drop_zero:
+                converted = convert(value)
+                if converted is None and drop_zero:
                     continue  # omitzero (ObjectMeta.creationTimestamp): an unset Time goes
-                if f.inline:
+                if inline:
                     out.update(converted)
                     continue
-                out[f.name] = converted
-            elif handling == _LIST:
-                out[f.name] = list(value)
+                out[name] = converted
             elif handling == _LIST_MESSAGE:
-                conv = f.convert or self._message
-                out[f.name] = [conv(v) for v in value]
+                out[name] = [convert(v) for v in value]
+            elif handling == _LIST:
+                out[name] = list(value)
             elif handling == _MAP:
-                out[f.name] = dict(value)
+                out[name] = dict(value)
             elif handling == _MAP_BYTES:
-                out[f.name] = {k: base64.b64encode(v).decode() for k, v in value.items()}
+                out[name] = {k: base64.b64encode(v).decode() for k, v in value.items()}
             elif handling == _MAP_MESSAGE:
-                conv = f.convert or self._message
-                out[f.name] = {k: conv(v) for k, v in value.items()}
+                out[name] = {k: convert(v) for k, v in value.items()}
             elif handling == _BYTES:
-                if f.drop_zero and not value:
+                if drop_zero and not value:
                     continue
-                out[f.name] = base64.b64encode(value).decode()
+                out[name] = base64.b64encode(value).decode()
             else:  # _LIST_BYTES
-                out[f.name] = [base64.b64encode(v).decode() for v in value]
+                out[name] = [base64.b64encode(v).decode() for v in value]
         for name, default in plan.absent:
             if name not in out:
                 out[name] = default()
@@ -354,7 +357,13 @@ class Converter:
                 elif not pointer and not omit:
                     plan.absent.append((fact["json"], _constant(_zero(fd))))
             drop_zero = (omit and not pointer) or omit_zero
-            plan.fields[fd.number] = _Field(fact["json"], handling, drop_zero, inline, convert)
+            plan.fields[fd] = (
+                fact["json"],
+                handling,
+                drop_zero,
+                inline,
+                convert or self._message,
+            )
         return plan
 
     def _empty(self, desc: Any) -> Callable[[], Any]:
@@ -363,17 +372,25 @@ class Converter:
 
     # --- special messages -----------------------------------------------------------------
 
-    @staticmethod
-    def _time(msg: Any) -> str | None:
+    def _time(self, msg: Any) -> str | None:
         if not msg.seconds and not msg.nanos:
             return None  # the zero Time: Go writes null
-        return _rfc3339(msg.seconds, 0, micro=False)
+        return self._format_time(msg.seconds, 0, False)
 
-    @staticmethod
-    def _micro_time(msg: Any) -> str | None:
+    def _micro_time(self, msg: Any) -> str | None:
         if not msg.seconds and not msg.nanos:
             return None
-        return _rfc3339(msg.seconds, msg.nanos, micro=True)
+        return self._format_time(msg.seconds, msg.nanos, True)
+
+    def _format_time(self, seconds: int, nanos: int, micro: bool) -> str:
+        # The objects of a list share few distinct times (creation, conditions): remember them.
+        key = (seconds, nanos, micro)
+        found = self._times.get(key)
+        if found is None:
+            if len(self._times) >= 4096:
+                self._times.clear()
+            found = self._times[key] = _rfc3339(seconds, nanos, micro)
+        return found
 
     def _embedded(self, raw: bytes, what: str) -> Any:
         if not raw:
