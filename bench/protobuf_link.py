@@ -16,12 +16,14 @@ Side by side in one run, each measurement alternating between the two:
 - **json (old path)**: ``Accept: application/json``, which is exactly what the hub sent upstream
   for kubelet before (it dropped the protobuf clause), so the link carries what it used to.
 
-Printed: bytes on the link for a kubelet start (its node, its pods, services, endpointslices,
-CSIDrivers, RuntimeClasses, a namespace and a ConfigMap) and per LIST of 10,000 pods (gzip, as
-Go clients ask), the hub's CPU per LIST of 10,000 including its cache write (waited for: the
-process is sampled until idle), the converter's CPU per pod in-process against ``orjson``
-parsing the JSON list, and a check that the hub answers the 10,000 pods offline from what the
-protobuf path cached.
+Printed: bytes on the link for a kubelet start (its node, namespace and a ConfigMap; its 30
+pods, Services, EndpointSlices, CSIDrivers and RuntimeClasses as plain LISTs, then as the
+streaming lists kubelet 1.37 really sends) and per LIST of 10,000 pods (gzip, as Go clients
+ask; the apiserver compresses only answers over 128 KiB, so a mid-sized list can be smaller as
+gzipped JSON than as plain protobuf), the hub's CPU per LIST of 10,000 including its cache
+write (waited for: the process is sampled until idle), the converter's CPU per pod
+in-process against ``orjson`` parsing the JSON list, and a check that the hub answers the
+10,000 pods offline from what the protobuf path cached.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import os
 import pathlib
 import shutil
+import ssl
 import sys
 import tempfile
 import time
@@ -46,20 +50,37 @@ import side_by_side as sbs  # noqa: E402  (bench/side_by_side.py: the shared set
 
 PROTOBUF = dict(sbs.KUBELET)
 JSON = dict(sbs.JSON_KUBELET)
-KUBELET_START = (
-    f"/api/v1/nodes/{sbs.NODE}",
+START_LISTS = (
     "/api/v1/namespaces/bench-k/pods",
     "/api/v1/services",
     "/apis/discovery.k8s.io/v1/endpointslices",
     "/apis/storage.k8s.io/v1/csidrivers",
     "/apis/node.k8s.io/v1/runtimeclasses",
+)
+START_GETS = (
+    f"/api/v1/nodes/{sbs.NODE}",
     "/api/v1/namespaces/bench-k",
     "/api/v1/namespaces/bench-k/configmaps/kube-root-ca.crt",
 )
+# kubelet 1.37 lists with streaming lists (client-go's WatchListClient): a watch whose initial
+# events end with a BOOKMARK; here the server ends it after a second.
+STREAMING = (
+    "?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+    "&allowWatchBookmarks=true&timeoutSeconds=1"
+)
+KUBELET_STARTS = {
+    "start": START_GETS + START_LISTS,
+    "start_stream": START_GETS + tuple(p + STREAMING for p in START_LISTS),
+}
 
 
-async def get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> bytes:
-    async with session.get(url, headers=headers) as r:
+async def get(
+    session: aiohttp.ClientSession,
+    url: str,
+    headers: dict[str, str],
+    ssl_context: ssl.SSLContext | bool = False,
+) -> bytes:
+    async with session.get(url, headers=headers, ssl=ssl_context) as r:
         body = await r.read()
         if r.status != 200:
             raise RuntimeError(f"GET {url}: {r.status} {body[:200]!r}")
@@ -108,6 +129,14 @@ async def bench(
         link = sbs.Link("edgehub", int(cluster.url.rsplit(":", 1)[1]), logs)
         link.proc.start()
         stack.callback(link.proc.stop)
+        # The same link without a hub: what kubelet's protobuf costs the link direct.
+        bare = sbs.Link("direct", int(cluster.url.rsplit(":", 1)[1]), logs)
+        bare.proc.start()
+        stack.callback(bare.proc.stop)
+        cert, key = cluster.issue_identity(sbs.USER, sbs.GROUPS)
+        (workdir / "client.pem").write_bytes(cert + key)
+        direct_ctx = ssl.create_default_context(cafile=str(cluster.ca_path))
+        direct_ctx.load_cert_chain(str(workdir / "client.pem"))
         await asyncio.sleep(1.5)
         serve, proxy = sbs.free_port(), sbs.free_port()
         argv = sbs.edgehub_argv(node_kc, workdir / "cache", link, serve, proxy)
@@ -118,7 +147,7 @@ async def bench(
         await asyncio.sleep(5)
         pid = hub.proc.pid
 
-        forms = {"protobuf": PROTOBUF, "json (old path)": JSON}
+        forms = {"protobuf": PROTOBUF, "json (old path)": JSON, "direct": PROTOBUF}
         res: dict[str, dict[str, list[float]]] = {f: {} for f in forms}
         print("kubelet start and LISTs of 10,000 ...", flush=True)
         for turn in range(runs):
@@ -128,10 +157,20 @@ async def bench(
             for form in order:
                 headers = forms[form]
                 row = res[form]
-                before = await link.relayed(session)
-                for path in KUBELET_START:
-                    await get(session, hub.url + path, headers)
-                row.setdefault("start", []).append(await link.relayed(session) - before)
+                # "direct": kubelet's Accept over the bare link, no hub.
+                via, base, ctx = (
+                    (bare, bare.url, direct_ctx) if form == "direct" else (link, hub.url, False)
+                )
+                for key, paths in KUBELET_STARTS.items():
+                    before = await via.relayed(session)
+                    for path in paths:
+                        await get(session, base + path, headers, ctx)
+                    row.setdefault(key, []).append(await via.relayed(session) - before)
+                if form == "direct":
+                    before = await via.relayed(session)
+                    await get(session, base + sbs.LIST_10K, headers, ctx)
+                    row.setdefault("list", []).append(await via.relayed(session) - before)
+                    continue
 
                 await idle_cpu(pid)
                 cpu0 = sbs.cpu_seconds(pid)
@@ -154,6 +193,10 @@ async def bench(
         )
         converter = converting.Converter()
         converter.object(pb_body)  # loads the descriptors, builds the plans
+        # Without the cyclic GC, which otherwise walks the millions of new objects of both
+        # many times over (the hub's CPU above includes it, as it really runs).
+        gc.collect()
+        gc.disable()
         started = time.process_time()
         converted = converter.object(pb_body)
         convert_s = time.process_time() - started
@@ -163,6 +206,7 @@ async def bench(
         started = time.process_time()
         orjson.dumps(converted)
         dump_s = time.process_time() - started
+        gc.enable()
         assert len(converted["items"]) == len(parsed["items"]) == total
 
         print("offline ...", flush=True)
@@ -180,22 +224,29 @@ async def bench(
     def mean(values: list[float]) -> float:
         return sum(values) / len(values)
 
-    pb, js = res["protobuf"], res["json (old path)"]
+    pb, js, direct = res["protobuf"], res["json (old path)"], res["direct"]
     print()
     print(f"edge link, {runs} runs each, alternating; kubelet's load; gzip accepted")
-    print(f"{'':38} {'protobuf':>14} {'json (old)':>14} {'json/protobuf':>14}")
+    head = ("protobuf", "json (old)", "json/protobuf", "direct", "protobuf/direct")
+    print(f"{'':40} " + " ".join(f"{h:>15}" for h in head))
     rows = (
-        ("bytes on the link, kubelet start", "start", "{:,.0f} B"),
+        ("bytes on the link, kubelet start (LISTs)", "start", "{:,.0f} B"),
+        ("  same with streaming lists (kubelet)", "start_stream", "{:,.0f} B"),
         (f"bytes on the link per LIST {total:,}", "list", "{:,.0f} B"),
         (f"hub CPU per LIST {total:,} (+cache)", "cpu", "{:.2f} s"),
         (f"LIST {total:,} through the hub", "list_s", "{:.2f} s"),
     )
     for label, key, fmt in rows:
         a, b = mean(pb[key]), mean(js[key])
-        print(f"{label:38} {fmt.format(a):>14} {fmt.format(b):>14} {b / a:>13.2f}x")
+        line = f"{label:40} {fmt.format(a):>15} {fmt.format(b):>15} {b / a:>14.2f}x"
+        if key in direct:
+            d = mean(direct[key])
+            line += f" {fmt.format(d):>15} {a / d:>14.2f}x"
+        print(line)
     per_pod = 1e6 / total
     print(
-        f"converter (in-process, {total:,} pods): {convert_s * per_pod:.0f} us/pod protobuf->dict "
+        f"converter (in-process, GC off, {total:,} pods): {convert_s * per_pod:.0f} us/pod "
+        "protobuf->dict "
         f"+ {dump_s * per_pod:.0f} us/pod to JSON bytes; orjson.loads of the JSON list "
         f"{parse_s * per_pod:.0f} us/pod ({(convert_s + dump_s) / parse_s:.1f}x)"
     )
