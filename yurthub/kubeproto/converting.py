@@ -139,6 +139,9 @@ class Converter:
 
     def __init__(self) -> None:
         self._pool: descriptor_pool.DescriptorPool | None = None
+        self._files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
+        """Files not in the pool yet."""
+        self._file_of: dict[str, str] = {}
         self._kinds: dict[str, str] = {}
         self._go: dict[str, dict[str, Any]] = {}
         self._classes: dict[str, type[message.Message]] = {}
@@ -171,9 +174,13 @@ class Converter:
             files = descriptor_pb2.FileDescriptorSet.FromString(
                 zlib.decompress(base64.b64decode("".join(descriptors.PACKED)))
             )
-            pool = descriptor_pool.DescriptorPool()
+            # Files join the pool when a message of theirs is first needed (with their imports):
+            # a node's kinds touch a handful of the ~60 files (the pool of all costs 3.5 MB).
+            self._files = {proto.name: proto for proto in files.file}
             for proto in files.file:
-                pool.Add(proto)
+                for top in proto.message_type:
+                    self._file_of[f"{proto.package}.{top.name}"] = proto.name
+            pool = descriptor_pool.DescriptorPool()
             facts = json.loads(
                 importlib.resources.files(__package__).joinpath("gofields.json").read_bytes()
             )
@@ -187,9 +194,21 @@ class Converter:
         if found is None:
             pool = self._load()
             with self._lock:
+                file = self._file_of.get(full_name)
+                if file is None:
+                    raise Undecodable(full_name, "no such message in the API's descriptors")
+                self._add_file(pool, file)
                 desc = pool.FindMessageTypeByName(full_name)
                 found = self._classes[full_name] = message_factory.GetMessageClass(desc)
         return found
+
+    def _add_file(self, pool: descriptor_pool.DescriptorPool, name: str) -> None:
+        proto = self._files.pop(name, None)
+        if proto is None:
+            return  # added already
+        for dependency in proto.dependency:
+            self._add_file(pool, dependency)
+        pool.Add(proto)
 
     def message_name(self, api_version: str, kind: str) -> str | None:
         """The message of ``apiVersion``/``kind``, None outside the built-in API."""
