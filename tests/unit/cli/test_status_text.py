@@ -74,10 +74,22 @@ HUB: dict[str, Any] = {
             {"node": "edge-3", "address": "10.0.0.3", "usable": False},
         ],
         "resources": [
-            {"resource": "/v1/services", "synced": True, "objects": 40, "clients": 2,
-             "readFrom": "edge-2", "lastError": ""},
-            {"resource": "discovery.k8s.io/v1/endpointslices", "synced": False, "objects": 0,
-             "clients": 0, "readFrom": None, "lastError": "leader edge-3 refused"},
+            {
+                "resource": "/v1/services",
+                "synced": True,
+                "objects": 40,
+                "clients": 2,
+                "readFrom": "edge-2",
+                "lastError": "",
+            },
+            {
+                "resource": "discovery.k8s.io/v1/endpointslices",
+                "synced": False,
+                "objects": 0,
+                "clients": 0,
+                "readFrom": None,
+                "lastError": "leader edge-3 refused",
+            },
         ],
     },
 }
