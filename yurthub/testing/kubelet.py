@@ -10,7 +10,8 @@ Point it at a hub (or an apiserver) and let it run while you cut the link::
     assert not client.failures_after(detected_at, reads_only=True)
 
 What it does, like kubelet v1.32 (``User-Agent: kubelet/v1.32.4 (linux/amd64) kubernetes/abcdef0``,
-``Accept: application/vnd.kubernetes.protobuf,application/json`` — the hub answers JSON):
+``Accept: application/vnd.kubernetes.protobuf,application/json`` — the simulated apiserver
+answers JSON, and so does the hub's cache; it reads JSON only, so it is for the simulator):
 
 - pods: list with ``fieldSelector=spec.nodeName=<node>``, then watch from the list's
   resourceVersion (bookmarks allowed, server timeout 5-10 min); a closed watch is re-watched
