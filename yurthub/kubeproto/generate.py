@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -92,7 +93,15 @@ def descriptor_set(dirs: dict[str, Path]) -> bytes:
 
 
 def gofields() -> str:
-    facts = json.loads(_go("run", "-mod=mod", "./protometa"))
+    # protometa imports apimachinery and client-go, which the committed go.mod lists as
+    # indirect: `go run -mod=mod` would rewrite it, and a changed go.mod is a changed pin (every
+    # test-bed binary rebuilt). It runs against a copy instead.
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("go.mod", "go.sum"):
+            shutil.copyfile(CLUSTER_MODULE / name, Path(tmp) / name)
+        facts = json.loads(
+            _go("run", f"-modfile={Path(tmp) / 'go.mod'}", "-mod=mod", "./protometa")
+        )
     parts = []
     for section in ("kinds", "messages"):
         table = {k: v for k, v in facts[section].items() if "__internal" not in k}
