@@ -86,19 +86,21 @@ class SimKubelet(pb_grpc.RegistrationServicer):
         self._server = server
 
     async def _shutdown(self) -> None:
-        for plugin in self.plugins.values():
-            if plugin.task is not None:
-                plugin.task.cancel()
-        tasks = [p.task for p in self.plugins.values() if p.task is not None]
-        if tasks:
-            await asyncio.wait(tasks)  # never swallows a cancellation of our own task
-        self.plugins.clear()
+        # The registration server stops first: a plugin registering while we wait for the
+        # others' streams to end would start a ListAndWatch nobody cancels, and our TaskGroup
+        # would wait for it for ever (seen: the configuration plugin registering during exit).
         try:
             if self._server is not None:
                 server, self._server = self._server, None
                 await grpcserving.stop(server, 0)
         finally:
             self.socket.unlink(missing_ok=True)
+        tasks = [p.task for p in self.plugins.values() if p.task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)  # never swallows a cancellation of our own task
+        self.plugins.clear()
 
     async def restart(self, *, wipe: bool = True, down_for: float = 0.0) -> None:
         """Like a kubelet restart: registrations forgotten, its socket (and plugins') re-created."""
