@@ -11,6 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import rbac_support as rbac
 import yaml
 from managers_support import eventually, manager_settings, service_account_dir
 
@@ -175,29 +176,8 @@ async def test_leaders_configmaps_and_role_follow_pools_and_nodes(
     role_rules = next(d for d in docs if d["kind"] == "Role")["rules"]
     events_rule = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
     user = "system:serviceaccount:kube-system:edgehub-manager"
-    seen = {
-        (r.verb, r.group, r.rbac[2], r.namespace, r.name) for r in sim.audit_log() if r.user == user
-    }
-
-    def granted(
-        rules: list[dict[str, Any]], verb: str, group: str, resource: str, name: str
-    ) -> bool:
-        return any(
-            group in rule["apiGroups"]
-            and resource in rule["resources"]
-            and verb in rule["verbs"]
-            and (not rule.get("resourceNames") or name in rule["resourceNames"])
-            for rule in rules
-        )
-
-    denied = sorted(
-        r
-        for r in seen
-        if not granted(cluster_rules + events_rule, *r[:3], r[4])
-        and not (r[3] == NS and granted(role_rules, *r[:3], r[4]))
-    )
-    assert denied == []
-    kinds = {(verb, group, resource) for verb, group, resource, _, _ in seen}
+    seen = rbac.requests_of(sim, user)
+    assert rbac.denied(seen, cluster_rules + events_rule, role_rules, NS) == []
     assert {
         ("watch", "apps.openyurt.io", "nodepools"),
         ("update", "apps.openyurt.io", "nodepools/status"),
@@ -207,4 +187,4 @@ async def test_leaders_configmaps_and_role_follow_pools_and_nodes(
         ("create", "rbac.authorization.k8s.io", "clusterroles"),
         ("update", "rbac.authorization.k8s.io", "clusterroles"),
         ("create", "", "events"),
-    } <= kinds
+    } <= rbac.kinds(seen)

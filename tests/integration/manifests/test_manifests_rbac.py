@@ -18,6 +18,7 @@ from typing import Any
 
 import csr_support as cs
 import pytest
+import rbac_support as checking
 from manifests_support import MANIFESTS, one
 
 from discovery.agent import running, settings
@@ -173,18 +174,6 @@ async def test_agent_cluster_role_allows_every_request_of_the_agent(
 # --------------------------------------------------------------------------- the manager
 
 
-def granted(
-    rules: list[Mapping[str, Any]], verb: str, group: str, resource: str, name: str
-) -> bool:
-    return any(
-        group in rule["apiGroups"]
-        and resource in rule["resources"]
-        and verb in rule["verbs"]
-        and (not rule.get("resourceNames") or name in rule["resourceNames"])
-        for rule in rules
-    )
-
-
 async def test_manager_roles_allow_every_request_of_the_manager(
     sim: simapiserver.SimApiserver, tmp_path: Path
 ) -> None:
@@ -251,20 +240,12 @@ async def test_manager_roles_allow_every_request_of_the_manager(
 
         await cluster.eventually(denial_posted)
     user = f"system:serviceaccount:{namespace}:{account}"
-    seen = {
-        (r.verb, r.group, r.rbac[2], r.namespace, r.name) for r in sim.audit_log() if r.user == user
-    }
+    seen = checking.requests_of(sim, user)
     cluster_rules = one(rbac, "ClusterRole")["rules"]
     role_rules = one(rbac, "Role")["rules"]
-    denied = sorted(
-        request
-        for request in seen
-        if not granted(cluster_rules, *request[:3], request[4])
-        and not (request[3] == namespace and granted(role_rules, *request[:3], request[4]))
-    )
-    assert denied == []
+    assert checking.denied(seen, cluster_rules, role_rules, namespace) == []
     # The scenario exercised every kind of request, or the check above proves little.
-    kinds = {(verb, group, resource) for verb, group, resource, _, _ in seen}
+    kinds = checking.kinds(seen)
     assert {
         ("list", "certificates.k8s.io", "certificatesigningrequests"),
         ("watch", "certificates.k8s.io", "certificatesigningrequests"),
@@ -435,15 +416,9 @@ async def test_manager_roles_allow_every_request_of_the_akri_controllers_and_web
         assert answer["response"]["allowed"] is True, answer
         assert "warnings" not in answer["response"], answer  # every dry run was allowed
     user = f"system:serviceaccount:{namespace}:{account}"
-    seen = {
-        (r.verb, r.group, r.rbac[2], r.namespace, r.name) for r in sim.audit_log() if r.user == user
-    }
-    cluster_rules = one(rbac, "ClusterRole")["rules"]
-    denied = sorted(
-        request for request in seen if not granted(cluster_rules, *request[:3], request[4])
-    )
-    assert denied == []
-    kinds = {(verb, group, resource) for verb, group, resource, _, _ in seen}
+    seen = checking.requests_of(sim, user)
+    assert checking.denied(seen, one(rbac, "ClusterRole")["rules"]) == []
+    kinds = checking.kinds(seen)
     assert {
         ("watch", "akri.sh", "configurations"),
         ("watch", "akri.sh", "instances"),
