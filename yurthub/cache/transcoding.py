@@ -39,8 +39,12 @@ class Transcoder:
         return self._converter
 
     def body(self, body: bytes) -> bytes | None:
-        """An object or list body as JSON, None when it does not convert."""
+        """An object or list body as JSON, None when it does not convert. Lists are converted
+        item by item (bounded memory), everything else whole."""
         try:
+            listed = self._converter.list_json(body)
+            if listed is not None:
+                return listed
             return orjson.dumps(self._converter.object(body))
         except converting.Undecodable as e:
             self._failed(e)

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from yurthub.filters import chaining, jsonbodies, objects
+from yurthub.kubeproto import wire
 
 MAGIC = b"k8s\x00"
 CONTENT_TYPE = "application/vnd.kubernetes.protobuf"
@@ -84,57 +85,12 @@ KINDS = frozenset({"Service", "EndpointSlice", "Endpoints", "ConfigMap", "Pod"})
 PASS_THROUGH_EVENTS = frozenset({"BOOKMARK", "ERROR"})
 
 
-class DecodeError(ValueError):
-    """Bytes that are not the protobuf this module reads."""
+DecodeError = wire.DecodeError
+_varint = wire.varint
+_fields = wire.fields
 
 
 # --- wire format ---------------------------------------------------------------------------
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data):
-            raise DecodeError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:
-            raise DecodeError("varint too long")
-
-
-def _fields(data: bytes) -> Iterator[tuple[int, int, int | bytes, bytes]]:
-    """(number, wire type, value, the field's own bytes including its tag), in order."""
-    pos = 0
-    end = len(data)
-    while pos < end:
-        start = pos
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        value: int | bytes
-        if wire == 0:
-            value, pos = _varint(data, pos)
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            if pos + length > end:
-                raise DecodeError("truncated length-delimited field")
-            value, pos = data[pos : pos + length], pos + length
-        elif wire == 1:
-            if pos + 8 > end:
-                raise DecodeError("truncated fixed64")
-            value, pos = int.from_bytes(data[pos : pos + 8], "little"), pos + 8
-        elif wire == 5:
-            if pos + 4 > end:
-                raise DecodeError("truncated fixed32")
-            value, pos = int.from_bytes(data[pos : pos + 4], "little"), pos + 4
-        else:
-            raise DecodeError(f"wire type {wire} of field {number}")
-        if number == 0:
-            raise DecodeError("field number 0")
-        yield number, wire, value, data[start:pos]
 
 
 def _encode_varint(value: int) -> bytes:

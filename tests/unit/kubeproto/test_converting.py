@@ -45,6 +45,44 @@ def test_list_converts_to_the_apiservers_json(converter: converting.Converter, n
     assert got == want
 
 
+@pytest.mark.parametrize("name", LISTS)
+def test_lists_convert_item_by_item_to_the_same_json(
+    converter: converting.Converter, name: str
+) -> None:
+    # What the cache writer uses for lists: one item at a time, never the decoded whole.
+    want = json.loads((DATA / f"{name}.json").read_bytes())
+    listed = converter.list_json((DATA / f"{name}.pb").read_bytes())
+    assert listed is not None
+    assert json.loads(listed) == want
+
+
+def test_item_by_item_keeps_an_empty_list_and_refuses_what_is_no_list(
+    converter: converting.Converter,
+) -> None:
+    body = (DATA / "leases.pb").read_bytes()
+    api_version, kind, raw = converter.envelope(body)
+    # The same list without its items (field 2 of every List message).
+    from yurthub.kubeproto import wire
+
+    bare = b"".join(whole for number, _, _, whole in wire.fields(raw) if number != 2)
+    unknown = converter._class("k8s.io.apimachinery.pkg.runtime.Unknown")()
+    unknown.typeMeta.apiVersion, unknown.typeMeta.kind, unknown.raw = api_version, kind, bare
+    empty = converting.MAGIC + unknown.SerializeToString()
+    got = json.loads(converter.list_json(empty) or b"null")
+    assert got["items"] == [] and got["kind"] == "LeaseList" and got["metadata"]
+    # A single object is not a list: None, the caller converts it whole.
+    item = next(whole for number, _, whole, _ in wire.fields(raw) if number == 2)
+    assert isinstance(item, bytes)
+    unknown.typeMeta.kind, unknown.raw = "Lease", item
+    single = converting.MAGIC + unknown.SerializeToString()
+    assert converter.list_json(single) is None
+    assert converter.object(single)["kind"] == "Lease"
+    # A list whose items are cut short is undecodable, never half a list.
+    truncated = body[:-7]
+    with pytest.raises(converting.Undecodable):
+        converter.list_json(truncated)
+
+
 def test_the_pods_fixture_exercises_the_special_types(converter: converting.Converter) -> None:
     pods = converter.object((DATA / "pods.pb").read_bytes())
     rich = next(p for p in pods["items"] if p["metadata"]["name"] == "rich")
