@@ -7,10 +7,8 @@ from __future__ import annotations
 import gzip
 import pathlib
 import zlib
-from collections.abc import AsyncIterator
 
 import orjson
-import pytest
 from cache_tees import KUBELET, PODS, names, pod, tee_for
 from multidict import CIMultiDict
 
@@ -34,15 +32,6 @@ def pod_list(*names: str) -> bytes:
 def info(query: dict[str, str]) -> requestinfo.RequestInfo:
     headers = CIMultiDict({"User-Agent": KUBELET, "Accept": "application/json"})
     return requestinfo.classify("GET", "/api/v1/namespaces/d/pods", query, headers)
-
-
-@pytest.fixture
-async def cache(tmp_path: pathlib.Path) -> AsyncIterator[store.Store]:
-    c = await store.Store.open(tmp_path / "cache")
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 async def test_a_gzip_list_is_cached_inflated(cache: store.Store) -> None:

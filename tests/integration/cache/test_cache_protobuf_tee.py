@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import logging
 import pathlib
-from collections.abc import AsyncIterator
 
 import orjson
 import pytest
@@ -33,15 +32,6 @@ CONFIGMAPS = keys.Scope("kubelet", "configmaps", "v1")
 def info(path: str, query: dict[str, str] | None = None) -> requestinfo.RequestInfo:
     headers = CIMultiDict({"User-Agent": KUBELET, "Accept": ACCEPT})
     return requestinfo.classify("GET", path, query or {}, headers)
-
-
-@pytest.fixture
-async def cache(tmp_path: pathlib.Path) -> AsyncIterator[store.Store]:
-    c = await store.Store.open(tmp_path / "cache")
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 async def stored(cache: store.Store, scope: keys.Scope) -> dict[str, object]:

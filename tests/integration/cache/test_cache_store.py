@@ -56,13 +56,6 @@ async def apply(s: store.Store, *jobs: store.Job) -> None:
     assert await s.flush(5)
 
 
-@pytest.fixture
-async def cache(tmp_path: pathlib.Path) -> Any:
-    s = await store.Store.open(tmp_path / "cache")
-    yield s
-    await s.close()
-
-
 async def test_list_then_watch_then_relist(cache: store.Store) -> None:
     await apply(cache, store.PutList(MINE, pod_list(10, pod("a", 1), pod("b", 2))))
     assert names(cache) == {"a": "1", "b": "2"}

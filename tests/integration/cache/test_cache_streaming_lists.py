@@ -4,9 +4,6 @@ BOOKMARK is as good as a list for the offline answer; one cut short is not."""
 
 from __future__ import annotations
 
-import pathlib
-from collections.abc import AsyncIterator
-
 import orjson
 import pytest
 from cache_tees import KUBELET, PODS, names, pod, tee_for
@@ -43,15 +40,6 @@ def watch_info(*, initial: bool = True) -> requestinfo.RequestInfo:
         query |= {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
     headers = CIMultiDict({"User-Agent": KUBELET, "Accept": "application/json"})
     return requestinfo.classify("GET", "/api/v1/pods", query, headers)
-
-
-@pytest.fixture
-async def cache(tmp_path: pathlib.Path) -> AsyncIterator[store.Store]:
-    c = await store.Store.open(tmp_path / "cache")
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 async def seed_list(cache: store.Store, *pods: str) -> None:
