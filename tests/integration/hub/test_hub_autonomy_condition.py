@@ -11,16 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import pathlib
 import socket
-import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import pytest
+from tmpfs_support import small_tmpfs
 
 from discovery.testing import cluster
 from yurthub import assembly, kubeconfigs, settings
@@ -133,22 +131,6 @@ async def test_condition_follows_the_annotations_and_is_written_only_when_it_cha
             await wait_reason(sim, "CloudNode")
     # One write per change: disabled, enabled, invalid, legacy, cloud node.
     assert condition_writes(sim) == 5
-
-
-@contextlib.contextmanager
-def small_tmpfs(path: pathlib.Path, size: str) -> Iterator[pathlib.Path]:
-    path.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace')}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 async def test_a_full_cache_disk_makes_the_condition_false(
