@@ -59,6 +59,10 @@ class SimKubelet(pb_grpc.RegistrationServicer):
         self._server: grpc.aio.Server | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._tg: asyncio.TaskGroup | None = None
+        # Every ListAndWatch we follow, including those of plugins that re-registered since:
+        # shutdown cancels them all, not only the ones ``plugins`` still names.
+        self._follows: set[asyncio.Task[None]] = set()
+        self._accepting = False
 
     @property
     def socket(self) -> Path:
@@ -82,24 +86,28 @@ class SimKubelet(pb_grpc.RegistrationServicer):
         server = grpc.aio.server()
         pb_grpc.add_RegistrationServicer_to_server(self, server)  # type: ignore[no-untyped-call]
         server.add_insecure_port(f"unix:{self.socket}")
+        self._accepting = True
         await server.start()
         self._server = server
 
     async def _shutdown(self) -> None:
-        # The registration server stops first: a plugin registering while we wait for the
-        # others' streams to end would start a ListAndWatch nobody cancels, and our TaskGroup
-        # would wait for it for ever (seen: the configuration plugin registering during exit).
+        # Registrations stop first: a Register handled while we wait for the streams to end
+        # would start a ListAndWatch nobody cancels, and our TaskGroup would wait for it for
+        # ever (seen: a plugin re-registering during exit, its handler run after the server
+        # had stopped). Every stream ever started is then cancelled until none is left.
+        self._accepting = False
         try:
             if self._server is not None:
                 server, self._server = self._server, None
                 await grpcserving.stop(server, 0)
         finally:
             self.socket.unlink(missing_ok=True)
-        tasks = [p.task for p in self.plugins.values() if p.task is not None]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)  # never swallows a cancellation of our own task
+        while self._follows:
+            pending = set(self._follows)
+            for task in pending:
+                task.cancel()
+            # A timeout, not for ever: a cancellation swallowed inside grpc is sent again.
+            await asyncio.wait(pending, timeout=1.0)  # never swallows a cancellation of ours
         self.plugins.clear()
 
     async def restart(self, *, wipe: bool = True, down_for: float = 0.0) -> None:
@@ -122,6 +130,8 @@ class SimKubelet(pb_grpc.RegistrationServicer):
     # -- Registration service
 
     async def Register(self, request: Any, context: Any) -> Any:
+        if not self._accepting:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet is shutting down")
         if request.version != "v1beta1":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unsupported version")
         reason = self.reject(request.resource_name) if self.reject else None
@@ -137,6 +147,8 @@ class SimKubelet(pb_grpc.RegistrationServicer):
         plugin.task = self._tg.create_task(
             self._follow(plugin), name=f"sim kubelet ListAndWatch {request.resource_name}"
         )
+        self._follows.add(plugin.task)
+        plugin.task.add_done_callback(self._follows.discard)
         self._wake()
         return pb.Empty()
 
@@ -216,6 +228,7 @@ class SimPodResources(pr_grpc.PodResourcesListerServicer):
         server = grpc.aio.server()
         pr_grpc.add_PodResourcesListerServicer_to_server(self, server)  # type: ignore[no-untyped-call]
         server.add_insecure_port(f"unix:{self.socket}")
+        self._accepting = True
         await server.start()
         self._server = server
         return self

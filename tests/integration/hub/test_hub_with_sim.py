@@ -17,8 +17,8 @@ import yaml
 
 from yurthub import server, settings
 from yurthub.testing import simapiserver
+from yurthub.testing.fixtures import KUBECTL
 
-KUBECTL = "/usr/bin/kubectl"
 pytestmark = pytest.mark.slow
 
 

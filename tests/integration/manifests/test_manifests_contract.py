@@ -52,6 +52,7 @@ from yurthub import settings as hub_settings
 from yurthub.cache import agents
 from yurthub.certs import modes
 from yurthub.filters import runtime as filtering
+from yurthub.testing.fixtures import KUBECTL
 
 EDGEHUB = shutil.which("edgehub", path=str(Path(sys.executable).parent)) or "edgehub"
 NODE = "edge-node-1"
@@ -239,7 +240,7 @@ def test_kubelet_kubeconfig_points_at_the_hub_proxy() -> None:
     # The real kubectl reads it as a kubeconfig.
     viewed = subprocess.run(
         [
-            "/usr/bin/kubectl",
+            KUBECTL,
             "config",
             "view",
             "--kubeconfig",

@@ -37,6 +37,10 @@ PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 MAX_SLEEP = 3600.0
 STDIN_QUEUE = 64
+# A container runtime takes tens of milliseconds to start an exec'd process; output never
+# follows the upgrade at once. kubectl 1.32 relies on that (fixed by 1.34): it reads the connection
+# while still creating its streams and drops (then fails on) output that comes first.
+PROCESS_START = 0.02
 
 
 class Session:
@@ -317,6 +321,7 @@ async def _session(
     code = 0
     async with asyncio.TaskGroup() as tg:
         reader = tg.create_task(pump_input(), name="exec-stdin")
+        await asyncio.sleep(PROCESS_START)
         code = await run(argv, session)
         await send(ERROR, exit_status(argv, code))
         await ws.close()
