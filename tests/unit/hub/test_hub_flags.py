@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import pathlib
+import sys
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 from click import testing
@@ -74,3 +78,29 @@ def test_default_flags_are_the_settings_defaults() -> None:
     )
     assert built.upstream.header_deadline == settings.UpstreamSettings().header_deadline
     assert built.upstream.idle_timeout == settings.UpstreamSettings().idle_timeout
+
+
+def test_the_hub_runs_with_a_short_gil_switch_interval(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    # The cache writer converts protobuf in a thread: the event loop must not wait 5 ms (the
+    # interpreter's default) for the GIL at each socket call meanwhile.
+    seen: list[float] = []
+
+    def run(main: Coroutine[Any, Any, Any]) -> None:
+        seen.append(sys.getswitchinterval())
+        main.close()
+
+    monkeypatch.setattr(cli, "run", run)
+    default = sys.getswitchinterval()
+    try:
+        result = testing.CliRunner().invoke(
+            hub.command,
+            ["--node-name", "n1", "--server-addr", "http://127.0.0.1:1",
+             "--root-dir", str(tmp_path), "--disk-cache-path", str(tmp_path / "cache")],
+        )  # fmt: skip
+    finally:
+        sys.setswitchinterval(default)
+    assert result.exit_code == 0, result.output
+    assert seen == [hub.GIL_SWITCH_INTERVAL]
+    assert default > hub.GIL_SWITCH_INTERVAL
