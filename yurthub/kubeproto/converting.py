@@ -22,7 +22,8 @@ omitempty, inline). The rules are Go's ``encoding/json`` over what gogo-protobuf
   Go's duration string, ``Quantity`` -> its string, ``IntOrString`` -> int or string,
   ``bytes`` -> base64, ``RawExtension``/``FieldsV1`` -> the JSON they hold (a nested protobuf
   object is converted), Go slice types (``Verbs``, ``ExtraValue``) -> lists, inline fields
-  merged into their parent.
+  merged into their parent;
+- map keys sorted (Go writes them so; upb hands entries out in hash order).
 
 Errors: whatever cannot be converted (a kind outside the built-in API, e.g. a CRD, a
 truncated or corrupt message, a RawExtension holding neither JSON nor protobuf) raises
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import functools
 import importlib.resources
 import json
 import threading
@@ -148,8 +148,10 @@ class Converter:
         self._kinds: dict[str, str] = {}
         self._go: dict[str, dict[str, Any]] = {}
         self._classes: dict[str, type[message.Message]] = {}
-        self._plans: dict[str, _Plan | None] = {}
+        self._by_name: dict[str, Convert] = {}
+        """Walks by message name, built and read with the lock held."""
         self._walkers: dict[type, Convert] = {}
+        """Walks by message class, read without the lock (written once complete)."""
         self._times: dict[tuple[int, int, bool], str] = {}
         self._lock = threading.RLock()
         self._specials: dict[str, Convert] = {
@@ -298,80 +300,41 @@ class Converter:
     def _message(self, msg: Any) -> Any:
         walk = self._walkers.get(type(msg))
         if walk is None:
-            walk = self._walker(msg.DESCRIPTOR)
+            with self._lock:
+                walk = self._resolve(msg.DESCRIPTOR)
             self._walkers[type(msg)] = walk
         return walk(msg)
 
-    def _walker(self, desc: Any) -> Convert:
-        """How to convert messages of ``desc``: a special type's function, a slice type's, or
-        the plan walk (built once per type; the hot path is ``_walk``)."""
+    def _resolve(self, desc: Any) -> Convert:
+        """How to convert messages of ``desc`` (the lock held): a special type's function, a
+        slice type's, or a walk over the message's plan. Built once per type, with the walks
+        of the messages it holds resolved at once (a type holding itself gets its own walk),
+        so converting a field never looks its type up again."""
+        found = self._by_name.get(desc.full_name)
+        if found is not None:
+            return found
         special = self._specials.get(desc.full_name)
+        go = self._go.get(desc.full_name)
         if special is not None:
-            return special
-        plan = self._plans[desc.full_name] if desc.full_name in self._plans else self._plan(desc)
-        if plan is None:
-            return self._items
-        return functools.partial(self._walk, plan=plan)
-
-    def _walk(self, msg: Any, plan: _Plan) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        fields = plan.fields
-        for fd, value in msg.ListFields():
-            f = fields.get(fd)
-            if f is None:
-                continue  # a field Go does not have (newer upstream): not in the JSON either
-            name, handling, drop_zero, inline, convert = f
-            if handling == _SCALAR:
-                if drop_zero and not value:
-                    continue
-                out[name] = value
-            elif handling == _MESSAGE:
-                converted = convert(value)
-                if converted is None and drop_zero:
-                    continue  # omitzero (ObjectMeta.creationTimestamp): an unset Time goes
-                if inline:
-                    out.update(converted)
-                    continue
-                out[name] = converted
-            elif handling == _LIST_MESSAGE:
-                out[name] = [convert(v) for v in value]
-            elif handling == _LIST:
-                out[name] = list(value)
-            elif handling == _MAP:
-                out[name] = dict(value)
-            elif handling == _MAP_BYTES:
-                out[name] = {k: base64.b64encode(v).decode() for k, v in value.items()}
-            elif handling == _MAP_MESSAGE:
-                out[name] = {k: convert(v) for k, v in value.items()}
-            elif handling == _BYTES:
-                if drop_zero and not value:
-                    continue
-                out[name] = base64.b64encode(value).decode()
-            else:  # _LIST_BYTES
-                out[name] = [base64.b64encode(v).decode() for v in value]
-        for name, default in plan.absent:
-            if name not in out:
-                out[name] = default()
-        return out
+            walk = special
+        elif go is None:
+            walk = _fails(desc.full_name, "no Go facts for this message")
+        elif go.get("slice"):
+            walk = self._items
+        else:
+            plan = _Plan()
+            walk = _walk(plan)
+            # Registered before its plan is filled: a message holding its own type finds it.
+            self._by_name[desc.full_name] = walk
+            self._fill_plan(plan, desc, go.get("fields", {}))
+        self._by_name[desc.full_name] = walk
+        return walk
 
     def _items(self, msg: Any) -> list[Any]:
         """A Go slice type (``Verbs``, ``ExtraValue``): ``message { repeated items = 1; }``."""
         return list(msg.items)
 
-    def _plan(self, desc: Any) -> _Plan | None:
-        with self._lock:
-            if desc.full_name not in self._plans:
-                self._plans[desc.full_name] = self._build_plan(desc)
-            return self._plans[desc.full_name]
-
-    def _build_plan(self, desc: Any) -> _Plan | None:
-        go = self._go.get(desc.full_name)
-        if go is None:
-            raise Undecodable(desc.full_name, "no Go facts for this message")
-        if go.get("slice"):
-            return None
-        plan = _Plan()
-        facts = go.get("fields", {})
+    def _fill_plan(self, plan: _Plan, desc: Any, facts: dict[str, Any]) -> None:
         for fd in desc.fields:
             fact = facts.get(str(fd.number))
             if fact is None:
@@ -388,14 +351,14 @@ class Converter:
                     value = entry.fields_by_name["value"]
                     if value.type == value.TYPE_MESSAGE:
                         handling = _MAP_MESSAGE
-                        convert = self._specials.get(value.message_type.full_name)
+                        convert = self._resolve(value.message_type)
                     elif value.type == value.TYPE_BYTES:
                         handling = _MAP_BYTES
                     else:
                         handling = _MAP
                 elif is_message:
                     handling = _LIST_MESSAGE
-                    convert = self._specials.get(fd.message_type.full_name)
+                    convert = self._resolve(fd.message_type)
                 elif fd.type == fd.TYPE_BYTES:
                     handling = _LIST_BYTES
                 else:
@@ -404,7 +367,7 @@ class Converter:
                     plan.absent.append((fact["json"], _none))
             elif is_message:
                 handling = _MESSAGE
-                convert = self._specials.get(fd.message_type.full_name)
+                convert = self._resolve(fd.message_type)
                 if not pointer and not inline and not omit_zero:
                     plan.absent.append((fact["json"], self._empty(fd.message_type)))
                 elif pointer and not omit:
@@ -416,14 +379,7 @@ class Converter:
                 elif not pointer and not omit:
                     plan.absent.append((fact["json"], _constant(_zero(fd))))
             drop_zero = (omit and not pointer) or omit_zero
-            plan.fields[fd] = (
-                fact["json"],
-                handling,
-                drop_zero,
-                inline,
-                convert or self._message,
-            )
-        return plan
+            plan.fields[fd] = (fact["json"], handling, drop_zero, inline, convert or _same)
 
     def _empty(self, desc: Any) -> Callable[[], Any]:
         """Go's zero value of a non-pointer struct field the wire lacks (built when needed)."""
@@ -462,12 +418,73 @@ class Converter:
             raise Undecodable(what, "holds neither JSON nor a protobuf object") from e
 
 
+def _walk(plan: _Plan) -> Convert:
+    """The hot path: one message into a dict, field by field as its plan says."""
+    fields = plan.fields
+    absent = plan.absent
+    b64 = base64.b64encode
+
+    def walk(msg: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for fd, value in msg.ListFields():
+            f = fields.get(fd)
+            if f is None:
+                continue  # a field Go does not have (newer upstream): not in the JSON either
+            name, handling, drop_zero, inline, convert = f
+            if handling == _SCALAR:
+                if drop_zero and not value:
+                    continue
+                out[name] = value
+            elif handling == _MESSAGE:
+                converted = convert(value)
+                if converted is None and drop_zero:
+                    continue  # omitzero (ObjectMeta.creationTimestamp): an unset Time goes
+                if inline:
+                    out.update(converted)
+                    continue
+                out[name] = converted
+            elif handling == _LIST_MESSAGE:
+                out[name] = [convert(v) for v in value]
+            elif handling == _LIST:
+                out[name] = list(value)
+            # Go's encoding/json writes map keys sorted.
+            elif handling == _MAP:
+                out[name] = dict(sorted(value.items()))
+            elif handling == _MAP_BYTES:
+                out[name] = {k: b64(v).decode() for k, v in sorted(value.items())}
+            elif handling == _MAP_MESSAGE:
+                out[name] = {k: convert(v) for k, v in sorted(value.items())}
+            elif handling == _BYTES:
+                if drop_zero and not value:
+                    continue
+                out[name] = b64(value).decode()
+            else:  # _LIST_BYTES
+                out[name] = [b64(v).decode() for v in value]
+        for name, default in absent:
+            if name not in out:
+                out[name] = default()
+        return out
+
+    return walk
+
+
+def _fails(kind: str, reason: str) -> Convert:
+    def fail(msg: Any) -> Any:
+        raise Undecodable(kind, reason)
+
+    return fail
+
+
 def _repeated(fd: Any) -> bool:
     # protobuf 6 has ``is_repeated`` and no ``label`` on upb descriptors; 4.x/5.x the opposite.
     found = getattr(fd, "is_repeated", None)
     if found is not None:
         return bool(found)
     return bool(fd.label == fd.LABEL_REPEATED)
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _constant(value: Any) -> Callable[[], Any]:

@@ -181,3 +181,33 @@ def test_frame_splitter_refuses_a_frame_over_the_bound_before_holding_it() -> No
     splitter = framing.FrameSplitter(16)
     with pytest.raises(framing.FrameTooLarge):
         splitter.feed(b"\x00\x00\x01\x00")
+
+
+def _maps(obj: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """(where, keys in order) of the string maps an object of the fixtures holds."""
+    found: list[tuple[str, list[str]]] = []
+    meta = obj.get("metadata") or {}
+    for field in ("labels", "annotations"):
+        found.append((f"metadata.{field}", list(meta.get(field) or {})))
+    found.append(("data", list(obj.get("data") or {})))
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    found.append(("spec.selector", list(spec.get("selector") or {})))
+    found.append(("status.capacity", list(status.get("capacity") or {})))
+    for container in spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        for field in ("limits", "requests"):
+            found.append((f"resources.{field}", list(resources.get(field) or {})))
+    return [(where, keys) for where, keys in found if len(keys) > 1]
+
+
+def test_map_keys_come_in_gos_order(converter: converting.Converter) -> None:
+    # Go's encoding/json writes map keys sorted; upb hands map entries out in hash order.
+    checked = 0
+    for name in LISTS:
+        want = json.loads((DATA / f"{name}.json").read_bytes())
+        listed = converter.list_json((DATA / f"{name}.pb").read_bytes())
+        assert listed is not None
+        for got_item, want_item in zip(json.loads(listed)["items"], want["items"], strict=True):
+            assert _maps(got_item) == _maps(want_item), name
+            checked += len(_maps(want_item))
+    assert checked > 20, "the fixtures hold maps of several keys"
