@@ -87,17 +87,6 @@ async def get(
         return body
 
 
-async def idle_cpu(pid: int, quiet: float = 0.01) -> float:
-    """The process's CPU seconds once it stopped working (the cache writer done)."""
-    last = sbs.cpu_seconds(pid)
-    while True:
-        await asyncio.sleep(0.4)
-        now = sbs.cpu_seconds(pid)
-        if now - last < quiet:
-            return now
-        last = now
-
-
 async def run(args: argparse.Namespace, workdir: pathlib.Path) -> None:
     from yurthub.testing import k8sbinaries, realcluster
 
@@ -172,14 +161,14 @@ async def bench(
                     row.setdefault("list", []).append(await via.relayed(session) - before)
                     continue
 
-                await idle_cpu(pid)
+                await sbs.idle_cpu(pid)
                 cpu0 = sbs.cpu_seconds(pid)
                 before = await link.relayed(session)
                 started = time.perf_counter()
                 body = await get(session, hub.url + sbs.LIST_10K, headers)
                 row.setdefault("list_s", []).append(time.perf_counter() - started)
                 row.setdefault("list", []).append(await link.relayed(session) - before)
-                row.setdefault("cpu", []).append(await idle_cpu(pid) - cpu0)
+                row.setdefault("cpu", []).append(await sbs.idle_cpu(pid) - cpu0)
                 row.setdefault("answer", []).append(len(body))
 
         # The converter in this process, against orjson on the same list as JSON.

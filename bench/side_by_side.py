@@ -102,6 +102,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def idle_cpu(pid: int, quiet: float = 0.01, within: float = 180.0) -> float:
+    """The process's CPU seconds once it stopped working (a cache writer done with its
+    backlog): less than ``quiet`` s of CPU in 0.4 s; gives up after ``within`` s."""
+    last = cpu_seconds(pid)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.4)
+        now = cpu_seconds(pid)
+        if now - last < quiet:
+            return now
+        last = now
+    return last
+
+
 class Proc:
     """A child process with its output in a log file; stopped with SIGTERM, then SIGKILL."""
 
@@ -648,7 +662,9 @@ async def bench(
         for name, values in delays.items():
             res[name]["watch"] = values
 
-        await asyncio.sleep(5)  # the caches finish writing
+        # The caches finish writing (edgehub converts its protobuf lists in the background).
+        for hub in hubs:
+            await idle_cpu(hub.proc.pid)
         cached_rss = {hub.name: rss_mb(hub.proc.pid) for hub in hubs}
 
         print("offline ...", flush=True)

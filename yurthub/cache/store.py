@@ -755,9 +755,7 @@ class Store:
         Back-to-back lists (a client relisting, kubectl in a loop) otherwise queue tens of MB
         each and cost a parse each, for a state the newest one replaces anyway.
         """
-        if job.protobuf:
-            return  # its kind is known once the writer has converted it
-        kind = "" if job.continued is True else framing.whole_list_kind(job.body)
+        kind = "" if job.continued is True else _whole_list_kind(job)
         if not kind:
             return
         for queued in list(self._pending):
@@ -765,8 +763,7 @@ class Store:
                 isinstance(queued, PutList)
                 and queued.list_key == job.list_key
                 and queued.continued is not True
-                and not queued.protobuf
-                and framing.whole_list_kind(queued.body) == kind
+                and _whole_list_kind(queued) == kind
             ):
                 self._pending.remove(queued)
                 self._pending_bytes -= queued.size
@@ -916,7 +913,10 @@ class Store:
         return outcome
 
     def _as_json(self, job: Job) -> Job | None:
-        """A protobuf job as the JSON job it stands for (writer thread); None: not storable."""
+        """A protobuf job as the JSON job it stands for (writer thread); None: not storable.
+        Protobuf lists stay as they are: ``put_list`` converts only the items that changed."""
+        if isinstance(job, PutList) and job.protobuf and transcoding.list_kind(job.body):
+            return job
         if isinstance(job, PutObject | PutList) and job.protobuf:
             body = self.transcoder.body(job.body)
             return None if body is None else dataclasses.replace(job, body=body, protobuf=False)
@@ -927,6 +927,12 @@ class Store:
                 return None
             return dataclasses.replace(job, lines=lines, protobuf=False)
         return job
+
+
+def _whole_list_kind(job: PutList) -> str:
+    if job.protobuf:
+        return transcoding.whole_list_kind(job.body)
+    return framing.whole_list_kind(job.body)
 
 
 class _CorruptStored(Exception):
@@ -1218,11 +1224,24 @@ class _Batch:
                 # A list is stored whole or not at all: one it would answer incomplete is none.
                 raise framing.BadBody(f"list item not storable: {e}") from e
 
+    def _parse_list(self, job: PutList) -> tuple[framing.ListHead, Iterator[framing.ListItem]]:
+        if not job.protobuf:
+            return framing.parse_list(job.body)
+        transcoder = self.store.transcoder
+        split = transcoder.parse_list(job.body)
+        if split is not None:
+            return split
+        # Not a list with items (a Table, another view): converted whole, then read as JSON.
+        body = transcoder.body(job.body)
+        if body is None:
+            raise framing.BadBody("a protobuf list body that does not convert")
+        return framing.parse_list(body)
+
     def put_list(self, job: PutList) -> None:
         list_key = job.list_key
         # The body says what it is (some servers send a bare application/json for views). A 2xx
         # whose body is no list (a Status, an object) neither makes nor replaces a list record.
-        head, parsed = framing.parse_list(job.body)
+        head, parsed = self._parse_list(job)
         if head.kind != "Table" and (not head.kind.endswith("List") or not head.has_items):
             raise framing.BadBody(f"a list response whose body is a {head.kind or 'no kind'}")
         columns = None

@@ -249,11 +249,10 @@ class Converter:
             raise Undecodable(what, f"does not decode: {e}") from e
         return out
 
-    def list_json(self, body: bytes) -> bytes | None:
-        """A protobuf list body as the apiserver's JSON bytes, converted one item at a time
-        (never the whole list as one decoded tree: a 10,000-pod list held that way took
-        hundreds of MB). None when the body is not a list of the built-in API with ``items``
-        (``object`` handles everything else)."""
+    def split_list(self, body: bytes) -> SplitList | None:
+        """A protobuf list body cut into its converted head and its items' bytes, each item
+        converted only when asked (``SplitList.item``). None when the body is not a list of the
+        built-in API with ``items`` (``object`` handles everything else)."""
         api_version, kind, raw = self.envelope(body)
         name = self.message_name(api_version, kind) if kind.endswith("List") else None
         if name is None:
@@ -274,17 +273,26 @@ class Converter:
                     head.append(whole)
             out: dict[str, Any] = {"kind": kind, "apiVersion": api_version}
             out.update(self._message(cls.FromString(b"".join(head))))
-            out.pop("items", None)
-            item_class = self._class(items_field.message_type.full_name)
-            items = [orjson.dumps(self._message(item_class.FromString(x))) for x in spans]
         except (wire.DecodeError, message.DecodeError, UnicodeDecodeError, ValueError) as e:
             if isinstance(e, Undecodable):
                 raise
             raise Undecodable(what, f"does not decode: {e}") from e
         except RecursionError as e:
             raise Undecodable(what, f"does not decode: {e}") from e
+        out.pop("items", None)
+        item_desc = items_field.message_type
+        return SplitList(self, out, spans, self._class(item_desc.full_name), _identity(item_desc))
+
+    def list_json(self, body: bytes) -> bytes | None:
+        """A protobuf list body as the apiserver's JSON bytes, converted one item at a time
+        (never the whole list as one decoded tree: a 10,000-pod list held that way took
+        hundreds of MB). None as for ``split_list``."""
+        split = self.split_list(body)
+        if split is None:
+            return None
+        items = [orjson.dumps(split.item(span)) for span in split.items]
         # The apiserver writes items last; its JSON has them even when there are none.
-        return orjson.dumps(out)[:-1] + b',"items":[' + b",".join(items) + b"]}"
+        return orjson.dumps(split.head)[:-1] + b',"items":[' + b",".join(items) + b"]}"
 
     def event(self, frame: bytes) -> dict[str, Any]:
         """One watch frame (a ``WatchEvent`` message, its length prefix removed) as the JSON
@@ -416,6 +424,69 @@ class Converter:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as e:
             raise Undecodable(what, "holds neither JSON nor a protobuf object") from e
+
+
+class SplitList:
+    """A protobuf list: its head as JSON (``kind``, ``apiVersion``, ``metadata``; no
+    ``items``) and its items' message bytes, converted one at a time on demand."""
+
+    __slots__ = ("_converter", "_identity", "head", "item_class", "items")
+
+    def __init__(
+        self,
+        converter: Converter,
+        head: dict[str, Any],
+        items: list[bytes],
+        item_class: type[message.Message],
+        identity: tuple[int, int, int, int],
+    ) -> None:
+        self._converter = converter
+        self.head = head
+        self.items = items
+        self.item_class = item_class
+        self._identity = identity
+
+    def item(self, span: bytes) -> dict[str, Any]:
+        """One item as the apiserver's JSON for it inside the list (no kind/apiVersion)."""
+        what = f"{self.head['apiVersion']}/{self.head['kind']}"
+        try:
+            converted: dict[str, Any] = self._converter._message(self.item_class.FromString(span))
+        except (message.DecodeError, UnicodeDecodeError, ValueError, RecursionError) as e:
+            if isinstance(e, Undecodable):
+                raise
+            raise Undecodable(what, f"an item does not decode: {e}") from e
+        return converted
+
+    def identity(self, span: bytes) -> tuple[str, str, str]:
+        """(name, namespace, resourceVersion) of an item, read from its ObjectMeta on the wire
+        without converting it ("" for what is missing or unreadable)."""
+        meta_number, name_number, namespace_number, rv_number = self._identity
+        found = {name_number: "", namespace_number: "", rv_number: ""}
+        try:
+            for number, wire_type, value, _ in wire.fields(span):
+                if number != meta_number or wire_type != 2:
+                    continue
+                assert isinstance(value, bytes)
+                for inner, inner_type, inner_value, _ in wire.fields(value):
+                    if inner in found and inner_type == 2:
+                        assert isinstance(inner_value, bytes)
+                        found[inner] = inner_value.decode("utf-8")
+                break
+        except (wire.DecodeError, UnicodeDecodeError):
+            return "", "", ""
+        return found[name_number], found[namespace_number], found[rv_number]
+
+
+def _identity(item: Any) -> tuple[int, int, int, int]:
+    """Field numbers of ``metadata`` and of its name, namespace and resourceVersion (0: none)."""
+    meta = item.fields_by_name.get("metadata")
+    if meta is None or meta.message_type is None:
+        return 0, 0, 0, 0
+    fields = meta.message_type.fields_by_name
+    numbers = [
+        fields[n].number if n in fields else 0 for n in ("name", "namespace", "resourceVersion")
+    ]
+    return meta.number, numbers[0], numbers[1], numbers[2]
 
 
 def _walk(plan: _Plan) -> Convert:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import logging
 import pathlib
+from typing import Any
 
 import orjson
 import pytest
@@ -19,7 +20,7 @@ from multidict import CIMultiDict
 
 from yurthub import requestinfo
 from yurthub.cache import keys, store
-from yurthub.kubeproto import converting
+from yurthub.kubeproto import converting, wire
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "data" / "kubeproto"
 PB = {"Content-Type": "application/vnd.kubernetes.protobuf"}
@@ -206,3 +207,134 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
         if not byte & 0x80:
             return value, pos
         shift += 7
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | 0x80 if n else byte)
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, value: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+def relisted(body: bytes, changed: dict[str, str]) -> bytes:
+    """``body`` (a protobuf PodList) with the pods named in ``changed`` at a new
+    resourceVersion and labelled ``changed=yes``: what a relist after an update carries."""
+    split = converting.Converter().split_list(body)
+    assert split is not None
+    items = []
+    for span in split.items:
+        pod = split.item_class.FromString(span)
+        meta: Any = getattr(pod, "metadata")  # noqa: B009  (generated class, no stubs)
+        if meta.name in changed:
+            meta.resourceVersion = changed[meta.name]
+            meta.labels["changed"] = "yes"
+        items.append(pod.SerializeToString())
+    envelope = body[len(converting.MAGIC) :]
+    out = bytearray(converting.MAGIC)
+    for number, _wire, value, whole in wire.fields(envelope):
+        if number != 2:
+            out += whole
+            continue
+        assert isinstance(value, bytes)
+        head = b"".join(w for n, _t, _v, w in wire.fields(value) if n != 2)
+        out += _field(2, head + b"".join(_field(2, item) for item in items))
+    return bytes(out)
+
+
+def counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    converted: list[str] = []
+    original = converting.SplitList.item
+
+    def item(self: converting.SplitList, span: bytes) -> dict[str, Any]:
+        out = original(self, span)
+        converted.append(out["metadata"]["name"])
+        return out
+
+    monkeypatch.setattr(converting.SplitList, "item", item)
+    return converted
+
+
+async def test_a_protobuf_relist_converts_only_the_items_that_changed(
+    cache: store.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    converted = counting(monkeypatch)
+    everything = keys.list_key(PODS, "", "", "")
+    body = (DATA / "pods.pb").read_bytes()
+    want = wanted("pods")
+    assert cache.submit(store.PutList(everything, body, protobuf=True))
+    assert await cache.flush(5)
+    assert len(converted) == len(want)
+    first = await stored(cache, PODS)
+
+    converted.clear()
+    assert cache.submit(store.PutList(everything, body, protobuf=True))
+    assert await cache.flush(5)
+    assert converted == []  # same names, same resourceVersions: nothing converted
+    assert await stored(cache, PODS) == first
+
+    name = next(iter(want)).split("/")[1]
+    assert cache.submit(store.PutList(everything, relisted(body, {name: "999999"}), protobuf=True))
+    assert await cache.flush(5)
+    assert converted == [name]
+    after = await stored(cache, PODS)
+    changed = [k for k in after if after[k] != first[k]]
+    assert [k.split("/")[1] for k in changed] == [name]
+    (key,) = changed
+    pod: Any = after[key]
+    assert pod["metadata"]["labels"]["changed"] == "yes"
+    assert pod["metadata"]["resourceVersion"] == "999999"
+    assert (pod["kind"], pod["apiVersion"]) == ("Pod", "v1")
+
+
+async def test_a_protobuf_list_with_an_item_that_does_not_convert_stores_nothing(
+    cache: store.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = (DATA / "pods.pb").read_bytes()
+    split = converting.Converter().split_list(body)
+    assert split is not None
+    broken = relisted(body, {})
+    # The last item's bytes replaced by a message that is no Pod (a varint in a string field).
+    last = split.items[-1]
+    broken = broken.replace(_field(2, last), _field(2, b"\x0a\x03\x08\x01\x02"))
+    assert broken != relisted(body, {})
+    everything = keys.list_key(PODS, "", "", "")
+    failures = cache.transcoder.failures
+    with caplog.at_level(logging.WARNING):
+        assert cache.submit(store.PutList(everything, broken, protobuf=True))
+        assert await cache.flush(5)
+    assert await stored(cache, PODS) == {}
+    assert cache.list_record(everything) is None
+    assert cache.transcoder.failures == failures + 1
+    assert "does not convert" in caplog.text
+
+
+async def test_a_newer_protobuf_list_supersedes_a_queued_one(cache: store.Store) -> None:
+    everything = keys.list_key(PODS, "", "", "")
+    body = (DATA / "pods.pb").read_bytes()
+    assert store.transcoding.whole_list_kind(body) == "PodList"
+    # A big JSON list keeps the writer busy while the two protobuf lists queue behind it.
+    blocker = orjson.dumps(
+        {
+            "kind": "PodList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": "1"},
+            "items": [
+                {"metadata": {"name": f"b{i}", "namespace": "x", "resourceVersion": "1"},
+                 "spec": {"nodeName": "other", "containers": [{"name": "c", "image": "i" * 500}]}}
+                for i in range(3000)
+            ],
+        }
+    )  # fmt: skip
+    mine = keys.list_key(PODS, "", "", "spec.nodeName=other")
+    assert cache.submit(store.PutList(mine, blocker))
+    assert cache.submit(store.PutList(everything, body, protobuf=True))
+    assert cache.submit(store.PutList(everything, relisted(body, {}), protobuf=True))
+    assert await cache.flush(10)
+    assert cache.stats.superseded_lists == 1
+    assert cache.list_record(everything) is not None
