@@ -920,6 +920,8 @@ class Store:
         if isinstance(job, PutObject | PutList) and job.protobuf:
             body = self.transcoder.body(job.body)
             return None if body is None else dataclasses.replace(job, body=body, protobuf=False)
+        if isinstance(job, InitialEvents) and job.protobuf:
+            return job  # ``initial_events`` converts only the objects that changed
         if isinstance(job, WatchLines | InitialEvents) and job.protobuf:
             whole = isinstance(job, InitialEvents)
             lines = self.transcoder.events(job.lines, whole=whole)
@@ -1312,35 +1314,60 @@ class _Batch:
         make the list answerable. Anything but ADDED events and one end BOOKMARK (a view, an
         undecodable line) and the events are applied one by one instead, as any watch's."""
         list_key = job.list_key
+        found = self._initial_protobuf(job) if job.protobuf else self._initial_json(job)
+        if found is None:
+            self.watch_lines(WatchLines(list_key, job.lines))
+            return
+        if isinstance(found, InitialEvents):
+            self.initial_events(found)  # converted whole: now JSON
+            return
+        listed, end_rv, kind, api_version = found
+        self.store._pages.pop(list_key, None)
+        unchanged: set[keys.ObjectKey] = set()
+        items = list(self._items(list_key, iter(listed), unchanged))
+        self._replace_whole(list_key, items, unchanged, end_rv)
+        self.touch_list(list_key, end_rv, kind, api_version, create=True)
+
+    def _initial_json(
+        self, job: InitialEvents
+    ) -> tuple[list[framing.ListItem], str, str, str] | None:
+        """(items, end resourceVersion, kind, apiVersion) of a JSON streaming list; None: not
+        a plain one (a view, another event type, an undecodable line)."""
         listed: list[framing.ListItem] = []
         end_rv = kind = api_version = ""
         for line in job.lines:
             try:
                 event = framing.parse_event(line)
             except framing.BadBody:
-                self.watch_lines(WatchLines(list_key, job.lines))
-                return
+                return None
             obj_kind = str(event.object.get("kind") or "")
             if obj_kind in ("Table", _PARTIAL):
-                self.watch_lines(WatchLines(list_key, job.lines))
-                return
+                return None
             if event.type == "ADDED":
                 listed.append(framing.ListItem.of(event.object, event.raw))
                 continue
             meta = event.object.get("metadata")
             if event.type != "BOOKMARK" or not isinstance(meta, dict):
-                self.watch_lines(WatchLines(list_key, job.lines))
-                return
+                return None
             end_rv = str(meta.get("resourceVersion") or "")
             kind, api_version = obj_kind, str(event.object.get("apiVersion") or "")
         if not end_rv:
-            self.watch_lines(WatchLines(list_key, job.lines))
-            return
-        self.store._pages.pop(list_key, None)
-        unchanged: set[keys.ObjectKey] = set()
-        items = list(self._items(list_key, iter(listed), unchanged))
-        self._replace_whole(list_key, items, unchanged, end_rv)
-        self.touch_list(list_key, end_rv, kind, api_version, create=True)
+            return None
+        return listed, end_rv, kind, api_version
+
+    def _initial_protobuf(
+        self, job: InitialEvents
+    ) -> tuple[list[framing.ListItem], str, str, str] | InitialEvents:
+        """A protobuf streaming list's items, converted lazily; else the job converted whole
+        (to JSON, all or nothing) for the JSON path."""
+        transcoder = self.store.transcoder
+        found = transcoder.initial_list(job.lines)
+        if found is not None:
+            return found
+        lines = transcoder.events(job.lines, whole=True)
+        if lines is None:
+            raise framing.BadBody("a protobuf streaming list that does not convert")
+        return dataclasses.replace(job, lines=lines, protobuf=False)
 
     def _claim(
         self, list_key: keys.ListKey, items: list[applying.Item], session: _PageSession | None

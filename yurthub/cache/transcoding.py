@@ -88,6 +88,40 @@ class Transcoder:
 
         return head, items()
 
+    def initial_list(
+        self, frames: tuple[bytes, ...]
+    ) -> tuple[list[framing.ListItem], str, str, str] | None:
+        """A completed protobuf streaming list as (items, end resourceVersion, kind,
+        apiVersion): the ADDED objects with their identity read from the wire and their JSON
+        converted only when asked, as ``parse_list``'s items. None when it holds anything else
+        (another event type, a view, an undecodable frame): convert it whole with ``events``."""
+        items: list[framing.ListItem] = []
+        end_rv = kind = api_version = ""
+        converter = self._converter
+        for frame in frames:
+            try:
+                event_type, body = converter.event_parts(frame)
+                if event_type == "ADDED":
+                    _, item_kind, name, namespace, rv = converter.identity(body)
+                    if item_kind in _VIEWS:
+                        return None
+                    items.append(_ProtobufObject(name, namespace, rv, body, transcoder=self))
+                    continue
+                if event_type != "BOOKMARK":
+                    return None
+                bookmark = converter.object(body)
+            except converting.Undecodable:
+                return None
+            meta = bookmark.get("metadata") or {}
+            end_rv = str(meta.get("resourceVersion") or "")
+            kind, api_version = (
+                str(bookmark.get("kind") or ""),
+                str(bookmark.get("apiVersion") or ""),
+            )
+        if not end_rv:
+            return None
+        return items, end_rv, kind, api_version
+
     def events(self, frames: tuple[bytes, ...], *, whole: bool) -> tuple[bytes, ...] | None:
         """Watch frames as JSON event lines; ``whole``: all or None."""
         lines: list[bytes] = []
@@ -148,6 +182,32 @@ class _ProtobufItem(framing.ListItem):
             obj: dict[str, Any] = {"kind": self.head.item_kind, "apiVersion": self.head.api_version}
             obj.update(converted)
             self.decoded = obj
+        return self.decoded
+
+    @property
+    def raw(self) -> bytes:
+        return orjson.dumps(self.object)
+
+
+_VIEWS = ("Table", "PartialObjectMetadata")
+"""Kinds a streaming list of views carries: applied event by event, as their JSON form is."""
+
+
+@dataclasses.dataclass(slots=True)
+class _ProtobufObject(framing.ListItem):
+    """An enveloped protobuf object (a streaming list's ADDED event), converted on first use."""
+
+    transcoder: Transcoder | None = None
+
+    @property
+    def object(self) -> dict[str, Any]:
+        if self.decoded is None:
+            assert self.transcoder is not None
+            try:
+                self.decoded = self.transcoder.converter.object(self.source)
+            except converting.Undecodable as e:
+                self.transcoder.failed(e)
+                raise framing.BadBody(f"protobuf object does not convert: {e}") from e
         return self.decoded
 
     @property

@@ -151,6 +151,8 @@ class Converter:
         self._by_name: dict[str, Convert] = {}
         """Walks by message name, built and read with the lock held."""
         self._walkers: dict[type, Convert] = {}
+        self._identities: dict[str, tuple[int, int, int, int]] = {}
+        """ObjectMeta field numbers by message name (``identity``)."""
         """Walks by message class, read without the lock (written once complete)."""
         self._times: dict[tuple[int, int, bool], str] = {}
         self._lock = threading.RLock()
@@ -297,11 +299,28 @@ class Converter:
     def event(self, frame: bytes) -> dict[str, Any]:
         """One watch frame (a ``WatchEvent`` message, its length prefix removed) as the JSON
         event ``{"type": ..., "object": {...}}``."""
+        event_type, body = self.event_parts(frame)
+        return {"type": event_type, "object": self.object(body)}
+
+    def event_parts(self, frame: bytes) -> tuple[str, bytes]:
+        """(type, the object's enveloped protobuf body) of one watch frame, nothing converted."""
         try:
             parsed: Any = self._class(_WATCH_EVENT).FromString(frame)
         except message.DecodeError as e:
             raise Undecodable("WatchEvent", f"does not decode: {e}") from e
-        return {"type": parsed.type, "object": self.object(parsed.object.raw)}
+        return parsed.type, parsed.object.raw
+
+    def identity(self, body: bytes) -> tuple[str, str, str, str, str]:
+        """(apiVersion, kind, name, namespace, resourceVersion) of an enveloped protobuf object
+        of the built-in API, read from its ObjectMeta on the wire without converting it."""
+        api_version, kind, raw = self.envelope(body)
+        name = self.message_name(api_version, kind)
+        if name is None:
+            raise Undecodable(f"{api_version}/{kind}", "not a kind of the built-in API")
+        numbers = self._identities.get(name)
+        if numbers is None:
+            numbers = self._identities[name] = _identity(self._class(name).DESCRIPTOR)
+        return (api_version, kind, *_read_identity(raw, numbers))
 
     # --- walking --------------------------------------------------------------------------
 
@@ -460,21 +479,25 @@ class SplitList:
     def identity(self, span: bytes) -> tuple[str, str, str]:
         """(name, namespace, resourceVersion) of an item, read from its ObjectMeta on the wire
         without converting it ("" for what is missing or unreadable)."""
-        meta_number, name_number, namespace_number, rv_number = self._identity
-        found = {name_number: "", namespace_number: "", rv_number: ""}
-        try:
-            for number, wire_type, value, _ in wire.fields(span):
-                if number != meta_number or wire_type != 2:
-                    continue
-                assert isinstance(value, bytes)
-                for inner, inner_type, inner_value, _ in wire.fields(value):
-                    if inner in found and inner_type == 2:
-                        assert isinstance(inner_value, bytes)
-                        found[inner] = inner_value.decode("utf-8")
-                break
-        except (wire.DecodeError, UnicodeDecodeError):
-            return "", "", ""
-        return found[name_number], found[namespace_number], found[rv_number]
+        return _read_identity(span, self._identity)
+
+
+def _read_identity(data: bytes, numbers: tuple[int, int, int, int]) -> tuple[str, str, str]:
+    meta_number, name_number, namespace_number, rv_number = numbers
+    found = {name_number: "", namespace_number: "", rv_number: ""}
+    try:
+        for number, wire_type, value, _ in wire.fields(data):
+            if number != meta_number or wire_type != 2:
+                continue
+            assert isinstance(value, bytes)
+            for inner, inner_type, inner_value, _ in wire.fields(value):
+                if inner in found and inner_type == 2:
+                    assert isinstance(inner_value, bytes)
+                    found[inner] = inner_value.decode("utf-8")
+            break
+    except (wire.DecodeError, UnicodeDecodeError):
+        return "", "", ""
+    return found[name_number], found[namespace_number], found[rv_number]
 
 
 def _identity(item: Any) -> tuple[int, int, int, int]:

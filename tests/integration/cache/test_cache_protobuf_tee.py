@@ -338,3 +338,38 @@ async def test_a_newer_protobuf_list_supersedes_a_queued_one(cache: store.Store)
     assert await cache.flush(10)
     assert cache.stats.superseded_lists == 1
     assert cache.list_record(everything) is not None
+
+
+async def test_a_repeated_protobuf_streaming_list_converts_only_its_bookmark(
+    cache: store.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # kubelet and kube-proxy 1.37 list by streaming: every restart or re-watch sends the
+    # whole state again, mostly what the cache holds at the same resourceVersion.
+    converted: list[str] = []
+    original = converting.Converter.object
+
+    def counted(self: converting.Converter, body: bytes) -> dict[str, Any]:
+        out = original(self, body)
+        converted.append(str(out["metadata"].get("name") or "(a bookmark)"))
+        return out
+
+    monkeypatch.setattr(converting.Converter, "object", counted)
+    query = {"watch": "1", "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
+    stream = (DATA / "watch-configmaps.pb").read_bytes()
+    stored_before: dict[str, object] = {}
+    for round_ in range(2):
+        converted.clear()
+        sink = tee_for(cache).open(info("/api/v1/configmaps", query), 200, PB_WATCH)
+        assert sink is not None
+        sink.feed(stream)
+        await sink.finish()
+        assert await cache.flush(5)
+        now = await stored(cache, CONFIGMAPS)
+        objects = [name for name in converted if name != "(a bookmark)"]
+        if round_ == 0:
+            assert len(objects) == len(now) > 1
+            stored_before = now
+        else:
+            assert objects == []  # every object known at its version
+            assert now == stored_before
+        assert cache.list_record(keys.list_key(CONFIGMAPS, "", "", "")) is not None
