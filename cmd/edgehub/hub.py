@@ -409,6 +409,7 @@ def command(**opts: object) -> None:
     # proxies: with CPython's 5 ms GIL switch interval every answer and watch event waited for
     # the converter up to 5 ms at each socket call (bench/conversion_stall.py, 10,000 pods:
     # loopback round trip p99 10.5 -> 1.5 ms at 0.5 ms, the conversion 1.0-1.14x as long).
+    previous = sys.getswitchinterval()
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     try:
         cli.run(lifecycle.run(hub_settings, companions))
@@ -421,6 +422,8 @@ def command(**opts: object) -> None:
             raise
         click.echo(f"edgehub hub: cannot start discovery: {failure}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
+    finally:
+        sys.setswitchinterval(previous)  # the process's, when the command runs inside another
 
 
 def _startup_failure(error: BaseException) -> BaseException | None:
