@@ -84,7 +84,9 @@ class Transcoder:
         def items() -> Iterator[framing.ListItem]:
             for span in split.items:
                 name, namespace, rv = split.identity(span)
-                yield _ProtobufItem(name, namespace, rv, span, head, split=split, transcoder=self)
+                yield _ProtobufItem(
+                    name, namespace, rv, b"", head, split=split, span=span, transcoder=self
+                )
 
         return head, items()
 
@@ -168,14 +170,17 @@ class _ProtobufItem(framing.ListItem):
     """A protobuf list item: identity read from the wire, converted to JSON on first use."""
 
     split: converting.SplitList | None = None
+    span: memoryview | None = None
+    """The item's bytes: a view into the list body (``source`` stays empty)."""
     transcoder: Transcoder | None = None
 
     @property
     def object(self) -> dict[str, Any]:
         if self.decoded is None:
-            assert self.split is not None and self.transcoder is not None and self.head
+            assert self.split is not None and self.span is not None
+            assert self.transcoder is not None and self.head is not None
             try:
-                converted = self.split.item(self.source)
+                converted = self.split.item(self.span)
             except converting.Undecodable as e:
                 self.transcoder.failed(e)
                 raise framing.BadBody(f"protobuf list item does not convert: {e}") from e
@@ -233,48 +238,18 @@ def _list_kind(body: bytes) -> tuple[str, bool]:
     if not body.startswith(converting.MAGIC):
         return "", False
     try:
-        type_meta, raw = _fields(body, len(converting.MAGIC), len(body), (1, 2))
+        type_meta, raw = wire.spans(body, len(converting.MAGIC), len(body), (1, 2))
         if type_meta is None or raw is None:
             return "", False
-        found = _fields(body, type_meta[0], type_meta[1], (2,))[0]
+        found = wire.spans(body, type_meta[0], type_meta[1], (2,))[0]
         kind = body[found[0] : found[1]].decode("utf-8") if found else ""
         if not kind.endswith("List"):
             return "", False
-        list_meta = _fields(body, raw[0], raw[1], (1,), first_only=True)[0]
+        list_meta = wire.spans(body, raw[0], raw[1], (1,), first_only=True)[0]
         if list_meta is not None:
-            token = _fields(body, list_meta[0], list_meta[1], (3,))[0]
+            token = wire.spans(body, list_meta[0], list_meta[1], (3,))[0]
             if token is not None and token[1] > token[0]:  # gogo writes an empty one too
                 return kind, False
     except (wire.DecodeError, UnicodeDecodeError):
         return "", False
     return kind, True
-
-
-def _fields(
-    data: bytes, start: int, end: int, wanted: tuple[int, ...], *, first_only: bool = False
-) -> list[tuple[int, int] | None]:
-    """(start, end) of the length-delimited fields ``wanted`` in ``data[start:end]`` (None: not
-    there); ``first_only`` stops at the first field of the message, whatever it is."""
-    found: list[tuple[int, int] | None] = [None] * len(wanted)
-    pos = start
-    while pos < end:
-        key, pos = wire.varint(data, pos)
-        number, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            _, pos = wire.varint(data, pos)
-        elif wire_type == 2:
-            length, pos = wire.varint(data, pos)
-            if pos + length > end:
-                raise wire.DecodeError("truncated length-delimited field")
-            if number in wanted:
-                found[wanted.index(number)] = (pos, pos + length)
-            pos += length
-        elif wire_type == 1:
-            pos += 8
-        elif wire_type == 5:
-            pos += 4
-        else:
-            raise wire.DecodeError(f"wire type {wire_type}")
-        if first_only:
-            break
-    return found

@@ -252,10 +252,21 @@ class Converter:
         return out
 
     def split_list(self, body: bytes) -> SplitList | None:
-        """A protobuf list body cut into its converted head and its items' bytes, each item
-        converted only when asked (``SplitList.item``). None when the body is not a list of the
-        built-in API with ``items`` (``object`` handles everything else)."""
-        api_version, kind, raw = self.envelope(body)
+        """A protobuf list body cut into its converted head and its items, each a view into
+        ``body`` (no copy of a big list) converted only when asked (``SplitList.item``). None
+        when the body is not a list of the built-in API with ``items`` (``object`` handles
+        everything else)."""
+        if not body.startswith(MAGIC):
+            raise Undecodable("", "no k8s protobuf magic")
+        try:
+            type_meta, raw = wire.spans(body, len(MAGIC), len(body), (1, 2))
+            if type_meta is None:
+                raise Undecodable("", "corrupt envelope: no type")
+            api_version_at, kind_at = wire.spans(body, type_meta[0], type_meta[1], (1, 2))
+            api_version = str(body[slice(*api_version_at)], "utf-8") if api_version_at else ""
+            kind = str(body[slice(*kind_at)], "utf-8") if kind_at else ""
+        except (wire.DecodeError, UnicodeDecodeError) as e:
+            raise Undecodable("", f"corrupt envelope: {e}") from e
         name = self.message_name(api_version, kind) if kind.endswith("List") else None
         if name is None:
             return None
@@ -264,15 +275,16 @@ class Converter:
         items_field = cls.DESCRIPTOR.fields_by_name.get("items")
         if items_field is None or items_field.message_type is None:
             return None
+        start, end = raw if raw is not None else (0, 0)
+        view = memoryview(body)
         try:
             head: list[bytes] = []
-            spans: list[bytes] = []
-            for number, wire_type, value, whole in wire.fields(raw):
+            items: list[memoryview] = []
+            for number, wire_type, field_at, value_at, value_end in wire.offsets(body, start, end):
                 if number == items_field.number and wire_type == 2:
-                    assert isinstance(value, bytes)
-                    spans.append(value)
+                    items.append(view[value_at:value_end])
                 else:
-                    head.append(whole)
+                    head.append(body[field_at:value_end])
             out: dict[str, Any] = {"kind": kind, "apiVersion": api_version}
             out.update(self._message(cls.FromString(b"".join(head))))
         except (wire.DecodeError, message.DecodeError, UnicodeDecodeError, ValueError) as e:
@@ -283,7 +295,7 @@ class Converter:
             raise Undecodable(what, f"does not decode: {e}") from e
         out.pop("items", None)
         item_desc = items_field.message_type
-        return SplitList(self, out, spans, self._class(item_desc.full_name), _identity(item_desc))
+        return SplitList(self, out, items, self._class(item_desc.full_name), _identity(item_desc))
 
     def list_json(self, body: bytes) -> bytes | None:
         """A protobuf list body as the apiserver's JSON bytes, converted one item at a time
@@ -455,7 +467,7 @@ class SplitList:
         self,
         converter: Converter,
         head: dict[str, Any],
-        items: list[bytes],
+        items: list[memoryview],
         item_class: type[message.Message],
         identity: tuple[int, int, int, int],
     ) -> None:
@@ -465,7 +477,7 @@ class SplitList:
         self.item_class = item_class
         self._identity = identity
 
-    def item(self, span: bytes) -> dict[str, Any]:
+    def item(self, span: wire.Bytes) -> dict[str, Any]:
         """One item as the apiserver's JSON for it inside the list (no kind/apiVersion)."""
         what = f"{self.head['apiVersion']}/{self.head['kind']}"
         try:
@@ -476,28 +488,25 @@ class SplitList:
             raise Undecodable(what, f"an item does not decode: {e}") from e
         return converted
 
-    def identity(self, span: bytes) -> tuple[str, str, str]:
+    def identity(self, span: wire.Bytes) -> tuple[str, str, str]:
         """(name, namespace, resourceVersion) of an item, read from its ObjectMeta on the wire
         without converting it ("" for what is missing or unreadable)."""
         return _read_identity(span, self._identity)
 
 
-def _read_identity(data: bytes, numbers: tuple[int, int, int, int]) -> tuple[str, str, str]:
+def _read_identity(data: wire.Bytes, numbers: tuple[int, int, int, int]) -> tuple[str, str, str]:
     meta_number, name_number, namespace_number, rv_number = numbers
-    found = {name_number: "", namespace_number: "", rv_number: ""}
+    if not meta_number:
+        return "", "", ""
     try:
-        for number, wire_type, value, _ in wire.fields(data):
-            if number != meta_number or wire_type != 2:
-                continue
-            assert isinstance(value, bytes)
-            for inner, inner_type, inner_value, _ in wire.fields(value):
-                if inner in found and inner_type == 2:
-                    assert isinstance(inner_value, bytes)
-                    found[inner] = inner_value.decode("utf-8")
-            break
+        (meta,) = wire.spans(data, 0, len(data), (meta_number,))
+        if meta is None:
+            return "", "", ""
+        found = wire.spans(data, meta[0], meta[1], (name_number, namespace_number, rv_number))
+        name, namespace, rv = (str(data[at[0] : at[1]], "utf-8") if at else "" for at in found)
     except (wire.DecodeError, UnicodeDecodeError):
         return "", "", ""
-    return found[name_number], found[namespace_number], found[rv_number]
+    return name, namespace, rv
 
 
 def _identity(item: Any) -> tuple[int, int, int, int]:

@@ -2,7 +2,10 @@
 
 Who needs it: the response filters rewrite protobuf bodies in place (``filters.protobodies``),
 and the converter splits a list message into its items so a 10,000-item list is converted one
-item at a time instead of as one decoded tree (``kubeproto.converting``).
+item at a time instead of as one decoded tree (``kubeproto.converting``). ``fields`` copies
+each value out; ``offsets``/``spans`` only give positions, so the items of a 40 MB list are
+read as views into it and the cache's list readers (kind, continue token, identities) copy
+nothing.
 
 Bounds: every length is checked against the data (a truncated or lying length raises
 ``DecodeError``, never reads past the end); varints are at most 10 bytes.
@@ -17,7 +20,11 @@ class DecodeError(ValueError):
     """Bytes that are not well-formed protobuf."""
 
 
-def varint(data: bytes, pos: int) -> tuple[int, int]:
+Bytes = bytes | memoryview
+"""What the offset readers take: a memoryview reads a slice of a big body without a copy."""
+
+
+def varint(data: Bytes, pos: int) -> tuple[int, int]:
     """(value, position after it) of the varint at ``pos``."""
     result = shift = 0
     while True:
@@ -62,3 +69,45 @@ def fields(data: bytes) -> Iterator[tuple[int, int, int | bytes, bytes]]:
         if number == 0:
             raise DecodeError("field number 0")
         yield number, wire, value, data[start:pos]
+
+
+def spans(
+    data: Bytes, start: int, end: int, wanted: tuple[int, ...], *, first_only: bool = False
+) -> list[tuple[int, int] | None]:
+    """Offsets (start, end) of the length-delimited fields ``wanted`` of the message in
+    ``data[start:end]`` (None: not there; the last one when repeated), nothing copied;
+    ``first_only`` stops after the message's first field, whatever it is."""
+    found: list[tuple[int, int] | None] = [None] * len(wanted)
+    for number, wire_type, _, value_start, value_end in offsets(data, start, end):
+        if wire_type == 2 and number in wanted:
+            found[wanted.index(number)] = (value_start, value_end)
+        if first_only:
+            break
+    return found
+
+
+def offsets(data: Bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """(number, wire type, field start, value start, value end) of each field of the message
+    in ``data[start:end]``, nothing copied (a varint's "value" is its bytes)."""
+    pos = start
+    while pos < end:
+        field_start = pos
+        key, pos = varint(data, pos)
+        number, wire_type = key >> 3, key & 7
+        value_start = pos
+        if wire_type == 0:
+            _, pos = varint(data, pos)
+        elif wire_type == 2:
+            length, value_start = varint(data, pos)
+            pos = value_start + length
+        elif wire_type == 1:
+            pos += 8
+        elif wire_type == 5:
+            pos += 4
+        else:
+            raise DecodeError(f"wire type {wire_type} of field {number}")
+        if pos > end:
+            raise DecodeError("truncated field")
+        if number == 0:
+            raise DecodeError("field number 0")
+        yield number, wire_type, field_start, value_start, pos

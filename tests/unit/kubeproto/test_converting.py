@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from yurthub.cache import framing
-from yurthub.kubeproto import converting
+from yurthub.kubeproto import converting, wire
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "data" / "kubeproto"
 LISTS = sorted(p.stem for p in DATA.glob("*.pb") if not p.name.startswith("watch-"))
@@ -211,3 +211,40 @@ def test_map_keys_come_in_gos_order(converter: converting.Converter) -> None:
             assert _maps(got_item) == _maps(want_item), name
             checked += len(_maps(want_item))
     assert checked > 20, "the fixtures hold maps of several keys"
+
+
+def test_list_items_are_views_into_the_body_not_copies(converter: converting.Converter) -> None:
+    # A 10,000-pod list is ~40 MB: its items are read where they lie, never copied out.
+    body = (DATA / "pods.pb").read_bytes()
+    split = converter.split_list(body)
+    assert split is not None and split.items
+    for span in split.items:
+        assert isinstance(span, memoryview) and span.obj is body
+    want = json.loads((DATA / "pods.json").read_bytes())["items"]
+    assert [split.item(span) for span in split.items] == want
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x0a\x05abc",  # a length past the end
+        b"\x0a",  # a tag without its length
+        b"\x0b",  # wire type 3 (groups) is not Kubernetes'
+        b"\x09\x00\x00",  # a fixed64 cut short
+        b"\x02\x01x",  # field number 0
+    ],
+)
+def test_offsets_refuse_a_malformed_message(data: bytes) -> None:
+    with pytest.raises(wire.DecodeError):
+        list(wire.offsets(data, 0, len(data)))
+    with pytest.raises(wire.DecodeError):
+        wire.spans(memoryview(data), 0, len(data), (1,))
+
+
+def test_spans_give_offsets_and_nothing_else() -> None:
+    data = b"\x08\x96\x01" + b"\x12\x03abc" + b"\x1a\x00" + b"\x12\x01z"
+    assert wire.spans(data, 0, len(data), (2, 3, 4)) == [(12, 13), (10, 10), None]  # last wins
+    assert wire.spans(data, 0, len(data), (2,), first_only=True) == [None]
+    fields = [(n, t) for n, t, *_ in wire.offsets(data, 0, len(data))]
+    assert fields == [(1, 0), (2, 2), (3, 2), (2, 2)]
+    assert data[12:13] == b"z"
