@@ -41,21 +41,6 @@ INTERVALS = (0.005, 0.001, 0.0005)
 PING_EVERY = 0.002
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _field(number: int, value: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(value)) + value
-
-
 def pod_list(pods: int) -> bytes:
     """The fixture's PodList with its items repeated to ``pods`` items (envelope kept)."""
     body = FIXTURE.read_bytes()
@@ -74,8 +59,8 @@ def pod_list(pods: int) -> bytes:
             else:
                 head += inner_whole
         assert items, "the fixture holds pods"
-        raw = bytes(head) + b"".join(_field(2, items[i % len(items)]) for i in range(pods))
-        out_envelope += _field(2, raw)
+        raw = bytes(head) + b"".join(wire.delimited(2, items[i % len(items)]) for i in range(pods))
+        out_envelope += wire.delimited(2, raw)
     return converting.MAGIC + bytes(out_envelope)
 
 

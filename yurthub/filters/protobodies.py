@@ -93,24 +93,6 @@ _fields = wire.fields
 # --- wire format ---------------------------------------------------------------------------
 
 
-def _encode_varint(value: int) -> bytes:
-    value &= (1 << 64) - 1  # negative int32/int64: ten bytes of two's complement
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _tag(number: int, wire: int) -> bytes:
-    return _encode_varint(number << 3 | wire)
-
-
-def _delimited(number: int, payload: bytes) -> bytes:
-    return _tag(number, 2) + _encode_varint(len(payload)) + payload
-
-
 def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
@@ -195,25 +177,26 @@ def encode_message(name: str, obj: objects.Obj) -> bytes:
 
 def _encode_field(number: int, kind: str, value: Any) -> bytes:
     if kind == "s":
-        return _delimited(number, str(value).encode())
+        return wire.delimited(number, str(value).encode())
     if kind == "i":
-        return _tag(number, 0) + _encode_varint(int(value))
+        return wire.tag(number, 0) + wire.encode_varint(int(value))
     if kind == "b":
-        return _tag(number, 0) + _encode_varint(1 if value else 0)
+        return wire.tag(number, 0) + wire.encode_varint(1 if value else 0)
     if kind == "s[]":
-        return b"".join(_delimited(number, str(v).encode()) for v in value)
+        return b"".join(wire.delimited(number, str(v).encode()) for v in value)
     if kind == "ms":
         # Sorted by key, as the Go marshaller writes maps.
         return b"".join(
-            _delimited(
-                number, _delimited(1, str(k).encode()) + _delimited(2, str(value[k]).encode())
+            wire.delimited(
+                number,
+                wire.delimited(1, str(k).encode()) + wire.delimited(2, str(value[k]).encode()),
             )
             for k in sorted(value)
         )
     message = kind.removesuffix("[]")
     if kind.endswith("[]"):
-        return b"".join(_delimited(number, encode_message(message, v)) for v in value)
-    return _delimited(number, encode_message(message, value))
+        return b"".join(wire.delimited(number, encode_message(message, v)) for v in value)
+    return wire.delimited(number, encode_message(message, value))
 
 
 # --- the envelope -----------------------------------------------------------------------------
@@ -240,7 +223,7 @@ def _envelope(body: bytes) -> tuple[str, bytes, list[tuple[int, bytes]]]:
 
 
 def _rewrap(fields: list[tuple[int, bytes]], raw: bytes) -> bytes:
-    return MAGIC + b"".join(_delimited(2, raw) if n == 2 else f for n, f in fields)
+    return MAGIC + b"".join(wire.delimited(2, raw) if n == 2 else f for n, f in fields)
 
 
 def filter_object(
@@ -299,7 +282,7 @@ def _filter_list(chain: chaining.Chain, kind: str, raw: bytes, counts: jsonbodie
             out.append(field)
             continue
         try:
-            out.append(_delimited(2, encode_message(kind, result)))
+            out.append(wire.delimited(2, encode_message(kind, result)))
             counts.changed += 1
             changed = True
         except (DecodeError, TypeError, ValueError):
@@ -414,9 +397,9 @@ class WatchStream:
         elif filtered is raw:
             return whole
         body = b"".join(
-            _delimited(1, event_type.encode())
+            wire.delimited(1, event_type.encode())
             if n == 1
-            else _delimited(2, _delimited(1, filtered))
+            else wire.delimited(2, wire.delimited(1, filtered))
             if n == 2
             else f
             for n, f in fields

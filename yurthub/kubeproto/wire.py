@@ -40,6 +40,25 @@ def varint(data: Bytes, pos: int) -> tuple[int, int]:
             raise DecodeError("varint too long")
 
 
+def encode_varint(value: int) -> bytes:
+    value &= (1 << 64) - 1  # negative int32/int64: ten bytes of two's complement
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def tag(number: int, wire_type: int) -> bytes:
+    return encode_varint(number << 3 | wire_type)
+
+
+def delimited(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (a string, bytes or an embedded message)."""
+    return tag(number, 2) + encode_varint(len(payload)) + payload
+
+
 def fields(data: bytes) -> Iterator[tuple[int, int, int | bytes, bytes]]:
     """(number, wire type, value, the field's own bytes including its tag), in order."""
     pos = 0

@@ -167,59 +167,21 @@ async def test_a_frame_over_the_event_bound_stops_caching_the_stream(cache: stor
     assert cache.stats.dropped_responses == 1
 
 
-def _field(number: int, data: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low = value & 0x7F
-        value >>= 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
 def _envelope(api_version: str, kind: str, raw: bytes) -> bytes:
-    type_meta = _field(1, api_version.encode()) + _field(2, kind.encode())
-    return converting.MAGIC + _field(1, type_meta) + _field(2, raw)
+    type_meta = wire.delimited(1, api_version.encode()) + wire.delimited(2, kind.encode())
+    return converting.MAGIC + wire.delimited(1, type_meta) + wire.delimited(2, raw)
 
 
 def _first_item(list_message: bytes) -> bytes:
     """The bytes of field 2 (items) of a list message: its first object."""
     pos = 0
     while pos < len(list_message):
-        key, pos = _read_varint(list_message, pos)
-        size, pos = _read_varint(list_message, pos)
+        key, pos = wire.varint(list_message, pos)
+        size, pos = wire.varint(list_message, pos)
         if key >> 3 == 2:
             return list_message[pos : pos + size]
         pos += size
     raise AssertionError("no item")
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | 0x80 if n else byte)
-        if not n:
-            return bytes(out)
-
-
-def _field(number: int, value: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(value)) + value
 
 
 def relisted(body: bytes, changed: dict[str, str]) -> bytes:
@@ -243,7 +205,7 @@ def relisted(body: bytes, changed: dict[str, str]) -> bytes:
             continue
         assert isinstance(value, bytes)
         head = b"".join(w for n, _t, _v, w in wire.fields(value) if n != 2)
-        out += _field(2, head + b"".join(_field(2, item) for item in items))
+        out += wire.delimited(2, head + b"".join(wire.delimited(2, item) for item in items))
     return bytes(out)
 
 
@@ -300,7 +262,7 @@ async def test_a_protobuf_list_with_an_item_that_does_not_convert_stores_nothing
     assert split is not None
     # The last item's bytes replaced by a message that is no Pod (a varint in a string field).
     last = split.items[-1]
-    broken = good.replace(_field(2, last), _field(2, b"\x0a\x03\x08\x01\x02"))
+    broken = good.replace(wire.delimited(2, last), wire.delimited(2, b"\x0a\x03\x08\x01\x02"))
     assert broken != good
     everything = keys.list_key(PODS, "", "", "")
     failures = cache.transcoder.failures
