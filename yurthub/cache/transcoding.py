@@ -235,21 +235,15 @@ def whole_list_kind(body: bytes) -> str:
 def _list_kind(body: bytes) -> tuple[str, bool]:
     """(list kind or "", no continue token). Reads a few fields at the front; never copies
     the items (the event loop asks for every queued protobuf list)."""
-    if not body.startswith(converting.MAGIC):
-        return "", False
     try:
-        type_meta, raw = wire.spans(body, len(converting.MAGIC), len(body), (1, 2))
-        if type_meta is None or raw is None:
-            return "", False
-        found = wire.spans(body, type_meta[0], type_meta[1], (2,))[0]
-        kind = body[found[0] : found[1]].decode("utf-8") if found else ""
+        _, kind, start, end = converting.envelope_at(body)
         if not kind.endswith("List"):
             return "", False
-        list_meta = wire.spans(body, raw[0], raw[1], (1,), first_only=True)[0]
+        list_meta = wire.spans(body, start, end, (1,), first_only=True)[0]
         if list_meta is not None:
             token = wire.spans(body, list_meta[0], list_meta[1], (3,))[0]
             if token is not None and token[1] > token[0]:  # gogo writes an empty one too
                 return kind, False
-    except (wire.DecodeError, UnicodeDecodeError):
+    except (converting.Undecodable, wire.DecodeError):
         return "", False
     return kind, True

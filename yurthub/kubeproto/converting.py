@@ -58,7 +58,6 @@ MAGIC = b"k8s\x00"
 CONTENT_TYPE = "application/vnd.kubernetes.protobuf"
 
 _META = "k8s.io.apimachinery.pkg.apis.meta.v1."
-_UNKNOWN = "k8s.io.apimachinery.pkg.runtime.Unknown"
 _WATCH_EVENT = _META + "WatchEvent"
 
 
@@ -226,13 +225,8 @@ class Converter:
 
     def envelope(self, body: bytes) -> tuple[str, str, bytes]:
         """(apiVersion, kind, raw message) of a ``k8s\\x00`` body."""
-        if not body.startswith(MAGIC):
-            raise Undecodable("", "no k8s protobuf magic")
-        try:
-            unknown: Any = self._class(_UNKNOWN).FromString(body[len(MAGIC) :])
-        except message.DecodeError as e:
-            raise Undecodable("", f"corrupt envelope: {e}") from e
-        return unknown.typeMeta.apiVersion, unknown.typeMeta.kind, unknown.raw
+        api_version, kind, start, end = envelope_at(body)
+        return api_version, kind, body[start:end]
 
     def object(self, body: bytes) -> dict[str, Any]:
         """A protobuf object or list body (envelope included) as the apiserver's JSON dict."""
@@ -256,17 +250,7 @@ class Converter:
         ``body`` (no copy of a big list) converted only when asked (``SplitList.item``). None
         when the body is not a list of the built-in API with ``items`` (``object`` handles
         everything else)."""
-        if not body.startswith(MAGIC):
-            raise Undecodable("", "no k8s protobuf magic")
-        try:
-            type_meta, raw = wire.spans(body, len(MAGIC), len(body), (1, 2))
-            if type_meta is None:
-                raise Undecodable("", "corrupt envelope: no type")
-            api_version_at, kind_at = wire.spans(body, type_meta[0], type_meta[1], (1, 2))
-            api_version = str(body[slice(*api_version_at)], "utf-8") if api_version_at else ""
-            kind = str(body[slice(*kind_at)], "utf-8") if kind_at else ""
-        except (wire.DecodeError, UnicodeDecodeError) as e:
-            raise Undecodable("", f"corrupt envelope: {e}") from e
+        api_version, kind, start, end = envelope_at(body)
         name = self.message_name(api_version, kind) if kind.endswith("List") else None
         if name is None:
             return None
@@ -275,7 +259,6 @@ class Converter:
         items_field = cls.DESCRIPTOR.fields_by_name.get("items")
         if items_field is None or items_field.message_type is None:
             return None
-        start, end = raw if raw is not None else (0, 0)
         view = memoryview(body)
         try:
             head: list[bytes] = []
@@ -455,6 +438,24 @@ class Converter:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as e:
             raise Undecodable(what, "holds neither JSON nor a protobuf object") from e
+
+
+def envelope_at(body: bytes) -> tuple[str, str, int, int]:
+    """(apiVersion, kind, start, end of the raw message) of a ``k8s\\x00`` body (its
+    ``runtime.Unknown`` envelope), read by offset: nothing of a big body is copied."""
+    if not body.startswith(MAGIC):
+        raise Undecodable("", "no k8s protobuf magic")
+    try:
+        type_meta, raw = wire.spans(body, len(MAGIC), len(body), (1, 2))
+        if type_meta is None:
+            raise Undecodable("", "corrupt envelope: no type")
+        api_version_at, kind_at = wire.spans(body, type_meta[0], type_meta[1], (1, 2))
+        api_version = str(body[slice(*api_version_at)], "utf-8") if api_version_at else ""
+        kind = str(body[slice(*kind_at)], "utf-8") if kind_at else ""
+    except (wire.DecodeError, UnicodeDecodeError) as e:
+        raise Undecodable("", f"corrupt envelope: {e}") from e
+    start, end = raw if raw is not None else (0, 0)
+    return api_version, kind, start, end
 
 
 class SplitList:
