@@ -23,8 +23,9 @@ kind that fails is logged once (WARNING), later failures at DEBUG.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -84,9 +85,8 @@ class Transcoder:
         def items() -> Iterator[framing.ListItem]:
             for span in split.items:
                 name, namespace, rv = split.identity(span)
-                yield _ProtobufItem(
-                    name, namespace, rv, b"", head, split=split, span=span, transcoder=self
-                )
+                convert = functools.partial(_list_item, split, span, head)
+                yield _Lazy(name, namespace, rv, b"", convert=convert, transcoder=self)
 
         return head, items()
 
@@ -107,7 +107,8 @@ class Transcoder:
                     _, item_kind, name, namespace, rv = converter.identity(body)
                     if item_kind in _VIEWS:
                         return None
-                    items.append(_ProtobufObject(name, namespace, rv, body, transcoder=self))
+                    convert = functools.partial(converter.object, body)
+                    items.append(_Lazy(name, namespace, rv, b"", convert=convert, transcoder=self))
                     continue
                 if event_type != "BOOKMARK":
                     return None
@@ -166,50 +167,19 @@ class Transcoder:
 
 
 @dataclasses.dataclass(slots=True)
-class _ProtobufItem(framing.ListItem):
-    """A protobuf list item: identity read from the wire, converted to JSON on first use."""
+class _Lazy(framing.ListItem):
+    """A protobuf list item or streaming-list object: identity read from the wire, JSON
+    (``convert``) made on first use (``source`` stays empty)."""
 
-    split: converting.SplitList | None = None
-    span: memoryview | None = None
-    """The item's bytes: a view into the list body (``source`` stays empty)."""
+    convert: Callable[[], dict[str, Any]] | None = None
     transcoder: Transcoder | None = None
 
     @property
     def object(self) -> dict[str, Any]:
         if self.decoded is None:
-            assert self.split is not None and self.span is not None
-            assert self.transcoder is not None and self.head is not None
+            assert self.convert is not None and self.transcoder is not None
             try:
-                converted = self.split.item(self.span)
-            except converting.Undecodable as e:
-                self.transcoder.failed(e)
-                raise framing.BadBody(f"protobuf list item does not convert: {e}") from e
-            obj: dict[str, Any] = {"kind": self.head.item_kind, "apiVersion": self.head.api_version}
-            obj.update(converted)
-            self.decoded = obj
-        return self.decoded
-
-    @property
-    def raw(self) -> bytes:
-        return orjson.dumps(self.object)
-
-
-_VIEWS = ("Table", "PartialObjectMetadata")
-"""Kinds a streaming list of views carries: applied event by event, as their JSON form is."""
-
-
-@dataclasses.dataclass(slots=True)
-class _ProtobufObject(framing.ListItem):
-    """An enveloped protobuf object (a streaming list's ADDED event), converted on first use."""
-
-    transcoder: Transcoder | None = None
-
-    @property
-    def object(self) -> dict[str, Any]:
-        if self.decoded is None:
-            assert self.transcoder is not None
-            try:
-                self.decoded = self.transcoder.converter.object(self.source)
+                self.decoded = self.convert()
             except converting.Undecodable as e:
                 self.transcoder.failed(e)
                 raise framing.BadBody(f"protobuf object does not convert: {e}") from e
@@ -218,6 +188,18 @@ class _ProtobufObject(framing.ListItem):
     @property
     def raw(self) -> bytes:
         return orjson.dumps(self.object)
+
+
+def _list_item(
+    split: converting.SplitList, span: memoryview, head: framing.ListHead
+) -> dict[str, Any]:
+    obj: dict[str, Any] = {"kind": head.item_kind, "apiVersion": head.api_version}
+    obj.update(split.item(span))
+    return obj
+
+
+_VIEWS = ("Table", "PartialObjectMetadata")
+"""Kinds a streaming list of views carries: applied event by event, as their JSON form is."""
 
 
 def list_kind(body: bytes) -> str:
