@@ -50,12 +50,9 @@ class Transcoder:
         return self._converter
 
     def body(self, body: bytes) -> bytes | None:
-        """An object or list body as JSON, None when it does not convert. Lists are converted
-        item by item (bounded memory), everything else whole."""
+        """An object (or a view: a Table, a list without items) as JSON, None when it does not
+        convert. Lists of the built-in API go through ``parse_list`` instead."""
         try:
-            listed = self._converter.list_json(body)
-            if listed is not None:
-                return listed
             return orjson.dumps(self._converter.object(body))
         except converting.Undecodable as e:
             self.failed(e)
