@@ -21,6 +21,7 @@ import orjson
 
 from edgehub import cli
 from yurthub.cache import entries, keys, store, verifying, yurthubfiles
+from yurthub.kubeproto import converting
 
 _PATH = click.option(
     "--disk-cache-path",
@@ -81,7 +82,9 @@ def list_keys(disk_cache_path: pathlib.Path, prefix: str) -> None:
 @_PATH
 @click.argument("key")
 def get_key(disk_cache_path: pathlib.Path, key: str) -> None:
-    """Print the stored JSON of KEY (an object's body, a list record, a document)."""
+    """Print the stored JSON of KEY (an object's body, a list record, a document).
+
+    An object stored as protobuf (as kubelet and kube-proxy receive it) is shown as JSON."""
     with _opened(disk_cache_path) as con:
         row = verifying.read(con, key)
     if row is None or row.value is None:
@@ -90,6 +93,8 @@ def get_key(disk_cache_path: pathlib.Path, key: str) -> None:
     try:
         if row.kind == "object":
             _, body = entries.decode_object(row.value)
+            if store.is_protobuf(body):
+                body = orjson.dumps(converting.Converter().object(body))
             sys.stdout.buffer.write(body + b"\n")
         elif row.kind == "list":
             record = entries.decode_list(row.value)
@@ -106,7 +111,7 @@ def get_key(disk_cache_path: pathlib.Path, key: str) -> None:
         else:
             _, body = entries.decode_document(row.value)
             sys.stdout.buffer.write(body + b"\n")
-    except (entries.CorruptEntry, keys.BadKey) as e:
+    except (entries.CorruptEntry, keys.BadKey, converting.Undecodable) as e:
         click.echo(f"edgehub cache: {key!r} is corrupt: {e}", err=True)
         raise SystemExit(1) from e
 

@@ -1,11 +1,13 @@
-"""What one cache entry holds: an object's JSON bytes plus the fields answered without decoding.
+"""What one cache entry holds: an object's bytes plus the fields answered without decoding.
 
 PURE: bytes in, bytes out.
 
 An entry value is ``MAGIC | u32 CRC-32 | u32 header length | header JSON | body``. The header
 carries what an offline answer needs without decoding the body (resourceVersion, labels, the
 field-selector fields of that kind, kind/apiVersion) and which lists cover the object
-(``owners``); the body is the object's JSON exactly as stored. List records use the same layout
+(``owners``); the body is the object exactly as stored: its JSON, or its protobuf in the
+``k8s\\x00`` envelope a get answers with (``store.is_protobuf`` tells them apart: JSON starts
+with ``{``). List records use the same layout
 with an empty body. The CRC covers everything after itself: a flipped or lost byte anywhere
 but in the magic makes the value ``CorruptEntry`` (the magic itself is compared). One C call
 over a view of the value: checking 10,000 pods (~17 MB) costs a few milliseconds.

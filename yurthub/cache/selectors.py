@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -572,3 +573,36 @@ def supported_fields(resource: str) -> frozenset[str]:
 def unsupported(resource: str, selector: FieldSelector) -> Iterable[str]:
     """Fields of ``selector`` that ``resource`` cannot be selected by, sorted."""
     return sorted(selector.fields - supported_fields(resource))
+
+
+Paths = dict[str, Any]
+"""Nested JSON field names (``kubeproto.converting.Paths``): None keeps the whole field."""
+
+_WHOLE_FIELDS: dict[str, tuple[str, ...]] = {
+    # ``_event_fields`` falls back to events.k8s.io/v1's names, and reads the whole source.
+    "events": ("involvedObject", "regarding", "source", "reportingController"),
+}
+
+
+@functools.lru_cache(maxsize=512)
+def index_paths(resource: str) -> Paths:
+    """The JSON fields an index entry of ``resource`` is made from (identity, labels and the
+    selectable fields), as nested names (None: the whole field): what the cache reads from a
+    protobuf object instead of converting all of it. ``field_values`` and
+    ``entries.entry_from_object`` give the same answers on an object holding only these.
+    Callers must not change the returned dict (it is shared)."""
+    paths: Paths = {
+        "metadata": {"name": None, "namespace": None, "resourceVersion": None, "labels": None}
+    }
+    wanted = [f.split(".") for f in supported_fields(resource) if not f.startswith("metadata.")]
+    wanted += [[name] for name in _WHOLE_FIELDS.get(resource, ())]
+    for path in wanted:
+        node = paths
+        for part in path[:-1]:
+            inner: Paths | None = node.get(part, {})
+            if inner is None:
+                break  # the whole of it is kept already
+            node = node.setdefault(part, inner)
+        else:
+            node[path[-1]] = None
+    return paths

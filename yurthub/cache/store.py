@@ -57,6 +57,7 @@ import diskcache
 import diskcache.core
 
 from yurthub.cache import applying, coverage, entries, framing, keys, transcoding
+from yurthub.kubeproto import converting
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +117,13 @@ _SELECT_ONE = "SELECT mode, value, filename FROM Cache WHERE key = ? AND raw = 1
 _IN_CHUNK = 500
 _RANGE_READ_MIN = 64
 _MODE_RAW = diskcache.core.MODE_RAW
+MAGIC = converting.MAGIC
+"""How a stored protobuf body starts (a JSON one starts with ``{``)."""
+
+
+def is_protobuf(body: bytes) -> bool:
+    """Is this stored body protobuf (an enveloped object, as a get answers it)?"""
+    return body[:4] == MAGIC
 
 
 _TRIM_AFTER = 4 << 20
@@ -230,7 +238,7 @@ class PutObject:
     local: bool = False
     """Made by the hub offline (kubelet's lease renewal): may differ at the same version."""
     protobuf: bool = False
-    """``body`` is the apiserver's protobuf: the writer converts it to JSON first."""
+    """``body`` is the apiserver's protobuf: stored as received (``transcoding``)."""
 
     @property
     def size(self) -> int:
@@ -246,7 +254,7 @@ class PutList:
     continued: bool | None = None
     """The request carried ``continue=`` (a later page); None when unknown."""
     protobuf: bool = False
-    """``body`` is the apiserver's protobuf: the writer converts it to JSON first."""
+    """``body`` is the apiserver's protobuf: stored as received (``transcoding``)."""
 
     @property
     def size(self) -> int:
@@ -260,7 +268,8 @@ class WatchLines:
     list_key: keys.ListKey
     lines: tuple[bytes, ...]
     protobuf: bool = False
-    """``lines`` are protobuf frames (``WatchEvent`` messages): converted to JSON first."""
+    """``lines`` are protobuf frames (``WatchEvent`` messages): their objects are stored as
+    received (``transcoding``)."""
 
     @property
     def size(self) -> int:
@@ -520,9 +529,14 @@ class Store:
     # --- reads (reader pool) -----------------------------------------------------------------
 
     async def bodies(
-        self, object_keys: Iterable[keys.ObjectKey], *, within: keys.ObjectKey | None = None
+        self,
+        object_keys: Iterable[keys.ObjectKey],
+        *,
+        within: keys.ObjectKey | None = None,
+        as_stored: bool = False,
     ) -> list[bytes | None]:
-        """The stored bodies, in order; None for a key removed since the index was read.
+        """The stored bodies, in order, as JSON (``as_stored``: protobuf ones as stored, see
+        ``is_protobuf``); None for a key removed since the index was read.
 
         ``within``: a key whose scope (and namespace, when set) contains every wanted key;
         large reads then become one range scan over SQLite's key index instead of point reads.
@@ -535,7 +549,7 @@ class Store:
                 prefix += keys.escape(within.namespace) + "/"
         loop = asyncio.get_running_loop()
         found, corrupt = await loop.run_in_executor(
-            self._readers, self._read_bodies, wanted, prefix
+            self._readers, self._read_bodies, wanted, prefix, as_stored
         )
         if corrupt:
             self._corrupt_found(corrupt)
@@ -551,13 +565,14 @@ class Store:
         return out
 
     async def pages(
-        self, within: keys.ObjectKey, size: int = PAGE_ROWS
+        self, within: keys.ObjectKey, size: int = PAGE_ROWS, *, as_stored: bool = False
     ) -> AsyncIterator[list[bytes]]:
         """Every stored body of ``within``'s range in key order, ``size`` at a time: one
         executor hop per page, so an answer streams while the rest is read and at most a page of
         bodies is in memory (a 10,000-pod list is ~20 MB). Pages are read one after the other
         (keyset paging): a body written meanwhile is included when its key is still ahead.
-        Raises ``CorruptRead`` at the page holding a corrupt row (being dropped)."""
+        Raises ``CorruptRead`` at the page holding a corrupt row (being dropped). Bodies
+        are JSON unless ``as_stored`` (as ``bodies``)."""
         prefix = within.scope.prefix() + "/"
         if within.namespace:
             prefix += keys.escape(within.namespace) + "/"
@@ -566,7 +581,7 @@ class Store:
         after = prefix
         while True:
             found, corrupt, last = await loop.run_in_executor(
-                self._readers, self._read_page, after, upper, size
+                self._readers, self._read_page, after, upper, size, as_stored
             )
             if corrupt:
                 self._corrupt_found(corrupt)
@@ -578,7 +593,7 @@ class Store:
             after = last
 
     def _read_page(
-        self, after: str, upper: str, size: int
+        self, after: str, upper: str, size: int, as_stored: bool = False
     ) -> tuple[list[bytes], list[str], str | None]:
         """(bodies of up to ``size`` rows with ``after < key < upper``, names of corrupt rows,
         the last key read, None when the range ended)."""
@@ -594,13 +609,23 @@ class Store:
             try:
                 if mode != _MODE_RAW or filename is not None or value.__class__ is not bytes:
                     raise entries.CorruptEntry("not a raw row written by this hub")
-                out.append(body_of(value))
+                body = body_of(value)
+                out.append(body if as_stored or body[:4] != MAGIC else self._json(body))
             except entries.CorruptEntry:
                 corrupt.append(key)
         return out, corrupt, (key if rows == size else None)
 
+    def _json(self, body: bytes) -> bytes:
+        """A stored protobuf object as JSON (reader thread); ``CorruptEntry`` when it does not
+        convert (dropped like a row that rotted: nothing could answer with it)."""
+        try:
+            return self.transcoder.as_json(body)
+        except converting.Undecodable as e:
+            self.transcoder.failed(e)
+            raise entries.CorruptEntry(f"stored protobuf does not convert: {e}") from e
+
     def _read_bodies(
-        self, wanted: list[str], prefix: str | None
+        self, wanted: list[str], prefix: str | None, as_stored: bool = False
     ) -> tuple[list[bytes | None], list[str]]:
         """(bodies in the order of ``wanted``, None when gone; names of corrupt rows)."""
         if not wanted:
@@ -611,7 +636,8 @@ class Store:
 
         def take(key: str, row: list[Any]) -> None:
             try:
-                found[key] = _raw_body(*row)
+                body = _raw_body(*row)
+                found[key] = body if as_stored or body[:4] != MAGIC else self._json(body)
             except entries.CorruptEntry:
                 corrupt.append(key)
 
@@ -696,8 +722,8 @@ class Store:
                 self._reader_cons.append(con)
         return con
 
-    async def body(self, key: keys.ObjectKey) -> bytes | None:
-        return (await self.bodies((key,)))[0]
+    async def body(self, key: keys.ObjectKey, *, as_stored: bool = False) -> bytes | None:
+        return (await self.bodies((key,), as_stored=as_stored))[0]
 
     async def document(self, key: str) -> tuple[str, bytes] | None:
         if key not in self._documents:
@@ -914,20 +940,16 @@ class Store:
 
     def _as_json(self, job: Job) -> Job | None:
         """A protobuf job as the JSON job it stands for (writer thread); None: not storable.
-        Protobuf lists stay as they are: ``put_list`` converts only the items that changed."""
+        Protobuf objects, lists, streaming lists and watch frames stay as they are (stored as
+        received, the index's fields read from the wire); views (Tables, metadata only) and
+        what is no list of the built-in API are converted here."""
         if isinstance(job, PutList) and job.protobuf and transcoding.list_kind(job.body):
+            return job
+        if isinstance(job, PutObject) and job.protobuf and transcoding.storable(job.body):
             return job
         if isinstance(job, PutObject | PutList) and job.protobuf:
             body = self.transcoder.body(job.body)
             return None if body is None else dataclasses.replace(job, body=body, protobuf=False)
-        if isinstance(job, InitialEvents) and job.protobuf:
-            return job  # ``initial_events`` converts only the objects that changed
-        if isinstance(job, WatchLines | InitialEvents) and job.protobuf:
-            whole = isinstance(job, InitialEvents)
-            lines = self.transcoder.events(job.lines, whole=whole)
-            if lines is None:
-                return None
-            return dataclasses.replace(job, lines=lines, protobuf=False)
         return job
 
 
@@ -1146,6 +1168,15 @@ class _Batch:
         logger.warning("cache: list %s is no longer whole (a member was corrupt)", owner)
 
     def put_object(self, job: PutObject) -> None:
+        if job.protobuf:
+            try:
+                indexed = self.store.transcoder.indexed(job.body, job.scope.resource)
+            except converting.Undecodable as e:
+                self.store.transcoder.failed(e)
+                raise framing.BadBody(f"protobuf object does not decode: {e}") from e
+            assert indexed is not None  # ``_as_json`` converted views
+            self._put_one(job.scope, indexed, job.body, job.namespace, job.name, job.local)
+            return
         obj = framing.parse_object(job.body)
         if obj.get("kind") == "Table":
             for row in framing.table_rows(obj):
@@ -1230,7 +1261,7 @@ class _Batch:
         if not job.protobuf:
             return framing.parse_list(job.body)
         transcoder = self.store.transcoder
-        split = transcoder.parse_list(job.body)
+        split = transcoder.parse_list(job.body, job.list_key.scope.resource)
         if split is not None:
             return split
         # Not a list with items (a Table, another view): converted whole, then read as JSON.
@@ -1361,7 +1392,7 @@ class _Batch:
         """A protobuf streaming list's items, converted lazily; else the job converted whole
         (to JSON, all or nothing) for the JSON path."""
         transcoder = self.store.transcoder
-        found = transcoder.initial_list(job.lines)
+        found = transcoder.initial_list(job.lines, job.list_key.scope.resource)
         if found is not None:
             return found
         lines = transcoder.events(job.lines, whole=True)
@@ -1398,6 +1429,14 @@ class _Batch:
 
     def watch_lines(self, job: WatchLines) -> None:
         events: list[tuple[framing.WatchEvent, tuple[Any, ...] | None]] = []
+        if job.protobuf:
+            transcoder = self.store.transcoder
+            failures = transcoder.failures
+            found = transcoder.watch_events(job.lines, job.list_key.scope.resource)
+            events.extend((event, None) for event in found)
+            self.outcome.bad_bodies += transcoder.failures - failures
+            self._events(job.list_key, events)
+            return
         for line in job.lines:
             try:
                 events.append((framing.parse_event(line), None))

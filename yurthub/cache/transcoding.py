@@ -1,23 +1,26 @@
-"""Protobuf response bodies the tee kept, turned into the JSON the cache stores (writer thread).
+"""Protobuf response bodies the tee kept, stored as received (cache writer thread).
 
 The hub passes protobuf from the apiserver to clients that asked for it (kubelet, kube-proxy:
-fewer bytes on the edge link, less apiserver CPU); the cache still stores and works on JSON
-(selectors, patches, Tables, filters, offline answers). So each protobuf body, list or watch
-frame the tee collected is converted here, in the cache writer's thread where JSON bodies are
-parsed too (a 10,000-pod list never costs the event loop), into exactly what the apiserver's
-JSON answer would have been (``yurthub.kubeproto.converting``, table-tested against it).
+fewer bytes on the edge link, less apiserver CPU), and the cache stores those objects as they
+came: each object in the ``k8s\\x00`` envelope a get of it answers with (a list item is put in
+one, ``kubeproto.enveloping``). What the index needs (name, namespace, resourceVersion,
+labels, the kind's selectable fields: ``selectors.index_paths``) is read from the message by
+the converter's plans restricted to those fields (``Converter.skeleton``): a parse and a few
+field reads, ~10x cheaper than converting the object. Offline, protobuf clients get the stored
+messages back (lists concatenated, ``proxy.local``); JSON readers (kubectl, patches, Tables,
+the JSON filters, leases) get exactly the apiserver's JSON, converted when read
+(``as_json``, in the store's reader threads). Views (Tables, metadata-only objects) and what
+is no list of the built-in API are converted to JSON here, whole, as before.
 
-Lists stay protobuf until the writer applies them (``parse_list``): each item's name,
-namespace and resourceVersion are read from its ObjectMeta on the wire, and only the items the
-cache does not already hold at that version are converted. A relist (a reflector resyncing, a
-hub or client restarting, the link coming back) mostly repeats what is stored: those items cost
-a few field reads instead of ~0.3 ms of conversion each.
+A relist mostly repeats what is stored: each item's name, namespace and resourceVersion are
+read from its ObjectMeta on the wire first, and only items the cache does not hold at that
+version are read further.
 
-Invariants: a body that does not convert (a kind outside the built-in API such as a CRD, a
+Invariants: a body that does not decode (a kind outside the built-in API such as a CRD, a
 corrupt message) stores nothing: the client has its bytes anyway; a streaming list's initial
-events are converted all or nothing (never half a list); in a plain watch a frame that does
-not convert is skipped (the object it carried stays as cached until it changes again). Each
-kind that fails is logged once (WARNING), later failures at DEBUG.
+events are stored all or nothing (never half a list); in a plain watch a frame that does not
+decode is skipped (the object it carried stays as cached until it changes again). Each kind
+that fails is logged once (WARNING), later failures at DEBUG.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ from typing import Any
 
 import orjson
 
-from yurthub.cache import framing
-from yurthub.kubeproto import converting, wire
+from yurthub.cache import framing, selectors
+from yurthub.kubeproto import converting, enveloping, wire
 
 logger = logging.getLogger(__name__)
 
@@ -58,12 +61,15 @@ class Transcoder:
             self.failed(e)
             return None
 
-    def parse_list(self, body: bytes) -> tuple[framing.ListHead, Iterator[framing.ListItem]] | None:
+    def parse_list(
+        self, body: bytes, resource: str
+    ) -> tuple[framing.ListHead, Iterator[framing.ListItem]] | None:
         """A protobuf list as ``framing.parse_list`` gives a JSON one: its head, and its items
-        with their identity at once and their JSON only when asked. None: not a list of the
-        built-in API with items (convert it whole with ``body``). Raises ``framing.BadBody``
-        for a list that does not decode, and from an item's ``object`` for an item that does
-        not (a list is stored whole or not at all)."""
+        with their identity at once, each stored as received (enveloped as a get answers it)
+        with the fields the index needs read on demand (``selectors.index_paths`` of
+        ``resource``). None: not a list of the built-in API with items (convert it whole with
+        ``body``). Raises ``framing.BadBody`` for a list that does not decode, and from an
+        item's ``object`` for an item that does not (a list is stored whole or not at all)."""
         try:
             split = self._converter.split_list(body)
         except converting.Undecodable as e:
@@ -78,25 +84,36 @@ class Transcoder:
             resource_version=str(meta.get("resourceVersion") or ""),
             continue_token=str(meta.get("continue") or ""),
         )
+        paths = selectors.index_paths(resource)
 
         def items() -> Iterator[framing.ListItem]:
             for span in split.items:
                 name, namespace, rv = split.identity(span)
-                convert = functools.partial(_list_item, split, span, head)
-                yield _Lazy(name, namespace, rv, b"", convert=convert, transcoder=self)
+                yield _Lazy(
+                    name,
+                    namespace,
+                    rv,
+                    b"",
+                    read=functools.partial(_list_item, split, span, head, paths),
+                    stored=functools.partial(
+                        enveloping.envelope, head.api_version, head.item_kind, span
+                    ),
+                    transcoder=self,
+                )
 
         return head, items()
 
     def initial_list(
-        self, frames: tuple[bytes, ...]
+        self, frames: tuple[bytes, ...], resource: str
     ) -> tuple[list[framing.ListItem], str, str, str] | None:
         """A completed protobuf streaming list as (items, end resourceVersion, kind,
-        apiVersion): the ADDED objects with their identity read from the wire and their JSON
-        converted only when asked, as ``parse_list``'s items. None when it holds anything else
-        (another event type, a view, an undecodable frame): convert it whole with ``events``."""
+        apiVersion): the ADDED objects as ``parse_list``'s items (stored as received, the
+        index's fields read when asked). None when it holds anything else (another event
+        type, a view, an undecodable frame): convert it whole with ``events``."""
         items: list[framing.ListItem] = []
         end_rv = kind = api_version = ""
         converter = self._converter
+        paths = selectors.index_paths(resource)
         for frame in frames:
             try:
                 event_type, body = converter.event_parts(frame)
@@ -104,8 +121,18 @@ class Transcoder:
                     _, item_kind, name, namespace, rv = converter.identity(body)
                     if item_kind in _VIEWS:
                         return None
-                    convert = functools.partial(converter.object, body)
-                    items.append(_Lazy(name, namespace, rv, b"", convert=convert, transcoder=self))
+                    read = functools.partial(converter.skeleton, body, paths)
+                    items.append(
+                        _Lazy(
+                            name,
+                            namespace,
+                            rv,
+                            b"",
+                            read=read,
+                            stored=functools.partial(bytes, body),
+                            transcoder=self,
+                        )
+                    )
                     continue
                 if event_type != "BOOKMARK":
                     return None
@@ -121,6 +148,41 @@ class Transcoder:
         if not end_rv:
             return None
         return items, end_rv, kind, api_version
+
+    def indexed(self, body: bytes, resource: str) -> dict[str, Any] | None:
+        """What the index needs of one enveloped object (``selectors.index_paths``), which is
+        stored as received; None when the body is a view (a Table, metadata only: converted
+        whole with ``body``). Raises ``converting.Undecodable`` (the caller counts it with
+        ``failed``)."""
+        _, kind, _, _ = converting.envelope_at(body)
+        if kind in _VIEWS:
+            return None
+        return self._converter.skeleton(body, selectors.index_paths(resource))
+
+    def watch_events(
+        self, frames: tuple[bytes, ...], resource: str
+    ) -> Iterator[framing.WatchEvent]:
+        """Watch frames as events whose objects are stored as received (``indexed``; views
+        and bookmarks converted whole). A frame that does not decode is left out (counted)."""
+        for frame in frames:
+            try:
+                event_type, body = self._converter.event_parts(frame)
+                if event_type in ("BOOKMARK", "ERROR"):
+                    yield framing.WatchEvent(event_type, self._converter.object(body), b"")
+                    continue
+                found = self.indexed(body, resource)
+                if found is None:
+                    obj = self._converter.object(body)
+                    yield framing.WatchEvent(event_type, obj, orjson.dumps(obj))
+                    continue
+                yield framing.WatchEvent(event_type, found, bytes(body))
+            except converting.Undecodable as e:
+                self.failed(e)
+
+    def as_json(self, body: bytes) -> bytes:
+        """A stored protobuf object as its JSON (offline answers to JSON clients, filters,
+        patches, Tables). Raises ``converting.Undecodable``."""
+        return orjson.dumps(self._converter.object(body))
 
     def events(self, frames: tuple[bytes, ...], *, whole: bool) -> tuple[bytes, ...] | None:
         """Watch frames as JSON event lines; ``whole``: all or None."""
@@ -165,38 +227,54 @@ class Transcoder:
 
 @dataclasses.dataclass(slots=True)
 class _Lazy(framing.ListItem):
-    """A protobuf list item or streaming-list object: identity read from the wire, JSON
-    (``convert``) made on first use (``source`` stays empty)."""
+    """A protobuf list item or streaming-list object: identity read from the wire, the
+    fields the index needs (``read``) on first use, stored as received (``stored``: the
+    enveloped object; ``source`` stays empty)."""
 
-    convert: Callable[[], dict[str, Any]] | None = None
+    read: Callable[[], dict[str, Any]] | None = None
+    stored: Callable[[], bytes] | None = None
     transcoder: Transcoder | None = None
 
     @property
     def object(self) -> dict[str, Any]:
         if self.decoded is None:
-            assert self.convert is not None and self.transcoder is not None
+            assert self.read is not None and self.transcoder is not None
             try:
-                self.decoded = self.convert()
+                self.decoded = self.read()
             except converting.Undecodable as e:
                 self.transcoder.failed(e)
-                raise framing.BadBody(f"protobuf object does not convert: {e}") from e
+                raise framing.BadBody(f"protobuf object does not decode: {e}") from e
         return self.decoded
 
     @property
     def raw(self) -> bytes:
-        return orjson.dumps(self.object)
+        assert self.stored is not None
+        return self.stored()
 
 
 def _list_item(
-    split: converting.SplitList, span: memoryview, head: framing.ListHead
+    split: converting.SplitList,
+    span: memoryview,
+    head: framing.ListHead,
+    paths: selectors.Paths,
 ) -> dict[str, Any]:
     obj: dict[str, Any] = {"kind": head.item_kind, "apiVersion": head.api_version}
-    obj.update(split.item(span))
+    obj.update(split.skeleton(span, paths))
     return obj
 
 
 _VIEWS = ("Table", "PartialObjectMetadata")
 """Kinds a streaming list of views carries: applied event by event, as their JSON form is."""
+
+
+def storable(body: bytes) -> bool:
+    """Is this protobuf body an object the cache stores as received (not a view, not a list,
+    of a readable envelope)?"""
+    try:
+        _, kind, _, _ = converting.envelope_at(body)
+    except converting.Undecodable:
+        return False
+    return bool(kind) and kind not in _VIEWS and not kind.endswith("List")
 
 
 def list_kind(body: bytes) -> str:

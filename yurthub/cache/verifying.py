@@ -8,7 +8,8 @@ never changes what it inspects.
 
 - SQLite's own ``integrity_check``;
 - every key parses as an object key, a list key or a document key, and every value decodes;
-- every object body is JSON whose name, namespace and resourceVersion match its key and header;
+- every object body is JSON (or a protobuf object that converts to JSON) whose name, namespace
+  and resourceVersion match its key and header;
 - every object has at least one owner, and every list owner names a list record of the same
   resource that covers the object's namespace;
 - every list record's member count equals the objects that name it as owner (a list replaced
@@ -27,6 +28,7 @@ import diskcache.core
 import orjson
 
 from yurthub.cache import entries, keys, store
+from yurthub.kubeproto import converting
 
 
 class NotACache(OSError):
@@ -138,6 +140,7 @@ def verify(con: sqlite3.Connection) -> Report:
     if integrity != ["ok"]:
         report.problems.extend(Problem("(sqlite)", line) for line in integrity)
     records: dict[str, entries.ListRecord] = {}
+    converter = converting.Converter()  # loads its descriptors only if a body is protobuf
     members: collections.Counter[str] = collections.Counter()
     claims: list[tuple[str, keys.ObjectKey, str]] = []
     for row in rows(con):
@@ -156,7 +159,7 @@ def verify(con: sqlite3.Connection) -> Report:
                 key = keys.parse_object_key(row.key)
                 entry, body = entries.decode_object(row.value)
                 report.objects += 1
-                for what in _check_object(key, entry, body):
+                for what in _check_object(key, entry, body, converter):
                     report.problems.append(Problem(row.key, what))
                 for owner in entry.owners:
                     if owner != entries.DIRECT:
@@ -182,12 +185,21 @@ def verify(con: sqlite3.Connection) -> Report:
     return report
 
 
-def _check_object(key: keys.ObjectKey, entry: entries.Entry, body: bytes) -> Iterator[str]:
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        yield f"body is not JSON: {e}"
-        return
+def _check_object(
+    key: keys.ObjectKey, entry: entries.Entry, body: bytes, converter: converting.Converter
+) -> Iterator[str]:
+    if store.is_protobuf(body):
+        try:
+            obj = converter.object(body)
+        except converting.Undecodable as e:
+            yield f"protobuf body does not decode: {e}"
+            return
+    else:
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            yield f"body is not JSON: {e}"
+            return
     if not isinstance(obj, dict):
         yield "body is not a JSON object"
         return

@@ -266,29 +266,43 @@ def _filter_list(chain: chaining.Chain, kind: str, raw: bytes, counts: jsonbodie
         if number != 2 or not isinstance(value, bytes):
             out.append(field)
             continue
-        try:
-            item = decode_message(kind, value)
-        except DecodeError:
-            counts.undecodable += 1
-            out.append(field)
-            continue
-        counts.objects += 1
-        result = chain.apply(item, kind)
+        result = filter_item(chain, kind, value, counts)
         if result is None:
-            counts.dropped += 1
             changed = True
-            continue
-        if result is item:
+        elif result is value:
             out.append(field)
-            continue
-        try:
-            out.append(wire.delimited(2, encode_message(kind, result)))
-            counts.changed += 1
+        else:
+            out.append(wire.delimited(2, result))
             changed = True
-        except (DecodeError, TypeError, ValueError):
-            counts.undecodable += 1
-            out.append(field)
     return b"".join(out) if changed else raw
+
+
+def filter_item(
+    chain: chaining.Chain, kind: str, raw: bytes, counts: jsonbodies.Counts
+) -> bytes | None:
+    """One list item's message (no envelope) of ``kind`` filtered: ``raw`` itself when
+    nothing changed (or it does not decode: passed, counted), None when dropped."""
+    if kind not in KINDS:
+        return raw
+    try:
+        item = decode_message(kind, raw)
+    except DecodeError:
+        counts.undecodable += 1
+        return raw
+    counts.objects += 1
+    result = chain.apply(item, kind)
+    if result is None:
+        counts.dropped += 1
+        return None
+    if result is item:
+        return raw
+    try:
+        encoded = encode_message(kind, result)
+    except (DecodeError, TypeError, ValueError):
+        counts.undecodable += 1
+        return raw
+    counts.changed += 1
+    return encoded
 
 
 # --- streaming shapes -------------------------------------------------------------------------

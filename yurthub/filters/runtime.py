@@ -41,7 +41,7 @@ from prometheus_client import Counter
 
 from yurthub import following, metrics, requestinfo, settings
 from yurthub.cache import agents
-from yurthub.filters import chaining, inputs, jsonbodies, registry, responding
+from yurthub.filters import chaining, inputs, jsonbodies, protobodies, registry, responding
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +124,20 @@ class _Stored:
         out = jsonbodies.filter_item(self._chain, body, self._kind, counts)
         if counts.undecodable:
             self._meter.undecodable("json", counts.undecodable)
+        return out
+
+    def protobuf_object(self, body: bytes) -> bytes:
+        counts = jsonbodies.Counts()
+        out = protobodies.filter_object(self._chain, body, counts)[0]
+        if counts.undecodable:
+            self._meter.undecodable("protobuf", counts.undecodable)
+        return out
+
+    def protobuf_item(self, raw: bytes) -> bytes | None:
+        counts = jsonbodies.Counts()
+        out = protobodies.filter_item(self._chain, self._kind, raw, counts)
+        if counts.undecodable:
+            self._meter.undecodable("protobuf", counts.undecodable)
         return out
 
 

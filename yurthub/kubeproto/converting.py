@@ -1,8 +1,8 @@
 """Kubernetes protobuf bodies -> the JSON-shaped dicts kube-apiserver's JSON answer gives.
 
-PURE (bytes in, dicts out; no I/O). The cache tee uses it so that clients keep receiving the
-apiserver's protobuf bytes while the cache keeps storing and working on JSON (every offline
-path: selectors, patches, Tables, filters, leases, works on JSON).
+PURE (bytes in, dicts out; no I/O). The cache stores protobuf objects as received and uses it
+to index them (``skeleton``: only the fields the index needs) and to give JSON readers the
+apiserver's JSON of them (``object``): selectors, patches, Tables, the JSON filters, leases.
 
 How: the body's ``k8s\\x00`` envelope (``runtime.Unknown``) names apiVersion and kind;
 ``gofields.json`` maps them to the message; the message is parsed by the protobuf runtime (upb,
@@ -136,6 +136,10 @@ class _Plan:
         """Fields Go writes even when the wire lacks them: (JSON name, its value then)."""
 
 
+Paths = dict[str, "Paths | None"]
+"""JSON field names to keep, each with the names to keep inside it (None: the whole field)."""
+
+
 class Converter:
     """Converts protobuf objects, lists and watch events of the built-in API to JSON dicts."""
 
@@ -149,6 +153,10 @@ class Converter:
         self._classes: dict[str, type[message.Message]] = {}
         self._by_name: dict[str, Convert] = {}
         """Walks by message name, built and read with the lock held."""
+        self._plans: dict[str, _Plan] = {}
+        """Plans by message name (``skeleton``), written with their walks."""
+        self._partials: dict[tuple[str, Any], Convert] = {}
+        """Walks restricted to some fields (``skeleton``), by message name and fields."""
         self._walkers: dict[type, Convert] = {}
         self._identities: dict[str, tuple[int, int, int, int]] = {}
         """ObjectMeta field numbers by message name (``identity``)."""
@@ -317,6 +325,59 @@ class Converter:
             numbers = self._identities[name] = _identity(self._class(name).DESCRIPTOR)
         return (api_version, kind, *_read_identity(raw, numbers))
 
+    def skeleton(self, body: bytes, paths: Paths) -> dict[str, Any]:
+        """An enveloped object's ``kind``, ``apiVersion`` and only the fields ``paths`` names,
+        each exactly as ``object`` would give it: what the cache's index needs (identity,
+        labels, selectable fields) at the cost of a parse and a few field reads instead of a
+        whole conversion."""
+        api_version, kind, start, end = envelope_at(body)
+        name = self.message_name(api_version, kind)
+        what = f"{api_version}/{kind}"
+        if name is None:
+            raise Undecodable(what, "not a kind of the built-in API")
+        out: dict[str, Any] = {"kind": kind, "apiVersion": api_version}
+        out.update(self._skeleton(self._class(name), body[start:end], paths, what))
+        return out
+
+    def _skeleton(
+        self, cls: type[message.Message], raw: wire.Bytes, paths: Paths, what: str
+    ) -> dict[str, Any]:
+        walk = self._restricted(cls.DESCRIPTOR, paths)
+        try:
+            out: dict[str, Any] = walk(cls.FromString(raw))
+        except (message.DecodeError, UnicodeDecodeError, ValueError, RecursionError) as e:
+            if isinstance(e, Undecodable):
+                raise
+            raise Undecodable(what, f"does not decode: {e}") from e
+        return out
+
+    def _restricted(self, desc: Any, paths: Paths) -> Convert:
+        """The walk of ``desc`` keeping only ``paths``: its plan with the other fields left
+        out (so the same rules apply), built once per message type and paths."""
+        key = (desc.full_name, _frozen(paths))
+        found = self._partials.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            whole = self._resolve(desc)
+            plan = self._plans.get(desc.full_name)
+            if plan is None:  # a special or slice type: converted whole
+                found = whole
+            else:
+                kept = _Plan()
+                for fd, field in plan.fields.items():
+                    name, handling = field[0], field[1]
+                    if name not in paths:
+                        continue
+                    inner = paths[name]
+                    if inner is not None and handling == _MESSAGE:
+                        field = (*field[:4], self._restricted(fd.message_type, inner))
+                    kept.fields[fd] = field
+                kept.absent = [(n, value) for n, value in plan.absent if n in paths]
+                found = _walk(kept)
+            self._partials[key] = found
+        return found
+
     # --- walking --------------------------------------------------------------------------
 
     def _message(self, msg: Any) -> Any:
@@ -346,6 +407,7 @@ class Converter:
         else:
             plan = _Plan()
             walk = _walk(plan)
+            self._plans[desc.full_name] = plan
             # Registered before its plan is filled: a message holding its own type finds it.
             self._by_name[desc.full_name] = walk
             self._fill_plan(plan, desc, go.get("fields", {}))
@@ -489,6 +551,11 @@ class SplitList:
             raise Undecodable(what, f"an item does not decode: {e}") from e
         return converted
 
+    def skeleton(self, span: wire.Bytes, paths: Paths) -> dict[str, Any]:
+        """``Converter.skeleton`` of one item (no kind/apiVersion: they are the list's)."""
+        what = f"{self.head['apiVersion']}/{self.head['kind']}"
+        return self._converter._skeleton(self.item_class, span, paths, what)
+
     def identity(self, span: wire.Bytes) -> tuple[str, str, str]:
         """(name, namespace, resourceVersion) of an item, read from its ObjectMeta on the wire
         without converting it ("" for what is missing or unreadable)."""
@@ -570,6 +637,10 @@ def _walk(plan: _Plan) -> Convert:
         return out
 
     return walk
+
+
+def _frozen(paths: Paths) -> Any:
+    return tuple(sorted((k, None if v is None else _frozen(v)) for k, v in paths.items()))
 
 
 def _fails(kind: str, reason: str) -> Convert:

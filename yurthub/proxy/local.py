@@ -46,6 +46,14 @@ Answers (decisions that differ from YurtHub are marked *):
 Errors are Kubernetes Status objects. Bodies are spliced from stored bytes, never re-encoded
 (except for views, which are built, and objects a response filter changes: the cache stores
 what the cloud sent, and offline answers go through the same filters as online ones).
+
+Wire format: the cache holds each object as it came, JSON or protobuf (kubelet and kube-proxy
+ask for protobuf). A get or list of whole objects by a client that lists protobuf first is
+answered in protobuf when every object it returns is stored so: a list is the stored messages
+concatenated in the list message (``kubeproto.enveloping``; byte for byte what the apiserver
+sends for the same objects), never decoded unless a filter reads them. Otherwise, and for
+JSON clients, views and watches, the answer is JSON (protobuf objects converted as they are
+read); a client that takes only protobuf then gets a 406 offline (online, the cloud answers).
 """
 
 from __future__ import annotations
@@ -75,7 +83,7 @@ from yurthub.cache import (
     store,
     tables,
 )
-from yurthub.kubeproto import converting
+from yurthub.kubeproto import converting, enveloping, wire
 from yurthub.proxy import seams
 
 logger = logging.getLogger(__name__)
@@ -202,10 +210,10 @@ class Answerer:
         scope = keys.Scope(info.owner, info.resource, info.version, info.group, partial)
         return keys.object_key(scope, info.namespace, info.name)
 
-    async def _read(self, key: keys.ObjectKey) -> bytes | None:
+    async def _read(self, key: keys.ObjectKey, *, as_stored: bool = False) -> bytes | None:
         if self._store.entry(key) is None:
             return None
-        return await self._store.body(key)
+        return await self._store.body(key, as_stored=as_stored)
 
     def _scopes(
         self, info: requestinfo.RequestInfo, media: cacheability.MediaType
@@ -228,14 +236,22 @@ class Answerer:
         body = None
         scope = None
         candidates = self._scopes(info, media)
+        protobuf = _wants_protobuf(info, media)
         for scope in candidates:
-            body = await self._read(keys.object_key(scope, info.namespace, info.name))
+            key = keys.object_key(scope, info.namespace, info.name)
+            body = await self._read(key, as_stored=protobuf)
             if body is not None:
                 break
         if body is None or scope is None:
             if reason is seams.LocalReason.UPSTREAM_ERROR:
                 return None
             return _not_found(info)
+        if protobuf:
+            if store.is_protobuf(body):
+                stored = self.filters.stored(info) if self.filters is not None else None
+                return _protobuf(body if stored is None else stored.protobuf_object(body))
+            if not requestinfo.accepts_json(info.accept):
+                return _unacceptable(reason)
         if media.representation is cacheability.Representation.OBJECT:
             return _json(200, self._filtered(info, body))
         if media.representation is cacheability.Representation.PARTIAL and scope.partial:
@@ -309,6 +325,12 @@ class Answerer:
         resource_version = "" if rv < 0 else str(rv)
         if record is not None and record.rv == rv:
             resource_version = record.resource_version
+        if _wants_protobuf(info, media):
+            answer = await self._protobuf_list(request, info, listing, resource_version)
+            if answer is not None:
+                return answer
+            if not requestinfo.accepts_json(info.accept):
+                return _unacceptable(reason)
         pages = self._pages(info, listing)
         if media.representation is cacheability.Representation.OBJECT:
             pages = self._filtered_pages(info, pages)
@@ -365,6 +387,46 @@ class Answerer:
 
         return await _stream_items(request, _open_items(view), pages, convert)
 
+    async def _protobuf_list(
+        self,
+        request: web.Request,
+        info: requestinfo.RequestInfo,
+        listing: _Listing,
+        resource_version: str,
+    ) -> web.StreamResponse | None:
+        """The list in protobuf, its items' stored messages concatenated (never decoded unless
+        a filter reads them); None when some object is stored as JSON (a JSON client cached it,
+        or an older hub did): then the JSON answer."""
+        stored = self.filters.stored(info) if self.filters is not None else None
+        items: list[wire.Bytes] = []
+        async for page in self._pages(info, listing, as_stored=True):
+            for body in page:
+                if not store.is_protobuf(body):
+                    return None
+                _, _, start, end = converting.envelope_at(body)
+                if stored is None:
+                    items.append(memoryview(body)[start:end])
+                    continue
+                kept = stored.protobuf_item(body[start:end])
+                if kept is not None:
+                    items.append(kept)
+        kind = self._kind(listing.scope, listing.record, listing)
+        assembled = enveloping.ListBody(_api_version(info), f"{kind}List", resource_version, items)
+        del items
+        if assembled.size <= _ONE_WRITE:
+            return _protobuf(b"".join(assembled.parts()))
+        resp = web.StreamResponse(status=200)
+        resp.headers["Content-Type"] = PROTOBUF
+        resp.content_length = assembled.size
+        try:
+            await resp.prepare(request)
+            for part in assembled.parts():
+                await resp.write(part)
+            await resp.write_eof()
+        except ConnectionError:
+            pass  # the client went away mid-list
+        return resp
+
     def _chosen(self, listing: _Listing) -> list[tuple[keys.ObjectKey, entries.Entry]]:
         """The listing's objects (keys made now when it is the whole range)."""
         if listing.chosen is not None:
@@ -372,19 +434,20 @@ class Answerer:
         return list(self._store.objects(listing.scope, listing.namespace))
 
     async def _pages(
-        self, info: requestinfo.RequestInfo, listing: _Listing
+        self, info: requestinfo.RequestInfo, listing: _Listing, *, as_stored: bool = False
     ) -> AsyncIterator[list[bytes]]:
         """The stored bodies of a listing, a page at a time: the whole range streamed from
         SQLite (the usual offline list: no key per object, never all bodies at once), or the
         chosen keys' bodies."""
         within = _within(listing.scope, info.namespace)
         if listing.chosen is None:
-            async for page in self._store.pages(within):
+            async for page in self._store.pages(within, as_stored=as_stored):
                 yield page
             return
         keys_ = [k for k, _ in listing.chosen]
         for start in range(0, len(keys_), store.PAGE_ROWS):
-            found = await self._store.bodies(keys_[start : start + store.PAGE_ROWS], within=within)
+            chunk = keys_[start : start + store.PAGE_ROWS]
+            found = await self._store.bodies(chunk, within=within, as_stored=as_stored)
             yield [b for b in found if b is not None]
 
     async def _filtered_pages(
@@ -803,9 +866,45 @@ def _requested(
     media = cacheability.requested_media(info)
     if media.representation is not cacheability.Representation.OTHER:
         return media
-    if reason is seams.LocalReason.OFFLINE:
-        raise _Reply(_status(406, "offline, the hub answers only JSON; accept application/json"))
+    if _protobuf_first(info):
+        # Protobuf only: answered when the cache holds the objects as protobuf (else a 406).
+        return cacheability.MediaType(cacheability.Representation.OBJECT)
+    response = _unacceptable(reason)
+    if response is not None:
+        raise _Reply(response)
     return None
+
+
+NOT_ACCEPTABLE = (
+    "offline, the hub answers from what it cached: JSON, or protobuf for what came as "
+    "protobuf; accept application/json"
+)
+
+
+def _protobuf_first(info: requestinfo.RequestInfo) -> bool:
+    return info.content_type == PROTOBUF and info.partial_object_metadata is None
+
+
+def _wants_protobuf(info: requestinfo.RequestInfo, media: cacheability.MediaType) -> bool:
+    """Whole objects for a client that prefers protobuf (kubelet, kube-proxy: what they
+    asked for, and what the cache holds for them as received)."""
+    return media.representation is cacheability.Representation.OBJECT and _protobuf_first(info)
+
+
+def _unacceptable(reason: seams.LocalReason) -> web.Response | None:
+    """A protobuf-only client asking for what the cache holds as JSON: offline a 406, else
+    left to the cloud."""
+    return _status(406, NOT_ACCEPTABLE) if reason is seams.LocalReason.OFFLINE else None
+
+
+_ONE_WRITE = 1 << 20
+"""Protobuf list bytes up to which the answer is one write (a bigger one streams in parts)."""
+
+
+def _protobuf(body: bytes) -> web.Response:
+    resp = web.Response(status=200, body=body)
+    resp.headers["Content-Type"] = PROTOBUF
+    return resp
 
 
 def _flag(value: str) -> bool:

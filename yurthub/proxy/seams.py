@@ -111,6 +111,12 @@ class StoredObjects(Protocol):
     def item(self, body: bytes) -> bytes | None:
         """One object of a list or of a watch's initial events; None: leave it out."""
 
+    def protobuf_object(self, body: bytes) -> bytes:
+        """``object`` for an enveloped protobuf object (``k8s\\x00``...)."""
+
+    def protobuf_item(self, raw: bytes) -> bytes | None:
+        """``item`` for one protobuf list item's message (no envelope)."""
+
 
 class ResponseFilter(Protocol):
     def open(

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from yurthub import requestinfo
 from yurthub.cache import agents, keys, store
-from yurthub.proxy import local
+from yurthub.proxy import local, seams
 
 NODE = "n1"
 KUBELET = "kubelet/v1.32.4 (linux/amd64) kubernetes/abcdef0"
@@ -31,7 +31,7 @@ MY_PODS = keys.list_key(PODS, "", "", f"spec.nodeName={NODE}")
 
 @contextlib.asynccontextmanager
 async def answering(
-    tmp_path: pathlib.Path, *jobs: store.Job
+    tmp_path: pathlib.Path, *jobs: store.Job, filters: seams.ResponseFilter | None = None
 ) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
     cache = await store.Store.open(tmp_path / "cache")
     for job in jobs:
@@ -43,6 +43,7 @@ async def answering(
         min_request_timeout=30.0,
         bookmark_interval=0.2,
     )
+    answerer.filters = filters
 
     async def handle(request: web.Request) -> web.StreamResponse:
         info = requestinfo.classify(

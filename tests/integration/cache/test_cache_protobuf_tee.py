@@ -1,6 +1,8 @@
 """The tee on protobuf answers (kubelet and kube-proxy get the apiserver's protobuf): the
-cache stores the same JSON the apiserver's JSON answer holds, for lists (gzip too), single
-objects and streaming-list watches, and stores nothing for what does not convert.
+cache stores each object as received (enveloped as a get answers it), reads what its index
+needs from the wire, and gives JSON readers the same JSON the apiserver's JSON answer holds,
+for lists (gzip too), single objects, streaming-list watches and watch events; it stores
+nothing for what does not decode.
 
 Bodies are real: tests/data/kubeproto/ holds answers captured from kube-apiserver v1.37.2 in
 both representations (see tests/unit/kubeproto/test_converting.py).
@@ -209,29 +211,60 @@ def relisted(body: bytes, changed: dict[str, str]) -> bytes:
     return bytes(out)
 
 
-def counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def counting(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
+    """(names of list items read for the index, of list items converted whole)."""
+    read: list[str] = []
     converted: list[str] = []
-    original = converting.SplitList.item
+    skeleton, item = converting.SplitList.skeleton, converting.SplitList.item
 
-    def item(self: converting.SplitList, span: bytes) -> dict[str, Any]:
-        out = original(self, span)
+    def counted_skeleton(
+        self: converting.SplitList, span: bytes, paths: dict[str, Any]
+    ) -> dict[str, Any]:
+        out = skeleton(self, span, paths)
+        read.append(out["metadata"]["name"])
+        return out
+
+    def counted_item(self: converting.SplitList, span: bytes) -> dict[str, Any]:
+        out = item(self, span)
         converted.append(out["metadata"]["name"])
         return out
 
-    monkeypatch.setattr(converting.SplitList, "item", item)
-    return converted
+    monkeypatch.setattr(converting.SplitList, "skeleton", counted_skeleton)
+    monkeypatch.setattr(converting.SplitList, "item", counted_item)
+    return read, converted
 
 
-async def test_a_protobuf_relist_converts_only_the_items_that_changed(
+async def test_a_protobuf_list_is_stored_as_received(cache: store.Store) -> None:
+    everything = keys.list_key(PODS, "", "", "")
+    body = (DATA / "pods.pb").read_bytes()
+    split = converting.Converter().split_list(body)
+    assert split is not None
+    assert cache.submit(store.PutList(everything, body, protobuf=True))
+    assert await cache.flush(5)
+    raw = await cache.all_bodies(keys.object_key(PODS, "", ""))
+    assert raw and not any(store.is_protobuf(b) for b in raw)  # JSON for JSON readers
+    as_stored: list[bytes] = []
+    async for page in cache.pages(keys.object_key(PODS, "", ""), as_stored=True):
+        as_stored.extend(page)
+    assert all(store.is_protobuf(b) for b in as_stored)
+    # Each is the item's message in the envelope a get of it answers with.
+    spans = sorted(bytes(span) for span in split.items)
+    assert sorted(converting.Converter().envelope(b)[2] for b in as_stored) == spans
+    assert {converting.Converter().envelope(b)[:2] for b in as_stored} == {("v1", "Pod")}
+
+
+async def test_a_protobuf_relist_reads_only_the_items_that_changed(
     cache: store.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    converted = counting(monkeypatch)
+    read, converted = counting(monkeypatch)
     everything = keys.list_key(PODS, "", "", "")
     body = (DATA / "pods.pb").read_bytes()
     want = wanted("pods")
     assert cache.submit(store.PutList(everything, body, protobuf=True))
     assert await cache.flush(5)
-    assert len(converted) == len(want)
+    assert len(read) == len(want)
+    assert converted == []  # stored as received: nothing converted to write it
+    converted = read
     first = await stored(cache, PODS)
 
     converted.clear()
@@ -301,20 +334,20 @@ async def test_a_newer_protobuf_list_supersedes_a_queued_one(cache: store.Store)
     assert cache.list_record(everything) is not None
 
 
-async def test_a_repeated_protobuf_streaming_list_converts_only_its_bookmark(
+async def test_a_repeated_protobuf_streaming_list_reads_only_its_bookmark(
     cache: store.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # kubelet and kube-proxy 1.37 list by streaming: every restart or re-watch sends the
     # whole state again, mostly what the cache holds at the same resourceVersion.
     converted: list[str] = []
-    original = converting.Converter.object
+    original = converting.Converter.skeleton
 
-    def counted(self: converting.Converter, body: bytes) -> dict[str, Any]:
-        out = original(self, body)
-        converted.append(str(out["metadata"].get("name") or "(a bookmark)"))
+    def counted(self: converting.Converter, body: bytes, paths: dict[str, Any]) -> dict[str, Any]:
+        out = original(self, body, paths)
+        converted.append(str(out["metadata"].get("name")))
         return out
 
-    monkeypatch.setattr(converting.Converter, "object", counted)
+    monkeypatch.setattr(converting.Converter, "skeleton", counted)
     query = {"watch": "1", "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
     stream = (DATA / "watch-configmaps.pb").read_bytes()
     stored_before: dict[str, object] = {}
@@ -326,7 +359,7 @@ async def test_a_repeated_protobuf_streaming_list_converts_only_its_bookmark(
         await sink.finish()
         assert await cache.flush(5)
         now = await stored(cache, CONFIGMAPS)
-        objects = [name for name in converted if name != "(a bookmark)"]
+        objects = list(converted)
         if round_ == 0:
             assert len(objects) == len(now) > 1
             stored_before = now
@@ -334,3 +367,40 @@ async def test_a_repeated_protobuf_streaming_list_converts_only_its_bookmark(
             assert objects == []  # every object known at its version
             assert now == stored_before
         assert cache.list_record(keys.list_key(CONFIGMAPS, "", "", "")) is not None
+
+
+def _frame(event_type: str, body: bytes) -> bytes:
+    event = wire.delimited(1, event_type.encode()) + wire.delimited(2, wire.delimited(1, body))
+    return len(event).to_bytes(4, "big") + event
+
+
+async def test_protobuf_watch_events_are_stored_as_received(cache: store.Store) -> None:
+    converter = converting.Converter()
+    stream = (DATA / "watch-configmaps.pb").read_bytes()
+    frames = []
+    at = 0
+    while at < len(stream):
+        size = int.from_bytes(stream[at : at + 4], "big")
+        frames.append(stream[at + 4 : at + 4 + size])
+        at += 4 + size
+    added = [body for t, body in map(converter.event_parts, frames) if t == "ADDED"]
+    assert len(added) > 1
+    sink = tee_for(cache).open(info("/api/v1/configmaps", {"watch": "1"}), 200, PB_WATCH)
+    assert sink is not None
+    for body in added:
+        sink.feed(_frame("ADDED", body))
+    gone = added[0]
+    _, _, name, namespace, _ = converter.identity(gone)
+    sink.feed(_frame("DELETED", gone))
+    await sink.finish()
+    assert await cache.flush(5)
+    names = {(k.namespace, k.name) for k, _ in cache.objects(CONFIGMAPS)}
+    want = {converter.identity(b)[3:1:-1] for b in added[1:]}
+    assert names == want and (namespace, name) not in names
+    kept = await cache.bodies([k for k, _ in cache.objects(CONFIGMAPS)], as_stored=True)
+    assert sorted(b for b in kept if b is not None) == sorted(added[1:])
+    json_bodies = await stored(cache, CONFIGMAPS)
+    assert json_bodies == {
+        f"{o['metadata']['namespace']}/{o['metadata']['name']}": o
+        for o in (converter.object(b) for b in added[1:])
+    }

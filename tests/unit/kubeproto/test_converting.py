@@ -248,3 +248,38 @@ def test_spans_give_offsets_and_nothing_else() -> None:
     fields = [(n, t) for n, t, *_ in wire.offsets(data, 0, len(data))]
     assert fields == [(1, 0), (2, 2), (3, 2), (2, 2)]
     assert data[12:13] == b"z"
+
+
+RESOURCES = {"pv": "persistentvolumes", "pvc": "persistentvolumeclaims", "eventsv1": "events"}
+
+
+@pytest.mark.parametrize("name", LISTS)
+def test_the_index_fields_read_from_the_wire_equal_the_converted_ones(
+    converter: converting.Converter, name: str
+) -> None:
+    # What the cache indexes a protobuf object by (stored as received) must be what it would
+    # index the apiserver's JSON of it by: identity, labels and every selectable field.
+    from yurthub.cache import selectors
+
+    resource = RESOURCES.get(name, name)
+    paths = selectors.index_paths(resource)
+    want = json.loads((DATA / f"{name}.json").read_bytes())["items"]
+    split = converter.split_list((DATA / f"{name}.pb").read_bytes())
+    assert split is not None and len(split.items) == len(want)
+    for span, full in zip(split.items, want, strict=True):
+        got = split.skeleton(span, paths)
+        assert selectors.field_values(resource, got) == selectors.field_values(resource, full)
+        for field in ("name", "namespace", "resourceVersion", "labels"):
+            assert got["metadata"].get(field) == full["metadata"].get(field)
+        assert set(got) <= set(full) | {"metadata"}
+
+
+def test_the_index_fields_of_a_kind_reach_into_the_objects_it_selects_by() -> None:
+    from yurthub.cache import selectors
+
+    pods = selectors.index_paths("pods")
+    assert pods["spec"]["nodeName"] is None and pods["status"]["phase"] is None
+    assert set(pods["metadata"]) == {"name", "namespace", "resourceVersion", "labels"}
+    events = selectors.index_paths("events")
+    assert events["involvedObject"] is None and events["regarding"] is None
+    assert set(selectors.index_paths("configmaps")) == {"metadata"}
