@@ -93,9 +93,7 @@ def get_key(disk_cache_path: pathlib.Path, key: str) -> None:
     try:
         if row.kind == "object":
             _, body = entries.decode_object(row.value)
-            if store.is_protobuf(body):
-                body = orjson.dumps(converting.Converter().object(body))
-            sys.stdout.buffer.write(body + b"\n")
+            sys.stdout.buffer.write(verifying.as_json(body) + b"\n")
         elif row.kind == "list":
             record = entries.decode_list(row.value)
             list_key = keys.parse_list_key(key)

@@ -185,6 +185,14 @@ def verify(con: sqlite3.Connection) -> Report:
     return report
 
 
+def as_json(body: bytes, converter: converting.Converter | None = None) -> bytes:
+    """A stored object's body as JSON: itself, or a protobuf one converted (raises
+    ``converting.Undecodable``)."""
+    if not store.is_protobuf(body):
+        return body
+    return orjson.dumps((converter or converting.Converter()).object(body))
+
+
 def _check_object(
     key: keys.ObjectKey, entry: entries.Entry, body: bytes, converter: converting.Converter
 ) -> Iterator[str]:

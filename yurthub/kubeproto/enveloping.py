@@ -61,3 +61,25 @@ class ListBody:
                 chunk.append(item)
             yield b"".join(chunk)
         yield _EMPTY_TAIL
+
+
+WATCH_CONTENT_TYPE = "application/vnd.kubernetes.protobuf;stream=watch"
+
+
+def watch_frame(event_type: str, body: bytes) -> bytes:
+    """One frame of a protobuf watch stream: a 4-byte big-endian length and the
+    ``WatchEvent`` {1: type, 2: RawExtension {1: the enveloped object}}."""
+    event = wire.delimited(1, event_type.encode()) + wire.delimited(2, wire.delimited(1, body))
+    return len(event).to_bytes(4, "big") + event
+
+
+def bookmark(
+    api_version: str, kind: str, resource_version: str, annotations: dict[str, str] | None = None
+) -> bytes:
+    """The enveloped object of a BOOKMARK event: only ``metadata`` (field 1 of every
+    top-level kind) with its resourceVersion (6) and annotations (12)."""
+    meta = [wire.delimited(6, resource_version.encode())]
+    for key, value in sorted((annotations or {}).items()):
+        entry = wire.delimited(1, key.encode()) + wire.delimited(2, value.encode())
+        meta.append(wire.delimited(12, entry))
+    return envelope(api_version, kind, wire.delimited(1, b"".join(meta)))

@@ -51,9 +51,11 @@ Wire format: the cache holds each object as it came, JSON or protobuf (kubelet a
 ask for protobuf). A get or list of whole objects by a client that lists protobuf first is
 answered in protobuf when every object it returns is stored so: a list is the stored messages
 concatenated in the list message (``kubeproto.enveloping``; byte for byte what the apiserver
-sends for the same objects), never decoded unless a filter reads them. Otherwise, and for
-JSON clients, views and watches, the answer is JSON (protobuf objects converted as they are
-read); a client that takes only protobuf then gets a 406 offline (online, the cloud answers).
+sends for the same objects), never decoded unless a filter reads them; so is a streaming list
+(``sendInitialEvents``: protobuf watch frames of the stored objects). Otherwise, and for JSON
+clients, views and plain watches (offline they carry bookmarks only), the answer is JSON
+(protobuf objects converted as they are read); a client that takes only protobuf then gets a
+406 offline (online, the cloud answers), except a plain watch: protobuf bookmarks.
 """
 
 from __future__ import annotations
@@ -561,16 +563,32 @@ class Answerer:
         list_key = keys.list_key(scope, info.namespace, labels.canonical(), fields.canonical())
         bookmarks = info.allow_watch_bookmarks
         initial = None
+        protobuf = _protobuf_first(info)
+        stored: list[bytes] | None = None
         if _flag(request.query.get("sendInitialEvents", "")) and bookmarks:
             # A list streamed as events: complete or nothing, as a list (``_listing``).
             initial = self._listing(info, [scope], labels, fields)
             if initial is None or (not initial.count and _kubelet_pods(info)):
                 return _not_found(info, "")
-        resp = web.StreamResponse(status=200, headers={"Content-Type": JSON})
+            if protobuf:
+                stored = await self._protobuf_objects(info, initial)
+                if stored is None:
+                    if not requestinfo.accepts_json(info.accept):
+                        return _status(406, NOT_ACCEPTABLE)
+                    protobuf = False
+        elif requestinfo.accepts_json(info.accept):
+            # Offline a plain watch carries bookmarks only: JSON, as before, for any client
+            # that takes it; a protobuf-only client gets protobuf ones.
+            protobuf = False
+        content_type = enveloping.WATCH_CONTENT_TYPE if protobuf else JSON
+        resp = web.StreamResponse(status=200, headers={"Content-Type": content_type})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
         try:
-            if initial is not None:
+            if stored is not None and initial is not None:
+                await self._protobuf_initial_events(resp, info, list_key, initial, stored)
+                del stored
+            elif initial is not None:
                 try:
                     await self._initial_events(resp, info, list_key, initial)
                 except store.CorruptRead:
@@ -586,7 +604,7 @@ class Answerer:
                 if request.transport is None or request.transport.is_closing():
                     break
                 if bookmarks and now >= next_bookmark:
-                    await resp.write(self._bookmark(info, scope, list_key))
+                    await resp.write(self._bookmark(info, scope, list_key, protobuf=protobuf))
                     next_bookmark = now + self._bookmark_interval
                 wake = min(deadline, next_bookmark if bookmarks else deadline, now + HEALTH_POLL)
                 await asyncio.sleep(max(0.0, wake - now))
@@ -603,19 +621,66 @@ class Answerer:
         return str(best) if best >= 0 else "0"
 
     def _bookmark(
-        self, info: requestinfo.RequestInfo, scope: keys.Scope, list_key: keys.ListKey
+        self,
+        info: requestinfo.RequestInfo,
+        scope: keys.Scope,
+        list_key: keys.ListKey,
+        *,
+        protobuf: bool = False,
+        annotations: dict[str, str] | None = None,
     ) -> bytes:
         record = self._store.list_record(list_key)
         kind = self._kind(scope, record, None)
-        event = {
-            "type": "BOOKMARK",
-            "object": {
-                "kind": kind,
-                "apiVersion": _api_version(info),
-                "metadata": {"resourceVersion": self._watch_rv(scope, list_key, info.namespace)},
-            },
-        }
-        return orjson.dumps(event) + b"\n"
+        rv = self._watch_rv(scope, list_key, info.namespace)
+        if protobuf:
+            body = enveloping.bookmark(_api_version(info), kind, rv, annotations)
+            return enveloping.watch_frame("BOOKMARK", body)
+        meta: dict[str, Any] = {"resourceVersion": rv}
+        if annotations:
+            meta["annotations"] = annotations
+        obj = {"kind": kind, "apiVersion": _api_version(info), "metadata": meta}
+        return orjson.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
+
+    async def _protobuf_objects(
+        self, info: requestinfo.RequestInfo, listing: _Listing
+    ) -> list[bytes] | None:
+        """The listing's stored objects when every one is protobuf (filtered, dropped ones
+        left out), else None; read whole before a stream starts, as a list answer is."""
+        stored = self.filters.stored(info) if self.filters is not None else None
+        out: list[bytes] = []
+        async for page in self._pages(info, listing, as_stored=True):
+            for body in page:
+                if not store.is_protobuf(body):
+                    return None
+                if stored is None:
+                    out.append(body)
+                    continue
+                api_version, kind, start, end = converting.envelope_at(body)
+                raw = body[start:end]
+                kept = stored.protobuf_item(raw)
+                if kept is not None:
+                    out.append(
+                        body if kept is raw else enveloping.envelope(api_version, kind, kept)
+                    )
+        return out
+
+    async def _protobuf_initial_events(
+        self,
+        resp: web.StreamResponse,
+        info: requestinfo.RequestInfo,
+        list_key: keys.ListKey,
+        listing: _Listing,
+        bodies: list[bytes],
+    ) -> None:
+        """A streaming list in protobuf frames: each stored object as ADDED, then the end
+        bookmark."""
+        frame = enveloping.watch_frame
+        for start in range(0, len(bodies), store.PAGE_ROWS):
+            page = bodies[start : start + store.PAGE_ROWS]
+            await resp.write(b"".join(frame("ADDED", body) for body in page))
+        await resp.write(
+            self._bookmark(info, listing.scope, list_key, protobuf=True, annotations=_END)
+        )
 
     async def _initial_events(
         self,
@@ -629,9 +694,7 @@ class Answerer:
             if page:
                 events = b"}\n".join(b'{"type":"ADDED","object":' + body for body in page)
                 await resp.write(events + b"}\n")
-        end = orjson.loads(self._bookmark(info, listing.scope, list_key))
-        end["object"]["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
-        await resp.write(orjson.dumps(end) + b"\n")
+        await resp.write(self._bookmark(info, listing.scope, list_key, annotations=_END))
 
     # --- create ----------------------------------------------------------------------------------
 
@@ -896,6 +959,9 @@ def _unacceptable(reason: seams.LocalReason) -> web.Response | None:
     left to the cloud."""
     return _status(406, NOT_ACCEPTABLE) if reason is seams.LocalReason.OFFLINE else None
 
+
+_END = {"k8s.io/initial-events-end": "true"}
+"""The annotation of the bookmark that ends a streaming list's initial events."""
 
 _ONE_WRITE = 1 << 20
 """Protobuf list bytes up to which the answer is one write (a bigger one streams in parts)."""

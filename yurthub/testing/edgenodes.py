@@ -304,12 +304,14 @@ class EdgeNode:
             con.close()
 
     def cached_object(self, key: str) -> dict[str, Any] | None:
-        """The JSON the hub's cache holds under ``key`` (e.g. ``kubelet/nodes.v1.core/n``)."""
+        """The object the hub's cache holds under ``key`` (e.g. ``kubelet/nodes.v1.core/n``), as
+        JSON (what it stored as protobuf converted)."""
         con = verifying.connect(self.cache_dir)
         try:
             for row in verifying.rows(con, key):
                 if row.key == key and row.kind == "object" and row.value is not None:
-                    found: dict[str, Any] = json.loads(entries.body_of(row.value))
+                    body = verifying.as_json(entries.body_of(row.value))
+                    found: dict[str, Any] = json.loads(body)
                     return found
             return None
         finally:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 
 import pytest
 
+from yurthub.kubeproto import converting
 from yurthub.testing import edgenodes, realcluster
 
 pytestmark = pytest.mark.slow
@@ -66,6 +68,22 @@ def running_in_cloud(cluster: realcluster.RealCluster) -> dict[str, str] | None:
     return {f"{NS}/{n}": str(p["metadata"]["uid"]) for n, p in pods.items()}  # type: ignore[index]
 
 
+def offline_protobuf_pods(node: edgenodes.EdgeNode) -> list[dict[str, object]]:
+    """kubelet's pod list through the hub, asked as kubelet asks (protobuf first)."""
+    request = urllib.request.Request(
+        f"{node.proxy_url}/api/v1/pods?fieldSelector=spec.nodeName%3D{node.name}",
+        headers={
+            "Accept": f"{converting.CONTENT_TYPE}, application/json",
+            "User-Agent": "kubelet/v1.37.2 (linux/amd64) e2e",
+        },
+    )
+    with urllib.request.urlopen(request, timeout=10) as r:
+        assert r.headers["Content-Type"] == converting.CONTENT_TYPE
+        body = r.read()
+    items: list[dict[str, object]] = converting.Converter().object(body)["items"]
+    return items
+
+
 def test_pods_survive_an_outage_and_an_offline_kubelet_restart(
     real_cluster: realcluster.RealCluster, edge_node: edgenodes.EdgeNode
 ) -> None:
@@ -99,6 +117,9 @@ def test_pods_survive_an_outage_and_an_offline_kubelet_restart(
         "the kubelet restarted offline running its pods again from the hub's cache",
         alive=node.check_alive,
     )
+    # Offline, kubelet's protobuf list is assembled from what the hub stored as received.
+    listed = offline_protobuf_pods(node)
+    assert sorted(str(p["metadata"]["uid"]) for p in listed) == sorted(uids.values())
     while time.monotonic() - cut_at < OUTAGE:
         assert node.running_pods() == uids, "kubelet dropped pods during the outage"
         time.sleep(5)

@@ -229,8 +229,8 @@ def test_protobuf_passes_through_the_hub(
 ) -> None:
     # The hub answers with its own (node) identity here. Both the protobuf-only client and
     # kube-proxy's "protobuf, json" get the apiserver's protobuf bytes (the edge link carries
-    # protobuf); the hub's cache keeps the object as the apiserver's JSON. (Not kubelet: its
-    # node GETs are answered from the cache, in JSON, as YurtHub does.)
+    # protobuf); what the hub cached reads as the apiserver's JSON. (Not kubelet: its
+    # node GETs are answered from the cache, as YurtHub does.)
     key = f"kube-proxy/nodes.v1.core/{edge_node.name}"
 
     def fetched_and_cached_equal_direct() -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Mapping
+from typing import Any
 
 import aiohttp
 import orjson
@@ -171,3 +172,102 @@ def _renamed(pod: memoryview, name: str) -> bytes:
         meta += [wire.delimited(1, name.encode()), wire.delimited(3, b"d"), wire.delimited(6, b"7")]
         fields.append(wire.delimited(1, b"".join(meta)))
     return b"".join(fields)
+
+
+def frames(stream: bytes) -> list[dict[str, object]]:
+    converter = converting.Converter()
+    out = []
+    at = 0
+    while at < len(stream):
+        size = int.from_bytes(stream[at : at + 4], "big")
+        out.append(converter.event(stream[at + 4 : at + 4 + size]))
+        at += 4 + size
+    assert at == len(stream)
+    return out
+
+
+STREAMING = {
+    "watch": "1",
+    "sendInitialEvents": "true",
+    "allowWatchBookmarks": "true",
+    "resourceVersionMatch": "NotOlderThan",
+    "timeoutSeconds": "1",
+}
+
+
+async def watch(session: aiohttp.ClientSession, url: str, accept: str) -> tuple[int, str, bytes]:
+    headers = {"User-Agent": KUBELET, "Accept": accept, "X-Reason": "offline"}
+    async with session.get(url, headers=headers, params=STREAMING) as resp:
+        return resp.status, resp.headers.get("Content-Type", ""), await resp.read()
+
+
+async def test_an_offline_streaming_list_is_protobuf_frames_of_the_stored_objects(
+    tmp_path: pathlib.Path,
+) -> None:
+    body = pods_pb()
+    converter = converting.Converter()
+    split = converter.split_list(body)
+    assert split is not None
+    rv = split.head["metadata"]["resourceVersion"]
+    filters = _Filters(_DropFirst(split.identity(split.items[0])[0]))
+    job = store.PutList(EVERYTHING, body, protobuf=True)
+    async with answering(tmp_path, job, filters=filters) as (s, base):
+        status, content_type, got = await watch(s, base + "/api/v1/pods", PROTOBUF_FIRST)
+        assert (status, content_type) == (200, enveloping.WATCH_CONTENT_TYPE)
+        events: list[Any] = frames(got)
+        added = [e for e in events if e["type"] == "ADDED"]
+        want = [converter.object(enveloping.envelope("v1", "Pod", i)) for i in split.items[1:]]
+        assert [e["object"] for e in added] == want  # the filter dropped the first
+        end = events[len(added)]
+        assert end["type"] == "BOOKMARK"
+        assert end["object"]["kind"] == "Pod"
+        assert end["object"]["metadata"]["resourceVersion"] == rv
+        assert end["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+        # The same objects to a JSON client: JSON lines, the same end.
+        status, content_type, got = await watch(s, base + "/api/v1/pods", "application/json")
+        lines = [orjson.loads(line) for line in got.splitlines()]
+        assert [e["object"] for e in lines if e["type"] == "ADDED"] == want
+        assert (
+            lines[len(want)]["object"]["metadata"]["annotations"]
+            == end["object"]["metadata"]["annotations"]
+        )
+
+
+async def test_an_offline_streaming_list_of_json_objects_is_json_or_406(
+    tmp_path: pathlib.Path,
+) -> None:
+    one = orjson.dumps(
+        {
+            "kind": "PodList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": "9"},
+            "items": [{"metadata": {"name": "a", "namespace": "d", "resourceVersion": "9"}}],
+        }
+    )
+    async with answering(tmp_path, store.PutList(EVERYTHING, one)) as (s, base):
+        status, content_type, got = await watch(s, base + "/api/v1/pods", PROTOBUF_FIRST)
+        assert (status, content_type) == (200, "application/json")
+        assert orjson.loads(got.splitlines()[0])["object"]["metadata"]["name"] == "a"
+        status, _, got = await watch(s, base + "/api/v1/pods", PROTOBUF_ONLY)
+        assert status == 406 and orjson.loads(got)["kind"] == "Status"
+
+
+async def test_an_offline_plain_watch_is_json_unless_the_client_takes_only_protobuf(
+    tmp_path: pathlib.Path,
+) -> None:
+    params = {"watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": "1"}
+    job = store.PutList(EVERYTHING, pods_pb(), protobuf=True)
+    async with answering(tmp_path, job) as (s, base):
+        for accept, content_type in (
+            (PROTOBUF_FIRST, "application/json"),
+            (PROTOBUF_ONLY, enveloping.WATCH_CONTENT_TYPE),
+        ):
+            headers = {"User-Agent": KUBELET, "Accept": accept, "X-Reason": "offline"}
+            async with s.get(base + "/api/v1/pods", headers=headers, params=params) as resp:
+                assert resp.headers["Content-Type"] == content_type
+                got = await resp.read()
+            if content_type == "application/json":
+                events = [orjson.loads(line) for line in got.splitlines()]
+            else:
+                events = frames(got)
+            assert events and {e["type"] for e in events} == {"BOOKMARK"}
