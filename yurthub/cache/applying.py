@@ -144,6 +144,10 @@ def apply_object(
     new_cells = item.entry.cells is not None and current.cells is None
     if same_version and owner in current.owners and not same_version_differs and not new_cells:
         return None  # the same version, already claimed: nothing to write
+    if same_version and not same_version_differs and not new_cells:
+        # The same object for another list: only the claim is new. The stored body stays, in
+        # the form it came (protobuf for kubelet's own lists, whoever relists it as JSON).
+        return Write(item.key, current.with_owners(owners), None)
     if is_newer_or_same(item.entry, current):
         entry = item.entry.with_owners(owners)
         if same_version and entry.cells is None and current.cells is not None:

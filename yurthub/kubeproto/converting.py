@@ -155,7 +155,7 @@ class Converter:
         """Walks by message name, built and read with the lock held."""
         self._plans: dict[str, _Plan] = {}
         """Plans by message name (``skeleton``), written with their walks."""
-        self._partials: dict[tuple[str, Any], Convert] = {}
+        self._partials: dict[tuple[str, int], tuple[Paths, Convert]] = {}
         """Walks restricted to some fields (``skeleton``), by message name and fields."""
         self._walkers: dict[type, Convert] = {}
         self._identities: dict[str, tuple[int, int, int, int]] = {}
@@ -354,10 +354,10 @@ class Converter:
     def _restricted(self, desc: Any, paths: Paths) -> Convert:
         """The walk of ``desc`` keeping only ``paths``: its plan with the other fields left
         out (so the same rules apply), built once per message type and paths."""
-        key = (desc.full_name, _frozen(paths))
-        found = self._partials.get(key)
-        if found is not None:
-            return found
+        key = (desc.full_name, id(paths))
+        known = self._partials.get(key)
+        if known is not None and known[0] is paths:
+            return known[1]
         with self._lock:
             whole = self._resolve(desc)
             plan = self._plans.get(desc.full_name)
@@ -375,7 +375,11 @@ class Converter:
                     kept.fields[fd] = field
                 kept.absent = [(n, value) for n, value in plan.absent if n in paths]
                 found = _walk(kept)
-            self._partials[key] = found
+            # Keyed by the paths' identity (callers pass the same dict each time: cheap to
+            # find), which the entry keeps alive so the id is never reused for other paths.
+            if len(self._partials) >= _MAX_PARTIALS:
+                self._partials.clear()
+            self._partials[key] = (paths, found)
         return found
 
     # --- walking --------------------------------------------------------------------------
@@ -567,10 +571,13 @@ def _read_identity(data: wire.Bytes, numbers: tuple[int, int, int, int]) -> tupl
     if not meta_number:
         return "", "", ""
     try:
-        (meta,) = wire.spans(data, 0, len(data), (meta_number,))
+        # Read only up to the fields wanted (Go writes fields in number order): a reader that
+        # finds nothing (another order) only makes the cache read the object further.
+        (meta,) = wire.spans(data, 0, len(data), (meta_number,), in_order=True)
         if meta is None:
             return "", "", ""
-        found = wire.spans(data, meta[0], meta[1], (name_number, namespace_number, rv_number))
+        wanted = (name_number, namespace_number, rv_number)
+        found = wire.spans(data, meta[0], meta[1], wanted, in_order=True)
         name, namespace, rv = (str(data[at[0] : at[1]], "utf-8") if at else "" for at in found)
     except (wire.DecodeError, UnicodeDecodeError):
         return "", "", ""
@@ -639,8 +646,8 @@ def _walk(plan: _Plan) -> Convert:
     return walk
 
 
-def _frozen(paths: Paths) -> Any:
-    return tuple(sorted((k, None if v is None else _frozen(v)) for k, v in paths.items()))
+_MAX_PARTIALS = 4096
+"""Restricted walks kept (message types x distinct paths; a bound, not an expected size)."""
 
 
 def _fails(kind: str, reason: str) -> Convert:

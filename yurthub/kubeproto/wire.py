@@ -91,13 +91,24 @@ def fields(data: bytes) -> Iterator[tuple[int, int, int | bytes, bytes]]:
 
 
 def spans(
-    data: Bytes, start: int, end: int, wanted: tuple[int, ...], *, first_only: bool = False
+    data: Bytes,
+    start: int,
+    end: int,
+    wanted: tuple[int, ...],
+    *,
+    first_only: bool = False,
+    in_order: bool = False,
 ) -> list[tuple[int, int] | None]:
     """Offsets (start, end) of the length-delimited fields ``wanted`` of the message in
     ``data[start:end]`` (None: not there; the last one when repeated), nothing copied;
-    ``first_only`` stops after the message's first field, whatever it is."""
+    ``first_only`` stops after the message's first field, whatever it is; ``in_order``
+    stops at the first field numbered past all of ``wanted``, as Go's encoders write fields in
+    number order (a message written otherwise reads as lacking the later ones)."""
     found: list[tuple[int, int] | None] = [None] * len(wanted)
+    last = max(wanted) if in_order else -1
     for number, wire_type, _, value_start, value_end in offsets(data, start, end):
+        if number > last >= 0:
+            break
         if wire_type == 2 and number in wanted:
             found[wanted.index(number)] = (value_start, value_end)
         if first_only:

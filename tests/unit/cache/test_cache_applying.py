@@ -277,3 +277,15 @@ def test_same_version_already_claimed_is_not_rewritten_unless_made_locally() -> 
         index.lookup(item("p1", 5).key), item("p1", 5), str(ALL), same_version_differs=True
     )
     assert isinstance(change, applying.Write) and change.body is not None
+
+
+def test_same_version_claimed_by_another_list_rewrites_only_the_claim() -> None:
+    # kubelet's pods arrive as protobuf from its own list; another list (or the same pods read
+    # as JSON) at the same versions adds its claim and leaves the stored body as it came.
+    index = Index()
+    index.put(item("p1", 5), str(ALL))
+    change = applying.apply_object(index.lookup(item("p1", 5).key), item("p1", 5), str(MINE))
+    assert isinstance(change, applying.Write) and change.body is None
+    assert change.entry.owners == {str(ALL), str(MINE)}
+    newer = applying.apply_object(index.lookup(item("p1", 5).key), item("p1", 6), str(MINE))
+    assert isinstance(newer, applying.Write) and newer.body is not None
