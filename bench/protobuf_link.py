@@ -225,6 +225,13 @@ async def bench(
                 offline = await get(session, hub.url + sbs.LIST_10K, PROTOBUF)
             except (RuntimeError, aiohttp.ClientError):
                 await asyncio.sleep(1)
+        # Timed once the hub knows (a request before that waits for its upstream first).
+        status_url = f"http://127.0.0.1:{serve}/v1/status"
+        while time.monotonic() < deadline:
+            async with session.get(status_url) as r:
+                if not any(s["healthy"] for s in (await r.json())["servers"]):
+                    break
+            await asyncio.sleep(0.5)
         offline_form = "none"
         offline_items = 0
         offline_s: dict[str, float] = {}

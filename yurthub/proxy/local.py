@@ -405,7 +405,7 @@ class Answerer:
             for body in page:
                 if not store.is_protobuf(body):
                     return None
-                _, _, start, end = converting.envelope_at(body)
+                start, end = _raw_span(body)
                 if stored is None:
                     items.append(memoryview(body)[start:end])
                     continue
@@ -965,6 +965,15 @@ _END = {"k8s.io/initial-events-end": "true"}
 
 _ONE_WRITE = 1 << 20
 """Protobuf list bytes up to which the answer is one write (a bigger one streams in parts)."""
+
+
+def _raw_span(body: bytes) -> tuple[int, int]:
+    """Where a stored protobuf object's message lies in its envelope."""
+    try:
+        return enveloping.raw_span(body)
+    except wire.DecodeError:
+        _, _, start, end = converting.envelope_at(body)
+        return start, end
 
 
 def _protobuf(body: bytes) -> web.Response:

@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from yurthub.kubeproto import converting, enveloping
+from yurthub.kubeproto import converting, enveloping, wire
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "data" / "kubeproto"
 LISTS = sorted(p.stem for p in DATA.glob("*.pb") if not p.name.startswith("watch-"))
@@ -39,3 +39,17 @@ def test_an_empty_list_and_an_object_envelope() -> None:
     api_version, kind, raw = converter.envelope(body)
     # The envelope a watch event (and a get) carries is the one the cache stores.
     assert enveloping.envelope(api_version, kind, raw) == body
+
+
+def test_the_raw_span_of_an_envelope_matches_the_general_reader() -> None:
+    converter = converting.Converter()
+    split = converter.split_list((DATA / "pods.pb").read_bytes())
+    assert split is not None
+    for item in split.items:
+        body = enveloping.envelope("v1", "Pod", item)
+        _, _, start, end = converting.envelope_at(body)
+        assert enveloping.raw_span(body) == (start, end)
+    body = enveloping.envelope("v1", "Pod", split.items[0])
+    for broken in (body[:3], b"k8s\x00\x12\x00", body[: len(body) // 2], b"{}"):
+        with pytest.raises(wire.DecodeError):
+            enveloping.raw_span(broken)
