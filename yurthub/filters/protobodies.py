@@ -282,7 +282,7 @@ def filter_item(
 ) -> bytes | None:
     """One list item's message (no envelope) of ``kind`` filtered: ``raw`` itself when
     nothing changed (or it does not decode: passed, counted), None when dropped."""
-    if kind not in KINDS:
+    if kind not in KINDS or not chain.may_change(raw):
         return raw
     try:
         item = decode_message(kind, raw)
