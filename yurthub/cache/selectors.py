@@ -486,7 +486,8 @@ def parse_fields(text: str | None) -> FieldSelector:
 def _get(obj: Mapping[str, Any], *path: str) -> Any:
     cur: Any = obj
     for p in path:
-        if not isinstance(cur, Mapping):
+        # ``type is dict`` first: the ABC check costs ~1 us, run for every field of every object.
+        if type(cur) is not dict and not isinstance(cur, Mapping):
             return None
         cur = cur.get(p)
     return cur

@@ -414,6 +414,7 @@ class Answerer:
                     items.append(kept)
         kind = self._kind(listing.scope, listing.record, listing)
         assembled = enveloping.ListBody(_api_version(info), f"{kind}List", resource_version, items)
+        count = len(items)
         del items
         if assembled.size <= _ONE_WRITE:
             return _protobuf(b"".join(assembled.parts()))
@@ -427,6 +428,10 @@ class Answerer:
             await resp.write_eof()
         except ConnectionError:
             pass  # the client went away mid-list
+        del assembled
+        if count > _TRIM_ITEMS:
+            # The list was held whole (its length comes first): give the heap back.
+            await asyncio.get_running_loop().run_in_executor(None, store.trim_heap)
         return resp
 
     def _chosen(self, listing: _Listing) -> list[tuple[keys.ObjectKey, entries.Entry]]:
