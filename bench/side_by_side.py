@@ -430,16 +430,24 @@ async def lists(
     return times
 
 
+TRY_TIMEOUT = 5.0
+
+
 async def first_answer(
     session: aiohttp.ClientSession, target: Target, path: str, within: float = 120
 ) -> float:
-    """Seconds until GET ``path`` answers 200 (0.5 s per try)."""
+    """Seconds until GET ``path`` answers 200. Each try waits up to ``TRY_TIMEOUT`` s, as a
+    client with a real timeout does (kubelet's are 10 s and more): a try given up sooner than a
+    hub's own deadline for response headers (edgehub: 1 s) ends before the hub can take its
+    silence as a sign, and the measure becomes the heartbeat's phase."""
     started = time.perf_counter()
     deadline = started + within
     while time.perf_counter() < deadline:
         try:
             async with session.get(
-                target.base + path, headers=KUBELET, timeout=aiohttp.ClientTimeout(total=0.5)
+                target.base + path,
+                headers=KUBELET,
+                timeout=aiohttp.ClientTimeout(total=TRY_TIMEOUT),
             ) as r:
                 await r.read()
                 if r.status == 200:

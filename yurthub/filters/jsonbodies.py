@@ -110,14 +110,14 @@ def filter_object(chain: chaining.Chain, body: bytes, kind: str, counts: Counts)
         kept: list[object] = []
         changed = False
         for item in items:
-            result = _apply(chain, item, item_kind(own, kind), counts)
+            result = apply_counted(chain, item, item_kind(own, kind), counts)
             changed = changed or result is not item
             if result is not None:
                 kept.append(result)
         if not changed:
             return body
         return _encode({**obj, "items": kept}) or body
-    result = _apply(chain, obj, own if isinstance(own, str) and own else kind, counts)
+    result = apply_counted(chain, obj, own if isinstance(own, str) and own else kind, counts)
     if result is obj or result is None:
         return body
     return _encode(result) or body
@@ -137,7 +137,7 @@ def filter_item(chain: chaining.Chain, body: bytes, kind: str, counts: Counts) -
         counts.undecodable += 1
         return body
     own = obj.get("kind")
-    result = _apply(chain, obj, own if isinstance(own, str) and own else kind, counts)
+    result = apply_counted(chain, obj, own if isinstance(own, str) and own else kind, counts)
     if result is None:
         return None
     if result is obj:
@@ -145,7 +145,9 @@ def filter_item(chain: chaining.Chain, body: bytes, kind: str, counts: Counts) -
     return _encode(result) or body
 
 
-def _apply(chain: chaining.Chain, obj: object, kind: str, counts: Counts) -> object | None:
+def apply_counted(chain: chaining.Chain, obj: object, kind: str, counts: Counts) -> object | None:
+    """``chain.apply`` on one decoded object, counted (objects, dropped, changed; not a JSON
+    object: undecodable, passed as it is)."""
     if not isinstance(obj, dict):
         counts.undecodable += 1
         return obj
@@ -250,7 +252,7 @@ class ListBody:
 
     def _item(self, piece: jsonlists.Item) -> bytes | None:
         kind = item_kind(self._reader.head.get("kind"), self._kind)
-        result = _apply(self._chain, piece.value, kind, self.counts)
+        result = apply_counted(self._chain, piece.value, kind, self.counts)
         if result is None:
             return None
         if result is piece.value:
@@ -325,7 +327,7 @@ class WatchStream:
         obj = event.object
         own = obj.get("kind")
         kind = own if isinstance(own, str) and own else self._kind
-        result = _apply(self._chain, obj, kind, self.counts)
+        result = apply_counted(self._chain, obj, kind, self.counts)
         if result is obj:
             return line
         if result is None:

@@ -237,26 +237,13 @@ def filter_object(
         if kind.endswith("List") and kind[:-4] in KINDS:
             items = _filter_list(chain, kind[:-4], raw, counts)
             return (body if items is raw else _rewrap(fields, items)), False
-        if kind not in KINDS:
-            return body, False
-        obj = decode_message(kind, raw)
     except DecodeError:
         counts.undecodable += 1
         return body, False
-    counts.objects += 1
-    result = chain.apply(obj, kind)
+    result = filter_item(chain, kind, raw, counts)
     if result is None:
-        counts.dropped += 1
         return body, True
-    if result is obj:
-        return body, False
-    try:
-        encoded = encode_message(kind, result)
-    except (DecodeError, TypeError, ValueError):
-        counts.undecodable += 1
-        return body, False
-    counts.changed += 1
-    return _rewrap(fields, encoded), False
+    return (body if result is raw else _rewrap(fields, result)), False
 
 
 def _filter_list(chain: chaining.Chain, kind: str, raw: bytes, counts: jsonbodies.Counts) -> bytes:
@@ -289,20 +276,14 @@ def filter_item(
     except DecodeError:
         counts.undecodable += 1
         return raw
-    counts.objects += 1
-    result = chain.apply(item, kind)
-    if result is None:
-        counts.dropped += 1
-        return None
-    if result is item:
-        return raw
+    result = jsonbodies.apply_counted(chain, item, kind, counts)
+    if result is None or result is item or not isinstance(result, dict):
+        return None if result is None else raw
     try:
-        encoded = encode_message(kind, result)
+        return encode_message(kind, result)
     except (DecodeError, TypeError, ValueError):
         counts.undecodable += 1
         return raw
-    counts.changed += 1
-    return encoded
 
 
 # --- streaming shapes -------------------------------------------------------------------------

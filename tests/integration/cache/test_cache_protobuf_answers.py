@@ -26,6 +26,15 @@ DATA = pathlib.Path(__file__).resolve().parents[2] / "data" / "kubeproto"
 PROTOBUF_FIRST = "application/vnd.kubernetes.protobuf,application/json"
 PROTOBUF_ONLY = "application/vnd.kubernetes.protobuf"
 EVERYTHING = keys.list_key(PODS, "", "", "")
+ONE_JSON_POD = orjson.dumps(
+    {
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": "9"},
+        "items": [{"metadata": {"name": "a", "namespace": "d", "resourceVersion": "9"}}],
+    }
+)
+"""A pod list as a JSON client caches it."""
 
 
 async def fetch(
@@ -75,15 +84,7 @@ async def test_an_offline_get_is_the_stored_protobuf(tmp_path: pathlib.Path) -> 
 async def test_objects_stored_as_json_answer_protobuf_clients_in_json_or_406(
     tmp_path: pathlib.Path,
 ) -> None:
-    one = orjson.dumps(
-        {
-            "kind": "PodList",
-            "apiVersion": "v1",
-            "metadata": {"resourceVersion": "9"},
-            "items": [{"metadata": {"name": "a", "namespace": "d", "resourceVersion": "9"}}],
-        }
-    )
-    async with answering(tmp_path, store.PutList(EVERYTHING, one)) as (s, base):
+    async with answering(tmp_path, store.PutList(EVERYTHING, ONE_JSON_POD)) as (s, base):
         status, content_type, got = await fetch(s, base + "/api/v1/pods", PROTOBUF_FIRST)
         assert (status, content_type) == (200, "application/json")
         assert [p["metadata"]["name"] for p in orjson.loads(got)["items"]] == ["a"]
@@ -236,15 +237,7 @@ async def test_an_offline_streaming_list_is_protobuf_frames_of_the_stored_object
 async def test_an_offline_streaming_list_of_json_objects_is_json_or_406(
     tmp_path: pathlib.Path,
 ) -> None:
-    one = orjson.dumps(
-        {
-            "kind": "PodList",
-            "apiVersion": "v1",
-            "metadata": {"resourceVersion": "9"},
-            "items": [{"metadata": {"name": "a", "namespace": "d", "resourceVersion": "9"}}],
-        }
-    )
-    async with answering(tmp_path, store.PutList(EVERYTHING, one)) as (s, base):
+    async with answering(tmp_path, store.PutList(EVERYTHING, ONE_JSON_POD)) as (s, base):
         status, content_type, got = await watch(s, base + "/api/v1/pods", PROTOBUF_FIRST)
         assert (status, content_type) == (200, "application/json")
         assert orjson.loads(got.splitlines()[0])["object"]["metadata"]["name"] == "a"
