@@ -592,7 +592,10 @@ class Answerer:
         try:
             if stored is not None and initial is not None:
                 await self._protobuf_initial_events(resp, info, list_key, initial, stored)
+                held = len(stored)
                 del stored
+                if held > _TRIM_ITEMS:
+                    await asyncio.get_running_loop().run_in_executor(None, store.trim_heap)
             elif initial is not None:
                 try:
                     await self._initial_events(resp, info, list_key, initial)

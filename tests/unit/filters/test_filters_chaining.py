@@ -94,3 +94,28 @@ def test_may_change_skips_bodies_without_the_needles(
 ) -> None:
     chain = chaining.Chain(names, world(), errors=chaining.ErrorLog())
     assert chain.may_change(body) is may
+
+
+def test_a_protobuf_item_no_filter_can_change_is_not_decoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Offline protobuf pod lists go through the filters item by item: pods that cannot hold
+    # what serviceenvupdater rewrites pass as the same bytes, never decoded.
+    from yurthub.filters import jsonbodies, protobodies
+
+    decoded: list[str] = []
+    original = protobodies.decode_message
+
+    def counting(name: str, data: bytes) -> objects.Obj:
+        decoded.append(name)
+        return original(name, data)
+
+    monkeypatch.setattr(protobodies, "decode_message", counting)
+    chain = chaining.Chain(["serviceenvupdater"], world(), errors=chaining.ErrorLog())
+    counts = jsonbodies.Counts()
+    plain = b"\n\x05\n\x03pod"  # a Pod whose metadata names it "pod", nothing else
+    assert protobodies.filter_item(chain, "Pod", plain, counts) is plain
+    assert decoded == [] and counts.objects == 0
+    with_env = plain + b"\x12\x19\x12\x17\n\x01c:\x12\n\x10KUBERNETES_SERVICE_HOST"
+    protobodies.filter_item(chain, "Pod", with_env, counts)
+    assert decoded[0] == "Pod" and counts.objects == 1  # decoded (its parts too)
