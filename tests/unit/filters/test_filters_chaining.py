@@ -102,6 +102,7 @@ def test_a_protobuf_item_no_filter_can_change_is_not_decoded(
     # Offline protobuf pod lists go through the filters item by item: pods that cannot hold
     # what serviceenvupdater rewrites pass as the same bytes, never decoded.
     from yurthub.filters import jsonbodies, protobodies
+    from yurthub.kubeproto import wire
 
     decoded: list[str] = []
     original = protobodies.decode_message
@@ -113,9 +114,11 @@ def test_a_protobuf_item_no_filter_can_change_is_not_decoded(
     monkeypatch.setattr(protobodies, "decode_message", counting)
     chain = chaining.Chain(["serviceenvupdater"], world(), errors=chaining.ErrorLog())
     counts = jsonbodies.Counts()
-    plain = b"\n\x05\n\x03pod"  # a Pod whose metadata names it "pod", nothing else
+    d = wire.delimited
+    plain = d(1, d(1, b"pod"))  # a Pod whose metadata names it "pod", nothing else
     assert protobodies.filter_item(chain, "Pod", plain, counts) is plain
     assert decoded == [] and counts.objects == 0
-    with_env = plain + b"\x12\x19\x12\x17\n\x01c:\x12\n\x10KUBERNETES_SERVICE_HOST"
+    env = d(7, d(1, b"KUBERNETES_SERVICE_HOST") + d(2, b"10.0.0.1"))
+    with_env = plain + d(2, d(2, d(1, b"c") + env))  # spec.containers[0].env[0]
     protobodies.filter_item(chain, "Pod", with_env, counts)
     assert decoded[0] == "Pod" and counts.objects == 1  # decoded (its parts too)
