@@ -9,12 +9,14 @@ Bodies are real: tests/data/kubeproto/ (see tests/unit/kubeproto/test_converting
 
 from __future__ import annotations
 
+import logging
 import pathlib
 from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 from cache_answering import KUBELET, PODS, UNANSWERED, answering
 
 from yurthub import requestinfo
@@ -264,3 +266,24 @@ async def test_an_offline_plain_watch_is_json_unless_the_client_takes_only_proto
             else:
                 events = frames(got)
             assert events and {e["type"] for e in events} == {"BOOKMARK"}
+
+
+async def test_a_stored_protobuf_object_that_does_not_convert_is_a_miss_for_json_readers(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A ControllerRevision whose data (a RawExtension) holds neither JSON nor protobuf: its
+    # index fields read, so it is stored as it came; a protobuf client gets those bytes, a
+    # JSON reader a 404 (the row is dropped and logged), never a half-converted object.
+    d = wire.delimited
+    meta = d(1, b"rev") + d(3, b"d") + d(6, b"5")
+    message = d(1, meta) + d(2, d(1, b"\xff\x00not json")) + b"\x18\x01"
+    body = enveloping.envelope("apps/v1", "ControllerRevision", message)
+    scope = keys.Scope("kubelet", "controllerrevisions", "v1", "apps")
+    job = store.PutObject(scope, body, "d", name="rev", protobuf=True)
+    url_path = "/apis/apps/v1/namespaces/d/controllerrevisions/rev"
+    async with answering(tmp_path, job) as (s, base):
+        assert await fetch(s, base + url_path, PROTOBUF_FIRST) == (200, PROTOBUF_ONLY, body)
+        with caplog.at_level(logging.WARNING):
+            status, _, got = await fetch(s, base + url_path, "application/json")
+        assert status == 404 and orjson.loads(got)["reason"] == "NotFound"
+        assert "corrupt" in caplog.text
