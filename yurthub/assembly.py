@@ -120,7 +120,12 @@ async def running(
             )
     filters = filtering.Filters(hub_settings) if hub_settings.filters.enabled else None
     pool = (
-        pooling.Pool(hub_settings, tee=cache.tee if cache else None, filters=filters)
+        pooling.Pool(
+            hub_settings,
+            tee=cache.tee if cache else None,
+            filters=filters,
+            converter=cache.store.transcoder.converter if cache else None,
+        )
         if hub_settings.pool.resources or hub_settings.nodepool_name
         else None
     )

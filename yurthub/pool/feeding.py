@@ -29,8 +29,14 @@ While the store is not synced, a definitive answer of the proxy (403, 404, 5xx: 
 would get without the multiplexer) is kept as ``failure``: the multiplexer then lets clients
 take the ordinary path instead of answering 429 forever.
 
-Dangers: the list body and each event are bounded (``max_item``); a feeder never raises out of
-``run`` but for cancellation.
+Wire format: the cloud is asked for protobuf first (as kube-proxy asks: the edge link carries
+what a direct kube-proxy's would), JSON second; a protobuf list or watch frame is converted to
+the apiserver's JSON (``kubeproto.converting``) in a worker thread, a chunk at a time, and
+the store keeps and serves JSON as before. Leaders are asked for JSON (what their stores hold).
+
+Dangers: the list body and each event are bounded (``max_item``; a protobuf list, held whole
+because its length comes first, also by the store's memory budget); a feeder never raises out
+of ``run`` but for cancellation.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from multidict import CIMultiDict
 from yurthub import jsonlists, requestinfo, statuses
 from yurthub.cache import framing
 from yurthub.filters import responding
+from yurthub.kubeproto import converting
 from yurthub.pool import encoding, gvrs, leaderconfigs, leaders, watchcache
 from yurthub.proxy import seams
 
@@ -65,6 +72,8 @@ CONFIG_WAIT = 5.0
 """Seconds a feeder waits for the pool's ConfigMap before its first list."""
 CLOUD_LIST_IDLE = 60.0
 """Seconds the hub's own proxy may stay silent during a list."""
+CLOUD_ACCEPT = f"{converting.CONTENT_TYPE},application/json"
+"""What the cloud is asked for: protobuf (fewer bytes on the edge link), else JSON."""
 
 
 class _SourceFailed(Exception):
@@ -195,8 +204,10 @@ class Feeder:
         feed: FeedSettings,
         meter: Meter,
         on_advance: Callable[[], None] = lambda: None,
+        converter: converting.Converter | None = None,
     ) -> None:
         self.gvr = gvr
+        self._converter = converter or converting.Converter()
         self.store = store
         self.sources = sources
         self._session = session
@@ -313,7 +324,8 @@ class Feeder:
     # --- requests ----------------------------------------------------------------------------
 
     def _request_args(self, source: Source, *, watch: bool) -> dict[str, Any]:
-        headers = {"User-Agent": self._feed.user_agent, "Accept": "application/json"}
+        accept = CLOUD_ACCEPT if source.leader is None else "application/json"
+        headers = {"User-Agent": self._feed.user_agent, "Accept": accept}
         if source.leader is None:
             idle = None if watch else CLOUD_LIST_IDLE
             return {
@@ -376,8 +388,9 @@ class Feeder:
                     busy=resp.status in (429, 503),
                 )
             sink = self._sink(source, query, resp)
+            read = self._read_protobuf_list if _is_protobuf(resp) else self._read_list
             try:
-                entries, rv, kinds = await self._read_list(source, resp, sink)
+                entries, rv, kinds = await read(source, resp, sink)
             except BaseException as e:
                 if sink is not None:
                     sink.abort(f"list failed: {type(e).__name__}")
@@ -425,6 +438,52 @@ class Feeder:
             raise _SourceFailed(f"list from {source.name}: no resourceVersion") from e
         return entries.entries, rv, self._kinds(reader.head)
 
+    async def _read_protobuf_list(
+        self, source: Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
+    ) -> tuple[list[watchcache.Entry], int, tuple[str, str, str]]:
+        """A protobuf list: held whole (within the store's budget), then converted item by
+        item in a worker thread."""
+        inflate = _inflater(source, resp)
+        body = bytearray()
+        count = 0
+        budget = self.store.limits.max_bytes
+        try:
+            async for chunk in resp.content.iter_chunked(READ_SIZE):
+                count += len(chunk)
+                if sink is not None:
+                    sink.feed(chunk)
+                for plain in _plain(source, inflate, chunk):
+                    body += plain
+                if len(body) > budget:
+                    raise _OverBudget(f"a list of more than {budget} bytes")
+            for plain in _plain(source, inflate, None):
+                body += plain
+        finally:
+            self._meter.upstream_bytes(self.gvr, _kind(source), count)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self._protobuf_entries, source, bytes(body))
+
+    def _protobuf_entries(
+        self, source: Source, body: bytes
+    ) -> tuple[list[watchcache.Entry], int, tuple[str, str, str]]:
+        """(entries, resourceVersion, kinds) of a protobuf list (worker thread)."""
+        try:
+            split = self._converter.split_list(body)
+            if split is None:
+                raise _SourceFailed(f"list from {source.name}: not a list of the built-in API")
+            kinds = self._kinds(split.head)
+            meta = split.head.get("metadata") or {}
+            entries = _Collected(self.store)
+            for span in split.items:
+                entries.extend(self._items_of(split.item(span), kinds))
+        except converting.Undecodable as e:
+            raise _SourceFailed(f"list from {source.name}: {e}") from e
+        try:
+            rv = int(str(meta.get("resourceVersion") or ""))
+        except ValueError as e:
+            raise _SourceFailed(f"list from {source.name}: no resourceVersion") from e
+        return entries.entries, rv, kinds
+
     def _kinds(self, head: Mapping[str, Any]) -> tuple[str, str, str]:
         list_kind = str(head.get("kind") or "")
         api_version = str(head.get("apiVersion") or self.gvr.api_version)
@@ -439,9 +498,14 @@ class Feeder:
             return []
         if not isinstance(piece.value, dict):
             raise _SourceFailed("a list item is not an object")
-        kind, _, api_version = self._kinds(head)
+        return self._items_of(piece.value, self._kinds(head))
+
+    def _items_of(
+        self, item: Mapping[str, Any], kinds: tuple[str, str, str]
+    ) -> list[watchcache.Entry]:
+        kind, _, api_version = kinds
         try:
-            return [watchcache.entry_of(self.gvr.resource, piece.value, kind, api_version)]
+            return [watchcache.entry_of(self.gvr.resource, item, kind, api_version)]
         except ValueError as e:
             raise _SourceFailed(f"a list item: {e}") from e
 
@@ -478,8 +542,9 @@ class Feeder:
             self.watching = True
             self._meter.upstream_watch(self.gvr, _kind(source), 1)
             stream = _Stream(initial, self.store)
+            read = self._read_frames if _is_protobuf(resp) else self._read_events
             try:
-                await self._read_events(source, resp, sink, stream)
+                await read(source, resp, sink, stream)
             except BaseException as e:
                 if sink is not None:
                     sink.abort(f"watch ended: {type(e).__name__}")
@@ -520,11 +585,56 @@ class Feeder:
         if rest:
             self._event(source, rest, stream)
 
+    async def _read_frames(
+        self,
+        source: Source,
+        resp: aiohttp.ClientResponse,
+        sink: seams.TeeSink | None,
+        stream: _Stream,
+    ) -> None:
+        """A protobuf watch stream: frames cut at their length prefixes, each chunk's frames
+        converted in a worker thread (in order: one chunk at a time)."""
+        splitter = framing.FrameSplitter(self._feed.max_item)
+        inflate = _inflater(source, resp)
+        loop = asyncio.get_running_loop()
+
+        async def apply(plains: Iterator[bytes]) -> None:
+            frames: list[bytes] = []
+            try:
+                for plain in plains:
+                    frames.extend(splitter.feed(plain))
+            except framing.FrameTooLarge as e:
+                raise _SourceFailed(f"watch from {source.name}: {e}") from e
+            if frames:
+                events = await loop.run_in_executor(None, self._decode_frames, source, frames)
+                for event in events:
+                    self._apply(source, event, stream)
+
+        async for chunk in resp.content.iter_any():
+            self._meter.upstream_bytes(self.gvr, _kind(source), len(chunk))
+            if sink is not None:
+                sink.feed(chunk)
+            await apply(_plain(source, inflate, chunk))
+        await apply(_plain(source, inflate, None))
+
+    def _decode_frames(self, source: Source, frames: list[bytes]) -> list[framing.WatchEvent]:
+        """Protobuf watch frames as the JSON events the apiserver would send (worker thread)."""
+        try:
+            return [
+                framing.WatchEvent(str(e["type"]), e["object"], b"")
+                for e in map(self._converter.event, frames)
+            ]
+        except converting.Undecodable as e:
+            raise _SourceFailed(f"watch from {source.name}: {e}") from e
+
     def _event(self, source: Source, line: bytes, stream: _Stream) -> None:
         try:
             event = framing.parse_event(line)
         except framing.BadBody as e:
             raise _SourceFailed(f"watch from {source.name}: {e}") from e
+        self._apply(source, event, stream)
+
+    def _apply(self, source: Source, event: framing.WatchEvent, stream: _Stream) -> None:
         obj = event.object
         if event.type == "ERROR":
             if obj.get("code") == 410:
@@ -651,6 +761,10 @@ def _plain(
 
 def _kind(source: Source) -> str:
     return "cloud" if source.leader is None else "leader"
+
+
+def _is_protobuf(resp: aiohttp.ClientResponse) -> bool:
+    return resp.content_type == converting.CONTENT_TYPE
 
 
 async def _status_of(resp: aiohttp.ClientResponse) -> statuses.Status:

@@ -39,6 +39,7 @@ import aiohttp
 from aiohttp import web
 
 from yurthub import requestinfo, statuses
+from yurthub.kubeproto import converting
 from yurthub.pool import feeding, gvrs, rvrules, selection, serving, watchcache
 from yurthub.proxy import headers, seams
 
@@ -109,8 +110,10 @@ class Multiplexer:
         meter: Meter,
         resources: Iterable[gvrs.Gvr] = gvrs.DEFAULTS,
         clock: Callable[[], float] = time.monotonic,
+        converter: converting.Converter | None = None,
     ) -> None:
         self.settings = settings
+        self._converter = converter or converting.Converter()
         self.sources = sources
         self.filters = filters
         self._leader_ssl = leader_ssl
@@ -196,6 +199,7 @@ class Multiplexer:
             feed=self._feed,
             meter=self._meter,
             on_advance=lambda: self._advanced(resource),
+            converter=self._converter,
         )
         resource.task = self._tg.create_task(resource.feeder.run(), name=f"pool-feeder-{gvr}")
         self.resources[gvr] = resource

@@ -39,6 +39,7 @@ import aiohttp
 from aiohttp import web
 
 from yurthub import following, metrics, requestinfo, settings
+from yurthub.kubeproto import converting
 from yurthub.pool import feeding, gvrs, leaderconfigs, leaders, metering, multiplexer, watchcache
 from yurthub.proxy import identifying, responses, seams
 
@@ -58,7 +59,10 @@ class Pool:
         *,
         tee: seams.Tee | None = None,
         filters: seams.ResponseFilter | None = None,
+        converter: converting.Converter | None = None,
     ) -> None:
+        """``converter``: the hub's protobuf converter (shared with its cache: one set of
+        descriptors in memory)."""
         self.settings = hub
         p = hub.pool
         self.config = leaderconfigs.PoolConfig()
@@ -102,6 +106,7 @@ class Pool:
             filters=filters,
             meter=self._meter_proxy,
             resources=p.resources,
+            converter=converter,
         )
         self._last_problem = ""
         self._runner: web.BaseRunner | None = None
