@@ -303,19 +303,26 @@ class EdgeNode:
         finally:
             con.close()
 
-    def cached_object(self, key: str) -> dict[str, Any] | None:
-        """The object the hub's cache holds under ``key`` (e.g. ``kubelet/nodes.v1.core/n``), as
-        JSON (what it stored as protobuf converted)."""
+    def cached_body(self, key: str) -> bytes | None:
+        """The body the hub's cache holds under ``key`` as stored (JSON, or protobuf in its
+        ``k8s\\x00`` envelope)."""
         con = verifying.connect(self.cache_dir)
         try:
             for row in verifying.rows(con, key):
                 if row.key == key and row.kind == "object" and row.value is not None:
-                    body = verifying.as_json(entries.body_of(row.value))
-                    found: dict[str, Any] = json.loads(body)
-                    return found
+                    return entries.body_of(row.value)
             return None
         finally:
             con.close()
+
+    def cached_object(self, key: str) -> dict[str, Any] | None:
+        """The object the hub's cache holds under ``key`` (e.g. ``kubelet/nodes.v1.core/n``), as
+        JSON (what it stored as protobuf converted)."""
+        body = self.cached_body(key)
+        if body is None:
+            return None
+        found: dict[str, Any] = json.loads(verifying.as_json(body))
+        return found
 
     def cached_lists(self, prefix: str) -> dict[str, str]:
         """``list key -> resourceVersion`` of the list records under ``prefix``: the lists the

@@ -278,6 +278,10 @@ def test_pool_scope_on_the_real_cluster(
                     f"{node.name} following",
                 )
         assert source(leader) == "cloud"
+        # The leader reads the cloud as kube-proxy would, in protobuf, cached as received.
+        key = f"multiplexer-proxy-{leader.name}/services.v1.core/default/kubernetes"
+        stored = edgenodes.eventually(lambda: leader.cached_body(key), 30, "the leader's cache")
+        assert stored.startswith(b"k8s\x00"), stored[:40]
 
         # One services watch and one endpointslices watch for the whole pool.
         seen: list[dict[str, float]] = []
