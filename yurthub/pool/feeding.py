@@ -47,7 +47,7 @@ import dataclasses
 import logging
 import random
 import ssl
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import aiohttp
@@ -406,12 +406,12 @@ class Feeder:
         self._on_advance()
         log.info("%s: %d objects at %d from %s", self.gvr, len(entries), rv, source.name)
 
-    async def _read_list(
+    async def _list_body(
         self, source: Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
-    ) -> tuple[list[watchcache.Entry], int, tuple[str, str, str]]:
-        reader = jsonlists.ListReader(self._feed.max_item)
+    ) -> AsyncGenerator[bytes, None]:
+        """A list's body decoded as it comes (each chunk fed to ``sink`` as received, and
+        counted)."""
         inflate = _inflater(source, resp)
-        entries = _Collected(self.store)
         count = 0
         try:
             async for chunk in resp.content.iter_chunked(READ_SIZE):
@@ -419,15 +419,23 @@ class Feeder:
                 if sink is not None:
                     sink.feed(chunk)
                 for plain in _plain(source, inflate, chunk):
-                    for piece in reader.feed(plain):
-                        entries.extend(self._items(piece, reader.head))
+                    yield plain
             for plain in _plain(source, inflate, None):
-                for piece in reader.feed(plain):
-                    entries.extend(self._items(piece, reader.head))
-            for piece in reader.finish():
-                entries.extend(self._items(piece, reader.head))
+                yield plain
         finally:
             self._meter.upstream_bytes(self.gvr, _kind(source), count)
+
+    async def _read_list(
+        self, source: Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
+    ) -> tuple[list[watchcache.Entry], int, tuple[str, str, str]]:
+        reader = jsonlists.ListReader(self._feed.max_item)
+        entries = _Collected(self.store)
+        async with contextlib.aclosing(self._list_body(source, resp, sink)) as plains:
+            async for plain in plains:
+                for piece in reader.feed(plain):
+                    entries.extend(self._items(piece, reader.head))
+        for piece in reader.finish():
+            entries.extend(self._items(piece, reader.head))
         if reader.broken:
             raise _SourceFailed(f"list from {source.name}: {reader.broken}")
         meta = reader.head.get("metadata")
@@ -443,23 +451,13 @@ class Feeder:
     ) -> tuple[list[watchcache.Entry], int, tuple[str, str, str]]:
         """A protobuf list: held whole (within the store's budget), then converted item by
         item in a worker thread."""
-        inflate = _inflater(source, resp)
         body = bytearray()
-        count = 0
         budget = self.store.limits.max_bytes
-        try:
-            async for chunk in resp.content.iter_chunked(READ_SIZE):
-                count += len(chunk)
-                if sink is not None:
-                    sink.feed(chunk)
-                for plain in _plain(source, inflate, chunk):
-                    body += plain
+        async with contextlib.aclosing(self._list_body(source, resp, sink)) as plains:
+            async for plain in plains:
+                body += plain
                 if len(body) > budget:
                     raise _OverBudget(f"a list of more than {budget} bytes")
-            for plain in _plain(source, inflate, None):
-                body += plain
-        finally:
-            self._meter.upstream_bytes(self.gvr, _kind(source), count)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, self._protobuf_entries, source, bytes(body))
 
