@@ -556,6 +556,19 @@ class Feeder:
             if stream.collecting is not None:
                 raise _SourceFailed(f"{source.name} ended a streaming list before its end")
 
+    async def _watch_body(
+        self, source: Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
+    ) -> AsyncGenerator[list[bytes], None]:
+        """A watch's body decoded: the pieces of each chunk as it comes (each chunk fed to
+        ``sink`` as received, and counted), then what the decoder held at the end."""
+        inflate = _inflater(source, resp)
+        async for chunk in resp.content.iter_any():
+            self._meter.upstream_bytes(self.gvr, _kind(source), len(chunk))
+            if sink is not None:
+                sink.feed(chunk)
+            yield list(_plain(source, inflate, chunk))
+        yield list(_plain(source, inflate, None))
+
     async def _read_events(
         self,
         source: Source,
@@ -564,21 +577,15 @@ class Feeder:
         stream: _Stream,
     ) -> None:
         splitter = framing.LineSplitter(self._feed.max_item)
-        inflate = _inflater(source, resp)
-        async for chunk in resp.content.iter_any():
-            self._meter.upstream_bytes(self.gvr, _kind(source), len(chunk))
-            if sink is not None:
-                sink.feed(chunk)
-            for plain in _plain(source, inflate, chunk):
-                try:
-                    lines = splitter.feed(plain)
-                except framing.FrameTooLarge as e:
-                    raise _SourceFailed(f"watch from {source.name}: {e}") from e
-                for line in lines:
-                    self._event(source, line, stream)
-        for plain in _plain(source, inflate, None):
-            for line in splitter.feed(plain):
-                self._event(source, line, stream)
+        async with contextlib.aclosing(self._watch_body(source, resp, sink)) as chunks:
+            async for plains in chunks:
+                for plain in plains:
+                    try:
+                        lines = splitter.feed(plain)
+                    except framing.FrameTooLarge as e:
+                        raise _SourceFailed(f"watch from {source.name}: {e}") from e
+                    for line in lines:
+                        self._event(source, line, stream)
         rest = splitter.rest()
         if rest:
             self._event(source, rest, stream)
@@ -593,27 +600,20 @@ class Feeder:
         """A protobuf watch stream: frames cut at their length prefixes, each chunk's frames
         converted in a worker thread (in order: one chunk at a time)."""
         splitter = framing.FrameSplitter(self._feed.max_item)
-        inflate = _inflater(source, resp)
         loop = asyncio.get_running_loop()
-
-        async def apply(plains: Iterator[bytes]) -> None:
-            frames: list[bytes] = []
-            try:
-                for plain in plains:
-                    frames.extend(splitter.feed(plain))
-            except framing.FrameTooLarge as e:
-                raise _SourceFailed(f"watch from {source.name}: {e}") from e
-            if frames:
+        async with contextlib.aclosing(self._watch_body(source, resp, sink)) as chunks:
+            async for plains in chunks:
+                frames: list[bytes] = []
+                try:
+                    for plain in plains:
+                        frames.extend(splitter.feed(plain))
+                except framing.FrameTooLarge as e:
+                    raise _SourceFailed(f"watch from {source.name}: {e}") from e
+                if not frames:
+                    continue
                 events = await loop.run_in_executor(None, self._decode_frames, source, frames)
                 for event in events:
                     self._apply(source, event, stream)
-
-        async for chunk in resp.content.iter_any():
-            self._meter.upstream_bytes(self.gvr, _kind(source), len(chunk))
-            if sink is not None:
-                sink.feed(chunk)
-            await apply(_plain(source, inflate, chunk))
-        await apply(_plain(source, inflate, None))
 
     def _decode_frames(self, source: Source, frames: list[bytes]) -> list[framing.WatchEvent]:
         """Protobuf watch frames as the JSON events the apiserver would send (worker thread)."""
