@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import shlex
 import subprocess
 
 import pytest
@@ -27,13 +28,25 @@ def block() -> str:
     return found.group(1)
 
 
+ASIDE = "/run/edgehub-readme-block"
+"""Where a checkout under /tmp waits while the namespace's own /tmp is mounted."""
+
+
+def _under_tmp() -> bool:
+    return pathlib.Path(REPO).resolve().is_relative_to("/tmp")
+
+
 def test_the_hand_run_block_works_as_written() -> None:
     script = block()
     assert "kill $HUB $LINK $SIM" in script  # it tears down what it started
     kubectl_dir = str(pathlib.Path(fixtures.KUBECTL).parent)
+    repo = shlex.quote(str(REPO))
+    # A private /tmp; a checkout under /tmp is carried into it (bound aside, then back).
+    keep = f"mkdir -p {ASIDE} && mount --bind {repo} {ASIDE} && " if _under_tmp() else ""
+    back = f"mkdir -p {repo} && mount --bind {ASIDE} {repo} && " if _under_tmp() else ""
     wrapper = (
-        "set -u; mount -t tmpfs tmpfs /tmp && ip link set lo up && mkdir -p /tmp/home "
-        f"&& cd {REPO} && exec bash -s"
+        f"set -u; {keep}mount -t tmpfs tmpfs /tmp && {back}ip link set lo up "
+        f"&& mkdir -p /tmp/home && cd {repo} && exec bash -s"
     )
     done = subprocess.run(
         ["unshare", "--mount", "--net", "--fork", "bash", "-c", wrapper],
