@@ -57,7 +57,7 @@ import diskcache
 import diskcache.core
 
 from yurthub.cache import applying, coverage, entries, framing, keys, transcoding
-from yurthub.kubeproto import converting
+from yurthub.kubeproto import converting, enveloping
 
 logger = logging.getLogger(__name__)
 
@@ -117,13 +117,11 @@ _SELECT_ONE = "SELECT mode, value, filename FROM Cache WHERE key = ? AND raw = 1
 _IN_CHUNK = 500
 _RANGE_READ_MIN = 64
 _MODE_RAW = diskcache.core.MODE_RAW
-MAGIC = converting.MAGIC
-"""How a stored protobuf body starts (a JSON one starts with ``{``)."""
 
 
 def is_protobuf(body: bytes) -> bool:
     """Is this stored body protobuf (an enveloped object, as a get answers it)?"""
-    return body[:4] == MAGIC
+    return body.startswith(enveloping.MAGIC)
 
 
 _TRIM_AFTER = 4 << 20
@@ -610,7 +608,7 @@ class Store:
                 if mode != _MODE_RAW or filename is not None or value.__class__ is not bytes:
                     raise entries.CorruptEntry("not a raw row written by this hub")
                 body = body_of(value)
-                out.append(body if as_stored or body[:4] != MAGIC else self._json(body))
+                out.append(self._json(body) if not as_stored and is_protobuf(body) else body)
             except entries.CorruptEntry:
                 corrupt.append(key)
         return out, corrupt, (key if rows == size else None)
@@ -637,7 +635,7 @@ class Store:
         def take(key: str, row: list[Any]) -> None:
             try:
                 body = _raw_body(*row)
-                found[key] = body if as_stored or body[:4] != MAGIC else self._json(body)
+                found[key] = self._json(body) if not as_stored and is_protobuf(body) else body
             except entries.CorruptEntry:
                 corrupt.append(key)
 

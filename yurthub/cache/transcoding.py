@@ -56,7 +56,7 @@ class Transcoder:
         """An object (or a view: a Table, a list without items) as JSON, None when it does not
         convert. Lists of the built-in API go through ``parse_list`` instead."""
         try:
-            return orjson.dumps(self._converter.object(body))
+            return self.as_json(body)
         except converting.Undecodable as e:
             self.failed(e)
             return None

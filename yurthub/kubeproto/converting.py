@@ -52,9 +52,9 @@ from typing import Any
 import orjson
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
-from yurthub.kubeproto import descriptors, wire
+from yurthub.kubeproto import descriptors, enveloping, wire
 
-MAGIC = b"k8s\x00"
+MAGIC = enveloping.MAGIC
 CONTENT_TYPE = "application/vnd.kubernetes.protobuf"
 
 _META = "k8s.io.apimachinery.pkg.apis.meta.v1."

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from yurthub.kubeproto import wire
 
 MAGIC = b"k8s\x00"
+"""How every Kubernetes protobuf body starts (a JSON one starts with ``{``)."""
 _EMPTY_TAIL = b"\x1a\x00\x22\x00"
 """The envelope's empty ``contentEncoding`` (3) and ``contentType`` (4)."""
 _ITEMS = wire.tag(2, 2)
