@@ -42,9 +42,12 @@ class Readiness:
         self._warnings[name] = text
 
     def not_ready(self) -> list[str]:
-        """Conditions that fail and gate the proxy."""
-        failing = (_failing(n, c) for n, (c, gates) in self._conditions.items() if gates)
-        return [f for f in failing if f is not None]
+        """Conditions that fail and gate the proxy (asked per request: a plain loop)."""
+        failing: list[str] = []
+        for name, (check, gates) in self._conditions.items():
+            if gates and (failed := _failing(name, check)) is not None:
+                failing.append(failed)
+        return failing
 
     def report(self) -> tuple[list[str], list[str]]:
         """(every failing condition, warnings as ``name: text``) for ``/v1/readyz``."""

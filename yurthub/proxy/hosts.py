@@ -22,10 +22,12 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
-from yurthub import settings
+from yurthub import memo, settings
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
 _UNSPECIFIED = frozenset({"0.0.0.0", "::", ""})
+_MEMO_ENTRIES = 64
+_MEMO_KEY_MAX = 300
 
 
 class AcceptedHosts:
@@ -33,6 +35,8 @@ class AcceptedHosts:
         binds = [b.strip().lower().strip("[]") for b in bind_addresses]
         self._any_ip = any(b in _UNSPECIFIED for b in binds)
         self._ips = frozenset(ip for ip in (_ip(b) for b in binds) if ip is not None)
+        self._decided: memo.BoundedMemo[str, bool] = memo.BoundedMemo(_MEMO_ENTRIES)
+        """Hosts already decided: every request names one, nearly always the same."""
         self._names = LOOPBACK_NAMES | frozenset(
             name.strip().lower() for name in (*extra, *binds) if name.strip() and _ip(name) is None
         )
@@ -41,6 +45,15 @@ class AcceptedHosts:
         """``host`` as sent (``name``, ``name:port``, ``[v6]:port``, ``v6``); "" is allowed."""
         if not host:
             return True
+        known = self._decided.get(host)
+        if known is not None:
+            return known
+        allowed = self._allows(host)
+        if len(host) <= _MEMO_KEY_MAX:
+            self._decided.put(host, allowed)
+        return allowed
+
+    def _allows(self, host: str) -> bool:
         name = _without_port(host.strip().lower())
         if name is None:
             return False

@@ -22,12 +22,25 @@ import time
 import yarl
 from aiohttp import web
 
-from yurthub import balancing, fairness, health, metrics, readiness, requestinfo, settings
+from yurthub import (
+    balancing,
+    fairness,
+    health,
+    memo,
+    metrics,
+    readiness,
+    requestinfo,
+    settings,
+)
 from yurthub.proxy import headers, hosts, identifying, remote, responses, seams, upgrading
 
 log = logging.getLogger(__name__)
 
 _LOCAL_ON_ERROR_VERBS = frozenset({"get", "list"})
+_MEMO_ENTRIES = 256
+_MEMO_KEY_MAX = 1024
+"""Classifications remembered, and the longest request (URL and headers read) remembered:
+kubelet and kube-proxy repeat a few dozen; anything longer is classified every time."""
 SOURCE = "edgehub.source"
 """Key on a response (aiohttp responses are mappings) naming where its answer came from
 (``metrics.SOURCES``); unmarked answers are the hub's own."""
@@ -77,6 +90,9 @@ class Router:
         """Every request in the handler, exempt ones too (shutdown waits for them)."""
         self._idle = asyncio.Event()
         self._idle.set()
+        self._classified: memo.BoundedMemo[tuple[str, ...], requestinfo.RequestInfo] = (
+            memo.BoundedMemo(_MEMO_ENTRIES)
+        )
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
@@ -92,9 +108,7 @@ class Router:
         if foreign is not None:
             return foreign
         try:
-            info = requestinfo.classify(
-                request.method, request.path, request.query.items(), request.headers
-            )
+            info = self._classify(request)
         except requestinfo.BadRequestError as e:
             return responses.status(400, str(e))
         if not info.is_known_verb:
@@ -149,6 +163,27 @@ class Router:
             collectors.child(
                 collectors.request_duration, *collectors.duration_labels(info, code)
             ).observe(time.perf_counter() - started)
+
+    def _classify(self, request: web.BaseRequest) -> requestinfo.RequestInfo:
+        """``requestinfo.classify``, remembered for the URLs and headers that repeat."""
+        h = request.headers
+        key = (
+            request.method,
+            request.raw_path,
+            h.get("User-Agent", ""),
+            h.get("Accept", ""),
+            h.get("Connection", ""),
+            h.get("Content-Type", ""),
+            h.get("Upgrade", ""),
+        )  # everything classify reads
+        info = self._classified.get(key)
+        if info is None:
+            info = requestinfo.classify(
+                request.method, request.path, request.query.items(), request.headers
+            )
+            if sum(map(len, key)) <= _MEMO_KEY_MAX:
+                self._classified.put(key, info)
+        return info
 
     def _busy(self, info: requestinfo.RequestInfo, reason: str) -> web.Response:
         collectors = self._metrics
