@@ -9,7 +9,9 @@ own) and nginx (installed with apt-get if missing) each run in their own process
 stays on 127.0.0.1.
 
 Targets: direct, the hub as shipped (uvloop), the same hub on the standard library's loop
-(``EDGEHUB_EVENT_LOOP=asyncio``), nginx, and with ``--compare-src DIR`` the hub of another
+(``EDGEHUB_EVENT_LOOP=asyncio``), the floor (aiohttp's low-level server and client on uvloop
+streaming each answer through and nothing else: what any proxy on the hub's stack costs at
+least), nginx, and with ``--compare-src DIR`` the hub of another
 source tree (e.g. ``git archive main | tar -x -C DIR``) as ``hub-before``.
 
 Measured per target: GET one pod (sequential latency p50/p99 and concurrent throughput), LIST
@@ -116,6 +118,52 @@ def serve_upstream(port: int) -> None:
         "*", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}", lease_handler
     )
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+# --- the floor: the least proxy the hub's stack can be (a separate process: --serve-floor) ----
+
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host",
+     "proxy-connection", "proxy-authorization", "proxy-authenticate", "content-length"}
+)  # fmt: skip
+
+
+def serve_floor(port: int, upstream: str) -> None:
+    """aiohttp's low-level server and client on uvloop, streaming each answer through and
+    nothing else: no routing, classification, cache, filters, metrics or limits. What any
+    proxy on this stack costs at least; the hub's figures over it are the hub's own work."""
+    import uvloop
+
+    async def main() -> None:
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(
+            upstream, connector=connector, auto_decompress=False, skip_auto_headers=("Accept",)
+        ) as session:
+
+            async def handle(request: web.BaseRequest) -> web.StreamResponse:
+                headers = [
+                    (k, v) for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP
+                ]
+                async with session.request(
+                    request.method, request.raw_path, headers=headers,
+                    data=request.content if request.body_exists else None,
+                ) as up:  # fmt: skip
+                    resp = web.StreamResponse(status=up.status, reason=up.reason)
+                    for k, v in up.headers.items():
+                        if k.lower() not in _HOP_BY_HOP:
+                            resp.headers.add(k, v)
+                    await resp.prepare(request)
+                    async for chunk in up.content.iter_any():
+                        await resp.write(chunk)
+                    await resp.write_eof()
+                    return resp
+
+            server = web.Server(handle, access_log=None)
+            loop = asyncio.get_running_loop()
+            await loop.create_server(server, "127.0.0.1", port)
+            await asyncio.Event().wait()
+
+    uvloop.run(main())
 
 
 # --- the simulated apiserver as upstream ------------------------------------------------------
@@ -419,6 +467,12 @@ async def run(quick: bool, upstream: str, compare: str = "") -> None:
             await wait_ready(srv_port)
             targets[name] = f"http://127.0.0.1:{hub_port}"
             proxies[name] = hub.pid
+        floor_port = free_port()
+        floor_argv = [PYTHON, __file__, "--serve-floor", str(floor_port)]
+        floor_proc = stack.enter_context(process([*floor_argv, "--floor-upstream", direct]))
+        targets["floor"] = f"http://127.0.0.1:{floor_port}"
+        proxies["floor"] = floor_proc.pid
+        await wait_http(targets["floor"] + get_path)
         if nginx:
             tmp = stack.enter_context(tempfile.TemporaryDirectory())
             conf = pathlib.Path(tmp) / "nginx.conf"
@@ -429,7 +483,7 @@ async def run(quick: bool, upstream: str, compare: str = "") -> None:
             await wait_http(targets["nginx"] + get_path)
         await asyncio.sleep(1.0)
         hub_names = [name for name in proxies if name.startswith("hub")]
-        idle_rss = {name: rss_mb(proxies[name]) for name in hub_names}
+        idle_rss = {name: rss_mb(proxies[name]) for name in (*hub_names, "floor")}
 
         results: dict[str, dict[str, float]] = {name: {} for name in targets}
         cpu: dict[str, dict[str, float]] = {name: {} for name in proxies}
@@ -495,7 +549,7 @@ async def run(quick: bool, upstream: str, compare: str = "") -> None:
                         continue
                     results[name]["watch_p50"] = statistics.median(delays)
                     results[name]["watch_p99"] = pct(delays, 0.99)
-        busy_rss = {name: rss_mb(proxies[name]) for name in hub_names}
+        busy_rss = {name: rss_mb(proxies[name]) for name in (*hub_names, "floor")}
 
     if use_sim:
         print("\nupstream: edgehub sim-apiserver --seed scale:1000 (plain-HTTP port)")
@@ -547,17 +601,23 @@ async def run(quick: bool, upstream: str, compare: str = "") -> None:
         )
     if "nginx" in cpu:
         ngx = cpu["nginx"]
+        print(f"  floor / nginx: GET {cpu['floor']['get'] / ngx['get']:.1f}x (the stack's least)")
         for name in hub_names:
             print(
                 f"  {name} / nginx: GET {cpu[name]['get'] / ngx['get']:.1f}x, "
                 f"as kubelet {cpu[name]['get_kubelet'] / ngx['get_kubelet']:.1f}x, "
                 f"LIST {cpu[name]['list'] / ngx['list']:.1f}x"
             )
+    for name in hub_names:
+        print(
+            f"  {name} / floor: GET {cpu[name]['get'] / cpu['floor']['get']:.2f}x, "
+            f"as kubelet {cpu[name]['get_kubelet'] / cpu['floor']['get_kubelet']:.2f}x"
+        )
     print(
         f"  hub (uvloop) / hub-asyncio: GET {cpu['hub']['get'] / cpu['hub-asyncio']['get']:.2f}x,"
         f" as kubelet {cpu['hub']['get_kubelet'] / cpu['hub-asyncio']['get_kubelet']:.2f}x"
     )
-    for name in hub_names:
+    for name in (*hub_names, "floor"):
         ratio = results[name]["get_rps"] / d["get_rps"]
         print(f"GET throughput through {name} / direct: {ratio:.2f}x")
     if compare:
@@ -566,7 +626,7 @@ async def run(quick: bool, upstream: str, compare: str = "") -> None:
             f"this tree / --compare-src: CPU per GET {now['get'] / before['get']:.2f}x, "
             f"as kubelet {now['get_kubelet'] / before['get_kubelet']:.2f}x"
         )
-    for name in hub_names:
+    for name in (*hub_names, "floor"):
         print(f"{name} RSS: idle {idle_rss[name]:.1f} MB, after the run {busy_rss[name]:.1f} MB")
 
 
@@ -581,7 +641,12 @@ def main() -> None:
         "as hub-before, on the standard loop",
     )
     parser.add_argument("--serve-upstream", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-floor", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--floor-upstream", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_floor:
+        serve_floor(args.serve_floor, args.floor_upstream)
+        return
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
         return
