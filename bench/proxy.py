@@ -166,6 +166,42 @@ def serve_floor(port: int, upstream: str) -> None:
     uvloop.run(main())
 
 
+def serve_fixed(port: int, source: str) -> None:
+    """aiohttp's low-level server on uvloop answering every request with the bytes ``source``
+    answered once: what the server half of the floor costs (the rest is aiohttp's client)."""
+    import urllib.request
+
+    import uvloop
+
+    with urllib.request.urlopen(source) as r:
+        body, content_type = r.read(), r.headers["Content-Type"]
+
+    async def main() -> None:
+        async def handle(request: web.BaseRequest) -> web.Response:
+            return web.Response(body=body, headers={"Content-Type": content_type})
+
+        server = web.Server(handle, access_log=None)
+        await asyncio.get_running_loop().create_server(server, "127.0.0.1", port)
+        await asyncio.Event().wait()
+
+    uvloop.run(main())
+
+
+async def server_alone(get_url: str, n: int) -> float:
+    """CPU per GET of ``serve_fixed`` answering what ``get_url`` answers."""
+    port = free_port()
+    argv = [PYTHON, __file__, "--serve-fixed", str(port), "--fixed-source", get_url]
+    with process(argv) as server:
+        url = f"http://127.0.0.1:{port}/"
+        await wait_http(url)
+        async with aiohttp.ClientSession() as session:
+            await sequential(session, url, 50)
+            c0 = cpu_seconds(server.pid)
+            await sequential(session, url, n)
+            await throughput(url, n, 8)
+            return (cpu_seconds(server.pid) - c0) / (2 * n)
+
+
 # --- the simulated apiserver as upstream ------------------------------------------------------
 
 SIM_GET = "/api/v1/namespaces/default/pods/scale-0"
@@ -550,6 +586,7 @@ async def run(quick: bool, upstream: str, compare: str = "") -> None:
                     results[name]["watch_p50"] = statistics.median(delays)
                     results[name]["watch_p99"] = pct(delays, 0.99)
         busy_rss = {name: rss_mb(proxies[name]) for name in (*hub_names, "floor")}
+        fixed_cpu = await server_alone(direct + get_path, n_get)
 
     if use_sim:
         print("\nupstream: edgehub sim-apiserver --seed scale:1000 (plain-HTTP port)")
@@ -608,6 +645,11 @@ async def run(quick: bool, upstream: str, compare: str = "") -> None:
                 f"as kubelet {cpu[name]['get_kubelet'] / ngx['get_kubelet']:.1f}x, "
                 f"LIST {cpu[name]['list'] / ngx['list']:.1f}x"
             )
+    floor_get = cpu["floor"]["get"]
+    print(
+        f"  aiohttp's server alone (the same answer, fixed) {fixed_cpu * 1e6:.0f} us a GET: "
+        f"the floor is {fixed_cpu / floor_get:.0%} server, {1 - fixed_cpu / floor_get:.0%} client"
+    )
     for name in hub_names:
         print(
             f"  {name} / floor: GET {cpu[name]['get'] / cpu['floor']['get']:.2f}x, "
@@ -643,7 +685,12 @@ def main() -> None:
     parser.add_argument("--serve-upstream", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--serve-floor", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--floor-upstream", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-fixed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--fixed-source", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_fixed:
+        serve_fixed(args.serve_fixed, args.fixed_source)
+        return
     if args.serve_floor:
         serve_floor(args.serve_floor, args.floor_upstream)
         return
