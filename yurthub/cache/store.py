@@ -903,6 +903,15 @@ class Store:
     # --- the writer thread -------------------------------------------------------------------
 
     def _run_batch(self, batch: list[Job]) -> _Outcome:
+        big = sum(job.size for job in batch) > _TRIM_AFTER
+        outcome = self._write_batch(batch)
+        if big:
+            # Once the batch's own state is gone (``_write_batch`` returned); also after a
+            # batch that changed nothing: a relist decodes as much as a first list.
+            trim_heap()
+        return outcome
+
+    def _write_batch(self, batch: list[Job]) -> _Outcome:
         batch_state = _Batch(self)
         for queued in batch:
             job = self._as_json(queued)
@@ -931,9 +940,6 @@ class Store:
         except (sqlite3.Error, OSError, diskcache.Timeout) as e:
             outcome.error = f"{type(e).__name__}: {e}"
             self._pages.clear()
-        if sum(job.size for job in batch) > _TRIM_AFTER:
-            del batch, batch_state
-            trim_heap()
         return outcome
 
     def _as_json(self, job: Job) -> Job | None:
