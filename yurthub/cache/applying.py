@@ -36,6 +36,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from yurthub.cache import coverage, entries, keys, selectors
+from yurthub.kubeproto import wire
 
 Lookup = Callable[[keys.ObjectKey], entries.Entry | None]
 
@@ -47,14 +48,14 @@ class Item:
     key: keys.ObjectKey
     entry: entries.Entry
     """Owners are filled by the decision."""
-    body: bytes
+    body: wire.Buffer
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Write:
     key: keys.ObjectKey
     entry: entries.Entry
-    body: bytes | None
+    body: wire.Buffer | None
     """None: keep the stored body, rewrite only the header (the owners changed)."""
 
 
@@ -106,7 +107,7 @@ def exhaustive(list_key: keys.ListKey) -> bool:
 def item_from_object(
     scope: keys.Scope,
     obj: Mapping[str, Any],
-    body: bytes,
+    body: wire.Buffer,
     *,
     fallback_namespace: str = "",
     cells: tuple[Any, ...] | None = None,

@@ -41,6 +41,8 @@ from typing import Any
 
 import orjson
 
+from yurthub.kubeproto import wire
+
 MAGIC = b"EHC2"
 LEGACY_MAGIC = b"EHC1"
 """Values of hubs before entries carried a CRC."""
@@ -195,7 +197,7 @@ def entry_from_object(
     )
 
 
-def _pack(header: Mapping[str, Any], body: bytes) -> bytes:
+def _pack(header: Mapping[str, Any], body: wire.Buffer) -> bytes:
     head = orjson.dumps(header)
     length = _LEN.pack(len(head))
     crc = zlib.crc32(body, zlib.crc32(head, zlib.crc32(length)))
@@ -241,7 +243,7 @@ def _decode_header(raw: bytes) -> dict[str, Any]:
     return header
 
 
-def encode_object(entry: Entry, body: bytes) -> bytes:
+def encode_object(entry: Entry, body: wire.Buffer) -> bytes:
     header: dict[str, Any] = {
         "t": "o",
         "rv": entry.resource_version,
@@ -374,7 +376,7 @@ def decode_list(value: bytes) -> ListRecord:
         raise CorruptEntry(f"list record misses fields: {e}") from e
 
 
-def encode_document(content_type: str, body: bytes) -> bytes:
+def encode_document(content_type: str, body: wire.Buffer) -> bytes:
     """A non-resource document (``/version``, discovery) and the Content-Type it came with."""
     return _pack({"t": "d", "ct": content_type}, body)
 

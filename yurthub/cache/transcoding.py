@@ -52,7 +52,7 @@ class Transcoder:
         """The hub's one converter (local answers read protobuf request bodies with it)."""
         return self._converter
 
-    def body(self, body: bytes) -> bytes | None:
+    def body(self, body: wire.Buffer) -> bytes | None:
         """An object (or a view: a Table, a list without items) as JSON, None when it does not
         convert. Lists of the built-in API go through ``parse_list`` instead."""
         try:
@@ -62,7 +62,7 @@ class Transcoder:
             return None
 
     def parse_list(
-        self, body: bytes, resource: str
+        self, body: wire.Buffer, resource: str
     ) -> tuple[framing.ListHead, Iterator[framing.ListItem]] | None:
         """A protobuf list as ``framing.parse_list`` gives a JSON one: its head, and its items
         with their identity at once, each stored as received (enveloped as a get answers it)
@@ -149,7 +149,7 @@ class Transcoder:
             return None
         return items, end_rv, kind, api_version
 
-    def indexed(self, body: bytes, resource: str) -> dict[str, Any] | None:
+    def indexed(self, body: wire.Buffer, resource: str) -> dict[str, Any] | None:
         """What the index needs of one enveloped object (``selectors.index_paths``), which is
         stored as received; None when the body is a view (a Table, metadata only: converted
         whole with ``body``). Raises ``converting.Undecodable`` (the caller counts it with
@@ -179,7 +179,7 @@ class Transcoder:
             except converting.Undecodable as e:
                 self.failed(e)
 
-    def as_json(self, body: bytes) -> bytes:
+    def as_json(self, body: wire.Buffer) -> bytes:
         """A stored protobuf object as its JSON (offline answers to JSON clients, filters,
         patches, Tables). Raises ``converting.Undecodable``."""
         return orjson.dumps(self._converter.object(body))
@@ -267,7 +267,7 @@ _VIEWS = ("Table", "PartialObjectMetadata")
 """Kinds a streaming list of views carries: applied event by event, as their JSON form is."""
 
 
-def storable(body: bytes) -> bool:
+def storable(body: wire.Buffer) -> bool:
     """Is this protobuf body an object the cache stores as received (not a view, not a list,
     of a readable envelope)?"""
     try:
@@ -277,19 +277,19 @@ def storable(body: bytes) -> bool:
     return bool(kind) and kind not in _VIEWS and not kind.endswith("List")
 
 
-def list_kind(body: bytes) -> str:
+def list_kind(body: wire.Buffer) -> str:
     """The kind a protobuf body's envelope names when it is a list (``PodList``), else ""."""
     return _list_kind(body)[0]
 
 
-def whole_list_kind(body: bytes) -> str:
+def whole_list_kind(body: wire.Buffer) -> str:
     """``framing.whole_list_kind`` for a protobuf list body: its kind (``PodList``) when its
     ListMeta has no ``continue`` token, "" otherwise or when unreadable."""
     kind, whole = _list_kind(body)
     return kind if whole else ""
 
 
-def _list_kind(body: bytes) -> tuple[str, bool]:
+def _list_kind(body: wire.Buffer) -> tuple[str, bool]:
     """(list kind or "", no continue token). Reads a few fields at the front; never copies
     the items (the event loop asks for every queued protobuf list)."""
     try:
