@@ -61,6 +61,19 @@ responses that say nothing about a whole list: watch events of a list without a 
 of a chunked list before its last."""
 
 
+Parts = tuple[wire.Bytes, ...]
+"""An object's body in pieces, in order: a protobuf list item is its envelope's head, a view
+of its message inside the list body, and the envelope's tail."""
+Body = wire.Buffer | Parts
+"""An object's body as ``encode_object`` takes it: whole, or in ``Parts`` joined only into the
+entry value written (no item of a big list is copied out of it on its own)."""
+
+
+def body_size(body: Body) -> int:
+    """The bytes of ``body`` (whole or in parts)."""
+    return sum(map(len, body)) if isinstance(body, tuple) else len(body)
+
+
 class CorruptEntry(ValueError):
     """A stored value that does not decode."""
 
@@ -197,11 +210,15 @@ def entry_from_object(
     )
 
 
-def _pack(header: Mapping[str, Any], body: wire.Buffer) -> bytes:
+def _pack(header: Mapping[str, Any], body: Body) -> bytes:
+    """The entry value: the one copy of a body in parts ever made, and only for its write."""
+    parts = body if isinstance(body, tuple) else (body,)
     head = orjson.dumps(header)
     length = _LEN.pack(len(head))
-    crc = zlib.crc32(body, zlib.crc32(head, zlib.crc32(length)))
-    return b"".join((MAGIC, _LEN.pack(crc), length, head, body))
+    crc = zlib.crc32(head, zlib.crc32(length))
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    return b"".join((MAGIC, _LEN.pack(crc), length, head, *parts))
 
 
 def _unpack(value: bytes) -> tuple[dict[str, Any], bytes]:
@@ -243,7 +260,7 @@ def _decode_header(raw: bytes) -> dict[str, Any]:
     return header
 
 
-def encode_object(entry: Entry, body: wire.Buffer) -> bytes:
+def encode_object(entry: Entry, body: Body) -> bytes:
     header: dict[str, Any] = {
         "t": "o",
         "rv": entry.resource_version,

@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from yurthub.cache import entries
 from yurthub.kubeproto import wire
 
 
@@ -183,6 +184,11 @@ class ListItem:
                 obj.setdefault("apiVersion", self.head.api_version)
             self.decoded = obj
         return self.decoded
+
+    @property
+    def stored(self) -> entries.Body:
+        """What the cache stores: ``raw`` (a protobuf item gives its parts, ``transcoding``)."""
+        return self.raw
 
     @property
     def raw(self) -> bytes:

@@ -977,7 +977,7 @@ class _Batch:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.outcome = _Outcome()
-        self.bodies: dict[keys.ObjectKey, wire.Buffer | None] = {}
+        self.bodies: dict[keys.ObjectKey, entries.Body | None] = {}
         """New bodies; None: header-only rewrite (owners changed, body kept)."""
         self.counts: dict[str, int] = {}
         self.documents: dict[str, bytes] = {}
@@ -1201,7 +1201,7 @@ class _Batch:
         self,
         scope: keys.Scope,
         obj: dict[str, Any],
-        body: wire.Buffer,
+        body: entries.Body,
         namespace: str,
         name: str,
         local: bool = False,
@@ -1255,7 +1255,7 @@ class _Batch:
                 yield applying.item_from_object(
                     scope,
                     item.object,
-                    item.raw,
+                    item.stored,
                     fallback_namespace=list_key.namespace,
                     cells=item.cells,
                 )

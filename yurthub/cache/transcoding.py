@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from yurthub.cache import framing, selectors
+from yurthub.cache import entries, framing, selectors
 from yurthub.kubeproto import converting, enveloping, wire
 
 logger = logging.getLogger(__name__)
@@ -95,8 +95,8 @@ class Transcoder:
                     rv,
                     b"",
                     read=functools.partial(_list_item, split, span, head, paths),
-                    stored=functools.partial(
-                        enveloping.envelope, head.api_version, head.item_kind, span
+                    enveloped=functools.partial(
+                        enveloping.envelope_parts, head.api_version, head.item_kind, span
                     ),
                     transcoder=self,
                 )
@@ -129,7 +129,7 @@ class Transcoder:
                             rv,
                             b"",
                             read=read,
-                            stored=functools.partial(bytes, body),
+                            enveloped=functools.partial(bytes, body),
                             transcoder=self,
                         )
                     )
@@ -228,11 +228,12 @@ class Transcoder:
 @dataclasses.dataclass(slots=True)
 class _Lazy(framing.ListItem):
     """A protobuf list item or streaming-list object: identity read from the wire, the
-    fields the index needs (``read``) on first use, stored as received (``stored``: the
-    enveloped object; ``source`` stays empty)."""
+    fields the index needs (``read``) on first use, stored as received (``enveloped``: the
+    enveloped object, a list item's in parts around a view of the list body, joined only
+    into the entry written; ``source`` stays empty)."""
 
     read: Callable[[], dict[str, Any]] | None = None
-    stored: Callable[[], bytes] | None = None
+    enveloped: Callable[[], entries.Body] | None = None
     transcoder: Transcoder | None = None
 
     @property
@@ -247,9 +248,14 @@ class _Lazy(framing.ListItem):
         return self.decoded
 
     @property
+    def stored(self) -> entries.Body:
+        assert self.enveloped is not None
+        return self.enveloped()
+
+    @property
     def raw(self) -> bytes:
-        assert self.stored is not None
-        return self.stored()
+        stored = self.stored
+        return b"".join(stored) if isinstance(stored, tuple) else bytes(stored)
 
 
 def _list_item(
