@@ -18,7 +18,8 @@ Each measurement runs in a fresh child process (a process's peak RSS only goes u
 
 Two lists per process: a first list into the empty store, then the same list again (a relist:
 every item unchanged). Prints absolute numbers and ratios to the body size; nothing asserted.
-Without ``--body`` a 10,000-pod ``PodList`` is expected at ``/tmp/pods10k.pb``.
+The body: ``--body FILE`` (a protobuf list as the apiserver sends it), else a ``PodList`` of
+``--pods`` pods made from the real apiserver's pods fixture, each item renamed to be its own.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import Any
 from multidict import CIMultiDict
 
 HERE = pathlib.Path(__file__).resolve().parent
+FIXTURE = HERE.parent / "tests" / "data" / "kubeproto" / "pods.pb"
 CHUNK = 64 << 10
 KUBELET = "kubelet/v1.35.0 (linux/amd64) kubernetes/abcdef0"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
@@ -76,6 +78,44 @@ def gzip_file(source: pathlib.Path, target: pathlib.Path) -> None:
         for chunk in chunks(source):
             out.write(z.compress(chunk))
         out.write(z.flush())
+
+
+def pod_list(pods: int) -> bytes:
+    """The fixture's ``PodList`` with ``pods`` items: its pods in turn, the i-th named
+    ``<name>-<i>`` (``metadata.name`` rewritten on the wire, nothing else touched)."""
+    sys.path.insert(0, str(HERE.parent))
+    from yurthub.kubeproto import converting, wire
+
+    body = FIXTURE.read_bytes()
+    split = converting.Converter().split_list(body)
+    assert split is not None and split.items, "the fixture is a PodList with pods"
+    api_version, kind, start, end = converting.envelope_at(body)
+    items = [bytes(item) for item in split.items]
+    head = b"".join(whole for number, _, _, whole in wire.fields(body[start:end]) if number != 2)
+    raw = head + b"".join(
+        wire.delimited(2, _renamed(items[i % len(items)], i)) for i in range(pods)
+    )
+    type_meta = wire.delimited(1, api_version.encode()) + wire.delimited(2, kind.encode())
+    tail = b"\x1a\x00\x22\x00"
+    return converting.MAGIC + wire.delimited(1, type_meta) + wire.delimited(2, raw) + tail
+
+
+def _renamed(pod: bytes, i: int) -> bytes:
+    from yurthub.kubeproto import wire
+
+    out = bytearray()
+    for number, _, value, whole in wire.fields(pod):
+        if number != 1 or not isinstance(value, bytes):  # Pod.metadata
+            out += whole
+            continue
+        meta = bytearray()
+        for inner, _, field, inner_whole in wire.fields(value):
+            if inner == 1 and isinstance(field, bytes):  # ObjectMeta.name
+                meta += wire.delimited(1, field + f"-{i}".encode())
+            else:
+                meta += inner_whole
+        out += wire.delimited(1, bytes(meta))
+    return bytes(out)
 
 
 async def ingest(wire: pathlib.Path, gzip: bool, trace: bool) -> list[dict[str, Any]]:
@@ -172,7 +212,8 @@ def report(body_size: int, rss: list[dict[str, Any]], traced: list[dict[str, Any
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--body", default="/tmp/pods10k.pb", help="a protobuf list body")
+    parser.add_argument("--body", help="a protobuf list body (default: made, --pods)")
+    parser.add_argument("--pods", type=int, default=10_000, help="pods of the made list")
     parser.add_argument("--identity", action="store_true", help="no gzip on the wire")
     parser.add_argument("--mode", choices=("rss", "trace"), help=argparse.SUPPRESS)
     parser.add_argument("--wire", help=argparse.SUPPRESS)
@@ -180,8 +221,10 @@ def main() -> None:
     if args.mode:
         child(args)
         return
-    body = pathlib.Path(args.body)
     with tempfile.TemporaryDirectory() as tmp:
+        body = pathlib.Path(args.body or pathlib.Path(tmp) / "list.pb")
+        if not args.body:
+            body.write_bytes(pod_list(args.pods))
         wire = body
         if not args.identity:
             wire = pathlib.Path(tmp) / "body.gz"
@@ -190,8 +233,9 @@ def main() -> None:
         wire_mib = wire.stat().st_size / MiB
         rss = run_child(["--mode", "rss", *common])
         traced = run_child(["--mode", "trace", *common])
+        body_size = body.stat().st_size
     print(f"wire: {'identity' if args.identity else 'gzip'}, {wire_mib:.1f} MiB")
-    report(body.stat().st_size, rss, traced)
+    report(body_size, rss, traced)
 
 
 if __name__ == "__main__":
