@@ -47,14 +47,14 @@ class Item:
     key: keys.ObjectKey
     entry: entries.Entry
     """Owners are filled by the decision."""
-    body: bytes
+    body: entries.Body
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Write:
     key: keys.ObjectKey
     entry: entries.Entry
-    body: bytes | None
+    body: entries.Body | None
     """None: keep the stored body, rewrite only the header (the owners changed)."""
 
 
@@ -106,7 +106,7 @@ def exhaustive(list_key: keys.ListKey) -> bool:
 def item_from_object(
     scope: keys.Scope,
     obj: Mapping[str, Any],
-    body: bytes,
+    body: entries.Body,
     *,
     fallback_namespace: str = "",
     cells: tuple[Any, ...] | None = None,
@@ -124,7 +124,7 @@ def item_from_object(
     if not isinstance(namespace, str) or not namespace:
         namespace = fallback_namespace
     fields = selectors.field_values(scope.resource, obj)
-    entry = entries.entry_from_object(obj, fields, frozenset(), len(body), cells)
+    entry = entries.entry_from_object(obj, fields, frozenset(), entries.body_size(body), cells)
     return Item(keys.object_key(scope, namespace, name), entry, body)
 
 

@@ -41,6 +41,8 @@ from typing import Any
 
 import orjson
 
+from yurthub.kubeproto import wire
+
 MAGIC = b"EHC2"
 LEGACY_MAGIC = b"EHC1"
 """Values of hubs before entries carried a CRC."""
@@ -57,6 +59,19 @@ DIRECT = ""
 """Owner of objects cached from single-object responses (get/create/update/patch), and from
 responses that say nothing about a whole list: watch events of a list without a record, pages
 of a chunked list before its last."""
+
+
+Parts = tuple[wire.Bytes, ...]
+"""An object's body in pieces, in order: a protobuf list item is its envelope's head, a view
+of its message inside the list body, and the envelope's tail."""
+Body = wire.Buffer | Parts
+"""An object's body as ``encode_object`` takes it: whole, or in ``Parts`` joined only into the
+entry value written (no item of a big list is copied out of it on its own)."""
+
+
+def body_size(body: Body) -> int:
+    """The bytes of ``body`` (whole or in parts)."""
+    return sum(map(len, body)) if isinstance(body, tuple) else len(body)
 
 
 class CorruptEntry(ValueError):
@@ -195,11 +210,15 @@ def entry_from_object(
     )
 
 
-def _pack(header: Mapping[str, Any], body: bytes) -> bytes:
+def _pack(header: Mapping[str, Any], body: Body) -> bytes:
+    """The entry value: the one copy of a body in parts ever made, and only for its write."""
+    parts = body if isinstance(body, tuple) else (body,)
     head = orjson.dumps(header)
     length = _LEN.pack(len(head))
-    crc = zlib.crc32(body, zlib.crc32(head, zlib.crc32(length)))
-    return b"".join((MAGIC, _LEN.pack(crc), length, head, body))
+    crc = zlib.crc32(head, zlib.crc32(length))
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    return b"".join((MAGIC, _LEN.pack(crc), length, head, *parts))
 
 
 def _unpack(value: bytes) -> tuple[dict[str, Any], bytes]:
@@ -241,7 +260,7 @@ def _decode_header(raw: bytes) -> dict[str, Any]:
     return header
 
 
-def encode_object(entry: Entry, body: bytes) -> bytes:
+def encode_object(entry: Entry, body: Body) -> bytes:
     header: dict[str, Any] = {
         "t": "o",
         "rv": entry.resource_version,
@@ -374,7 +393,7 @@ def decode_list(value: bytes) -> ListRecord:
         raise CorruptEntry(f"list record misses fields: {e}") from e
 
 
-def encode_document(content_type: str, body: bytes) -> bytes:
+def encode_document(content_type: str, body: wire.Buffer) -> bytes:
     """A non-resource document (``/version``, discovery) and the Content-Type it came with."""
     return _pack({"t": "d", "ct": content_type}, body)
 

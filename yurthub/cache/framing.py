@@ -27,6 +27,9 @@ from typing import Any
 
 import orjson
 
+from yurthub.cache import entries
+from yurthub.kubeproto import wire
+
 
 class BadBody(ValueError):
     """A body the cache cannot interpret (not JSON, wrong shape)."""
@@ -183,6 +186,11 @@ class ListItem:
         return self.decoded
 
     @property
+    def stored(self) -> entries.Body:
+        """What the cache stores: ``raw`` (a protobuf item gives its parts, ``transcoding``)."""
+        return self.raw
+
+    @property
     def raw(self) -> bytes:
         if self.head is None:
             return self.source
@@ -215,7 +223,7 @@ _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 
 
-def parse_list(body: bytes) -> tuple[ListHead, Iterator[ListItem]]:
+def parse_list(body: wire.Buffer) -> tuple[ListHead, Iterator[ListItem]]:
     """A list response: its head, and its items (lazily, in order) with kind/apiVersion filled.
 
     The first pass finds the item boundaries and decodes only the head; the items are decoded
@@ -278,12 +286,13 @@ def parse_list(body: bytes) -> tuple[ListHead, Iterator[ListItem]]:
         has_items=has_items,
     )
     ascii_only = text.isascii()
+    view = memoryview(body)
 
     def items() -> Iterator[ListItem]:
         for start, end, name, namespace, rv, typed in spans:
             # str offsets are byte offsets only for ASCII; else re-encoding the slice gives back
             # the same bytes.
-            raw = body[start:end] if ascii_only else text[start:end].encode("utf-8")
+            raw = bytes(view[start:end]) if ascii_only else text[start:end].encode("utf-8")
             if typed is True:
                 yield ListItem(name, namespace, rv, raw)
             elif typed is False:
@@ -323,7 +332,7 @@ _CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"]*)"')
 _KIND = re.compile(rb'"kind"\s*:\s*"([^"]*)"')
 
 
-def whole_list_kind(body: bytes) -> str:
+def whole_list_kind(body: wire.Buffer) -> str:
     """The list kind (``PodList``) when the list's metadata (before its items) shows no
     ``continue`` token; "" otherwise.
 
@@ -426,7 +435,7 @@ def table_columns(table: dict[str, Any]) -> tuple[Any, ...] | None:
     return tuple(columns)
 
 
-def parse_table(body: bytes) -> tuple[ListHead, list[ListItem]]:
+def parse_table(body: wire.Buffer) -> tuple[ListHead, list[ListItem]]:
     """A Table list response: its head (with its columns) and the objects of its rows."""
     table = parse_object(body)
     meta = table.get("metadata") if isinstance(table.get("metadata"), dict) else {}
@@ -441,7 +450,7 @@ def parse_table(body: bytes) -> tuple[ListHead, list[ListItem]]:
     return head, table_rows(table)
 
 
-def parse_object(body: bytes) -> dict[str, Any]:
+def parse_object(body: wire.Buffer) -> dict[str, Any]:
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError as e:

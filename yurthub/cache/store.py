@@ -57,7 +57,7 @@ import diskcache
 import diskcache.core
 
 from yurthub.cache import applying, coverage, entries, framing, keys, transcoding
-from yurthub.kubeproto import converting, enveloping
+from yurthub.kubeproto import converting, enveloping, wire
 
 logger = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ class PutObject:
     """A single-object response body (get/create/update/patch); owner ``entries.DIRECT``."""
 
     scope: keys.Scope
-    body: bytes
+    body: wire.Buffer
     namespace: str = ""
     """Request namespace, used when the object does not name its own; an object naming another
     one is not stored."""
@@ -248,7 +248,7 @@ class PutList:
     """A complete list response body (or one page of a chunked list)."""
 
     list_key: keys.ListKey
-    body: bytes
+    body: wire.Buffer
     continued: bool | None = None
     """The request carried ``continue=`` (a later page); None when unknown."""
     protobuf: bool = False
@@ -296,7 +296,7 @@ class PutDocument:
 
     key: str
     content_type: str
-    body: bytes
+    body: wire.Buffer
 
     @property
     def size(self) -> int:
@@ -903,6 +903,17 @@ class Store:
     # --- the writer thread -------------------------------------------------------------------
 
     def _run_batch(self, batch: list[Job]) -> _Outcome:
+        big = sum(job.size for job in batch) > _TRIM_AFTER
+        outcome = self._write_batch(batch)
+        if big:
+            # Once the batch's state and its jobs are gone (the executor holds this list until
+            # we return; a body on the heap would stay mapped); also after a batch that
+            # changed nothing: a relist decodes as much as a first list.
+            batch.clear()
+            trim_heap()
+        return outcome
+
+    def _write_batch(self, batch: list[Job]) -> _Outcome:
         batch_state = _Batch(self)
         for queued in batch:
             job = self._as_json(queued)
@@ -931,9 +942,6 @@ class Store:
         except (sqlite3.Error, OSError, diskcache.Timeout) as e:
             outcome.error = f"{type(e).__name__}: {e}"
             self._pages.clear()
-        if sum(job.size for job in batch) > _TRIM_AFTER:
-            del batch, batch_state
-            trim_heap()
         return outcome
 
     def _as_json(self, job: Job) -> Job | None:
@@ -969,7 +977,7 @@ class _Batch:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.outcome = _Outcome()
-        self.bodies: dict[keys.ObjectKey, bytes | None] = {}
+        self.bodies: dict[keys.ObjectKey, entries.Body | None] = {}
         """New bodies; None: header-only rewrite (owners changed, body kept)."""
         self.counts: dict[str, int] = {}
         self.documents: dict[str, bytes] = {}
@@ -1193,7 +1201,7 @@ class _Batch:
         self,
         scope: keys.Scope,
         obj: dict[str, Any],
-        body: bytes,
+        body: entries.Body,
         namespace: str,
         name: str,
         local: bool = False,
@@ -1247,7 +1255,7 @@ class _Batch:
                 yield applying.item_from_object(
                     scope,
                     item.object,
-                    item.raw,
+                    item.stored,
                     fallback_namespace=list_key.namespace,
                     cells=item.cells,
                 )

@@ -182,9 +182,12 @@ def _is_plain_protobuf(content_type: str) -> bool:
 
 
 class _BodySink:
-    """Collects one body (bounded) and submits it once complete."""
+    """Collects one body (bounded) and submits it once complete.
 
-    __slots__ = ("_chunks", "_dropped", "_job", "_size", "_tee", "_what")
+    The body grows in one ``bytearray`` that the job then holds as it is: a big list exists
+    once, never as chunks and their join side by side."""
+
+    __slots__ = ("_body", "_dropped", "_job", "_tee", "_what")
 
     def __init__(
         self, tee: Tee, job: store.PutObject | store.PutList | store.PutDocument, what: str
@@ -192,8 +195,7 @@ class _BodySink:
         self._tee = tee
         self._job = job
         self._what = what
-        self._chunks: list[bytes] = []
-        self._size = 0
+        self._body = bytearray()
         self._dropped = False
 
     @property
@@ -203,7 +205,7 @@ class _BodySink:
     def feed(self, chunk: bytes) -> None:
         if self._dropped:
             return
-        if self._size + len(chunk) > self._tee._max_body:
+        if len(self._body) + len(chunk) > self._tee._max_body:
             self._stop()
             self._tee.drop("response larger than the cache's body bound", self._what)
             return
@@ -211,13 +213,12 @@ class _BodySink:
             self._stop()
             self._tee.drop("too many bytes on their way to the cache", self._what)
             return
-        self._size += len(chunk)
-        self._chunks.append(bytes(chunk))
+        self._body += chunk
 
     async def finish(self) -> None:
         if self._dropped:
             return
-        body = b"".join(self._chunks)
+        body = self._body
         self._stop()
         if body:
             self._tee.submit(dataclasses.replace(self._job, body=body), self._what)
@@ -229,9 +230,8 @@ class _BodySink:
     def _stop(self) -> None:
         """Collect no more and give the collected bytes back to the tee's bound."""
         self._dropped = True
-        self._chunks = []
-        self._tee.release(self._size)
-        self._size = 0
+        self._tee.release(len(self._body))
+        self._body = bytearray()  # let go, never cleared: a submitted job holds it
 
 
 _END_MARK = b"k8s.io/initial-events-end"

@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from yurthub.cache import framing, selectors
+from yurthub.cache import entries, framing, selectors
 from yurthub.kubeproto import converting, enveloping, wire
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class Transcoder:
         """The hub's one converter (local answers read protobuf request bodies with it)."""
         return self._converter
 
-    def body(self, body: bytes) -> bytes | None:
+    def body(self, body: wire.Buffer) -> bytes | None:
         """An object (or a view: a Table, a list without items) as JSON, None when it does not
         convert. Lists of the built-in API go through ``parse_list`` instead."""
         try:
@@ -62,7 +62,7 @@ class Transcoder:
             return None
 
     def parse_list(
-        self, body: bytes, resource: str
+        self, body: wire.Buffer, resource: str
     ) -> tuple[framing.ListHead, Iterator[framing.ListItem]] | None:
         """A protobuf list as ``framing.parse_list`` gives a JSON one: its head, and its items
         with their identity at once, each stored as received (enveloped as a get answers it)
@@ -95,8 +95,8 @@ class Transcoder:
                     rv,
                     b"",
                     read=functools.partial(_list_item, split, span, head, paths),
-                    stored=functools.partial(
-                        enveloping.envelope, head.api_version, head.item_kind, span
+                    enveloped=functools.partial(
+                        enveloping.envelope_parts, head.api_version, head.item_kind, span
                     ),
                     transcoder=self,
                 )
@@ -129,7 +129,7 @@ class Transcoder:
                             rv,
                             b"",
                             read=read,
-                            stored=functools.partial(bytes, body),
+                            enveloped=functools.partial(bytes, body),
                             transcoder=self,
                         )
                     )
@@ -149,7 +149,7 @@ class Transcoder:
             return None
         return items, end_rv, kind, api_version
 
-    def indexed(self, body: bytes, resource: str) -> dict[str, Any] | None:
+    def indexed(self, body: wire.Buffer, resource: str) -> dict[str, Any] | None:
         """What the index needs of one enveloped object (``selectors.index_paths``), which is
         stored as received; None when the body is a view (a Table, metadata only: converted
         whole with ``body``). Raises ``converting.Undecodable`` (the caller counts it with
@@ -179,7 +179,7 @@ class Transcoder:
             except converting.Undecodable as e:
                 self.failed(e)
 
-    def as_json(self, body: bytes) -> bytes:
+    def as_json(self, body: wire.Buffer) -> bytes:
         """A stored protobuf object as its JSON (offline answers to JSON clients, filters,
         patches, Tables). Raises ``converting.Undecodable``."""
         return orjson.dumps(self._converter.object(body))
@@ -228,11 +228,12 @@ class Transcoder:
 @dataclasses.dataclass(slots=True)
 class _Lazy(framing.ListItem):
     """A protobuf list item or streaming-list object: identity read from the wire, the
-    fields the index needs (``read``) on first use, stored as received (``stored``: the
-    enveloped object; ``source`` stays empty)."""
+    fields the index needs (``read``) on first use, stored as received (``enveloped``: the
+    enveloped object, a list item's in parts around a view of the list body, joined only
+    into the entry written; ``source`` stays empty)."""
 
     read: Callable[[], dict[str, Any]] | None = None
-    stored: Callable[[], bytes] | None = None
+    enveloped: Callable[[], entries.Body] | None = None
     transcoder: Transcoder | None = None
 
     @property
@@ -247,9 +248,14 @@ class _Lazy(framing.ListItem):
         return self.decoded
 
     @property
+    def stored(self) -> entries.Body:
+        assert self.enveloped is not None
+        return self.enveloped()
+
+    @property
     def raw(self) -> bytes:
-        assert self.stored is not None
-        return self.stored()
+        stored = self.stored
+        return b"".join(stored) if isinstance(stored, tuple) else bytes(stored)
 
 
 def _list_item(
@@ -267,7 +273,7 @@ _VIEWS = ("Table", "PartialObjectMetadata")
 """Kinds a streaming list of views carries: applied event by event, as their JSON form is."""
 
 
-def storable(body: bytes) -> bool:
+def storable(body: wire.Buffer) -> bool:
     """Is this protobuf body an object the cache stores as received (not a view, not a list,
     of a readable envelope)?"""
     try:
@@ -277,19 +283,19 @@ def storable(body: bytes) -> bool:
     return bool(kind) and kind not in _VIEWS and not kind.endswith("List")
 
 
-def list_kind(body: bytes) -> str:
+def list_kind(body: wire.Buffer) -> str:
     """The kind a protobuf body's envelope names when it is a list (``PodList``), else ""."""
     return _list_kind(body)[0]
 
 
-def whole_list_kind(body: bytes) -> str:
+def whole_list_kind(body: wire.Buffer) -> str:
     """``framing.whole_list_kind`` for a protobuf list body: its kind (``PodList``) when its
     ListMeta has no ``continue`` token, "" otherwise or when unreadable."""
     kind, whole = _list_kind(body)
     return kind if whole else ""
 
 
-def _list_kind(body: bytes) -> tuple[str, bool]:
+def _list_kind(body: wire.Buffer) -> tuple[str, bool]:
     """(list kind or "", no continue token). Reads a few fields at the front; never copies
     the items (the event loop asks for every queued protobuf list)."""
     try:

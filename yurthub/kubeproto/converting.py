@@ -231,12 +231,12 @@ class Converter:
 
     # --- public ---------------------------------------------------------------------------
 
-    def envelope(self, body: bytes) -> tuple[str, str, bytes]:
+    def envelope(self, body: wire.Buffer) -> tuple[str, str, wire.Buffer]:
         """(apiVersion, kind, raw message) of a ``k8s\\x00`` body."""
         api_version, kind, start, end = envelope_at(body)
         return api_version, kind, body[start:end]
 
-    def object(self, body: bytes) -> dict[str, Any]:
+    def object(self, body: wire.Buffer) -> dict[str, Any]:
         """A protobuf object or list body (envelope included) as the apiserver's JSON dict."""
         api_version, kind, raw = self.envelope(body)
         name = self.message_name(api_version, kind)
@@ -253,7 +253,7 @@ class Converter:
             raise Undecodable(what, f"does not decode: {e}") from e
         return out
 
-    def split_list(self, body: bytes) -> SplitList | None:
+    def split_list(self, body: wire.Buffer) -> SplitList | None:
         """A protobuf list body cut into its converted head and its items, each a view into
         ``body`` (no copy of a big list) converted only when asked (``SplitList.item``). None
         when the body is not a list of the built-in API with ``items`` (``object`` handles
@@ -269,7 +269,7 @@ class Converter:
             return None
         view = memoryview(body)
         try:
-            head: list[bytes] = []
+            head: list[wire.Buffer] = []
             items: list[memoryview] = []
             for number, wire_type, field_at, value_at, value_end in wire.offsets(body, start, end):
                 if number == items_field.number and wire_type == 2:
@@ -313,7 +313,7 @@ class Converter:
             raise Undecodable("WatchEvent", f"does not decode: {e}") from e
         return parsed.type, parsed.object.raw
 
-    def identity(self, body: bytes) -> tuple[str, str, str, str, str]:
+    def identity(self, body: wire.Buffer) -> tuple[str, str, str, str, str]:
         """(apiVersion, kind, name, namespace, resourceVersion) of an enveloped protobuf object
         of the built-in API, read from its ObjectMeta on the wire without converting it."""
         api_version, kind, raw = self.envelope(body)
@@ -325,7 +325,7 @@ class Converter:
             numbers = self._identities[name] = _identity(self._class(name).DESCRIPTOR)
         return (api_version, kind, *_read_identity(raw, numbers))
 
-    def skeleton(self, body: bytes, paths: Paths) -> dict[str, Any]:
+    def skeleton(self, body: wire.Buffer, paths: Paths) -> dict[str, Any]:
         """An enveloped object's ``kind``, ``apiVersion`` and only the fields ``paths`` names,
         each exactly as ``object`` would give it: what the cache's index needs (identity,
         labels, selectable fields) at the cost of a parse and a few field reads instead of a
@@ -506,7 +506,7 @@ class Converter:
             raise Undecodable(what, "holds neither JSON nor a protobuf object") from e
 
 
-def envelope_at(body: bytes) -> tuple[str, str, int, int]:
+def envelope_at(body: wire.Buffer) -> tuple[str, str, int, int]:
     """(apiVersion, kind, start, end of the raw message) of a ``k8s\\x00`` body (its
     ``runtime.Unknown`` envelope), read by offset: nothing of a big body is copied."""
     if not body.startswith(MAGIC):

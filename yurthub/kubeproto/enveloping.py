@@ -48,7 +48,12 @@ def raw_span(body: bytes) -> tuple[int, int]:
 
 def envelope(api_version: str, kind: str, raw: wire.Bytes) -> bytes:
     """An object's message in the envelope a get of it is answered with."""
-    return b"".join((_head(api_version, kind, len(raw)), raw, _EMPTY_TAIL))
+    return b"".join(envelope_parts(api_version, kind, raw))
+
+
+def envelope_parts(api_version: str, kind: str, raw: wire.Bytes) -> tuple[bytes, wire.Bytes, bytes]:
+    """``envelope`` not joined: its head, ``raw`` itself (a view stays a view) and its tail."""
+    return _head(api_version, kind, len(raw)), raw, _EMPTY_TAIL
 
 
 class ListBody:

@@ -20,7 +20,11 @@ class DecodeError(ValueError):
     """Bytes that are not well-formed protobuf."""
 
 
-Bytes = bytes | memoryview
+Buffer = bytes | bytearray
+"""A whole body: ``bytes``, or the ``bytearray`` the cache's tee collected a response in,
+handed on as it is (``bytes`` of a 40 MB list would be a second copy) and never changed
+after."""
+Bytes = Buffer | memoryview
 """What the offset readers take: a memoryview reads a slice of a big body without a copy."""
 
 
