@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from yurthub import jsonbytes
 from yurthub.cache import entries
 from yurthub.kubeproto import wire
 
@@ -124,7 +125,7 @@ def parse_event(line: bytes) -> WatchEvent:
     obj = event.get("object")
     if not isinstance(kind, str) or not isinstance(obj, dict):
         raise BadBody("watch event lacks type or object")
-    return WatchEvent(kind, obj, _object_slice(line, kind, len(event)) or orjson.dumps(obj))
+    return WatchEvent(kind, obj, _object_slice(line, kind, len(event)) or jsonbytes.dumps(obj))
 
 
 def _object_slice(line: bytes, kind: str, members: int) -> bytes | None:
@@ -324,7 +325,7 @@ def _half_typed(name: str, namespace: str, rv: str, raw: bytes, head: ListHead) 
     decoded = _decode_item(raw)
     decoded.setdefault("kind", head.item_kind)
     decoded.setdefault("apiVersion", head.api_version)
-    return ListItem(name, namespace, rv, orjson.dumps(decoded), None, decoded)
+    return ListItem(name, namespace, rv, jsonbytes.dumps(decoded), None, decoded)
 
 
 _PEEK = 64 << 10
@@ -420,7 +421,7 @@ def table_rows(table: dict[str, Any]) -> list[ListItem]:
             assert isinstance(row, dict)
             cells = row.get("cells")
             kept = tuple(cells) if isinstance(cells, list) else None
-            out.append(ListItem.of(obj, orjson.dumps(obj), kept))
+            out.append(ListItem.of(obj, jsonbytes.dumps(obj), kept))
     return out
 
 

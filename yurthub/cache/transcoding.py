@@ -31,8 +31,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import orjson
-
+from yurthub import jsonbytes
 from yurthub.cache import entries, framing, selectors
 from yurthub.kubeproto import converting, enveloping, wire
 
@@ -173,7 +172,7 @@ class Transcoder:
                 found = self.indexed(body, resource)
                 if found is None:
                     obj = self._converter.object(body)
-                    yield framing.WatchEvent(event_type, obj, orjson.dumps(obj))
+                    yield framing.WatchEvent(event_type, obj, jsonbytes.dumps(obj))
                     continue
                 yield framing.WatchEvent(event_type, found, bytes(body))
             except converting.Undecodable as e:
@@ -182,14 +181,14 @@ class Transcoder:
     def as_json(self, body: wire.Buffer) -> bytes:
         """A stored protobuf object as its JSON (offline answers to JSON clients, filters,
         patches, Tables). Raises ``converting.Undecodable``."""
-        return orjson.dumps(self._converter.object(body))
+        return jsonbytes.dumps(self._converter.object(body))
 
     def events(self, frames: tuple[bytes, ...], *, whole: bool) -> tuple[bytes, ...] | None:
         """Watch frames as JSON event lines; ``whole``: all or None."""
         lines: list[bytes] = []
         for frame in frames:
             try:
-                lines.append(orjson.dumps(self._converter.event(frame)))
+                lines.append(jsonbytes.dumps(self._converter.event(frame)))
             except converting.Undecodable as e:
                 self.failed(e)
                 if whole:

@@ -34,9 +34,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import orjson
-
-from yurthub import statuses
+from yurthub import jsonbytes, statuses
 from yurthub.cache import selectors
 from yurthub.pool import rvrules, selection
 
@@ -116,7 +114,7 @@ def entry_of(resource: str, obj: Mapping[str, Any], kind: str, api_version: str)
         namespace=namespace,
         name=name,
         rv=rv,
-        raw=orjson.dumps(obj),
+        raw=jsonbytes.dumps(obj),  # held as long as the object (see jsonbytes)
         labels={str(k): str(v) for k, v in labels.items()},
         fields=selectors.field_values(resource, obj),
     )
