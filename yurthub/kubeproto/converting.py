@@ -52,6 +52,7 @@ from typing import Any
 import orjson
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
+from yurthub import jsonbytes
 from yurthub.kubeproto import descriptors, enveloping, wire
 
 MAGIC = enveloping.MAGIC
@@ -149,7 +150,8 @@ class Converter:
         """Files not in the pool yet."""
         self._file_of: dict[str, str] = {}
         self._kinds: dict[str, str] = {}
-        self._go: dict[str, dict[str, Any]] = {}
+        self._go: dict[str, str] = {}
+        """Each message's Go facts, as JSON."""
         self._classes: dict[str, type[message.Message]] = {}
         self._by_name: dict[str, Convert] = {}
         """Walks by message name, built and read with the lock held."""
@@ -199,7 +201,11 @@ class Converter:
                 importlib.resources.files(__package__).joinpath("gofields.json").read_bytes()
             )
             self._kinds = facts["kinds"]
-            self._go = facts["messages"]
+            # Kept as compact JSON, decoded when a message's walk is built: a node's kinds need
+            # a few dozen of the ~1,200 messages (all decoded would hold ~1.5 MB of dicts).
+            # (json.dumps: an orjson.dumps result keeps its whole output buffer, ~4 KB each.)
+            self._go = {name: json.dumps(go) for name, go in facts["messages"].items()}
+            del facts
             self._pool = pool
             return pool
 
@@ -295,7 +301,7 @@ class Converter:
         split = self.split_list(body)
         if split is None:
             return None
-        items = [orjson.dumps(split.item(span)) for span in split.items]
+        items = [jsonbytes.dumps(split.item(span)) for span in split.items]
         # The apiserver writes items last; its JSON has them even when there are none.
         return orjson.dumps(split.head)[:-1] + b',"items":[' + b",".join(items) + b"]}"
 
@@ -401,7 +407,8 @@ class Converter:
         if found is not None:
             return found
         special = self._specials.get(desc.full_name)
-        go = self._go.get(desc.full_name)
+        raw_go = self._go.get(desc.full_name)
+        go: dict[str, Any] | None = None if raw_go is None else orjson.loads(raw_go)
         if special is not None:
             walk = special
         elif go is None:
