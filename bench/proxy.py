@@ -666,7 +666,8 @@ async def run(quick: bool, upstream: str, compare: str = "") -> None:
         # hub-before runs on the standard loop: compared with this tree's on the same loop.
         now, before = cpu["hub-asyncio"], cpu["hub-before"]
         print(
-            f"this tree / --compare-src (both on the standard loop): CPU per GET {now['get'] / before['get']:.2f}x, "
+            "this tree / --compare-src (both on the standard loop): "
+            f"CPU per GET {now['get'] / before['get']:.2f}x, "
             f"as kubelet {now['get_kubelet'] / before['get_kubelet']:.2f}x"
         )
     for name in (*hub_names, "floor"):
