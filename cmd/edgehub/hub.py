@@ -10,7 +10,6 @@ with one warning naming them). Bad flags or an unreadable kubeconfig exit with
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import logging
 import os
 import pathlib
@@ -501,6 +500,8 @@ def _discovery_companion(opts: dict[str, object], node_name: str) -> lifecycle.C
 
 
 def _version() -> str:
+    import importlib.metadata  # here: the hub itself never needs it (0.8 MB)
+
     try:
         return importlib.metadata.version("edgehub")
     except importlib.metadata.PackageNotFoundError:
