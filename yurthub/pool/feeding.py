@@ -57,7 +57,7 @@ from multidict import CIMultiDict
 from yurthub import jsonlists, requestinfo, statuses
 from yurthub.cache import framing
 from yurthub.filters import responding
-from yurthub.kubeproto import converting
+from yurthub.kubeproto import converting, wire
 from yurthub.pool import encoding, gvrs, leaderconfigs, leaders, watchcache
 from yurthub.proxy import seams
 
@@ -459,10 +459,11 @@ class Feeder:
                 if len(body) > budget:
                     raise _OverBudget(f"a list of more than {budget} bytes")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self._protobuf_entries, source, bytes(body))
+        # The buffer as it is (never changed after this): bytes() of it would be a second copy.
+        return await loop.run_in_executor(None, self._protobuf_entries, source, body)
 
     def _protobuf_entries(
-        self, source: Source, body: bytes
+        self, source: Source, body: wire.Buffer
     ) -> tuple[list[watchcache.Entry], int, tuple[str, str, str]]:
         """(entries, resourceVersion, kinds) of a protobuf list (worker thread)."""
         try:
