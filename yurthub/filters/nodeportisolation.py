@@ -7,7 +7,9 @@ PURE. For a ``NodePort`` or ``LoadBalancer`` Service annotated ``nodeport.openyu
 - the node is in no pool: kept (a plain Kubernetes node);
 - the annotation is a comma list of pool names; the Service is kept when it names this pool,
   dropped when it names ``-<pool>``, kept for ``*``, and dropped otherwise (an empty value too).
-  Naming a pool wins over excluding it, and both win over ``*`` (YurtHub's precedence).
+  A name given more than once (``-foo,foo``) counts as its first mention, sign included (so
+  ``-*`` before ``*`` leaves no wildcard); this pool's mention wins over ``*`` (YurtHub's
+  precedence).
 
 Everything else is kept.
 """
@@ -20,13 +22,23 @@ LISTEN_ANNOTATION = "nodeport.openyurt.io/listen"
 PORT_TYPES = frozenset({"NodePort", "LoadBalancer"})
 
 
+def mentions(value: str) -> dict[str, bool]:
+    """Name -> listens, from each name's first mention (``-`` before it: excluded)."""
+    first: dict[str, bool] = {}
+    for part in value.split(","):
+        part = part.strip()
+        excluded = part.startswith("-")
+        name = part[1:] if excluded else part
+        if name and name not in first:
+            first[name] = not excluded
+    return first
+
+
 def listens_in(value: str, pool: str) -> bool:
-    names = {part.strip() for part in value.split(",") if part.strip()}
-    if pool in names:
-        return True
-    if f"-{pool}" in names:
-        return False
-    return "*" in names
+    first = mentions(value)
+    if pool in first:
+        return first[pool]
+    return first.get("*", False)
 
 
 def apply(obj: objects.Obj, kind: str, world: inputs.Inputs) -> objects.Obj | None:

@@ -5,9 +5,12 @@ PURE. The Service an endpoint object belongs to (an EndpointSlice's
 ``openyurt.io/topologyKeys`` (reference §6):
 
 - ``kubernetes.io/hostname``: keep only the endpoints on this node;
-- ``openyurt.io/nodepool`` or ``kubernetes.io/zone``: keep only the endpoints on the nodes of
-  this node's pool (``--nodepool-name``, else the node's label; a node in no pool falls back to
-  its own endpoints). The pool's nodes come from its NodePool or its NodeBuckets (``inputs``).
+- ``openyurt.io/nodepool`` or ``kubernetes.io/zone``, only while pool topology is on
+  (``--enable-node-pool`` or ``--enable-pool-service-topology``): keep only the endpoints on the
+  nodes of this node's pool (``--nodepool-name``, else the node's label; a node in no pool falls
+  back to its own endpoints). The pool's nodes come from its NodePool or its NodeBuckets
+  (``inputs``). With pool topology off such a Service is left as it is, on a node in no pool
+  too: the switch is looked at before the pool, as YurtHub does.
 
 An endpoint whose node is not known (no ``nodeName``, and for v1beta1 no
 ``kubernetes.io/hostname`` topology) is dropped when a topology applies. A slice left with no
@@ -42,6 +45,8 @@ def _nodes(value: str, world: inputs.Inputs) -> frozenset[str] | None:
     if value == HOSTNAME:
         return frozenset({world.node_name})
     if value in (NODEPOOL, ZONE):
+        if world.pool_topology is inputs.PoolTopology.NONE:
+            return None  # checked first: a node in no pool must not fall back to its own
         pool = world.pool_name()
         if not pool:
             return frozenset({world.node_name})

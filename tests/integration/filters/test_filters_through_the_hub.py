@@ -209,3 +209,35 @@ async def test_one_filter_disabled(tmp_path: pathlib.Path) -> None:
         slices = by_name((await edge.get(SLICES, ua=KUBE_PROXY))["items"])
         assert slices["kubernetes"]["endpoints"][0]["addresses"] != ["127.0.0.1"]
         assert len(nodes_of(slices[web_slice(edge.sim)["metadata"]["name"]])) == 2
+
+
+async def test_pool_topology_off_leaves_pool_services_whole_on_an_unpooled_node(
+    tmp_path: pathlib.Path,
+) -> None:
+    """``--no-enable-node-pool`` (and no NodeBuckets): a pool-topology Service keeps every
+    endpoint, also on a node in no pool; a node-topology Service is still cut to this node."""
+
+    def unpooled(sim: simapiserver.SimApiserver) -> None:
+        pool_topology_on_web(sim)
+        node = sim.state.get("nodes", None, "edge-node-1")
+        node["metadata"]["labels"].pop("apps.openyurt.io/nodepool", None)
+        sim.state.update(node)
+
+    async with filtered_edge(tmp_path, before_start=unpooled, enable_node_pool=False) as edge:
+        web = web_slice(edge.sim)
+        slices = by_name((await edge.get(SLICES, ua=KUBE_PROXY))["items"])
+        assert (
+            nodes_of(slices[web["metadata"]["name"]])
+            == nodes_of(web)
+            == [
+                "cloud-node-1",
+                "edge-node-1",
+                "edge-node-2",
+            ]
+        )
+        annotate(edge.sim, "web", {"openyurt.io/topologyKeys": "kubernetes.io/hostname"})
+        async with asyncio.timeout(5):
+            while nodes_of(
+                by_name((await edge.get(SLICES, ua=KUBE_PROXY))["items"])[web["metadata"]["name"]]
+            ) != ["edge-node-1"]:
+                await asyncio.sleep(0.05)

@@ -200,8 +200,15 @@ def nodeport(value: str | None, type_: str = "NodePort") -> dict[str, Any]:
         (world(pool_label="foo"), nodeport("-foo"), False),
         (world(pool_label="foo"), nodeport("bar, foo "), True),
         (world(pool_flag="foo"), nodeport("-foo", "LoadBalancer"), False),
-        (world(pool_flag="foo"), nodeport("-foo,foo"), True),
         (world(pool_flag="foo"), nodeport("-foo,*"), False),
+        # A pool named twice: its first mention decides (YurtHub's rule), whichever sign.
+        (world(pool_flag="foo"), nodeport("-foo,foo"), False),
+        (world(pool_flag="foo"), nodeport("foo,-foo"), True),
+        (world(pool_flag="foo"), nodeport(" -foo , foo ,*"), False),
+        (world(pool_flag="foo"), nodeport("bar,-bar,foo,-foo"), True),
+        # "*" named twice likewise: "-*" first leaves no wildcard.
+        (world(pool_flag="foo"), nodeport("-*,*"), False),
+        (world(pool_flag="foo"), nodeport("*,-*"), True),
         (world(pool_flag="foo"), nodeport(""), False),
         (world(pool_flag="foo"), nodeport(None), True),
         (world(pool_flag="foo"), nodeport("-foo", "ClusterIP"), True),
@@ -381,6 +388,11 @@ def test_servicetopology_keeps_the_topology_endpoints(
             pools=HANGZHOU,
             topology=inputs.PoolTopology.NONE,
         ),
+        # Pool topology off: a pool (or zone) Service is left alone whatever the node's pool,
+        # even on a node in no pool (which must not fall back to its own endpoints).
+        world(services=POOL_TOPO, topology=inputs.PoolTopology.NONE),
+        world(services=ZONE_TOPO, topology=inputs.PoolTopology.NONE),
+        world(services=POOL_TOPO, pool_label="hangzhou", topology=inputs.PoolTopology.NONE),
     ],
 )
 def test_servicetopology_leaves_the_slice(w: inputs.Inputs) -> None:
@@ -489,6 +501,23 @@ def test_servicetopology_filters_legacy_endpoints_too() -> None:
         {"addresses": [{"ip": "1", "nodeName": "node1"}], "ports": [{"port": 80}]},
         {"notReadyAddresses": [{"ip": "5", "nodeName": "node1"}], "ports": [{"port": 82}]},
     ]
+
+
+def test_servicetopology_pool_topology_off_acts_on_hostname_only() -> None:
+    """``--enable-node-pool=false`` without ``--enable-pool-service-topology``: only
+    ``kubernetes.io/hostname`` thins; pool and zone Services keep every endpoint, on a node in
+    no pool too (YurtHub checks the switch before it looks for the node's pool)."""
+    off = inputs.PoolTopology.NONE
+    remote_only = slice_("svc1-abc", "svc1", ["node2", "node3"])
+    legacy = endpoints_object([{"addresses": [{"ip": "1", "nodeName": "node2"}]}])
+    for services in (POOL_TOPO, ZONE_TOPO):
+        w = world(services=services, topology=off)
+        assert run(servicetopology.apply, remote_only, "EndpointSlice", w) is remote_only
+        assert run(servicetopology.apply, legacy, "Endpoints", w) is legacy
+    cut = run(
+        servicetopology.apply, remote_only, "EndpointSlice", world(services=NODE_TOPO, topology=off)
+    )
+    assert cut["endpoints"] == []
 
 
 def test_servicetopology_endpoints_unchanged_when_all_local() -> None:
