@@ -150,6 +150,9 @@ async def running(
             hub.status_sections["cache"] = cache.status
         if filters is not None:
             filters.attach_metrics(hub.metrics)
+            hub.status_sections["filters"] = filters.status
+        else:
+            hub.status_sections["filters"] = _filters_off
         if pool is not None:
             pool.attach_metrics(hub.metrics)
             hub.status_sections["pool"] = pool.status
@@ -239,6 +242,10 @@ async def running(
     finally:
         if cache is not None:
             await cache.close()
+
+
+async def _filters_off() -> dict[str, object]:
+    return {"active": [], "inactive": {}, "note": "--enable-resource-filter=false"}
 
 
 def _reporter(

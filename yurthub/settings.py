@@ -252,9 +252,13 @@ class FilterSettings:
     enable_pool_service_topology: bool = False
     """``--enable-pool-service-topology``: pool topology from NodeBuckets (wins)."""
     hub_host: str = ""
-    """The address pods reach the hub at, written into the ``kubernetes`` Service and
-    EndpointSlice and into pods' ``KUBERNETES_SERVICE_HOST``; empty: the proxy's
-    ``--bind-proxy-address``."""
+    """The address pods reach the hub's secure port at, written into the ``kubernetes``
+    Service and EndpointSlice and into pods' ``KUBERNETES_SERVICE_HOST`` (hidden flag
+    ``--master-service-address``, for tests and forwarders); empty: the dummy IP with
+    ``--enable-dummy-if``, else ``--bind-proxy-address``. Set, it is taken as reaching the
+    hub's secure port (the hub does not check it serves one); unset, the filters that point
+    pods at the hub run only when the hub has a serving certificate. A loopback or
+    unspecified address never counts (``filters.inputs.pods_cannot_reach``)."""
     hub_port: int = 0
     """Its port; 0: ``--proxy-secure-port``."""
     inputs_sync_timeout: float = 60.0

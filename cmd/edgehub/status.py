@@ -4,7 +4,8 @@ Reads the hub's ``GET /v1/status`` on its serve port (``--server``, 127.0.0.1:10
 discovery agent's ``GET /status`` on its metrics port (``--agent``, 127.0.0.1:10270, the
 DaemonSet's; skipped when the hub runs the agent itself with ``--enable-discovery``), and shows
 each apiserver's health and last error, the cache's size and the age of each component's newest
-list, the certificates and their expiry, the pool leader, the discovery handlers and devices.
+list, the certificates and their expiry, the response filters (and those kept off, with why),
+the pool leader, the discovery handlers and devices.
 ``-o json`` prints both documents as one JSON object.
 
 Exit status: 0 when the hub answered and is ready, 1 when it is not ready or did not answer

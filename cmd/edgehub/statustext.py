@@ -150,7 +150,26 @@ def hub_lines(hub: Mapping[str, Any], url: str, now: float) -> list[str]:
         lines += _table(rows)
     lines += problems
 
+    lines += filter_lines(hub.get("filters"))
     lines += pool_lines(hub.get("pool") or {})
+    return lines
+
+
+def filter_lines(filters: Any) -> list[str]:
+    """The active response filters, and those kept off with why (grouped by reason)."""
+    if not isinstance(filters, Mapping):
+        return ["", "FILTERS  -"]
+    active = [str(name) for name in filters.get("active") or []]
+    note = filters.get("note")
+    shown = ", ".join(active) or (f"none ({note})" if note else "none")
+    lines = ["", f"FILTERS  {shown}"]
+    inactive = filters.get("inactive")
+    by_reason: dict[str, list[str]] = {}
+    for name, why in inactive.items() if isinstance(inactive, Mapping) else ():
+        by_reason.setdefault(str(why), []).append(str(name))
+    where = filters.get("hubAddress") or "-"
+    for why, names in by_reason.items():
+        lines.append(f"  OFF: {', '.join(names)} (pods cannot reach the hub at {where}: {why})")
     return lines
 
 

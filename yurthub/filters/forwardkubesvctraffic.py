@@ -5,6 +5,8 @@ endpoint, the hub's address, with the port named ``https`` set to the hub's secu
 (reference §6): pods that dial the ClusterIP of ``kubernetes`` reach the hub, which works
 offline, instead of a cloud apiserver they cannot reach. Only a slice whose ``addressType``
 is the hub address's family is changed (an IPv4 hub cannot stand in an IPv6 slice).
+Kept off where pods cannot reach the hub's secure port (a loopback or unspecified address,
+no serving certificate: ``registry.POINTING_AT_THE_HUB``, ``runtime.Filters.inactive``).
 """
 
 from __future__ import annotations

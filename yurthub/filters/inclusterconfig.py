@@ -3,7 +3,9 @@
 PURE. In ConfigMap ``kube-system/kube-proxy``, key ``config.conf`` (a KubeProxyConfiguration in
 YAML), the ``kubeconfig:`` line is commented out: kube-proxy then falls back to
 InClusterConfig, i.e. ``KUBERNETES_SERVICE_HOST``, which ``masterservice`` points at the hub
-(reference §6, OpenYurt issue #358).
+(reference §6, OpenYurt issue #358). So it is kept off whenever ``masterservice`` is (pods
+cannot reach the hub's secure port): kube-proxy then keeps its kubeconfig, instead of a
+``kubernetes`` ClusterIP only it could route.
 
 A line is commented when its first word is the key ``kubeconfig`` followed by ``:``, whatever
 the value holds. YurtHub also needs the trimmed line to split on ``:`` into exactly two parts,

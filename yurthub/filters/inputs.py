@@ -207,6 +207,47 @@ class Address:
             return ""
 
 
+NO_SECURE_PORT = (
+    "the hub serves no secure port (no serving certificate with --kubeconfig or without an "
+    "identity: it requests one with --join-token, --bootstrap-file or "
+    "--bootstrap-mode=kubeletcertificate)"
+)
+
+
+def pods_cannot_reach(address: Address, *, secure_port_served: bool) -> str:
+    """PURE. Why a pod could not reach the hub's secure port at ``address``; "" when it can.
+
+    Every problem is named, ``; ``-separated. A pod has its own network namespace: a loopback
+    address (all of 127.0.0.0/8, ``::1``, an IPv4-mapped one) is the pod itself, the
+    unspecified address (``0.0.0.0``, ``::``) is nowhere, and a name cannot be a Service's
+    ``clusterIP``. Port 0 (``--proxy-secure-port=0``) is picked at start, too late for what
+    kubelet hands its pods. Without a served secure port there is nothing to reach at all.
+    """
+    problems: list[str] = []
+    host = address.host
+    if not host:
+        problems.append("no address")
+    else:
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            problems.append(f"{host!r} is not an IP address")
+        else:
+            mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+            seen = mapped or ip
+            if seen.is_loopback:
+                problems.append(
+                    f"{host} is a loopback address (in a pod's network namespace, the pod itself)"
+                )
+            elif seen.is_unspecified:
+                problems.append(f"{host} is the unspecified address (no one can dial it)")
+    if address.port == 0:
+        problems.append("the secure port is picked at start (--proxy-secure-port=0)")
+    if not secure_port_served:
+        problems.append(NO_SECURE_PORT)
+    return "; ".join(problems)
+
+
 class Inputs:
     """Everything the filters read, live."""
 

@@ -6,6 +6,11 @@ reach the apiserver through the hub, online and offline (reference §6).
 
 Change: ``spec.clusterIP`` and ``spec.clusterIPs`` become ``[host]``, the first port named
 ``https`` gets the hub's secure port. Every other object is returned as it came.
+
+Kept off where pods cannot reach the hub's secure port: with the CLI's defaults the hub's
+address is 127.0.0.1, which in a pod's network namespace is the pod itself, so every
+in-cluster client would lose the apiserver (``registry.POINTING_AT_THE_HUB``,
+``inputs.pods_cannot_reach``; ``runtime.Filters.inactive`` says why in ``/v1/status``).
 """
 
 from __future__ import annotations

@@ -81,6 +81,17 @@ SPECS: tuple[Spec, ...] = (
     _spec(SERVICEENVUPDATER, "kubelet", {"pods": "list,watch,get,patch"}, cloud=False),
 )
 NAMES: tuple[str, ...] = tuple(s.name for s in SPECS)
+POINTING_AT_THE_HUB: tuple[str, ...] = (
+    MASTERSERVICE,
+    FORWARDKUBESVCTRAFFIC,
+    INCLUSTERCONFIG,
+    SERVICEENVUPDATER,
+)
+"""The filters that send pods to the hub's address (``inclusterconfig`` through
+``masterservice``: it hands kube-proxy to InClusterConfig, which is the hub only when the
+``kubernetes`` Service is). They run only where pods reach the hub's secure port
+(``inputs.pods_cannot_reach``); elsewhere they would cut every in-cluster client off the
+apiserver, so they stay off and the hub says why (``runtime.Filters.inactive``)."""
 _BY_NAME = {s.name: s for s in SPECS}
 
 RESOURCE_KINDS = {

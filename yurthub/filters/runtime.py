@@ -25,6 +25,11 @@ only when an active filter needs them: services (``servicetopology``), the node
 (``servicetopology`` pool topology). ``ready`` holds the readiness gate until they and
 ``yurt-hub-cfg`` are read, but never while no apiserver is reachable (offline the cache answers
 and a missing input leaves objects unchanged) and never longer than ``inputs_sync_timeout``.
+
+The filters that point pods at the hub (``registry.POINTING_AT_THE_HUB``) are left out of the
+approver when pods cannot reach the hub's secure port (``inputs.pods_cannot_reach``): logged
+once at construction, listed with why in ``inactive`` and in the ``filters`` section of
+``/v1/status`` (``status``), which ``edgehub status`` shows.
 """
 
 from __future__ import annotations
@@ -141,6 +146,32 @@ class _Stored:
         return out
 
 
+def _inactive(
+    hub: settings.HubSettings, address: inputs.Address, names: tuple[str, ...]
+) -> dict[str, str]:
+    """Of ``names``, those pointing pods at the hub when pods cannot reach it there -> why
+    (logged here, once per hub). An address set in the settings (``filters.hub_host``) is the
+    caller's word that the hub's secure port is reached there."""
+    pointing = [n for n in names if n in registry.POINTING_AT_THE_HUB]
+    if not pointing:
+        return {}
+    served = bool(hub.filters.hub_host) or hub.certs.source.manages_certificates
+    why = inputs.pods_cannot_reach(address, secure_port_served=served)
+    if not why:
+        return {}
+    logger.warning(
+        "filters %s are off: pods cannot reach the hub's secure port at %s:%s (%s). The "
+        "kubernetes Service and EndpointSlice, kube-proxy's kubeconfig and pods' "
+        "KUBERNETES_SERVICE_* pass unchanged, so pods keep the apiserver (not the hub). "
+        "--enable-dummy-if (YurtHub's default) with a serving certificate points them at the hub",
+        ", ".join(pointing),
+        address.host,
+        address.port,
+        why,
+    )
+    return dict.fromkeys(pointing, why)
+
+
 class Filters:
     """``seams.ResponseFilter`` for one hub."""
 
@@ -149,12 +180,23 @@ class Filters:
     ) -> None:
         f = hub.filters
         host, port = hub.hub_address
+        address = inputs.Address(host, port)
         self.approver = registry.Approver(
             node_name=hub.node_name,
             enabled=f.enabled,
             disabled=f.disabled,
             cloud_mode=hub.working_mode is settings.WorkingMode.CLOUD,
         )
+        self.inactive: dict[str, str] = _inactive(hub, address, self.approver.names)
+        """Filters that would run but are kept off, and why (``/v1/status``, ``edgehub
+        status``): those that point pods at the hub, when pods cannot reach it."""
+        if self.inactive:
+            self.approver = registry.Approver(
+                node_name=hub.node_name,
+                enabled=f.enabled,
+                disabled=(*f.disabled, *self.inactive),
+                cloud_mode=hub.working_mode is settings.WorkingMode.CLOUD,
+            )
         if f.enable_pool_service_topology:
             topology = inputs.PoolTopology.NODEBUCKET
         elif f.enable_node_pool:
@@ -163,7 +205,7 @@ class Filters:
             topology = inputs.PoolTopology.NONE
         self.inputs = inputs.Inputs(
             node_name=hub.node_name,
-            hub_address=inputs.Address(host, port),
+            hub_address=address,
             pool_flag=hub.nodepool_name,
             pool_topology=topology,
         )
@@ -178,6 +220,15 @@ class Filters:
         self._changed = asyncio.Event()
         for _, collection, *_ in self.needed():
             collection.on_commit = self._changed.set
+
+    async def status(self) -> dict[str, Any]:
+        """The ``filters`` section of ``GET /v1/status``."""
+        host, port = self.inputs.hub_address.host, self.inputs.hub_address.port
+        return {
+            "active": list(self.approver.names),
+            "inactive": dict(self.inactive),
+            "hubAddress": f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+        }
 
     # --- per request -------------------------------------------------------------------------
 

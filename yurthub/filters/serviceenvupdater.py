@@ -4,6 +4,8 @@ PURE. Pods that set these variables themselves (CNI agents, operators that bypas
 IP) would dial the cloud apiserver directly; kubelet sees them rewritten to the hub's address
 and secure port (reference §6). Only variables that exist get a new value (none is added). A
 ``value`` wins over a ``valueFrom`` in kubelet, so one set from elsewhere is overridden too.
+Kept off where pods cannot reach the hub's secure port (a loopback or unspecified address,
+no serving certificate: ``registry.POINTING_AT_THE_HUB``, ``runtime.Filters.inactive``).
 
 Difference from YurtHub, on purpose: init and ephemeral containers are rewritten too (YurtHub
 only rewrites ``spec.containers``), since an init container that sets the variables to talk

@@ -125,9 +125,10 @@ def test_the_binary_filters_for_kubelet_and_kube_proxy(
 ) -> None:
     _, proxy, server = hub
     services = {s["metadata"]["name"]: s for s in get(proxy + "/api/v1/services", KUBELET)["items"]}
-    # masterservice: pods on this node get KUBERNETES_SERVICE_HOST/PORT = the hub.
-    assert services["kubernetes"]["spec"]["clusterIP"] == "127.0.0.1"
-    assert services["kubernetes"]["spec"]["ports"][0]["port"] == 10268
+    # masterservice is off with the CLI's defaults (no dummy interface, no serving
+    # certificate): the hub's 127.0.0.1 would be each pod itself, so pods keep the apiserver.
+    assert services["kubernetes"]["spec"]["clusterIP"] == "10.96.0.1"
+    assert services["kubernetes"]["spec"]["ports"][0]["port"] == 443
     seen = {s["metadata"]["name"] for s in get(proxy + "/api/v1/services", KUBE_PROXY)["items"]}
     assert "web" in seen and "cloud-lb" not in seen
     slices = get(proxy + "/apis/discovery.k8s.io/v1/endpointslices", KUBE_PROXY)["items"]
@@ -136,10 +137,29 @@ def test_the_binary_filters_for_kubelet_and_kube_proxy(
     )
     assert sorted(e["nodeName"] for e in web["endpoints"]) == ["edge-node-1", "edge-node-2"]
     kube = next(s for s in slices if s["metadata"]["name"] == "kubernetes")
-    assert kube["endpoints"][0]["addresses"] == ["127.0.0.1"]
+    assert "127.0.0.1" not in kube["endpoints"][0]["addresses"]  # forwardkubesvctraffic off too
     with urllib.request.urlopen(server + "/metrics", timeout=10) as resp:
         metrics = resp.read().decode()
     assert 'node_yurthub_filter_requests_total{filter="servicetopology"}' in metrics
+    assert 'filter="masterservice"' not in metrics
+    # ... and the hub says so: in /v1/status and on `edgehub status`'s screen.
+    status = subprocess.run(
+        [EDGEHUB, "status", "--server", server, "--agent", "", "-o", "json"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout  # fmt: skip
+    section = json.loads(status)["hub"]["filters"]
+    assert section["hubAddress"] == "127.0.0.1:10268"
+    assert "127.0.0.1 is a loopback address" in section["inactive"]["masterservice"]
+    assert "no secure port" in section["inactive"]["masterservice"]
+    screen = subprocess.run(
+        [EDGEHUB, "status", "--server", server, "--agent", ""],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout  # fmt: skip
+    (off,) = [line for line in screen.splitlines() if line.startswith("  OFF: ")]
+    assert off.startswith("  OFF: masterservice, forwardkubesvctraffic, inclusterconfig, ")
+    assert "pods cannot reach the hub at 127.0.0.1:10268" in off, screen
+    log = (tmp_path / "hub.log").read_text()
+    assert log.count("pods cannot reach the hub's secure port") == 1, log
     # The filters' inputs were read through the hub and cached for an offline restart.
     listing = subprocess.run(
         [EDGEHUB, "cache", "ls", "--disk-cache-path", str(tmp_path / "cache")],

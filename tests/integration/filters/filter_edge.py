@@ -5,6 +5,10 @@
 watches) in front of the simulated apiserver (demo seed: nodes edge-node-1/2 in pool
 ``edge-pool``, cloud-node-1 in ``cloud-pool``; service ``default/web`` with one endpoint per
 node), with OpenYurt's NodePool CRD installed and both pools' NodePools filled in.
+
+The hub points pods at ``HUB_IP`` (``FilterSettings.hub_host``, standing in for the dummy
+interface YurtHub uses; nothing dials it): with the CLI's loopback default the filters that
+point pods at the hub stay off. Pass ``hub_host=""`` for that default.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ KUBECTL = "kubectl/v1.37.2 (linux/amd64) kubernetes/abcdef0"
 CRDS = pathlib.Path(__file__).resolve().parents[3] / "manifests" / "crds"
 POOLS = {"edge-pool": ["edge-node-1", "edge-node-2"], "cloud-pool": ["cloud-node-1"]}
 DISCARD = {"svc.openyurt.io/discard": "true"}
+HUB_IP = "169.254.2.1"
 
 
 @dataclasses.dataclass
@@ -118,7 +123,7 @@ def hub_settings(workdir: pathlib.Path, server: str, **filters: Any) -> settings
         ),
         proxy=settings.ProxySettings(min_request_timeout=30.0, shutdown_grace=1.0),
         cache=settings.CacheSettings(disk_cache_path=workdir / "cache", bookmark_interval=0.3),
-        filters=settings.FilterSettings(**filters),
+        filters=settings.FilterSettings(**{"hub_host": HUB_IP, **filters}),
     )
 
 

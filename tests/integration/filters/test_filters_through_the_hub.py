@@ -7,6 +7,7 @@ import pathlib
 
 from filter_edge import (
     DISCARD,
+    HUB_IP,
     KUBE_PROXY,
     KUBECTL,
     KUBELET,
@@ -32,7 +33,7 @@ async def test_kubelet_sees_the_kubernetes_service_at_the_hub(tmp_path: pathlib.
     async with filtered_edge(tmp_path) as edge:
         services = by_name((await edge.get("/api/v1/services", ua=KUBELET))["items"])
         spec = services["kubernetes"]["spec"]
-        assert spec["clusterIP"] == "127.0.0.1" and spec["clusterIPs"] == ["127.0.0.1"]
+        assert spec["clusterIP"] == HUB_IP and spec["clusterIPs"] == [HUB_IP]
         assert [p["port"] for p in spec["ports"] if p["name"] == "https"] == [10268]
         # Not for other clients, and the hub's own informer saw the original.
         direct = by_name((await edge.get("/api/v1/services", ua=KUBECTL))["items"])
@@ -40,7 +41,7 @@ async def test_kubelet_sees_the_kubernetes_service_at_the_hub(tmp_path: pathlib.
         # Offline from the cache, the same answer (the cache stored what the cloud sent).
         await edge.cut()
         offline = by_name((await edge.get("/api/v1/services", ua=KUBELET))["items"])
-        assert offline["kubernetes"]["spec"]["clusterIP"] == "127.0.0.1"
+        assert offline["kubernetes"]["spec"]["clusterIP"] == HUB_IP
         assert offline["web"] == services["web"]
 
 
@@ -56,7 +57,7 @@ async def test_kube_proxy_sees_its_pool_endpoints_live(tmp_path: pathlib.Path) -
         assert nodes_of(slices[web["metadata"]["name"]]) == ["edge-node-1", "edge-node-2"]
         # forwardkubesvctraffic: the apiservers' slice is the hub.
         kube = slices["kubernetes"]["endpoints"]
-        assert [e["addresses"] for e in kube] == [["127.0.0.1"]]
+        assert [e["addresses"] for e in kube] == [[HUB_IP]]
         async with edge.watch(
             SLICES, ua=KUBE_PROXY, resourceVersion=listed["metadata"]["resourceVersion"]
         ) as events:
@@ -166,7 +167,7 @@ async def test_yurt_hub_cfg_adds_components_live(tmp_path: pathlib.Path) -> None
             while len(await web_nodes()) != 2:
                 await asyncio.sleep(0.05)
         services = by_name((await edge.get("/api/v1/services", ua=cilium))["items"])
-        assert services["kubernetes"]["spec"]["clusterIP"] == "127.0.0.1"
+        assert services["kubernetes"]["spec"]["clusterIP"] == HUB_IP
         edge.sim.state.delete("configmaps", "kube-system", "yurt-hub-cfg")
         async with asyncio.timeout(5):
             while len(await web_nodes()) != 3:
@@ -207,7 +208,7 @@ async def test_one_filter_disabled(tmp_path: pathlib.Path) -> None:
         tmp_path, before_start=pool_topology_on_web, disabled=("forwardkubesvctraffic",)
     ) as edge:
         slices = by_name((await edge.get(SLICES, ua=KUBE_PROXY))["items"])
-        assert slices["kubernetes"]["endpoints"][0]["addresses"] != ["127.0.0.1"]
+        assert slices["kubernetes"]["endpoints"][0]["addresses"] != [HUB_IP]
         assert len(nodes_of(slices[web_slice(edge.sim)["metadata"]["name"]])) == 2
 
 
@@ -241,3 +242,44 @@ async def test_pool_topology_off_leaves_pool_services_whole_on_an_unpooled_node(
                 by_name((await edge.get(SLICES, ua=KUBE_PROXY))["items"])[web["metadata"]["name"]]
             ) != ["edge-node-1"]:
                 await asyncio.sleep(0.05)
+
+
+async def test_with_the_cli_defaults_pods_keep_the_apiserver(tmp_path: pathlib.Path) -> None:
+    """No dummy interface, no serving certificate (the CLI's defaults): the hub's address is
+    127.0.0.1, which in a pod is the pod itself. The filters that would point pods there stay
+    off, and ``/v1/status`` says which and why."""
+    inclusterconfig = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "kube-proxy", "namespace": "kube-system"},
+        "data": {"config.conf": "clientConnection:\n  kubeconfig: /var/lib/kube-proxy/kc\n"},
+    }
+
+    def with_kube_proxy_config(sim: simapiserver.SimApiserver) -> None:
+        sim.state.apply(inclusterconfig)
+
+    async with filtered_edge(tmp_path, before_start=with_kube_proxy_config, hub_host="") as edge:
+        assert edge.node.hub.settings.hub_address == ("127.0.0.1", 10268)
+        services = by_name((await edge.get("/api/v1/services", ua=KUBELET))["items"])
+        direct = by_name((await edge.get("/api/v1/services", ua=KUBECTL))["items"])
+        assert services["kubernetes"] == direct["kubernetes"]
+        assert services["kubernetes"]["spec"]["clusterIP"] == "10.96.0.1"
+        assert [p["port"] for p in services["kubernetes"]["spec"]["ports"]] == [443]
+        slices = by_name((await edge.get(SLICES, ua=KUBE_PROXY))["items"])
+        raw = by_name((await edge.get(SLICES, ua=KUBECTL))["items"])
+        assert slices["kubernetes"] == raw["kubernetes"]
+        config = await edge.get("/api/v1/namespaces/kube-system/configmaps/kube-proxy", ua=KUBELET)
+        assert config["data"] == inclusterconfig["data"]
+        # The other filters still work.
+        assert (await edge.get("/api/v1/services", ua=KUBE_PROXY))["items"]
+        async with edge.session.get(edge.node.hub.server_url + "/v1/status") as resp:
+            status = await resp.json()
+        section = status["filters"]
+        assert section["hubAddress"] == "127.0.0.1:10268"
+        assert sorted(section["inactive"]) == sorted(
+            ["masterservice", "forwardkubesvctraffic", "inclusterconfig", "serviceenvupdater"]
+        )
+        why = section["inactive"]["masterservice"]
+        assert "127.0.0.1 is a loopback address" in why and "no secure port" in why
+        assert "masterservice" not in section["active"] and "servicetopology" in section["active"]
+        assert 'filter="masterservice"' not in await edge.metrics()

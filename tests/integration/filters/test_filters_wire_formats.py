@@ -27,6 +27,7 @@ KUBE_PROXY = "kube-proxy/v1.37.2"
 KUBELET = "kubelet/v1.37.2"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 DISCARD = {"svc.openyurt.io/discard": "true"}
+HUB_IP = "169.254.2.1"
 
 
 def json_service(name: str, discard: bool = False, namespace: str = "default") -> dict[str, Any]:
@@ -155,6 +156,7 @@ async def hub_in_front(up: Upstream) -> AsyncIterator[tuple[server.Hub, aiohttp.
             # Inputs are not what these tests are about: serve without waiting for them.
             disabled=("servicetopology", "nodeportisolation"),
             inputs_sync_timeout=0.0,
+            hub_host=HUB_IP,  # where pods reach the hub (the dummy IP's stand-in)
         ),
     )
     filters = filtering.Filters(s)
@@ -204,7 +206,7 @@ async def test_protobuf_watch_frames_arrive_filtered_one_at_a_time() -> None:
         data = await asyncio.wait_for(resp.content.readexactly(int.from_bytes(head, "big")), 5)
         ((kind, raw),) = pm.frames(head + data)
         got = pm.open_envelope(raw, "Service")
-        assert kind == "ADDED" and got.spec.clusterIP == "127.0.0.1"
+        assert kind == "ADDED" and got.spec.clusterIP == HUB_IP
         assert got.spec.ports[0].port == 10268
 
 

@@ -226,6 +226,9 @@ def test_static_pod_command_builds_the_settings_it_promises(
     assert built.certs.source is modes.Source.JOIN_TOKEN
     assert built.certs.ca_cert_hashes and not built.certs.unsafe_skip_ca_verification
     assert built.listen.enable_dummy_if and built.listen.proxy_secure_port == 10268
+    # So pods reach it at the dummy IP: the filters pointing them there are on.
+    assert filtering.Filters(built).inactive == {}
+    assert built.hub_address == ("169.254.2.1", 10268)
     # Its identity and its cache are on host volumes: they survive a restart of the Pod.
     for path in (built.certs.root_dir, built.cache.disk_cache_path):
         assert "hostPath" in host_path(pod, path)

@@ -156,7 +156,9 @@ def hub_settings(
         cache=settings.CacheSettings(
             disk_cache_path=workdir / name / "cache", bookmark_interval=0.5
         ),
-        filters=settings.FilterSettings(inputs_sync_timeout=20.0),
+        # hub_host: where pods reach the hub (the dummy IP's stand-in; nothing dials it), so
+        # that masterservice runs (with the loopback default it stays off).
+        filters=settings.FilterSettings(inputs_sync_timeout=20.0, hub_host="169.254.2.1"),
         pool=settings.PoolSettings(
             node_ip=address, multiplexer_port=port, leader_tls=False, **pool
         ),

@@ -153,3 +153,36 @@ def test_an_expired_certificate_says_so() -> None:
     hub = {**HUB, "certificates": [{"name": "client", "subject": "CN=x", "notAfter": "t",
                                     "expiresInSeconds": -3 * 86400, "file": "f"}]}  # fmt: skip
     assert "(EXPIRED 3d ago)" in statustext.render(hub, "u", NOW)
+
+
+WHY = "127.0.0.1 is a loopback address (in a pod's network namespace, the pod itself)"
+
+
+def test_filters_kept_off_say_why() -> None:
+    hub = {
+        **HUB,
+        "filters": {
+            "active": ["discardcloudservice", "nodeportisolation", "servicetopology"],
+            "inactive": {"masterservice": WHY, "forwardkubesvctraffic": WHY},
+            "hubAddress": "127.0.0.1:10268",
+        },
+    }
+    lines = statustext.render(hub, "u", NOW).splitlines()
+    assert "FILTERS  discardcloudservice, nodeportisolation, servicetopology" in lines
+    assert (
+        "  OFF: masterservice, forwardkubesvctraffic "
+        f"(pods cannot reach the hub at 127.0.0.1:10268: {WHY})" in lines
+    )
+    ok = {**HUB, "filters": {"active": ["masterservice"], "inactive": {}, "hubAddress": "h:1"}}
+    lines = statustext.render(ok, "u", NOW).splitlines()
+    assert "FILTERS  masterservice" in lines
+    assert not any("OFF" in line for line in lines)
+
+
+def test_filters_off_or_not_reported() -> None:
+    off = {
+        **HUB,
+        "filters": {"active": [], "inactive": {}, "note": "--enable-resource-filter=false"},
+    }
+    assert "FILTERS  none (--enable-resource-filter=false)" in statustext.render(off, "u", NOW)
+    assert "FILTERS  -" in statustext.render(HUB, "u", NOW)

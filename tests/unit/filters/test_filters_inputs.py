@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from yurthub.filters import inputs
 
 
@@ -63,3 +65,38 @@ def test_inputs_pool_name_and_nodes() -> None:
     )
     assert flagged.pool_name() == "pf" and flagged.pool_nodes("pf") is None
     assert flagged.hub_address.family == "IPv6"
+
+
+SERVED = "the hub serves no secure port"
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "served", "problems"),
+    [
+        ("169.254.2.1", 10268, True, []),  # YurtHub's default: the dummy interface
+        ("10.0.0.5", 443, True, []),  # a node address pods can route to
+        ("fd00::5", 10268, True, []),
+        ("127.0.0.1", 10268, True, ["127.0.0.1 is a loopback address"]),
+        ("127.8.9.10", 10268, True, ["127.8.9.10 is a loopback address"]),  # all of 127/8
+        ("::1", 10268, True, ["::1 is a loopback address"]),
+        ("::ffff:127.0.0.1", 10268, True, ["::ffff:127.0.0.1 is a loopback address"]),
+        ("0.0.0.0", 10268, True, ["0.0.0.0 is the unspecified address"]),
+        ("::", 10268, True, [":: is the unspecified address"]),
+        ("localhost", 10268, True, ["'localhost' is not an IP address"]),
+        ("", 10268, True, ["no address"]),
+        ("169.254.2.1", 0, True, ["--proxy-secure-port=0"]),
+        ("169.254.2.1", 10268, False, [SERVED]),
+        # The CLI's defaults: every problem is named.
+        ("127.0.0.1", 10268, False, ["127.0.0.1 is a loopback address", SERVED]),
+    ],
+)
+def test_where_pods_can_reach_the_hub(
+    host: str, port: int, served: bool, problems: list[str]
+) -> None:
+    why = inputs.pods_cannot_reach(inputs.Address(host, port), secure_port_served=served)
+    if not problems:
+        assert why == ""
+    else:
+        for problem in problems:
+            assert problem in why, why
+        assert why.count(";") == len(problems) - 1, why

@@ -12,6 +12,7 @@ import pytest
 from filter_samples import service, world
 
 from yurthub import requestinfo, settings
+from yurthub.certs import modes
 from yurthub.filters import chaining, inputs, jsonbodies, protobodies, registry, responding
 from yurthub.filters import runtime as filtering
 
@@ -282,3 +283,85 @@ async def test_wait_ready_wakes_on_inputs_and_gives_up_at_the_deadline() -> None
     async with asyncio.timeout(5):
         await late.wait_ready()  # nothing ever came: served anyway after 0.2 s
     assert late.ready()
+
+
+POINTING = ["masterservice", "forwardkubesvctraffic", "inclusterconfig", "serviceenvupdater"]
+
+
+def hub_at(
+    *,
+    dummy: bool = False,
+    bind: str = "127.0.0.1",
+    port: int = 10268,
+    source: modes.Source = modes.Source.NONE,
+    working_mode: settings.WorkingMode = settings.WorkingMode.EDGE,
+    **filters: Any,
+) -> settings.HubSettings:
+    return settings.HubSettings(
+        node_name="node1",
+        upstream=hub_settings().upstream,
+        listen=settings.ListenSettings(
+            enable_dummy_if=dummy, bind_proxy_address=bind, proxy_secure_port=port
+        ),
+        certs=settings.CertSettings(source=source),
+        working_mode=working_mode,
+        filters=settings.FilterSettings(**filters),
+    )
+
+
+@pytest.mark.parametrize(
+    ("hub", "inactive"),
+    [
+        # The CLI's defaults: loopback, and no serving certificate.
+        (hub_at(), POINTING),
+        (hub_at(source=modes.Source.KUBECONFIG), POINTING),
+        (hub_at(source=modes.Source.JOIN_TOKEN), POINTING),  # a certificate, but loopback
+        (hub_at(dummy=True), POINTING),  # the dummy IP, but no secure port to reach there
+        (hub_at(dummy=True, source=modes.Source.JOIN_TOKEN, port=0), POINTING),
+        (hub_at(bind="0.0.0.0", source=modes.Source.KUBELET), POINTING),
+        # YurtHub's way: the dummy interface and a serving certificate.
+        (hub_at(dummy=True, source=modes.Source.JOIN_TOKEN), []),
+        (hub_at(dummy=True, source=modes.Source.KUBELET), []),
+        (hub_at(dummy=True, source=modes.Source.EXISTING), []),
+        (hub_at(bind="10.0.0.5", source=modes.Source.BOOTSTRAP_FILE), []),
+        # An address named for the pods: the caller vouches for what listens there.
+        (hub_at(hub_host="169.254.2.1"), []),
+        (hub_at(hub_host="127.0.0.1", hub_port=443), POINTING),  # never loopback
+        # Only what would run at all is reported.
+        (hub_at(disabled=("masterservice", "inclusterconfig")), POINTING[1::2]),
+        (hub_at(working_mode=settings.WorkingMode.CLOUD), ["masterservice", "inclusterconfig"]),
+        (hub_at(enabled=False), []),
+    ],
+)
+def test_runtime_filters_pointing_pods_at_the_hub_need_an_address_pods_reach(
+    hub: settings.HubSettings, inactive: list[str]
+) -> None:
+    f = filtering.Filters(hub)
+    assert list(f.inactive) == inactive
+    assert not set(inactive) & set(f.approver.names)
+    status = asyncio.run(f.status())
+    assert status["inactive"] == f.inactive
+    assert set(status["active"]) == set(f.approver.names)
+    if inactive:
+        assert all(why == f.inactive[inactive[0]] for why in f.inactive.values())
+    # kubelet's services list gets masterservice only where pods reach the hub.
+    kubelet = f.approver.approve("kubelet", "list", "services")
+    assert ("masterservice" in kubelet) is (
+        hub.filters.enabled and "masterservice" not in inactive + list(hub.filters.disabled)
+    )
+
+
+def test_runtime_says_once_why_the_kubernetes_service_is_left_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger=filtering.logger.name):
+        f = filtering.Filters(hub_at())
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "masterservice" in line and "127.0.0.1 is a loopback address" in line
+    assert "--enable-dummy-if" in line and "unchanged" in line
+    why = f.inactive["masterservice"]
+    assert "127.0.0.1 is a loopback address" in why and "no secure port" in why
+    caplog.clear()
+    with caplog.at_level("WARNING", logger=filtering.logger.name):
+        filtering.Filters(hub_at(dummy=True, source=modes.Source.JOIN_TOKEN))
+    assert not caplog.records
