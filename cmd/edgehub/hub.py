@@ -83,6 +83,29 @@ def _namespace(value: str) -> str:
     return value
 
 
+def _master_service_address(value: str) -> tuple[str, int]:
+    """Hidden ``--master-service-address HOST[:PORT]`` (``[v6]:PORT``): where pods reach the
+    hub's secure port when it is not the dummy IP or ``--bind-proxy-address`` (tests, a
+    forwarder). ("", 0): unset. Port 0 or none: ``--proxy-secure-port``."""
+    if not value:
+        return "", 0
+    host, port = value, "0"
+    if value.startswith("["):
+        host, sep, rest = value[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise click.BadParameter(
+                f"{value!r} is not HOST[:PORT]", param_hint="--master-service-address"
+            )
+        port = rest[1:] or "0"
+    elif value.count(":") == 1:
+        host, port = value.split(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise click.BadParameter(
+            f"{value!r} is not HOST[:PORT]", param_hint="--master-service-address"
+        )
+    return host, int(port)
+
+
 def _comma_list(values: tuple[str, ...]) -> tuple[str, ...]:
     """A pflag StringSlice: repeated and/or comma separated."""
     out: list[str] = []
@@ -326,6 +349,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     "resource is proxied as usual.",
 )
 @click.option("--multiplexer-insecure", is_flag=True, default=False, hidden=True)
+@click.option("--master-service-address", default="", hidden=True)
 @click.option(
     "--enable-discovery/--no-enable-discovery",
     default=False,
@@ -532,6 +556,9 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
         raise click.BadParameter(str(e)) from e
     certs = _cert_settings(opts, kubeconfig)
     root_given = _given("root_dir")
+    master_host, master_port = _master_service_address(
+        str(opts.get("master_service_address") or "")
+    )
     return settings.HubSettings(
         node_name=s("node_name"),
         nodepool_name=s("nodepool_name"),
@@ -587,6 +614,8 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             disabled=disabled,
             enable_node_pool=bool(opts["enable_node_pool"]),
             enable_pool_service_topology=bool(opts["enable_pool_service_topology"]),
+            hub_host=master_host,
+            hub_port=master_port,
         ),
         pool=settings.PoolSettings(
             resources=_pool_scope(s("pool_scope_resources")),

@@ -31,6 +31,10 @@ NAME = "filters-real"
 POOL = "pool-a"
 NS = "filters"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
+HUB_IP = "169.254.2.1"
+"""Where pods reach the hub (hidden ``--master-service-address``): the dummy IP YurtHub uses.
+Nothing dials it (the hollow node's pods and kube-proxy are fakes); with the CLI's loopback
+default the filters that point pods at the hub would stay off."""
 KUBELET = "hollow-kubelet/v1.37.2 (linux/amd64) kubernetes/e2e"
 KUBE_PROXY = "hollow-proxy/v1.37.2 (linux/amd64) kubernetes/e2e"
 CLIENT_GO_ACCEPT = f"{PROTOBUF},application/json"
@@ -114,6 +118,7 @@ def pool_node(
         NAME,
         workdir=tmp_path_factory.mktemp(NAME),
         labels={"apps.openyurt.io/nodepool": POOL},
+        hub_args=(f"--master-service-address={HUB_IP}",),
     )
     node.start()
     try:
@@ -178,14 +183,14 @@ def test_the_hollow_kubelet_gets_the_hub_as_the_kubernetes_service(
     real = support.get_json(real_cluster, "service", "kubernetes", "-n", "default")
     listed = read_json(pool_node, "/api/v1/services", KUBELET)
     (svc,) = [s for s in listed["items"] if s["metadata"]["name"] == "kubernetes"]
-    assert svc["spec"]["clusterIP"] == "127.0.0.1" != real["spec"]["clusterIP"]  # type: ignore[index]
+    assert svc["spec"]["clusterIP"] == HUB_IP != real["spec"]["clusterIP"]  # type: ignore[index]
     assert [p["port"] for p in svc["spec"]["ports"] if p["name"] == "https"] == [10268]
     # A protobuf-only client: the real apiserver's protobuf, filtered.
     body, headers = read(pool_node, "/api/v1/services", KUBELET, accept=PROTOBUF)
     assert headers["Content-Type"] == PROTOBUF
     services = {s.metadata.name: s for s in pm.open_envelope(body, "ServiceList").items}
-    assert services["kubernetes"].spec.clusterIP == "127.0.0.1"
-    assert list(services["kubernetes"].spec.clusterIPs) == ["127.0.0.1"]
+    assert services["kubernetes"].spec.clusterIP == HUB_IP
+    assert list(services["kubernetes"].spec.clusterIPs) == [HUB_IP]
 
 
 def test_kube_proxy_sees_its_pool_and_follows_a_move(
@@ -202,7 +207,7 @@ def test_kube_proxy_sees_its_pool_and_follows_a_move(
     slices = {f"{s['metadata']['namespace']}/{s['metadata']['name']}": s for s in listed["items"]}
     assert nodes_of(slices[f"{NS}/pooled-1"]) == sorted([NAME, "pool-peer"])
     kubernetes = slices["default/kubernetes"]
-    assert [e["addresses"] for e in kubernetes["endpoints"]] == [["127.0.0.1"]]
+    assert [e["addresses"] for e in kubernetes["endpoints"]] == [[HUB_IP]]
     assert kubernetes["ports"][0]["port"] == 10268
     # A protobuf-only read of the slices.
     body, _ = read(pool_node, SLICES, KUBE_PROXY, accept=PROTOBUF)

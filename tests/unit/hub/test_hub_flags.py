@@ -80,6 +80,30 @@ def test_default_flags_are_the_settings_defaults() -> None:
     assert built.upstream.idle_timeout == settings.UpstreamSettings().idle_timeout
 
 
+@pytest.mark.parametrize(
+    ("value", "address"),
+    [
+        ("", ("127.0.0.1", 10268)),  # unset: --bind-proxy-address, --proxy-secure-port
+        ("169.254.2.1", ("169.254.2.1", 10268)),
+        ("169.254.2.1:443", ("169.254.2.1", 443)),
+        ("[fd00::1]:443", ("fd00::1", 443)),
+        ("[fd00::1]", ("fd00::1", 10268)),
+        ("fd00::1", ("fd00::1", 10268)),  # bare IPv6: no port
+    ],
+)
+def test_the_hidden_master_service_address(value: str, address: tuple[str, int]) -> None:
+    args = ["--node-name", "n1", "--server-addr", "http://127.0.0.1:1"]
+    ctx = hub.command.make_context("hub", [*args, f"--master-service-address={value}"])
+    assert hub.build_settings(ctx.params).hub_address == address
+
+
+@pytest.mark.parametrize("value", ["h:x", "[fd00::1", "[fd00::1]x", "h:", "h:99999", ":1"])
+def test_a_bad_master_service_address_is_refused(value: str) -> None:
+    result = testing.CliRunner().invoke(hub.command, [*BASE, f"--master-service-address={value}"])
+    assert result.exit_code == cli.EXIT_STARTUP_FAILURE, result.output
+    assert "HOST[:PORT]" in result.output and "Traceback" not in result.output
+
+
 def test_the_hub_runs_with_a_short_gil_switch_interval(
     monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
 ) -> None:
