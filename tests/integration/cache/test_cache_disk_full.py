@@ -29,7 +29,7 @@ def pod(name: str, pad: int) -> bytes:
 async def test_disk_full_is_counted_logged_once_and_survived(
     tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="yurthub.cache.store")
+    caplog.set_level(logging.INFO, logger="yurthub.cache")
     with small_tmpfs(tmp_path / "full", "400k") as root:
         s = await store.Store.open(root / "cache")
         try:
