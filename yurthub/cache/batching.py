@@ -71,10 +71,16 @@ class Outcome:
     """Names of ``jobs.DropCorrupt`` rows handled (deleted, or already gone)."""
     corrupt: set[str] = dataclasses.field(default_factory=set)
     """Rows found corrupt by the writer itself (a header-only rewrite): dropped next."""
+    whole_lists: set[keys.ListKey] = dataclasses.field(default_factory=set)
+    """Lists this batch saw whole (their records made or replaced): lost if it fails."""
     bad_bodies: int = 0
     refused_objects: int = 0
     error: str = ""
+    reason: str = ""
+    """Why the transaction failed, for operators (``failures.describe``); "" when it did not."""
     jobs: int = 0
+    committed: bool = False
+    """A transaction was written (False for a batch that changed nothing, or failed)."""
 
 
 @dataclasses.dataclass
@@ -229,6 +235,8 @@ class Batch:
         current = self.record(list_key)
         if current is None and not create:
             return
+        if create:
+            self.outcome.whole_lists.add(list_key)
         self.outcome.dropped_lists.discard(list_key)
         rv = entries.parse_rv(resource_version)
         if current is not None:

@@ -47,11 +47,13 @@ import diskcache
 
 from yurthub.cache import (
     entries,
+    failures,
     index,
     jobs,
     keys,
     opening,
     reading,
+    selectors,
     sqlrows,
     transcoding,
     writing,
@@ -82,9 +84,11 @@ class Store:
         self.transcoder = transcoding.Transcoder()
         """Protobuf bodies -> JSON (the writer's; the tee asks it about end bookmarks)."""
         self.stats = Stats()
+        self.failures = failures.Failures()
+        """The current write-failure episode and the whole lists it lost (``failures``)."""
         self._index = index.Index()
         self._writer = writing.Writer(
-            cache, self._index, self.transcoder, self.stats, max_pending_bytes
+            cache, self._index, self.transcoder, self.stats, self.failures, max_pending_bytes
         )
         self._readers = reading.Readers(path, self.transcoder, self._writer.drop_corrupt)
         self.corrupt_at_load: list[str] = []
@@ -173,6 +177,17 @@ class Store:
 
     def documents(self) -> list[str]:
         return sorted(self._index.documents)
+
+    def list_failure(
+        self,
+        scope: keys.Scope,
+        namespace: str,
+        labels: selectors.LabelSelector,
+        fields: selectors.FieldSelector,
+    ) -> str:
+        """Why no list of ``scope`` covers this request although one that would was read whole
+        online: its write failed (``failures.describe``); "" when none was."""
+        return self.failures.lost(scope, namespace, labels, fields)
 
     # --- reads (reader pool) -----------------------------------------------------------------
 

@@ -33,7 +33,17 @@ from collections.abc import Callable
 
 import diskcache
 
-from yurthub.cache import applying, batching, entries, framing, index, jobs, keys, transcoding
+from yurthub.cache import (
+    applying,
+    batching,
+    entries,
+    failures,
+    framing,
+    index,
+    jobs,
+    keys,
+    transcoding,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +92,9 @@ class Stats:
     objects_written: int = 0
     objects_removed: int = 0
     write_failures: int = 0
-    """Jobs lost because their transaction failed (disk full, I/O error)."""
+    """Jobs lost because their transaction failed (disk full, I/O error) or the writer crashed:
+    every job of a failed batch counts (``node_yurthub_cache_write_failures_total`` and
+    ``/v1/status``'s ``writeFailures``; ``error_keys`` holds the objects among them)."""
     refused_jobs: int = 0
     """Jobs refused because the write queue was over its byte bound."""
     bad_bodies: int = 0
@@ -117,12 +129,18 @@ class Writer:
         cache_index: index.Index,
         transcoder: transcoding.Transcoder,
         stats: Stats,
+        write_failures: failures.Failures,
         max_pending_bytes: int,
+        *,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._cache = cache
         self._index = cache_index
         self._transcoder = transcoder
         self._stats = stats
+        self._failures = write_failures
+        self._clock = clock
+        """Wall time of an outcome (``failures``: "since" is shown to operators)."""
         self._max_pending = max_pending_bytes
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cache-writer")
         # Writer state (touched by the writer thread only).
@@ -131,11 +149,11 @@ class Writer:
         self._pending: collections.deque[jobs.Job] = collections.deque()
         self._pending_bytes = 0
         self._in_flight: asyncio.Future[batching.Outcome] | None = None
+        self._in_flight_jobs = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._gather: asyncio.TimerHandle | None = None
         self._closed = False
-        self._failing = False
         self._warned_at: float | None = None
         self._dropping: set[str] = set()
 
@@ -251,6 +269,7 @@ class Writer:
         self._pending_bytes -= size
         self._idle.clear()
         loop = asyncio.get_running_loop()
+        self._in_flight_jobs = len(batch)
         self._in_flight = loop.run_in_executor(self._pool, self._run_batch, batch)
         self._in_flight.add_done_callback(self._batch_done)
 
@@ -262,8 +281,11 @@ class Writer:
             exc = future.exception()
             if exc is not None:
                 # _run_batch catches what it expects; anything else is a bug, keep serving.
+                # Its jobs are lost all the same: failed writes, as a disk error's are.
                 logger.error("cache writer crashed", exc_info=exc)
                 self._stats.last_error = f"writer crashed: {exc!r}"
+                self._stats.write_failures += self._in_flight_jobs
+                self._failures.failed(f"the cache writer crashed ({exc!r})", self._clock())
                 return
             self._apply(future.result())
         finally:
@@ -278,12 +300,16 @@ class Writer:
         if outcome.corrupt:
             self.drop_corrupt(sorted(outcome.corrupt))
         if outcome.error:
+            # Every job of the batch is lost: each counts (the metric and /v1/status agree).
             self._stats.write_failures += outcome.jobs
             self._stats.last_error = outcome.error
             if len(self._stats.error_keys) < 100_000:
                 self._stats.error_keys.update(str(k) for k in outcome.objects)
-            if not self._failing:
-                self._failing = True
+            was_failing = self._failures.failing
+            self._failures.failed(
+                outcome.reason or outcome.error, self._clock(), outcome.whole_lists
+            )
+            if not was_failing:
                 now = time.monotonic()
                 # A nearly full disk flaps (small batches fit, big ones fail): one warning per
                 # WARN_EVERY, the rest is counted (node_yurthub_cache_write_failures_total).
@@ -297,9 +323,10 @@ class Writer:
                 else:
                     logger.debug("cache write failed again: %s", outcome.error)
             return
-        if self._failing:
-            self._failing = False
-            logger.debug("cache writes succeed again")
+        if outcome.committed:
+            if self._failures.failing:
+                logger.debug("cache writes succeed again")
+            self._failures.succeeded(outcome.lists)
         self._stats.jobs_applied += outcome.jobs
         for key, entry in outcome.objects.items():
             if self._stats.error_keys:
@@ -369,11 +396,15 @@ class Writer:
             # A header-only rewrite met a stored body that rotted: the batch is lost (counted as
             # a failed write, the cache stays as it was) and that row is dropped next.
             outcome.error = f"corrupt stored entry {e.name!r}"
+            outcome.reason = "a stored entry failed its check (being dropped)"
             outcome.corrupt.add(e.name)
             self._pages.clear()
         except (sqlite3.Error, OSError, diskcache.Timeout) as e:
             outcome.error = f"{type(e).__name__}: {e}"
+            outcome.reason = failures.describe(e)
             self._pages.clear()
+        else:
+            outcome.committed = True
         return outcome
 
     def _as_json(self, job: jobs.Job) -> jobs.Job | None:
