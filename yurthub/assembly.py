@@ -25,9 +25,11 @@ Teardown runs in reverse: stop following, stop the hub (phased), close the cache
 writes flushed, bounded).
 
 A damaged database is moved aside by the store and a new one started (``/v1/readyz`` shows a
-warning, ``node_yurthub_cache_resets_total`` counts it). A cache that cannot be opened at all
-(permissions, a full disk at start) does not keep the node from working online: the hub then
-runs as a plain proxy, logs it as an error, reports
+warning, ``node_yurthub_cache_resets_total`` counts it); so do cache writes that fail (a disk
+that fills up later: still 200, ``node_yurthub_cache_write_failures_total`` counts every lost
+write, the offline 404 of a list read but not stored says why). A cache that cannot be opened
+at all (permissions, a full disk at start) does not keep the node from working online: the hub
+then runs as a plain proxy, logs it as an error, reports
 ``node_yurthub_error_keys_persistency_status 0`` and ``/v1/readyz`` answers 500 naming
 ``disk-cache`` (the proxy itself is not gated on it). ``edgehub cache verify`` tells the operator
 what is wrong. ``--working-mode=cloud`` runs without the cache on purpose (a node next to the
@@ -147,6 +149,8 @@ async def running(
             cache.local.filters = filters
             if cache.store.reset:
                 hub.readiness.warn("disk-cache", cache.store.reset)
+            # Writes that fail (a full disk): still ready, the warning says what is not stored.
+            hub.readiness.add_warning("disk-cache", cache.write_warning)
             hub.status_sections["cache"] = cache.status
         if filters is not None:
             filters.attach_metrics(hub.metrics)

@@ -8,7 +8,9 @@ Two kinds of condition: those that gate the proxy (the default: nothing can be a
 without them), and ``gates_proxy=False`` ones that only ``/v1/readyz`` reports (the disk cache
 cannot be opened: the hub still proxies online, but the node is not autonomous and the operator
 must know; the serving certificate: only port 10268 needs it). ``warn`` adds a note
-``/v1/readyz`` shows while still answering 200 (the cache was damaged and started anew).
+``/v1/readyz`` shows while still answering 200 (the cache was damaged and started anew), and
+``add_warning`` one that shows while its check says so (the cache's writes fail: a hub that
+cannot write its cache still proxies online, but what it reads is not kept for offline use).
 
 A check returns a bool, or a string: "" when it holds, else what is missing, shown after the
 name (``client-certificate (waiting for CSR csr-x7k2p: ...)``).
@@ -32,6 +34,7 @@ class Readiness:
     def __init__(self) -> None:
         self._conditions: dict[str, tuple[Check, bool]] = {}
         self._warnings: dict[str, str] = {}
+        self._warning_checks: dict[str, Callable[[], str]] = {}
 
     def add(self, name: str, check: Check, *, gates_proxy: bool = True) -> None:
         """Register a condition; ``check`` must be cheap and non-blocking (called per request)."""
@@ -40,6 +43,11 @@ class Readiness:
     def warn(self, name: str, text: str) -> None:
         """A note for ``/v1/readyz`` that does not make the hub unready."""
         self._warnings[name] = text
+
+    def add_warning(self, name: str, check: Callable[[], str]) -> None:
+        """A note for ``/v1/readyz`` while ``check`` returns one ("" when all is well); cheap and
+        non-blocking, as a condition's check. It never makes the hub unready."""
+        self._warning_checks[name] = check
 
     def not_ready(self) -> list[str]:
         """Conditions that fail and gate the proxy (asked per request: a plain loop)."""
@@ -52,6 +60,8 @@ class Readiness:
     def report(self) -> tuple[list[str], list[str]]:
         """(every failing condition, warnings as ``name: text``) for ``/v1/readyz``."""
         failing = (_failing(n, c) for n, (c, _) in self._conditions.items())
-        return [f for f in failing if f is not None], [
-            f"{name}: {text}" for name, text in self._warnings.items()
-        ]
+        warnings = [f"{name}: {text}" for name, text in self._warnings.items()]
+        for name, check in self._warning_checks.items():
+            if text := check():
+                warnings.append(f"{name}: {text}")
+        return [f for f in failing if f is not None], warnings

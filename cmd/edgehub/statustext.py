@@ -68,6 +68,13 @@ def _seconds_since(iso: str | None, now: float) -> float | None:
     return now - when.timestamp()
 
 
+def _write_failures(cache: Mapping[str, Any]) -> str:
+    failed = cache.get("writeFailures", 0)
+    if "errorKeys" not in cache:  # an older hub counted the keys here
+        return f"{failed} keys whose last write failed"
+    return f"{failed} failed writes ({cache['errorKeys']} objects not stored)"
+
+
 def hub_lines(hub: Mapping[str, Any], url: str, now: float) -> list[str]:
     lines = [f"edgehub hub on node {hub.get('node', '-')} ({url})"]
     not_ready: Iterable[str] = hub.get("notReady") or []
@@ -106,11 +113,18 @@ def hub_lines(hub: Mapping[str, Any], url: str, now: float) -> list[str]:
         lines.append(
             f"CACHE  {cache.get('path', '-')}  {_size(cache.get('sizeBytes'))}, "
             f"{cache.get('objects', '-')} objects, {cache.get('lists', '-')} lists, "
-            f"{cache.get('documents', '-')} documents, "
-            f"{cache.get('writeFailures', 0)} keys whose last write failed"
+            f"{cache.get('documents', '-')} documents, {_write_failures(cache)}"
         )
         if cache.get("reset"):
             lines.append(f"  warning: started anew: {cache['reset']}")
+        error = cache.get("writeError")
+        if isinstance(error, Mapping):
+            state = "failing" if error.get("failing") else f"the last at {error.get('last', '-')}"
+            lines.append(
+                f"  warning: writes fail: {error.get('reason', '-')} since "
+                f"{error.get('since', '-')} ({state}; {error.get('lostLists', 0)} lists read "
+                "but not stored)"
+            )
         rows = [["COMPONENT", "OBJECTS", "LISTS", "NEWEST LIST"]]
         for component in cache.get("components") or []:
             newest = component.get("newestList") or {}

@@ -3,7 +3,8 @@
 Registered on the hub's own registry (``yurthub.metrics.Metrics.registry``) by
 ``runtime.CacheRuntime.attach_metrics``; nothing is registered globally. Names follow the hub's
 ``node_yurthub_`` prefix; ``node_yurthub_error_keys_count`` is YurtHub's gauge (keys whose last
-write failed), fed by the same numbers.
+write failed), fed by the same numbers. Each counter is the number ``/v1/status`` shows under the
+same name (``write_failures`` is ``cache.writeFailures``, the error keys ``cache.errorKeys``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ class CacheCollector:
         )
         yield CounterMetricFamily(
             f"{PREFIX}write_failures",
-            "Cache writes lost to disk errors (full disk, I/O); online traffic is unaffected.",
+            "Cache writes lost to disk errors (full disk, I/O): every job of a failed transaction, "
+            "as /v1/status's cache.writeFailures; online traffic is unaffected.",
             value=stats.write_failures,
         )
         yield CounterMetricFamily(

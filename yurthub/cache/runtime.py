@@ -29,7 +29,7 @@ from typing import Any
 import aiohttp
 
 from yurthub import metrics, settings
-from yurthub.cache import agents, keys, metering, store, teeing
+from yurthub.cache import agents, failures, keys, metering, store, teeing
 from yurthub.proxy import local
 
 logger = logging.getLogger(__name__)
@@ -88,6 +88,12 @@ class CacheRuntime:
         """Objects whose last cache write failed (YurtHub's error keys)."""
         return len(self.store.stats.error_keys)
 
+    def write_warning(self) -> str:
+        """The readiness warning while cache writes fail ("" when they do not): a
+        ``readiness.Readiness.add_warning`` check (the hub stays ready: online traffic needs no
+        cache, but the operator must know the node is not autonomous for what it reads now)."""
+        return self.store.failures.warning(time.time())
+
     async def follow_config(self, proxy_url: str, also: Sequence[agents.ConfigTarget] = ()) -> None:
         """Follow ``yurt-hub-cfg`` through the hub at ``proxy_url`` until cancelled; ``also``
         get its data too (the response filters' additions)."""
@@ -134,9 +140,7 @@ class CacheRuntime:
                 newest[component] = when
         for component, when in newest.items():
             components[component]["newestList"] = {
-                "time": datetime.datetime.fromtimestamp(when, datetime.UTC).strftime(
-                    "%Y-%m-%dT%H:%M:%SZ"
-                ),
+                "time": _iso(when),
                 "ageSeconds": max(0, round(now - when)),
             }
         return {
@@ -145,7 +149,12 @@ class CacheRuntime:
             "objects": len(cache),
             "lists": cache.list_count(),
             "documents": len(cache.documents()),
-            "writeFailures": len(cache.stats.error_keys),
+            # Failed writes (every job of a failed batch), as node_yurthub_cache_write_failures_
+            # total counts them; errorKeys: the objects among them not stored since, as
+            # node_yurthub_error_keys_count.
+            "writeFailures": cache.stats.write_failures,
+            "errorKeys": len(cache.stats.error_keys),
+            "writeError": _write_error(cache.failures, now),
             "reset": cache.reset or None,
             "components": sorted(components.values(), key=lambda c: str(c["component"])),
         }
@@ -154,6 +163,23 @@ class CacheRuntime:
         """End held watches, write what is queued (bounded), close the database."""
         self.local.close()
         await self.store.close()
+
+
+def _write_error(found: failures.Failures, now: float) -> dict[str, Any] | None:
+    """The current write-failure episode for ``/v1/status``; None when there is none."""
+    if not found.active(now) or found.since is None or found.last is None:
+        return None
+    return {
+        "reason": found.reason,
+        "since": _iso(found.since),
+        "last": _iso(found.last),
+        "failing": found.failing,
+        "lostLists": len(found.lost_lists),
+    }
+
+
+def _iso(when: float) -> str:
+    return datetime.datetime.fromtimestamp(when, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 async def open(hub_settings: settings.HubSettings) -> CacheRuntime:

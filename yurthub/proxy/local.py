@@ -313,14 +313,16 @@ class Answerer:
             fields = selectors.parse_fields(info.field_selector)
         except selectors.SelectorError as e:
             return _status(400, str(e))
-        listing = self._listing(info, self._scopes(info, media), labels, fields)
+        scopes = self._scopes(info, media)
+        listing = self._listing(info, scopes, labels, fields)
         if listing is None or (
             not listing.count and (_kubelet_pods(info) or listing.record is None)
         ):
             if reason is seams.LocalReason.UPSTREAM_ERROR:
                 return None  # the upstream's failure is the truer answer
             if listing is None or _kubelet_pods(info):
-                return _not_found(info, "")
+                lost = self._lost(info, scopes, labels, fields) if listing is None else ""
+                return _not_found(info, "", lost=lost)
             # Named, and not cached: an empty list, as YurtHub answers (reference §3.7 step 3).
         scope, record = listing.scope, listing.record
         rv = max(listing.rv, record.rv if record is not None else -1)
@@ -508,6 +510,19 @@ class Answerer:
                 return named
         return _Listing(candidates[0], info.namespace, None, [], 0, -1, "")
 
+    def _lost(
+        self,
+        info: requestinfo.RequestInfo,
+        scopes: list[keys.Scope],
+        labels: selectors.LabelSelector,
+        fields: selectors.FieldSelector,
+    ) -> str:
+        """Why a list that would answer was read online but is not cached ("" when none was)."""
+        for scope in scopes:
+            if why := self._store.list_failure(scope, info.namespace, labels, fields):
+                return why
+        return ""
+
     def _select(
         self,
         scope: keys.Scope,
@@ -574,7 +589,8 @@ class Answerer:
             # A list streamed as events: complete or nothing, as a list (``_listing``).
             initial = self._listing(info, [scope], labels, fields)
             if initial is None or (not initial.count and _kubelet_pods(info)):
-                return _not_found(info, "")
+                lost = self._lost(info, [scope], labels, fields) if initial is None else ""
+                return _not_found(info, "", lost=lost)
             if protobuf:
                 stored = await self._protobuf_objects(info, initial)
                 if stored is None:
@@ -907,15 +923,23 @@ def _unreachable_path(path: str) -> web.Response:
 
 
 OFFLINE_LIST_MISS = "not in the hub's offline cache (never listed while online)"
+OFFLINE_LIST_LOST = (
+    "not in the hub's offline cache (the list was read online but could not be stored: {})"
+)
 OFFLINE_OBJECT_MISS = "not in the hub's offline cache (never read while online, or deleted since)"
 
 
-def _not_found(info: requestinfo.RequestInfo, name: str | None = None) -> web.Response:
+def _not_found(
+    info: requestinfo.RequestInfo, name: str | None = None, *, lost: str = ""
+) -> web.Response:
     """The apiserver's NotFound (clients read ``reason``), its message saying why: offline a 404
-    is a cache miss, not a deletion the cloud reported."""
+    is a cache miss, not a deletion the cloud reported. ``lost``: why the list that would answer
+    was not stored (its write failed: a full disk)."""
     what = info.name if name is None else name
     status = statuses.not_found(info.resource, what, info.group)
     why = OFFLINE_OBJECT_MISS if what else OFFLINE_LIST_MISS
+    if lost and not what:
+        why = OFFLINE_LIST_LOST.format(lost)
     status["message"] = f"{status['message']}: {why}"
     return _json(404, statuses.encode(status))
 

@@ -186,3 +186,22 @@ def test_filters_off_or_not_reported() -> None:
     }
     assert "FILTERS  none (--enable-resource-filter=false)" in statustext.render(off, "u", NOW)
     assert "FILTERS  -" in statustext.render(HUB, "u", NOW)
+
+
+def test_failing_cache_writes_are_counted_and_warned() -> None:
+    warning = "disk-cache: write failures: disk full (ENOSPC) since 2027-01-15T07:00:00Z"
+    error = {"reason": "disk full (ENOSPC)", "since": "2027-01-15T07:00:00Z",
+             "last": "2027-01-15T07:59:00Z", "failing": True, "lostLists": 2}  # fmt: skip
+    cache = {**HUB["cache"], "writeFailures": 4, "errorKeys": 44, "writeError": error}
+    lines = statustext.render({**HUB, "warnings": [warning], "cache": cache}, "u", NOW).splitlines()
+    assert f"  warning: {warning}" in lines
+    assert any(
+        line.endswith("5 documents, 4 failed writes (44 objects not stored)") for line in lines
+    )
+    assert (
+        "  warning: writes fail: disk full (ENOSPC) since 2027-01-15T07:00:00Z (failing; 2 lists "
+        "read but not stored)" in lines
+    )
+    # An older hub's writeFailures counted keys.
+    text = statustext.render({**HUB, "cache": {**HUB["cache"], "writeFailures": 3}}, "u", NOW)
+    assert "3 keys whose last write failed" in text and "writes fail" not in text

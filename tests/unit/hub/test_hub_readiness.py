@@ -1,0 +1,35 @@
+"""Readiness conditions and warnings (pure)."""
+
+from __future__ import annotations
+
+from yurthub import readiness
+
+
+def test_a_warning_check_shows_only_while_it_has_something_to_say() -> None:
+    ready = readiness.Readiness()
+    ready.add("cloud", lambda: True)
+    ready.warn("disk-cache", "started anew")
+    said = [""]
+    ready.add_warning("disk-cache", lambda: said[0])
+    assert ready.report() == ([], ["disk-cache: started anew"])
+    said[0] = "write failures: disk full (ENOSPC) since 2027-01-15T08:00:00Z"
+    assert ready.report() == (
+        [],
+        [
+            "disk-cache: started anew",
+            "disk-cache: write failures: disk full (ENOSPC) since 2027-01-15T08:00:00Z",
+        ],
+    )
+    # A warning never makes the hub unready, nor gates the proxy.
+    assert ready.not_ready() == []
+
+
+def test_failing_conditions_and_warnings_are_reported_together() -> None:
+    ready = readiness.Readiness()
+    ready.add("cloud-or-cache", lambda: "no healthy apiserver", gates_proxy=False)
+    ready.add_warning("disk-cache", lambda: "write failures: I/O error (EIO) since t")
+    assert ready.report() == (
+        ["cloud-or-cache (no healthy apiserver)"],
+        ["disk-cache: write failures: I/O error (EIO) since t"],
+    )
+    assert ready.not_ready() == []
