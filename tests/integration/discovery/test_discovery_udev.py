@@ -124,7 +124,7 @@ async def _with_longest_loop_gap(work: Awaitable[T]) -> tuple[T, float]:
     it ran. The gaps run from ``work``'s start to its end, so there is one even when ``work``
     ends before the probe's first tick (a fast /sys)."""
     loop = asyncio.get_running_loop()
-    last = started = loop.time()
+    last = loop.time()
     longest = 0.0
 
     async def probe() -> None:
