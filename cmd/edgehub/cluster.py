@@ -9,7 +9,8 @@
 The binaries are the pinned, Go-built ones (``make cluster-bins``; ``--bin-dir`` or
 ``$EDGEHUB_K8S_BIN`` to choose). ``up`` prints ``apiserver=<url> kubeconfig=<path>`` on
 stdout; a component that fails to start is named with its last log lines (exit 1);
-missing binaries or a directory that already holds a cluster exit 3.
+missing binaries, a directory that already holds a cluster, or one ``up`` did not make
+(not missing, not empty, no ``.edgehub-cluster`` in it: left untouched) exit 3.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import threading
 import click
 
 from edgehub import cli
-from yurthub.testing import hollownodes, k8sbinaries, processes, realcluster
+from yurthub.testing import hollownodes, k8sbinaries, processes, realcluster, workdirs
 
 
 def _binaries(bin_dir: str | None) -> k8sbinaries.Binaries:
@@ -42,7 +43,8 @@ _DIR = click.option(
     "directory",
     required=True,
     type=click.Path(file_okay=False, path_type=pathlib.Path),
-    help="Where the cluster keeps its PKI, data, logs and admin.kubeconfig.",
+    help="Where the cluster keeps its PKI, data, logs and admin.kubeconfig (`up`: missing, "
+    "empty, or one `up` made).",
 )
 _BIN_DIR = click.option(
     "--bin-dir",
@@ -58,6 +60,12 @@ _BIN_DIR = click.option(
 @click.option("--timeout", default=90.0, type=click.FloatRange(min=1), help="Seconds to wait.")
 def up(directory: pathlib.Path, bin_dir: str | None, timeout: float) -> None:
     """Start the control plane in the background and return once it serves."""
+    try:
+        # Before anything else: a directory of the user's is never written to.
+        workdirs.check(directory, realcluster.MARKER)
+    except workdirs.NotOursError as e:
+        click.echo(f"edgehub cluster: {e}: choose another with --dir", err=True)
+        raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
     binaries = _binaries(bin_dir)
     cluster = realcluster.RealCluster(directory, binaries)
     if cluster.layout.state.exists():

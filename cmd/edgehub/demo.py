@@ -18,7 +18,10 @@ Then it stays up with the commands to try printed, until Ctrl-C (``--exit`` ends
 the e2e test runs it that way).
 
 Everything the demo writes lives in ``--workdir`` (default ``./demo``): kubeconfigs for the
-cloud and the hub, the cache, sockets. It is wiped at the start of every run.
+cloud and the hub, the cache, sockets. The demo makes that directory and marks it
+(``MARKER``); only a directory so marked is emptied at the start of a run. An existing
+directory without the marker (the user's own ``demo`` folder) is refused with one line and
+exit 3, untouched (``yurthub.testing.workdirs``); an empty one is used.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from kubecontrol import controlling
 from managers import running as manager_running
 from managers import settings as manager_settings
 from yurthub import assembly, settings
-from yurthub.testing import kubelet, partition, simapiserver
+from yurthub.testing import kubelet, partition, simapiserver, workdirs
 
 NODE = "edge-node-1"
 POOL = "edge-pool"
@@ -83,6 +86,8 @@ DEBUG_ECHO_CONFIG = {
     },
 }
 BROKER_SELECTOR = "akri.sh/configuration=akri-debug-echo"
+MARKER = ".edgehub-demo"
+"""Written into the workdir the demo makes: only a directory holding it is ever emptied."""
 
 
 class DemoFailed(Exception):
@@ -518,7 +523,8 @@ async def _commands(
     "--workdir",
     type=click.Path(file_okay=False, path_type=pathlib.Path),
     default=pathlib.Path("demo"),
-    help="Where kubeconfigs, the cache and sockets go (wiped at start).",
+    help="Where kubeconfigs, the cache and sockets go: a directory the demo makes, emptied at "
+    "start (an existing one of yours is refused).",
 )
 @click.option("--exit/--stay", "exit_after", default=False, help="End after the story.")
 def command(workdir: pathlib.Path, exit_after: bool) -> None:
@@ -527,8 +533,15 @@ def command(workdir: pathlib.Path, exit_after: bool) -> None:
         # The story is the output; INFO logs of six components would drown it.
         logging.getLogger().setLevel(logging.WARNING)
     workdir = workdir.resolve()
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True, mode=0o700)
+    note = "made by `edgehub demo`, which empties this directory at every start"
+    try:
+        workdirs.claim(workdir, MARKER, note, clear=True)
+    except workdirs.NotOursError as e:
+        click.echo(f"edgehub demo: {e}: choose another with --workdir", err=True)
+        sys.exit(cli.EXIT_STARTUP_FAILURE)
+    except OSError as e:
+        click.echo(f"edgehub demo: cannot prepare {workdir}: {e.strerror or e}", err=True)
+        sys.exit(cli.EXIT_STARTUP_FAILURE)
     binary = os.path.abspath(sys.argv[0]) if sys.argv[0].endswith("edgehub") else "edgehub"
     out = Progress(color=sys.stdout.isatty(), binary=binary)
     click.echo(f"edgehub demo: everything runs on loopback; files in {workdir}")

@@ -156,6 +156,15 @@ def exported(text: str) -> tuple[set[str], dict[str, set[str]]]:
     return names, labels
 
 
+def _watch_in_flight(metrics_text: str) -> bool:
+    return any(
+        line.startswith("node_yurthub_in_flight_requests_collector{")
+        and 'verb="watch"' in line
+        and line.endswith(" 1.0")
+        for line in metrics_text.splitlines()
+    )
+
+
 def _get(url: str, user_agent: str) -> None:
     request = urllib.request.Request(url, headers={"User-Agent": user_agent})
     with urllib.request.urlopen(request, timeout=10) as resp:
@@ -244,10 +253,15 @@ def scraped(tmp_path: pathlib.Path) -> Iterator[tuple[set[str], dict[str, set[st
                     username="system:node:edge-1", groups=["system:nodes", "system:authenticated"],
                 )
             )  # fmt: skip
-            watch = fields["proxy"] + "/api/v1/namespaces/default/pods?watch=1&timeoutSeconds=3"
+            watch = fields["proxy"] + "/api/v1/namespaces/default/pods?watch=1&timeoutSeconds=5"
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
                 held = pool.submit(_get, watch, "kubectl/v1.37")
-                time.sleep(0.5)
+                # The first watch is in the hub (its in-flight gauge says so) before the second.
+                deadline = time.monotonic() + 10
+                while not _watch_in_flight(scrape(fields["server"] + "/metrics")):
+                    assert not held.done(), held.exception()
+                    assert time.monotonic() < deadline, "the first watch never reached the hub"
+                    time.sleep(0.05)
                 with pytest.raises(urllib.error.HTTPError) as refused:
                     _get(watch, "kubectl/v1.37")
                 assert refused.value.code == 429

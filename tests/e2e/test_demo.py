@@ -1,4 +1,5 @@
-"""``edgehub demo --exit`` tells the whole story and ends with success."""
+"""``edgehub demo --exit`` tells the whole story and ends with success; it clears only a
+workdir it made."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ def test_demo_story_completes(tmp_path: pathlib.Path) -> None:
     # A short path like a user's checkout: unix socket paths are limited to 107 bytes.
     short = pathlib.Path(tempfile.mkdtemp(prefix="ehd-", dir="/tmp"))
     workdir = short / "demo"
+    # What an earlier run left: the demo's own directory, emptied at start.
+    (workdir / "cache").mkdir(parents=True)
+    (workdir / ".edgehub-demo").write_text("made by `edgehub demo`\n")
+    (workdir / "cache" / "leftover").write_text("from an earlier run")
     proc = subprocess.run(
         [sys.executable, "-m", "edgehub", "demo", "--exit", "--workdir", str(workdir)],
         capture_output=True,
@@ -52,7 +57,35 @@ def test_demo_story_completes(tmp_path: pathlib.Path) -> None:
     assert (workdir / "kubeconfig").is_file()
     assert (workdir / "hub.kubeconfig").is_file()
     assert (workdir / "cache").is_dir()
+    assert not (workdir / "cache" / "leftover").exists()
+    assert (workdir / ".edgehub-demo").is_file()  # the next run may empty it again
     shutil.rmtree(short, ignore_errors=True)
+
+
+@pytest.mark.parametrize("where", ["default", "--workdir"])
+def test_a_folder_the_demo_did_not_make_is_refused_and_left_alone(
+    tmp_path: pathlib.Path, where: str
+) -> None:
+    """Issue 27: `edgehub demo` next to a `demo/` of the user's deleted it without asking."""
+    mine = tmp_path / "demo"
+    (mine / "photos").mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    args = ["--workdir", str(mine)] if where == "--workdir" else []
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgehub", "demo", "--exit", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"edgehub demo: {mine} holds files edgehub did not make (it has no .edgehub-demo); "
+        "left as it is: choose another with --workdir"
+    ]
+    assert proc.stdout == ""
+    assert sorted(os.listdir(mine)) == ["notes.txt", "photos"]
+    assert (mine / "notes.txt").read_text() == "mine"
 
 
 async def test_the_prompt_answers_every_word(capsys: pytest.CaptureFixture[str]) -> None:

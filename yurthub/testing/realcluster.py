@@ -6,7 +6,9 @@ apiserver serving cert, one client identity per component, the ServiceAccount si
 starts the four components on free loopback ports and returns once the cluster serves:
 apiserver ``/readyz`` ok, controller-manager and scheduler ``/healthz`` ok, and the
 ``default`` ServiceAccount exists (the controllers really run against the apiserver). It
-leaves ``DIR/admin.kubeconfig`` and ``DIR/cluster.json`` (what ``down`` stops).
+leaves ``DIR/admin.kubeconfig`` and ``DIR/cluster.json`` (what ``down`` stops). ``DIR`` must be
+missing, empty or one ``up`` made (``MARKER``): ``up`` replaces etcd's data, the logs and the
+PKI there, so another directory raises ``workdirs.NotOursError`` untouched.
 
 ``node_kubeconfig(name)`` mints what kubelet holds on a real node: a client certificate
 for ``system:node:<name>`` in group ``system:nodes``, signed by the cluster CA.
@@ -33,13 +35,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Self
 
-from yurthub.testing import clusterflags, k8sbinaries, processes
+from yurthub.testing import clusterflags, k8sbinaries, processes, workdirs
 from yurthub.testing.sim import kubeconfigs, pki
 
 ADMIN_USER = "kubernetes-admin"
 ADMIN_GROUPS = ("system:masters",)
 CLUSTER_NAME = "edgehub-test"
 _SERVING_NAMES = (*pki.DEFAULT_SERVING_NAMES,)
+MARKER = ".edgehub-cluster"
+"""In the directory ``up`` made (``workdirs``): only then does ``up`` clear old data there."""
+MARKER_NOTE = "made by `edgehub cluster up`, which replaces its data, logs and PKI at every start"
 
 
 def free_ports(count: int) -> list[int]:
@@ -221,13 +226,14 @@ class RealCluster:
     def up(self, timeout: float = 90.0) -> Self:
         """Start the control plane and return once it serves; on failure stop all, raise."""
         root = self.layout.root
+        # A directory of the user's is refused untouched; in one we made, the last run's data
+        # and logs go below (not its nodes' identities).
+        workdirs.claim(root, MARKER, MARKER_NOTE, clear=False)
         if self.layout.state.exists():
             raise processes.ProcessError(
                 f"{root} already holds a cluster ({self.layout.state}); "
                 f"`edgehub cluster down --dir {root}` first"
             )
-        root.mkdir(parents=True, exist_ok=True)
-        os.chmod(root, 0o700)
         for stale in (self.layout.etcd_data, self.layout.logs):
             shutil.rmtree(stale, ignore_errors=True)
         self.ports = clusterflags.Ports(*free_ports(5))

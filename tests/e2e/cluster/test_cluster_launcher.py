@@ -4,6 +4,7 @@ broken start reports."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import time
 
 import pytest
 
-from yurthub.testing import k8sbinaries, processes, realcluster
+from yurthub.testing import k8sbinaries, processes, realcluster, workdirs
 
 pytestmark = pytest.mark.slow
 
@@ -75,6 +76,27 @@ def test_a_component_that_fails_to_start_is_named_with_its_last_log_lines(
     assert "unknown flag: --no-such-flag" in message
     # etcd, started before it, was stopped again.
     assert not (tmp_path / "bad" / "cluster.json").exists()
+
+
+def test_a_directory_up_did_not_make_is_refused_and_left_alone(tmp_path: pathlib.Path) -> None:
+    """Issue 27: `up --dir` into a folder of the user's emptied its logs/ and etcd/."""
+    mine = tmp_path / "work"
+    (mine / "logs").mkdir(parents=True)
+    (mine / "logs" / "today.txt").write_text("mine")
+    # No binaries where --bin-dir points: the directory is refused before they are looked for.
+    up = edgehub("cluster", "up", "--dir", str(mine), "--bin-dir", str(tmp_path / "no-bins"))
+    assert up.returncode == 3, up.stdout + up.stderr
+    assert up.stderr.splitlines() == [
+        f"edgehub cluster: {mine} holds files edgehub did not make (it has no .edgehub-cluster); "
+        "left as it is: choose another with --dir"
+    ]
+    # The library refuses too, before it starts or writes anything.
+    cluster = realcluster.RealCluster(mine, k8sbinaries.Binaries(tmp_path / "no-bins"))
+    with pytest.raises(workdirs.NotOursError):
+        cluster.up(timeout=5)
+    assert os.listdir(mine) == ["logs"]
+    assert os.listdir(mine / "logs") == ["today.txt"]
+    assert (mine / "logs" / "today.txt").read_text() == "mine"
 
 
 def test_node_identity_is_what_kubelet_holds(real_cluster: realcluster.RealCluster) -> None:

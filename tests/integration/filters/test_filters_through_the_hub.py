@@ -82,8 +82,13 @@ async def test_kube_proxy_sees_its_pool_endpoints_live(tmp_path: pathlib.Path) -
             )
             assert event["type"] == "MODIFIED" and event["object"]["endpoints"] == []
             # The pool grows (NodePool status): the next change of the slice shows it.
-            set_pool(edge.sim, "edge-pool", ["edge-node-1", "edge-node-2", "cloud-node-1"])
-            await asyncio.sleep(0.3)
+            grown = ["edge-node-1", "edge-node-2", "cloud-node-1"]
+            set_pool(edge.sim, "edge-pool", grown)
+            assert edge.node.filters is not None
+            filter_inputs = edge.node.filters.inputs
+            async with asyncio.timeout(10):  # the hub's own watch of NodePools has seen it
+                while filter_inputs.pool_nodes("edge-pool") != frozenset(grown):
+                    await asyncio.sleep(0.02)
             moved = web_slice(edge.sim)
             moved["metadata"].setdefault("annotations", {})["touch"] = "1"
             edge.sim.state.update(moved)

@@ -231,7 +231,8 @@ async def test_half_written_or_mismatched_files_keep_the_working_identity(
 
         # Half-written in place (no atomic rename): the old identity stays, one error line.
         cert_file.write_bytes(cert_b[: len(cert_b) // 2])
-        await asyncio.sleep(0.6)  # a dozen checks
+        await eventually(lambda: any("not usable" in r.getMessage() for r in caplog.records))
+        await asyncio.sleep(0.6)  # a dozen checks more: still the one line
         rejected = [r for r in caplog.records if "not usable" in r.getMessage()]
         assert len(rejected) == 1, [r.getMessage() for r in rejected]
         assert rejected[0].levelno == logging.ERROR

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import string
-import time
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -91,31 +91,42 @@ async def test_label_values_are_bounded(apiserver: FakeApiserver, make_hub: Make
     assert seen["subresources"] <= {"", "other"}, seen["subresources"]
 
 
-class _SlowCollector:
-    """A collector that takes a second (a huge label set, a slow /proc read)."""
+class _HeldCollector:
+    """A collector that takes as long as the test says (a huge label set, a slow /proc read)."""
+
+    def __init__(self) -> None:
+        self.collecting = threading.Event()
+        self.release = threading.Event()
 
     def describe(self) -> list[Metric]:
         return []
 
     def collect(self) -> list[Metric]:
-        time.sleep(1.0)
-        return [GaugeMetricFamily("slow_collector", "sleeps", value=1)]
+        self.collecting.set()
+        # Bounded: a scrape run on the event loop would hold the proxy (and the test) this long.
+        self.release.wait(10)
+        return [GaugeMetricFamily("slow_collector", "held", value=1)]
 
 
 async def test_a_scrape_never_stalls_the_proxy(apiserver: FakeApiserver, make_hub: MakeHub) -> None:
+    held = _HeldCollector()
     async with make_hub([apiserver.url]) as hub:
-        hub.metrics.registry.register(_SlowCollector())
-        async with asyncio.TaskGroup() as tg:
-            # The test's client shares the hub's event loop: a scrape on the loop stalls it too.
-            started = time.monotonic()
-            scrapes = [tg.create_task(scrape(hub), name=f"scrape-{i}") for i in range(3)]
-            await asyncio.sleep(0.1)  # the scrapes are running
-            async with (
-                aiohttp.ClientSession(headers={"User-Agent": "kubelet/v1.32.4"}) as s,
-                s.get(hub.proxy_url + "/api/v1/pods") as r,
-            ):
-                assert r.status == 200
-            assert time.monotonic() - started < 0.6
+        hub.metrics.registry.register(held)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                # The test's client shares the hub's event loop: a scrape on the loop stalls it.
+                scrapes = [tg.create_task(scrape(hub), name=f"scrape-{i}") for i in range(3)]
+                assert await asyncio.to_thread(held.collecting.wait, 10), "no scrape began"
+                async with (
+                    aiohttp.ClientSession(headers={"User-Agent": "kubelet/v1.32.4"}) as s,
+                    s.get(hub.proxy_url + "/api/v1/pods") as r,
+                ):
+                    assert r.status == 200
+                # Answered while the scrape was still collecting: no time bound needed.
+                assert not any(t.done() for t in scrapes)
+                held.release.set()
+        finally:
+            held.release.set()
         assert all("slow_collector 1.0" in t.result() for t in scrapes)
 
 

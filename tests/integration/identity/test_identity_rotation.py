@@ -39,7 +39,12 @@ async def test_rotation_under_traffic(tmp_path: pathlib.Path) -> None:
         ca = trusting(sim.ca_pem)
         failures: list[str] = []
         serials: set[int] = set()
-        counts = {"node": 0, "pod-new-connection": 0, "pod-keepalive": 0}
+        # Per stream, the rotations done (both certificates) when each of its requests ended.
+        under: dict[str, set[int]] = {
+            "node": set(),
+            "pod-new-connection": set(),
+            "pod-keepalive": set(),
+        }
 
         async def traffic(name: str, call: Callable[[], Any]) -> None:
             while True:
@@ -49,7 +54,8 @@ async def test_rotation_under_traffic(tmp_path: pathlib.Path) -> None:
                         failures.append(f"{name}: HTTP {answer.status} {answer.body}")
                 except (aiohttp.ClientError, OSError) as e:
                     failures.append(f"{name}: {e!r}")
-                counts[name] += 1
+                assert hub.certs is not None
+                under[name].add(sum(hub.certs.rotations.values()))
                 await asyncio.sleep(0.02)
 
         async def watch_serials() -> None:
@@ -106,7 +112,9 @@ async def test_rotation_under_traffic(tmp_path: pathlib.Path) -> None:
                     for task in tasks:
                         task.cancel()
             assert failures == []
-            assert min(counts.values()) > 20, counts
+            # Traffic ran across the rotations (at least 6 of them): each stream had requests
+            # end under several different identities, however fast this machine is.
+            assert all(len(seen) >= 4 for seen in under.values()), under
             assert len(serials) >= 3  # new connections saw the new serving certificates
             assert hub.upstream.reloads >= 3  # upstream requests went with the new client ones
 
