@@ -77,6 +77,10 @@ class Brokers:
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeWatcher:
     timings: controlling.Timings = NODE_WATCHER_TIMINGS
+    reclean_initial: float = 5.0
+    reclean_cap: float = 300.0
+    """A deleted node whose agent writes its Instances back is cleaned again after
+    ``reclean_initial`` seconds, doubling each time, at most ``reclean_cap``."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
