@@ -1,12 +1,12 @@
 """The CSR approver controller: carries out ``csrapproving.decide`` on every CSR it sees.
 
-It watches all CertificateSigningRequests (certificates.k8s.io/v1) and the ``default/kubernetes``
-Service (its ClusterIPs are names a hub serving certificate may carry; a change decides every
-CSR again); for each pending one the pure decision says approve, deny, wait or leave it. When
-a serving certificate names an IP only its node's addresses could allow, the node is read
-(one GET, only then) and the CSR decided again with its ``status.addresses``. A CSR that
-must wait (its node is not registered yet) is asked about again after a per-CSR capped
-back-off, logged once. Approving or denying is one conditional PUT of
+It watches all CertificateSigningRequests (certificates.k8s.io/v1); for each pending one the
+pure decision says approve, deny, wait or leave it. When a serving certificate names an IP
+that only the ``default/kubernetes`` ClusterIPs or the requesting node's ``status.addresses``
+could allow, those are read (a GET each, only then: serving CSRs are rare, and a watch of
+Services would be one more long-running request per replica) and the CSR decided again. A
+CSR that must wait (its node is not registered yet) is asked about again after a per-CSR
+capped back-off, logged once. Approving or denying is one conditional PUT of
 the ``approval`` subresource with the CSR as last seen (its resourceVersion), adding an
 ``Approved`` (reason ``AutoApproved``) or ``Denied`` (reason ``Invalid<Check>``) condition;
 the real controller-manager then signs an approved one. A 409 means the CSR changed (someone
@@ -16,7 +16,7 @@ logged; approvals are logged. CSRs that are not the hub's are never written to.
 
 RBAC: get/list/watch certificatesigningrequests, update certificatesigningrequests/approval,
 approve on signers kubernetes.io/kube-apiserver-client and kubernetes.io/kubelet-serving,
-create events, get/list/watch services and get nodes (``manifests/manager/rbac.yaml``).
+create events, get services and nodes (``manifests/manager/rbac.yaml``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ logger = logging.getLogger(__name__)
 NAME = "csrapprover"
 CONFLICT_REQUEUE = 1.0
 """Seconds before a CSR whose approval write lost a race is decided again."""
-KUBERNETES_SERVICE = ("default", "kubernetes")
 
 
 def _now() -> str:
@@ -79,34 +78,26 @@ class CsrApprover:
             NAME, self.reconcile, own.timings, observer=ctx.metrics
         )
         self.csrs = self.controller.watch(ctx.api, kubeapi.CERTIFICATE_SIGNING_REQUESTS)
-        self.services = self.controller.watch(
-            ctx.api,
-            kubeapi.SERVICES,
-            lambda kind, obj: self.controller.enqueue_all(),
-            primary=False,
-            namespace=KUBERNETES_SERVICE[0],
-            field_selector=f"metadata.name={KUBERNETES_SERVICE[1]}",
-        )
         self.waiting: backoff.PerKey[controlling.Key] = backoff.PerKey(
             own.wait_initial, own.wait_cap
         )
         """CSRs left pending for a fact not known yet: how often each was asked about."""
 
-    def facts(self) -> csrapproving.Facts:
-        service = self.services.store.get(KUBERNETES_SERVICE)
-        return csrapproving.Facts(
-            service_ips=None if service is None else csrapproving.service_ips(service)
-        )
-
     async def _decide(self, csr: dict[str, Any]) -> csrapproving.Decision:
-        facts = self.facts()
+        """Decide; if the decision needs facts from the cluster, read them and decide again."""
+        facts = csrapproving.Facts()
         decision = csrapproving.decide(csr, self.policy, facts)
-        if isinstance(decision, csrapproving.Wait) and decision.node:
+        if not isinstance(decision, csrapproving.Wait) or not decision.reads:
+            return decision
+        if decision.service:
+            service = await self.api.get_or_none(kubeapi.SERVICES, "default", "kubernetes")
+            ips = frozenset() if service is None else csrapproving.service_ips(service)
+            facts = dataclasses.replace(facts, service_ips=ips)
+        if decision.node:
             node = await self.api.get_or_none(kubeapi.NODES, "", decision.node)
             addresses = None if node is None else csrapproving.node_addresses(node)
             facts = dataclasses.replace(facts, nodes={decision.node: addresses})
-            decision = csrapproving.decide(csr, self.policy, facts)
-        return decision
+        return csrapproving.decide(csr, self.policy, facts)
 
     async def reconcile(self, key: controlling.Key) -> float | None:
         csr = self.csrs.store.get(key)

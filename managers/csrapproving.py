@@ -43,9 +43,10 @@ The hub's shapes:
   addresses in the ``status.addresses`` of the requesting node (``system:node:<node>``; a
   bootstrap token is no node and may name none). Any other name is denied naming it
   (``DNS:<name>``, ``IP:<address>``): ``*``, ``*.svc.cluster.local``, another host, another
-  node's IP. A name that only a fact not known yet could allow (the node not read, or not
-  registered yet: a hub asks before its kubelet registers; no ``default/kubernetes``) is
-  ``Wait``: left pending and decided again later, never denied on a guess.
+  node's IP. A name that only a fact not known yet could allow is ``Wait``: the Service or
+  the node not read yet (``Wait.node``/``service``: the controller reads them, only then,
+  and decides again), or the node not registered yet (a hub asks before its kubelet
+  registers): left pending and decided again later, never denied on a guess.
 
 Dangers: an approved serving certificate is valid for ``kubernetes.default.svc`` and the
 IPs the hub asked for, signed by the kubelet-serving CA (on kubeadm the cluster CA): a node
@@ -163,8 +164,14 @@ class Wait:
 
     why: str
     node: str = ""
-    """The node whose addresses would settle it, not read yet ("": nothing to read now; the
-    controller asks again later)."""
+    """The node whose addresses may settle it, not read yet."""
+    service: bool = False
+    """The ``default/kubernetes`` Service may settle it, not read yet. Neither to read: the
+    facts are all in and not enough yet (the node is not registered); ask again later."""
+
+    @property
+    def reads(self) -> bool:
+        return bool(self.node) or self.service
 
 
 Decision = Approve | Deny | Ignore | Wait
@@ -175,7 +182,8 @@ class Facts:
     """What the cluster says about the addresses a hub may name (read by the controller)."""
 
     service_ips: frozenset[str] | None = None
-    """The ClusterIPs of ``default/kubernetes`` (``service_ips``); None: not known."""
+    """The ClusterIPs of ``default/kubernetes`` (``service_ips``; empty when there is no such
+    Service); None: not read."""
     nodes: Mapping[str, frozenset[str] | None] = dataclasses.field(default_factory=dict)
     """Node name -> its addresses (``node_addresses``), None when the node does not exist; a
     node absent from the mapping has not been read."""
@@ -219,10 +227,9 @@ class _Failed(Exception):
 
 
 class _Unknown(Exception):
-    def __init__(self, why: str, node: str = "") -> None:
-        super().__init__(why)
-        self.why = why
-        self.node = node
+    def __init__(self, wait: Wait) -> None:
+        super().__init__(wait.why)
+        self.wait = wait
 
 
 # --- reading the CSR ---------------------------------------------------------------------------
@@ -325,7 +332,7 @@ def decide(csr: Mapping[str, Any], policy: Policy = Policy(), facts: Facts = Fac
             f"edgehub manager denied this hub {kind} certificate request: {failed.message}",
         )
     except _Unknown as unknown:
-        return Wait(unknown.why, unknown.node)
+        return unknown.wait
     what = "client" if kind == "client" else "serving"
     return Approve(
         kind,
@@ -432,7 +439,10 @@ def _check_serving_names(
     """Every SAN is one the hub serves (module docstring); the requester is ``node`` itself
     or (``bootstrap``) a bootstrap token, which may name no node's addresses."""
     allowed_names = policy.service_names
-    unknown: list[tuple[str, str]] = []  # (SAN, why only a missing fact could allow it)
+    read_service = facts.service_ips is None
+    read_node = not bootstrap and node not in facts.nodes
+    unregistered = not bootstrap and not read_node and facts.nodes[node] is None
+    waiting: list[str] = []  # IP SANs only a fact not known yet could allow
     for name in _sans(request):
         if isinstance(name, x509.DNSName):
             if str(name.value).lower() not in allowed_names:
@@ -453,29 +463,29 @@ def _check_serving_names(
             continue
         if facts.service_ips is not None and ip in facts.service_ips:
             continue
-        addresses = None if bootstrap else facts.nodes.get(node, frozenset())
-        if addresses is not None and ip in addresses:
+        if not bootstrap and ip in (facts.nodes.get(node) or ()):
             continue
-        missing = []
-        if facts.service_ips is None:
-            missing.append("the default/kubernetes Service is not known")
-        if not bootstrap and node not in facts.nodes:
-            unknown.append((ip, f"node {node} not read yet"))
-            continue
-        if not bootstrap and facts.nodes[node] is None:
-            missing.append(f"node {node} is not registered (yet)")
-        if missing:
-            unknown.append((ip, " and ".join(missing)))
+        if read_service or read_node or unregistered:
+            waiting.append(ip)
             continue
         raise _Failed(
             "SubjectAltNames",
             f"subjectAltName IP:{ip} is not an address the hub serves on "
             f"({_allowed_ips(policy, facts, None if bootstrap else node)})",
         )
-    if unknown:
-        ip, why = unknown[0]
-        read = node if not bootstrap and node not in facts.nodes else ""
-        raise _Unknown(f"subjectAltName IP:{ip} is not known to be allowed: {why}", read)
+    if waiting:
+        why = [
+            *(["the default/kubernetes Service is not read yet"] if read_service else ()),
+            *([f"node {node} is not read yet"] if read_node else ()),
+            *([f"node {node} is not registered (yet)"] if unregistered else ()),
+        ]
+        raise _Unknown(
+            Wait(
+                f"subjectAltName IP:{waiting[0]} may be allowed, but {' and '.join(why)}",
+                node=node if read_node else "",
+                service=read_service,
+            )
+        )
 
 
 def _allowed_ips(policy: Policy, facts: Facts, node: str | None) -> str:

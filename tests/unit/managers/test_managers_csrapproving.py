@@ -406,20 +406,38 @@ def test_serving_names_the_hub_does_not_serve_are_denied_naming_them(
 
 
 @pytest.mark.parametrize(
-    ("case", "facts", "node"),
+    ("case", "facts", "ip", "node", "service"),
     [
-        # The node was not read yet: the controller reads it and decides again.
-        ("node not read", dataclasses.replace(FACTS, nodes={}), NODE),
+        # Not read yet: the controller reads what the decision names and decides again.
+        ("nothing read", ca.Facts(), NODE_IP, NODE, True),
+        ("node not read", dataclasses.replace(FACTS, nodes={}), NODE_IP, NODE, False),
+        ("Service not read", dataclasses.replace(FACTS, service_ips=None), "10.96.0.1", "", True),
         # Not registered yet (a hub asks before its kubelet registers): asked again later.
-        ("node does not exist", dataclasses.replace(FACTS, nodes={NODE: None}), ""),
-        ("no kubernetes Service known", dataclasses.replace(FACTS, service_ips=None), ""),
+        ("node does not exist", dataclasses.replace(FACTS, nodes={NODE: None}), NODE_IP, "", False),
     ],
 )
-def test_a_name_only_missing_facts_could_allow_waits(case: str, facts: ca.Facts, node: str) -> None:
-    ip = NODE_IP if case.startswith("node") else "10.96.0.1"
+def test_a_name_only_missing_facts_could_allow_waits(
+    case: str, facts: ca.Facts, ip: str, node: str, service: bool
+) -> None:
     decision = ca.decide(serving(ips=(ip,)), ca.Policy(), facts)
     assert isinstance(decision, ca.Wait), decision
-    assert decision.node == node and ip in decision.why
+    assert (decision.node, decision.service) == (node, service)
+    assert decision.reads is bool(node or service)
+    assert f"IP:{ip}" in decision.why
+
+
+def test_facts_that_are_read_and_do_not_allow_a_name_deny_it() -> None:
+    """No default/kubernetes Service (read: none) is no reason to wait for it."""
+    facts = dataclasses.replace(FACTS, service_ips=frozenset())
+    decision = ca.decide(serving(ips=("10.96.0.1",)), ca.Policy(), facts)
+    assert isinstance(decision, ca.Deny) and "IP:10.96.0.1" in decision.message
+
+
+def test_what_needs_no_fact_is_decided_without_reading_any() -> None:
+    static = serving(ips=("169.254.2.1", "127.0.0.1"))
+    assert isinstance(ca.decide(static, ca.Policy(), ca.Facts()), ca.Approve)
+    wildcard = serving(dns=("kubernetes.default", "*"), ips=(NODE_IP,))
+    assert isinstance(ca.decide(wildcard, ca.Policy(), ca.Facts()), ca.Deny)
 
 
 def test_what_the_facts_say_is_read_from_cluster_objects() -> None:
