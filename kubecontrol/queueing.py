@@ -43,6 +43,10 @@ class WorkQueue(Generic[K]):
         due = self._due.get(key, self._again.get(key))
         return None if due is None else max(0.0, due - time.monotonic())
 
+    def held(self, key: K) -> bool:
+        """Whether a worker holds ``key`` now (got it and has not called ``done``)."""
+        return key in self._active
+
     async def get(self) -> K:
         while True:
             now = time.monotonic()

@@ -1,8 +1,9 @@
 """Which CertificateSigningRequests are the hub's, and whether to approve or deny them: pure.
 
-``decide(csr, policy)`` takes the CSR as JSON (certificates.k8s.io/v1) and returns
-``Approve``, ``Deny(check, message)`` or ``Ignore(why)``. The controller (``csrapprover``)
-only carries it out.
+``decide(csr, policy, facts)`` takes the CSR as JSON (certificates.k8s.io/v1), the operator's
+``Policy`` and the ``Facts`` the controller read from the cluster, and returns ``Approve``,
+``Deny(check, message)``, ``Wait(why, node)`` or ``Ignore(why)``. The controller
+(``csrapprover``) only carries it out.
 
 A CSR *claims to be the hub's* when
 
@@ -33,13 +34,28 @@ The hub's shapes:
   CN) or a bootstrap token (``system:bootstrap:<id>`` in ``system:bootstrappers``).
 * key: RSA of at least 2048 bits, ECDSA on P-256/P-384/P-521, or Ed25519; the request's
   signature verifies.
+* serving names (what ``yurthub/certs/csrs.py`` asks for, and nothing else): DNS
+  ``kubernetes``, ``kubernetes.default``, ``kubernetes.default.svc`` and
+  ``kubernetes.default.svc.<cluster domain>`` (``Policy.cluster_domain``, compared without
+  case); IPs: the ClusterIPs of ``default/kubernetes``, the hubs' dummy IP
+  (``Policy.dummy_ips``), loopback (the hub's ``--bind-address`` and
+  ``--bind-proxy-address``, 127.0.0.1 by default: only the node itself reaches them) and the
+  addresses in the ``status.addresses`` of the requesting node (``system:node:<node>``; a
+  bootstrap token is no node and may name none). Any other name is denied naming it
+  (``DNS:<name>``, ``IP:<address>``): ``*``, ``*.svc.cluster.local``, another host, another
+  node's IP. A name that only a fact not known yet could allow is ``Wait``: the Service or
+  the node not read yet (``Wait.node``/``service``: the controller reads them, only then,
+  and decides again), or the node not registered yet (a hub asks before its kubelet
+  registers): left pending and decided again later, never denied on a guess.
 
 Dangers: an approved serving certificate is valid for ``kubernetes.default.svc`` and the
 IPs the hub asked for, signed by the kubelet-serving CA (on kubeadm the cluster CA): a node
 (or a bootstrap token holder) can present it as the apiserver to pods that reach it. That is
 what the hub is for, and what the node could do to its own pods anyway; THREAT_MODEL.md says
-more. Organizations under ``system:`` other than ``system:nodes`` are never allowed (e.g.
-``system:masters`` is cluster-admin).
+more. A node reports its own ``status.addresses``: one that lies there gets a certificate for
+the addresses it claims (as with any approver that trusts them). Organizations under
+``system:`` other than ``system:nodes`` are never allowed (e.g. ``system:masters`` is
+cluster-admin).
 """
 
 from __future__ import annotations
@@ -47,6 +63,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import ipaddress
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -71,6 +88,10 @@ OPTIONAL_USAGES = frozenset({"key encipherment"})
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _EC_CURVES = (ec.SECP256R1, ec.SECP384R1, ec.SECP521R1)
 MIN_RSA_BITS = 2048
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+DUMMY_IP = "169.254.2.1"
+"""YurtHub's default ``--dummy-if-ip`` (and ours)."""
+SERVICE_NAME_PREFIXES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -78,6 +99,12 @@ class Policy:
     extra_organizations: frozenset[str] = frozenset()
     """Organizations hub client certificates may carry besides ``openyurt:yurthub`` and
     ``system:nodes`` (the hubs' ``--hub-cert-organizations``); ``openyurt:tenant:*`` always."""
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+    """The cluster's DNS domain: serving certificates may name
+    ``kubernetes.default.svc.<cluster_domain>`` (the manager's ``--cluster-domain``)."""
+    dummy_ips: frozenset[str] = frozenset({DUMMY_IP})
+    """The hubs' dummy-interface IPs (their ``--dummy-if-ip``; the manager's
+    ``--hub-dummy-if-ips``)."""
 
     def __post_init__(self) -> None:
         for org in self.extra_organizations:
@@ -85,6 +112,21 @@ class Policy:
                 raise ValueError(f"organization {org!r} is reserved: hubs may not claim it")
             if not org:
                 raise ValueError("an empty organization is not allowed")
+        domain = self.cluster_domain
+        if len(domain) > 253 or not _NODE_NAME.match(domain):
+            raise ValueError(f"cluster domain {domain!r} is not a DNS name (e.g. cluster.local)")
+        normalized = set()
+        for ip in self.dummy_ips:
+            try:
+                normalized.add(str(ipaddress.ip_address(ip)))
+            except ValueError:
+                raise ValueError(f"dummy IP {ip!r} is not an IP address") from None
+        object.__setattr__(self, "dummy_ips", frozenset(normalized))
+
+    @property
+    def service_names(self) -> tuple[str, ...]:
+        """The DNS names a hub serving certificate may carry, in the hub's order."""
+        return (*SERVICE_NAME_PREFIXES, f"kubernetes.default.svc.{self.cluster_domain}")
 
     def allows(self, organization: str) -> bool:
         return organization in self.extra_organizations or (
@@ -116,7 +158,65 @@ class Ignore:
     why: str
 
 
-Decision = Approve | Deny | Ignore
+@dataclasses.dataclass(frozen=True, slots=True)
+class Wait:
+    """Not decided yet: a name only a fact not known yet could allow."""
+
+    why: str
+    node: str = ""
+    """The node whose addresses may settle it, not read yet."""
+    service: bool = False
+    """The ``default/kubernetes`` Service may settle it, not read yet. Neither to read: the
+    facts are all in and not enough yet (the node is not registered); ask again later."""
+
+    @property
+    def reads(self) -> bool:
+        return bool(self.node) or self.service
+
+
+Decision = Approve | Deny | Ignore | Wait
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Facts:
+    """What the cluster says about the addresses a hub may name (read by the controller)."""
+
+    service_ips: frozenset[str] | None = None
+    """The ClusterIPs of ``default/kubernetes`` (``service_ips``; empty when there is no such
+    Service); None: not read."""
+    nodes: Mapping[str, frozenset[str] | None] = dataclasses.field(default_factory=dict)
+    """Node name -> its addresses (``node_addresses``), None when the node does not exist; a
+    node absent from the mapping has not been read."""
+
+
+def service_ips(service: Mapping[str, Any]) -> frozenset[str]:
+    """The ClusterIPs of a Service (``spec.clusterIPs`` and ``spec.clusterIP``)."""
+    spec = service.get("spec")
+    if not isinstance(spec, Mapping):
+        return frozenset()
+    values = [spec.get("clusterIP"), *(spec.get("clusterIPs") or ())]
+    return frozenset(ip for ip in map(_ip, values) if ip is not None)
+
+
+def node_addresses(node: Mapping[str, Any]) -> frozenset[str]:
+    """The IP addresses among a Node's ``status.addresses`` (any type), normalized."""
+    status = node.get("status")
+    addresses = status.get("addresses") if isinstance(status, Mapping) else None
+    found = set()
+    for entry in addresses if isinstance(addresses, list) else ():
+        ip = _ip(entry.get("address")) if isinstance(entry, Mapping) else None
+        if ip is not None:
+            found.add(ip)
+    return frozenset(found)
+
+
+def _ip(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return None
 
 
 class _Failed(Exception):
@@ -124,6 +224,12 @@ class _Failed(Exception):
         super().__init__(message)
         self.check = check
         self.message = message
+
+
+class _Unknown(Exception):
+    def __init__(self, wait: Wait) -> None:
+        super().__init__(wait.why)
+        self.wait = wait
 
 
 # --- reading the CSR ---------------------------------------------------------------------------
@@ -177,6 +283,7 @@ def _dns_names(request: x509.CertificateSigningRequest) -> list[str]:
 
 
 def _hub_service_name(name: str) -> bool:
+    name = name.lower()
     return name in ("kubernetes.default", "kubernetes.default.svc") or name.startswith(
         "kubernetes.default.svc."
     )
@@ -185,7 +292,7 @@ def _hub_service_name(name: str) -> bool:
 # --- the decision ------------------------------------------------------------------------------
 
 
-def decide(csr: Mapping[str, Any], policy: Policy = Policy()) -> Decision:
+def decide(csr: Mapping[str, Any], policy: Policy = Policy(), facts: Facts = Facts()) -> Decision:
     settled = decided(csr)
     if settled is not None:
         return Ignore(f"already {settled}")
@@ -215,12 +322,17 @@ def decide(csr: Mapping[str, Any], policy: Policy = Policy()) -> Decision:
             node = _check_serving(signer, request, spec)
         requester = _check_requester(username, groups, node)
         _check_key(request)
+        if kind == "serving":
+            # Last: every other check is settled first, so waiting is only ever for this.
+            _check_serving_names(request, policy, facts, _is_bootstrap(username, groups), node)
     except _Failed as failed:
         return Deny(
             kind,
             failed.check,
             f"edgehub manager denied this hub {kind} certificate request: {failed.message}",
         )
+    except _Unknown as unknown:
+        return unknown.wait
     what = "client" if kind == "client" else "serving"
     return Approve(
         kind,
@@ -315,6 +427,80 @@ def _check_serving(
             )
     _check_usages(spec, SERVING_USAGES)
     return node
+
+
+def _check_serving_names(
+    request: x509.CertificateSigningRequest,
+    policy: Policy,
+    facts: Facts,
+    bootstrap: bool,
+    node: str,
+) -> None:
+    """Every SAN is one the hub serves (module docstring); the requester is ``node`` itself
+    or (``bootstrap``) a bootstrap token, which may name no node's addresses."""
+    allowed_names = policy.service_names
+    read_service = facts.service_ips is None
+    read_node = not bootstrap and node not in facts.nodes
+    unregistered = not bootstrap and not read_node and facts.nodes[node] is None
+    waiting: list[str] = []  # IP SANs only a fact not known yet could allow
+    for name in _sans(request):
+        if isinstance(name, x509.DNSName):
+            if str(name.value).lower() not in allowed_names:
+                raise _Failed(
+                    "SubjectAltNames",
+                    f"subjectAltName DNS:{name.value} is not a name the hub serves "
+                    f"({', '.join(allowed_names)}; the manager's --cluster-domain is "
+                    f"{policy.cluster_domain})",
+                )
+            continue
+        if not isinstance(name, x509.IPAddress):
+            continue  # other kinds were denied by _check_serving
+        value = name.value
+        if not isinstance(value, ipaddress.IPv4Address | ipaddress.IPv6Address):
+            raise _Failed("SubjectAltNames", f"subjectAltName IP:{value} is a network")
+        ip = str(value)
+        if value.is_loopback or ip in policy.dummy_ips:
+            continue
+        if facts.service_ips is not None and ip in facts.service_ips:
+            continue
+        if not bootstrap and ip in (facts.nodes.get(node) or ()):
+            continue
+        if read_service or read_node or unregistered:
+            waiting.append(ip)
+            continue
+        raise _Failed(
+            "SubjectAltNames",
+            f"subjectAltName IP:{ip} is not an address the hub serves on "
+            f"({_allowed_ips(policy, facts, None if bootstrap else node)})",
+        )
+    if waiting:
+        why = [
+            *(["the default/kubernetes Service is not read yet"] if read_service else ()),
+            *([f"node {node} is not read yet"] if read_node else ()),
+            *([f"node {node} is not registered (yet)"] if unregistered else ()),
+        ]
+        raise _Unknown(
+            Wait(
+                f"subjectAltName IP:{waiting[0]} may be allowed, but {' and '.join(why)}",
+                node=node if read_node else "",
+                service=read_service,
+            )
+        )
+
+
+def _allowed_ips(policy: Policy, facts: Facts, node: str | None) -> str:
+    service = ", ".join(sorted(facts.service_ips or ())) or "none"
+    parts = [
+        f"the kubernetes Service's ClusterIPs: {service}",
+        f"the hubs' dummy IPs (--hub-dummy-if-ips): {', '.join(sorted(policy.dummy_ips))}",
+        "loopback",
+    ]
+    if node is None:
+        parts.append("a bootstrap token's request names no node address")
+    else:
+        own = ", ".join(sorted(facts.nodes.get(node) or ())) or "none"
+        parts.append(f"node {node}'s addresses: {own}")
+    return "; ".join(parts)
 
 
 def _san_kind(name: x509.GeneralName) -> str:

@@ -1,11 +1,14 @@
 """The node watcher: carries out ``nodeleaving.observe`` per node.
 
-Keys are nodes (``("", name)``). A node's own events queue it, and so does every Instance
-event for each node the Instance lists (so an Instance naming a node that no longer exists is
-noticed even if the deletion happened while no manager ran). Cleaning a node:
+Keys are nodes (``("", name)``). A node's own events queue it (and mark it *seen*), and so
+does every Instance event for each node the Instance lists. Only a node this watcher saw and
+then lost is cleaned (``nodeleaving``): Instances naming a node no watch event ever named are
+left alone, logged once per node (its agent is likely alive with a mistyped ``--node-name``,
+and would write them back for ever). A deleted node whose agent still writes its Instances
+back is cleaned again only after a per-node growing back-off. Cleaning a node:
 
-1. For a node that is absent from the cache, a GET confirms it is really gone (a new node's
-   first Instance may arrive before its Node object); anything else waits for the watch.
+1. For a node that is absent from the cache, a GET confirms it is really gone (the watch may
+   not have brought a re-created node yet); anything else waits for the watch.
 2. Every Instance listing it: remove the node from ``nodes`` and free the ``deviceUsage`` slots
    it held, or delete the Instance when it was the last node — the agent's own resourceVersion
    -guarded read-modify-write (``discovery.agent.instances.leave``), so a concurrent agent
@@ -15,7 +18,8 @@ noticed even if the deletion happened while no manager ran). Cleaning a node:
 
 Only after all of it succeeded is the node remembered as cleaned; a failure backs the key
 off (capped) and the whole cleaning is retried (each step is idempotent). Each cleaned
-Instance gets a Normal Event ``NodeLeft`` and a log line.
+Instance gets a Normal Event ``NodeLeft`` and a log line. Memory is bounded: a deleted node
+is forgotten once nothing names it any more (looked at again when its back-off ends).
 
 RBAC: nodes get/list/watch; instances get/list/watch/update/delete; configurations
 get/list/watch/update; events create.
@@ -37,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 NAME = "nodewatcher"
 _FINALIZER_ATTEMPTS = 8
+_UNSEEN_LOGGED = 1024
+"""Never-seen node names logged once each; past this many, further ones only at debug."""
 
 
 class NodeWatcher:
@@ -44,17 +50,28 @@ class NodeWatcher:
         self.api = ctx.api
         self.recorder = ctx.recorder
         self.metrics = ctx.metrics
-        self.states: dict[str, nodeleaving.State] = {}
+        own = ctx.settings.node_watcher
+        self.memory: dict[str, nodeleaving.Memory] = {}
+        self.seen: set[str] = set()
+        """Nodes a watch event named (bounded: forgotten with their memory once gone)."""
+        self.again = nodeleaving.Recleaning(own.reclean_initial, own.reclean_cap)
+        self._unseen_logged: set[str] = set()
         self.controller = controlling.Controller(
-            NAME, self.reconcile, ctx.settings.node_watcher.timings, observer=ctx.metrics
+            NAME, self.reconcile, own.timings, observer=ctx.metrics
         )
-        self.nodes = self.controller.watch(ctx.api, kubeapi.NODES)
+        self.nodes = self.controller.watch(ctx.api, kubeapi.NODES, self._node_event)
         self.instances = self.controller.watch(
             ctx.api, resources.INSTANCES, self._queue_nodes_of, primary=False
         )
         self.configurations = self.controller.watch(
             ctx.api, resources.CONFIGURATIONS, lambda kind, obj: None, primary=False
         )
+
+    def _node_event(self, kind: str, node: dict[str, Any]) -> None:
+        key = kubeapi.key_of(node)
+        self.seen.add(key[1])
+        self._unseen_logged.discard(key[1])
+        self.controller.enqueue(key)
 
     def _queue_nodes_of(self, kind: str, instance: dict[str, Any]) -> None:
         spec = instance.get("spec")
@@ -66,9 +83,13 @@ class NodeWatcher:
     async def reconcile(self, key: controlling.Key) -> float | None:
         name = key[1]
         node = self.nodes.store.get(key)
-        decision = nodeleaving.observe(self.states.get(name), node, time.time())
+        decision = nodeleaving.observe(
+            self.memory.get(name), node, time.time(), seen=name in self.seen, again=self.again
+        )
         if not decision.clean:
-            self._remember(name, decision.state)
+            if node is None and decision.memory is None:
+                self._never_seen(name)
+            self._remember(name, decision.memory)
             return decision.recheck_after
         listed = nodeleaving.listing(name, list(self.instances.store.values()))
         finalized = (
@@ -77,7 +98,8 @@ class NodeWatcher:
             else []
         )
         if not listed and not finalized:
-            self._remember(name, decision.state)
+            # A deleted node nothing names any more is forgotten (memory stays bounded).
+            self._remember(name, None if decision.gone else decision.memory)
             return None
         if decision.gone and await self.api.get_or_none(kubeapi.NODES, "", name) is not None:
             return None  # it exists: the watch has not brought it yet
@@ -107,14 +129,26 @@ class NodeWatcher:
         for namespace, configuration in finalized:
             await self._drop_finalizer(namespace, configuration, name)
         self.metrics.node_cleanups.labels("deleted" if decision.gone else "not-ready").inc()
-        self._remember(name, decision.state)
-        return None
+        self._remember(name, decision.memory)
+        return decision.recheck_after
 
-    def _remember(self, name: str, state: nodeleaving.State | None) -> None:
-        if state is None:
-            self.states.pop(name, None)
+    def _remember(self, name: str, memory: nodeleaving.Memory | None) -> None:
+        if memory is None:
+            self.memory.pop(name, None)
+            self.seen.discard(name)
         else:
-            self.states[name] = state
+            self.memory[name] = memory
+
+    def _never_seen(self, name: str) -> None:
+        if name in self._unseen_logged or len(self._unseen_logged) >= _UNSEEN_LOGGED:
+            logger.debug("node %s: never seen, its Instances are left alone", name)
+            return
+        self._unseen_logged.add(name)
+        logger.warning(
+            "Instances name node %s, which does not exist and this manager never saw: left "
+            "alone (its agent's --node-name mistyped, or the node deleted while no manager ran?)",
+            name,
+        )
 
     async def _drop_finalizer(self, namespace: str, name: str, finalizer: str) -> None:
         """Remove ``finalizer`` with a resourceVersion-guarded PUT (retried on a race)."""

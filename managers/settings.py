@@ -9,6 +9,7 @@ import dataclasses
 from pathlib import Path
 
 from kubecontrol import controlling, credentials
+from managers import csrapproving
 
 HEALTH_PORT = 10272
 # CSRs are decided on their events; the resync retries what a lost write left pending.
@@ -53,7 +54,15 @@ class CsrApprover:
     extra_organizations: frozenset[str] = frozenset()
     """Organizations hub client CSRs may carry besides openyurt:yurthub and system:nodes (the
     hubs' ``--hub-cert-organizations``); ``openyurt:tenant:*`` is always allowed."""
+    cluster_domain: str = csrapproving.DEFAULT_CLUSTER_DOMAIN
+    """``--cluster-domain``: serving CSRs may name ``kubernetes.default.svc.<domain>``."""
+    dummy_ips: frozenset[str] = frozenset({csrapproving.DUMMY_IP})
+    """``--hub-dummy-if-ips``: the hubs' ``--dummy-if-ip`` values, names serving CSRs may carry."""
     timings: controlling.Timings = CSR_APPROVER_TIMINGS
+    wait_initial: float = 2.0
+    wait_cap: float = 60.0
+    """A CSR waiting for a fact (its node not registered yet) is decided again after
+    ``wait_initial`` seconds, doubling up to ``wait_cap``."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -68,6 +77,10 @@ class Brokers:
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeWatcher:
     timings: controlling.Timings = NODE_WATCHER_TIMINGS
+    reclean_initial: float = 5.0
+    reclean_cap: float = 300.0
+    """A deleted node whose agent writes its Instances back is cleaned again after
+    ``reclean_initial`` seconds, doubling each time, at most ``reclean_cap``."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

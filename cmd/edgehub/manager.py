@@ -40,7 +40,7 @@ def _fail(message: str) -> NoReturn:
     raise SystemExit(cli.EXIT_STARTUP_FAILURE)
 
 
-def _organizations(value: str) -> frozenset[str]:
+def _comma_list(value: str) -> frozenset[str]:
     return frozenset(o.strip() for o in value.split(",") if o.strip())
 
 
@@ -113,6 +113,20 @@ def _organizations(value: str) -> frozenset[str]:
     "never.",
 )
 @click.option(
+    "--cluster-domain",
+    default=csrapproving.DEFAULT_CLUSTER_DOMAIN,
+    help="csrapprover: the cluster's DNS domain; hub serving certificates may name kubernetes, "
+    "kubernetes.default, kubernetes.default.svc and kubernetes.default.svc.<domain>, no other "
+    "DNS name (the hubs ask for kubernetes.default.svc.cluster.local, as YurtHub does).",
+)
+@click.option(
+    "--hub-dummy-if-ips",
+    default=csrapproving.DUMMY_IP,
+    help="csrapprover: comma list of the hubs' --dummy-if-ip values, IPs hub serving "
+    "certificates may name besides the default/kubernetes ClusterIPs, loopback and the "
+    "requesting node's own status.addresses.",
+)
+@click.option(
     "--namespace",
     default="kube-system",
     help="hubleaderconfig: the hubs' namespace (their --namespace), where ConfigMaps "
@@ -179,6 +193,8 @@ def command(
     bind_address: str,
     health_port: int,
     hub_cert_organizations: str,
+    cluster_domain: str,
+    hub_dummy_if_ips: str,
     concurrent_csr_workers: int,
     concurrent_broker_workers: int,
     webhook_tls_cert_file: Path | None,
@@ -206,13 +222,23 @@ def command(
     if service_account is not None and service_account.server is None:
         _fail("in a Pod without KUBERNETES_SERVICE_HOST: give --kubeconfig")
     approver = settings.CsrApprover(
-        extra_organizations=_organizations(hub_cert_organizations),
+        extra_organizations=_comma_list(hub_cert_organizations),
+        cluster_domain=cluster_domain,
+        dummy_ips=_comma_list(hub_dummy_if_ips),
         timings=dataclasses.replace(settings.CSR_APPROVER_TIMINGS, workers=concurrent_csr_workers),
     )
     try:
         csrapproving.Policy(extra_organizations=approver.extra_organizations)
     except ValueError as e:
         _fail(f"--hub-cert-organizations: {e}")
+    try:
+        csrapproving.Policy(cluster_domain=cluster_domain)
+    except ValueError as e:
+        _fail(f"--cluster-domain: {e}")
+    try:
+        csrapproving.Policy(dummy_ips=approver.dummy_ips)
+    except ValueError as e:
+        _fail(f"--hub-dummy-if-ips: {e}")
     if (webhook_tls_cert_file is None) != (webhook_tls_key_file is None):
         _fail("--webhook-tls-cert-file and --webhook-tls-key-file go together")
     webhook = None

@@ -3,13 +3,15 @@
 One supervisor task (``_main``) owns everything through a TaskGroup: the
 handler registry (and its registration socket), the Configuration/Instance
 reflectors and reconcile workers, the device-plugin manager, the slot
-reclaimer and the metrics endpoint. ``start`` returns once the caches are
-synced and plugins can be served; ``stop`` cancels the supervisor and waits
-for it to unwind (plugins stopped and their sockets removed, registry socket
-removed, API client closed). A crash of any part ends the supervisor, and
-the error is raised from ``stop`` (or ``wait``) — which is why the plugin
-manager contains a plugin's failure to start or register (``plugins``): one
-unservable device must not take discovery down for every other.
+reclaimer, the metrics endpoint and the check that the agent's Node exists
+(``nodechecking``: said once when it does not; the agent keeps running).
+``start`` returns once the caches are synced and plugins can be served;
+``stop`` cancels the supervisor and waits for it to unwind (plugins stopped
+and their sockets removed, registry socket removed, API client closed). A
+crash of any part ends the supervisor, and the error is raised from ``stop``
+(or ``wait``) — which is why the plugin manager contains a plugin's failure
+to start or register (``plugins``): one unservable device must not take
+discovery down for every other.
 
 Behind the hub: build ``AgentSettings`` with ``KubeSettings(url=<hub proxy
 URL>)`` (the DaemonSet passes ``--server-addr=http://127.0.0.1:10261`` and its
@@ -26,7 +28,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from discovery import grpcserving, registry, sdk
-from discovery.agent import metrics, plugins, reclaiming, reconciling, settings
+from discovery.agent import metrics, nodechecking, plugins, reclaiming, reconciling, settings
 from kubecontrol import events, kubeapi
 
 logger = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ class Agent:
         self.plugins: plugins.Manager | None = None
         self.reclaimer: reclaiming.Reclaimer | None = None
         self.registry: registry.Registry | None = None
+        self.node_check: nodechecking.NodeCheck | None = None
         self._ready = asyncio.Event()
         self._settled = asyncio.Event()  # ready, or the supervisor ended
         self._done = asyncio.Event()
@@ -229,7 +232,11 @@ class Agent:
                 on_instance_event=manager.on_instance_event,
             )
             self.reconciler = reconciler
+            self.node_check = nodechecking.NodeCheck(
+                api, s.node_name, s.timings.node_check_initial, s.timings.node_check_cap
+            )
             async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.node_check.run(), name="node check")
                 tg.create_task(manager.run(), name="device plugins")
                 await reconciler.run(tg, on_snapshot=self.metrics.discovery_snapshot)
                 if s.pod_resources_socket is not None:

@@ -71,6 +71,10 @@ class Timings:
     """How often the kubelet socket is checked for re-creation (kubelet restarted)."""
     write_attempts: int = 8
     """Read-modify-write attempts on 409 before giving up to the back-off."""
+    node_check_initial: float = 1.0
+    node_check_cap: float = 300.0
+    """The agent GETs its Node at start; while it does not exist (said once), again after
+    ``node_check_initial`` seconds, doubling up to ``node_check_cap``."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -210,7 +210,7 @@ async def test_nodes_that_leave_are_taken_out_of_instances(
     instance(sim, "cfg-aaaaaa", ["edge-node-1", "edge-node-2"], capacity=3, usage=usage)
     instance(sim, "cfg-bbbbbb", ["edge-node-2"], shared=False)
     instance(sim, "cfg-eeeeee", ["cloud-node-1"])
-    async with running.running(akri_settings(sim, account, controllers=("nodewatcher",))):
+    async with running.running(akri_settings(sim, account, controllers=("nodewatcher",))) as m:
         await asyncio.sleep(0.3)  # seen Ready first
         assert set(names(sim, "instances.akri.sh")) == {"cfg-aaaaaa", "cfg-bbbbbb", "cfg-eeeeee"}
         node = sim.state.get("nodes", None, "edge-node-2")
@@ -238,13 +238,20 @@ async def test_nodes_that_leave_are_taken_out_of_instances(
                 == ["edge-node-2"]
             )
         )
-        # An Instance naming a node that does not exist (deleted while nobody watched).
+        # An Instance naming a node this manager never saw (a mistyped --node-name, or deleted
+        # while nobody watched): left alone, as Akri does; its agent may be alive.
         instance(sim, "cfg-ffffff", ["cloud-node-1", "ghost-node"])
+        (watcher,) = m.controllers
+        ghost = ("", "ghost-node")
         await eventually(
             lambda: (
-                names(sim, "instances.akri.sh")["cfg-ffffff"]["spec"]["nodes"] == ["cloud-node-1"]
+                ("default", "cfg-ffffff") in watcher.reflectors[1].store
+                and watcher.queue.pending(ghost) is None
+                and not watcher.queue.held(ghost)
             )
         )
+        left = names(sim, "instances.akri.sh")["cfg-ffffff"]["spec"]["nodes"]
+        assert left == ["cloud-node-1", "ghost-node"]
         assert names(sim, "instances.akri.sh")["cfg-eeeeee"]["spec"]["nodes"] == ["cloud-node-1"]
 
 

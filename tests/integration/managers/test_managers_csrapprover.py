@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import csr_support as cs
 import pytest
@@ -177,3 +178,91 @@ async def test_startup_failures_are_one_line_errors(
     with pytest.raises(running.StartupError, match="leader election"):
         async with running.running(unsafe):
             pass
+
+
+def node_object(name: str, *addresses: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"addresses": [{"type": "InternalIP", "address": a} for a in addresses]},
+    }
+
+
+async def test_serving_certificates_name_only_what_the_hub_serves(
+    sim_apiserver: simapiserver.SimApiserver, tmp_path: Path
+) -> None:
+    """Documentation addresses (192.0.2.0/24) stand for node IPs: the simulator's own nodes
+    have loopback ones, which are always allowed. Nothing is ever sent to them."""
+    sim = sim_apiserver
+    sim.state.create(node_object(NODE, "192.0.2.10"))
+    sim.state.create(node_object("edge-2", "192.0.2.11"))
+    account = service_account_dir(sim, tmp_path / "sa")
+    own = manager_settings(sim, account, wait_initial=0.05, wait_cap=0.2)
+    node_user = f"system:node:{NODE}"
+
+    def request(name: str, *, dns: tuple[str, ...] = cs.HUB_DNS, ips: tuple[str, ...] = ()) -> Any:
+        pem = cs.request_pem(node_user, ["system:nodes"], dns=dns, ips=ips)
+        return cs.body(cs.csr(name, pem, cs.SERVING_SIGNER, SERVING))
+
+    async with running.running(own):
+        # What the hub asks for: the Service's ClusterIP, the dummy IP, loopback, its node IP.
+        ok = request("serving-ok", ips=(*cs.HUB_IPS, "192.0.2.10"))
+        await submit(sim, ok, node_user, HUB_GROUPS)
+        wildcard = request("serving-wildcard", dns=(*cs.HUB_DNS, "*"))
+        await submit(sim, wildcard, node_user, HUB_GROUPS)
+        every_service = request(
+            "serving-services", dns=("kubernetes.default", "*.svc.cluster.local")
+        )
+        await submit(sim, every_service, node_user, HUB_GROUPS)
+        vault = request("serving-vault", dns=(*cs.HUB_DNS, "vault.example.com"))
+        await submit(sim, vault, node_user, HUB_GROUPS)
+        other_ip = request("serving-other-ip", ips=("192.0.2.11",))
+        await submit(sim, other_ip, node_user, HUB_GROUPS)
+        other_domain = request("serving-other-domain", dns=("kubernetes.default.svc.evil.example",))
+        await submit(sim, other_domain, node_user, HUB_GROUPS)
+
+        denied = {
+            "serving-wildcard": "DNS:*",
+            "serving-services": "DNS:*.svc.cluster.local",
+            "serving-vault": "DNS:vault.example.com",
+            "serving-other-ip": "IP:192.0.2.11",
+            "serving-other-domain": "DNS:kubernetes.default.svc.evil.example",
+        }
+        await eventually(lambda: all(conditions(sim, n) for n in ("serving-ok", *denied)))
+        assert conditions(sim, "serving-ok")["Approved"]["reason"] == "AutoApproved"
+        assert csr_state(sim, "serving-ok")["status"].get("certificate")
+        for name, san in denied.items():
+            condition = conditions(sim, name)["Denied"]
+            assert condition["reason"] == "InvalidSubjectAltNames", name
+            assert san in condition["message"], condition["message"]
+            assert "Approved" not in conditions(sim, name)
+
+        # The Warning Event says the same, where `kubectl describe csr` looks.
+        def explained() -> bool:
+            return any(
+                e.get("reason") == "InvalidSubjectAltNames"
+                and e["involvedObject"]["name"] == "serving-vault"
+                and "DNS:vault.example.com" in e.get("message", "")
+                for e in sim.state.list("events", "default")
+            )
+
+        await eventually(explained)
+
+        # A hub that asks before its kubelet registered the node: pending, not denied; once
+        # the node is there (with that address), approved.
+        late_user = "system:node:edge-late"
+        pem = cs.request_pem(late_user, ["system:nodes"], dns=cs.HUB_DNS, ips=("192.0.2.20",))
+        late = cs.body(cs.csr("serving-late", pem, cs.SERVING_SIGNER, SERVING))
+        await submit(sim, late, late_user, HUB_GROUPS)
+
+        def node_read() -> bool:
+            return any(
+                r.verb == "get" and r.resource == "nodes" and r.name == "edge-late"
+                for r in sim.audit_log()
+            )
+
+        await eventually(node_read)
+        assert conditions(sim, "serving-late") == {}
+        sim.state.create(node_object("edge-late", "192.0.2.20"))
+        await eventually(lambda: "Approved" in conditions(sim, "serving-late"))

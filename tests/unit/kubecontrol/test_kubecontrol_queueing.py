@@ -26,7 +26,9 @@ async def test_due_order_and_collapse() -> None:
 async def test_key_held_by_a_worker_is_not_handed_out_twice() -> None:
     queue: queueing.WorkQueue[str] = queueing.WorkQueue()
     queue.add("k")
+    assert not queue.held("k")
     assert await queue.get() == "k"
+    assert queue.held("k")
     queue.add("k")
     assert queue.pending("k") is not None
     try:
@@ -38,6 +40,7 @@ async def test_key_held_by_a_worker_is_not_handed_out_twice() -> None:
     queue.done("k")
     assert await queue.get() == "k"
     queue.done("k")
+    assert not queue.held("k")
     queue.add("x", 10)
     queue.forget("x")
     assert queue.pending("x") is None

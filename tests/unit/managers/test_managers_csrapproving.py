@@ -1,8 +1,11 @@
 """The CSR approver's decisions as a table: the hub's exact shapes are approved, a CSR that
-claims to be the hub's but fails a check is denied naming the check, anything else is left."""
+claims to be the hub's but fails a check is denied naming the check, anything else is left;
+a serving certificate names only what the hub serves (the kubernetes names in the cluster
+domain, the Service's ClusterIPs, the dummy IP, loopback, its node's own addresses)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import csr_support as cs
@@ -24,6 +27,17 @@ SERVING_EC = ["digital signature", "server auth"]
 
 # One key for the table: generating one per row would make the table slow.
 KEY = cs.new_key()
+NODE_IP = "192.0.2.10"
+OTHER_NODE_IP = "192.0.2.11"
+# What the controller reads from the cluster: default/kubernetes and the requesting node.
+FACTS = ca.Facts(
+    service_ips=frozenset({"10.96.0.1", "fd00:10:96::1"}),
+    nodes={NODE: frozenset({NODE_IP, "2001:db8::10"})},
+)
+
+
+def decide(obj: dict[str, Any], policy: ca.Policy = ca.Policy()) -> ca.Decision:
+    return ca.decide(obj, policy, FACTS)
 
 
 def client(
@@ -69,14 +83,13 @@ APPROVE = [
     ("hub serving, by the node", serving()),
     ("hub serving, RSA usages", serving(usages=SERVING)),
     ("hub serving, bootstrap token", serving(user=TOKEN_USER, groups=TOKEN)),
-    ("hub serving, custom cluster domain", serving(dns=("kubernetes.default.svc.edge.example",))),
     ("hub serving, bootstrap token, IPs only", serving(user=TOKEN_USER, groups=TOKEN, dns=())),
 ]
 
 
 @pytest.mark.parametrize(("case", "obj"), APPROVE, ids=[c for c, _ in APPROVE])
 def test_hub_shapes_are_approved(case: str, obj: dict[str, Any]) -> None:
-    decision = ca.decide(obj)
+    decision = decide(obj)
     assert isinstance(decision, ca.Approve), decision
     assert decision.node == NODE and decision.reason == "AutoApproved"
     assert "edgehub" in decision.message and NODE in decision.message
@@ -145,7 +158,7 @@ DENY = [
 def test_claims_that_fail_a_check_are_denied_naming_it(
     case: str, obj: dict[str, Any], check: str
 ) -> None:
-    decision = ca.decide(obj)
+    decision = decide(obj)
     assert isinstance(decision, ca.Deny), decision
     assert decision.check == check and decision.reason == f"Invalid{check}"
     assert decision.message.startswith("edgehub manager denied")
@@ -250,14 +263,14 @@ IGNORE = [
 
 @pytest.mark.parametrize(("case", "obj", "why"), IGNORE, ids=[c for c, _, _ in IGNORE])
 def test_what_is_not_the_hubs_is_never_touched(case: str, obj: dict[str, Any], why: str) -> None:
-    decision = ca.decide(obj)
+    decision = decide(obj)
     assert isinstance(decision, ca.Ignore), decision
     assert why in decision.why
 
 
 def test_a_token_made_serving_request_that_does_not_parse_is_denied() -> None:
     obj = plain(b"garbage", cs.SERVING_SIGNER, SERVING_EC, TOKEN_USER, TOKEN)
-    decision = ca.decide(obj)
+    decision = decide(obj)
     assert isinstance(decision, ca.Deny) and decision.check == "Request"
 
 
@@ -280,7 +293,7 @@ def test_key_strength(key: Any, check: str | None) -> None:
         username=NODE_USER,
         groups=HUB,
     )
-    decision = ca.decide(obj)
+    decision = decide(obj)
     if check is None:
         assert isinstance(decision, ca.Approve), decision
     else:
@@ -290,17 +303,169 @@ def test_key_strength(key: Any, check: str | None) -> None:
 def test_ed25519_is_accepted() -> None:
     pem = cs.hub_client_request(NODE, key=ed25519.Ed25519PrivateKey.generate())
     obj = cs.csr("e", pem, cs.CLIENT_SIGNER, CLIENT_EC, username=NODE_USER, groups=HUB)
-    assert isinstance(ca.decide(obj), ca.Approve)
+    assert isinstance(decide(obj), ca.Approve)
 
 
 def test_operator_allowed_organizations() -> None:
     obj = client(orgs=("openyurt:yurthub", "system:nodes", "edge-operators"))
-    assert isinstance(ca.decide(obj), ca.Deny)
+    assert isinstance(decide(obj), ca.Deny)
     policy = ca.Policy(extra_organizations=frozenset({"edge-operators"}))
-    assert isinstance(ca.decide(obj, policy), ca.Approve)
+    assert isinstance(decide(obj, policy), ca.Approve)
 
 
 @pytest.mark.parametrize("org", ["system:masters", "system:nodes", ""])
 def test_policy_refuses_reserved_organizations(org: str) -> None:
     with pytest.raises(ValueError):
         ca.Policy(extra_organizations=frozenset({org}))
+
+
+# --- what a serving certificate may name --------------------------------------------------
+
+EDGE_DOMAIN = ca.Policy(cluster_domain="edge.example")
+CUSTOM_DUMMY = ca.Policy(dummy_ips=frozenset({"169.254.9.9"}))
+
+NAMES_APPROVED = [
+    ("the hub's own request", serving(), ca.Policy()),
+    ("DNS names only", serving(ips=()), ca.Policy()),
+    ("one kubernetes name alone", serving(dns=("kubernetes.default.svc",), ips=()), ca.Policy()),
+    ("the node's own IP", serving(ips=(NODE_IP,)), ca.Policy()),
+    ("the node's own IPv6 address", serving(ips=("2001:db8::10",)), ca.Policy()),
+    ("the Service's IPv6 ClusterIP", serving(ips=("fd00:10:96::1",)), ca.Policy()),
+    ("a loopback bind address", serving(ips=("127.0.0.1", "::1")), ca.Policy()),
+    ("the cluster domain", serving(dns=("kubernetes.default.svc.edge.example",)), EDGE_DOMAIN),
+    ("a custom dummy IP", serving(ips=("169.254.9.9",)), CUSTOM_DUMMY),
+    ("names in capitals", serving(dns=("Kubernetes.Default.SVC",), ips=()), ca.Policy()),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "obj", "policy"), NAMES_APPROVED, ids=[c for c, _, _ in NAMES_APPROVED]
+)
+def test_serving_names_the_hub_serves_are_approved(
+    case: str, obj: dict[str, Any], policy: ca.Policy
+) -> None:
+    assert isinstance(ca.decide(obj, policy, FACTS), ca.Approve)
+
+
+HUB_NAMES = ("kubernetes.default",)
+NAMES_DENIED = [
+    ("a wildcard", serving(dns=(*HUB_NAMES, "*")), ca.Policy(), "DNS:*"),
+    (
+        "every Service",
+        serving(dns=(*HUB_NAMES, "*.svc.cluster.local")),
+        ca.Policy(),
+        "DNS:*.svc.cluster.local",
+    ),
+    (
+        "another host",
+        serving(dns=(*HUB_NAMES, "vault.example.com")),
+        ca.Policy(),
+        "DNS:vault.example.com",
+    ),
+    (
+        "kubernetes in another domain",
+        serving(dns=("kubernetes.default.svc.evil.example",)),
+        ca.Policy(),
+        "DNS:kubernetes.default.svc.evil.example",
+    ),
+    (
+        "the default domain when the cluster's is another",
+        serving(dns=("kubernetes.default.svc.cluster.local",)),
+        EDGE_DOMAIN,
+        "DNS:kubernetes.default.svc.cluster.local",
+    ),
+    (
+        "a name under the kubernetes names",
+        serving(dns=(*HUB_NAMES, "x.kubernetes.default.svc")),
+        ca.Policy(),
+        "DNS:x.kubernetes.default.svc",
+    ),
+    ("another node's IP", serving(ips=(OTHER_NODE_IP,)), ca.Policy(), f"IP:{OTHER_NODE_IP}"),
+    ("the default dummy IP when it is another", serving(), CUSTOM_DUMMY, "IP:169.254.2.1"),
+    ("a public IP", serving(ips=("8.8.8.8",)), ca.Policy(), "IP:8.8.8.8"),
+    (
+        # A bootstrap token is no node: it may name no node's addresses.
+        "a node IP requested with a bootstrap token",
+        serving(user=TOKEN_USER, groups=TOKEN, ips=(NODE_IP,)),
+        ca.Policy(),
+        f"IP:{NODE_IP}",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "obj", "policy", "san"), NAMES_DENIED, ids=[c for c, _, _, _ in NAMES_DENIED]
+)
+def test_serving_names_the_hub_does_not_serve_are_denied_naming_them(
+    case: str, obj: dict[str, Any], policy: ca.Policy, san: str
+) -> None:
+    decision = ca.decide(obj, policy, FACTS)
+    assert isinstance(decision, ca.Deny), decision
+    assert decision.reason == "InvalidSubjectAltNames"
+    assert san in decision.message, decision.message
+
+
+@pytest.mark.parametrize(
+    ("case", "facts", "ip", "node", "service"),
+    [
+        # Not read yet: the controller reads what the decision names and decides again.
+        ("nothing read", ca.Facts(), NODE_IP, NODE, True),
+        ("node not read", dataclasses.replace(FACTS, nodes={}), NODE_IP, NODE, False),
+        ("Service not read", dataclasses.replace(FACTS, service_ips=None), "10.96.0.1", "", True),
+        # Not registered yet (a hub asks before its kubelet registers): asked again later.
+        ("node does not exist", dataclasses.replace(FACTS, nodes={NODE: None}), NODE_IP, "", False),
+    ],
+)
+def test_a_name_only_missing_facts_could_allow_waits(
+    case: str, facts: ca.Facts, ip: str, node: str, service: bool
+) -> None:
+    decision = ca.decide(serving(ips=(ip,)), ca.Policy(), facts)
+    assert isinstance(decision, ca.Wait), decision
+    assert (decision.node, decision.service) == (node, service)
+    assert decision.reads is bool(node or service)
+    assert f"IP:{ip}" in decision.why
+
+
+def test_facts_that_are_read_and_do_not_allow_a_name_deny_it() -> None:
+    """No default/kubernetes Service (read: none) is no reason to wait for it."""
+    facts = dataclasses.replace(FACTS, service_ips=frozenset())
+    decision = ca.decide(serving(ips=("10.96.0.1",)), ca.Policy(), facts)
+    assert isinstance(decision, ca.Deny) and "IP:10.96.0.1" in decision.message
+
+
+def test_what_needs_no_fact_is_decided_without_reading_any() -> None:
+    static = serving(ips=("169.254.2.1", "127.0.0.1"))
+    assert isinstance(ca.decide(static, ca.Policy(), ca.Facts()), ca.Approve)
+    wildcard = serving(dns=("kubernetes.default", "*"), ips=(NODE_IP,))
+    assert isinstance(ca.decide(wildcard, ca.Policy(), ca.Facts()), ca.Deny)
+
+
+def test_what_the_facts_say_is_read_from_cluster_objects() -> None:
+    service = {"spec": {"clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1", "fd00::1"]}}
+    assert ca.service_ips(service) == frozenset({"10.96.0.1", "fd00::1"})
+    assert ca.service_ips({"spec": {"clusterIP": "None"}}) == frozenset()
+    node = {
+        "status": {
+            "addresses": [
+                {"type": "InternalIP", "address": "192.0.2.10"},
+                {"type": "ExternalIP", "address": "2001:DB8::10"},
+                {"type": "Hostname", "address": "edge-1"},
+                {"type": "InternalIP"},
+            ]
+        }
+    }
+    assert ca.node_addresses(node) == frozenset({"192.0.2.10", "2001:db8::10"})
+    assert ca.node_addresses({"status": {"addresses": "junk"}}) == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"cluster_domain": "Not A Domain"}, "cluster domain"),
+        ({"cluster_domain": ""}, "cluster domain"),
+        ({"dummy_ips": frozenset({"not-an-ip"})}, "dummy"),
+    ],
+)
+def test_policy_refuses_bad_names(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ca.Policy(**kwargs)

@@ -1,14 +1,18 @@
 """When a node has left its Instances: Akri's node watcher state machine (node_watcher.rs
-fixtures) and the two additions (Unknown on first sight, deleted nodes always)."""
+fixtures), the addition (Unknown on first sight), and only nodes the watcher saw: a node it
+never saw is left alone, a deleted one is cleaned again only after a growing back-off."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
 
 from managers import nodeleaving
-from managers.nodeleaving import State
+from managers.nodeleaving import Memory, State
+
+T0 = 1_796_032_800.0  # 2026-11-30T10:00:00Z
 
 
 def node(*conditions: tuple[str, str]) -> dict[str, Any]:
@@ -56,13 +60,16 @@ def test_ready(obj: dict[str, Any], is_ready: bool) -> None:
         (State.RUNNING, UNKNOWN, State.CLEANED, True, False),
         (State.CLEANED, NOT_READY, State.CLEANED, False, False),  # cleaned once per outage
         (State.CLEANED, UNKNOWN, State.CLEANED, False, False),
-        # additions
+        # addition
         (None, UNKNOWN, State.CLEANED, True, False),  # lost before we (re)started
         (State.KNOWN, UNKNOWN, State.KNOWN, False, False),
-        (None, None, None, True, True),  # deleted, whatever we knew
-        (State.RUNNING, None, None, True, True),
-        (State.KNOWN, None, None, True, True),
-        (State.CLEANED, None, None, True, True),
+        # deleted, whatever we knew of it: Akri counts an unseen node's deletion as Running's
+        (State.RUNNING, None, State.DELETED, True, True),
+        (State.KNOWN, None, State.DELETED, True, True),
+        (State.CLEANED, None, State.DELETED, True, True),
+        # a deleted node that comes back is a new node
+        (State.DELETED, READY, State.RUNNING, False, False),
+        (State.DELETED, NOT_READY, State.KNOWN, False, False),
     ],
 )
 def test_observe(
@@ -72,10 +79,55 @@ def test_observe(
     clean: bool,
     gone: bool,
 ) -> None:
-    decision = nodeleaving.observe(previous, obj)
+    memory = None if previous is None else Memory(previous)
+    decision = nodeleaving.observe(memory, obj, T0, seen=True)
     assert (decision.state, decision.clean, decision.gone) == (state, clean, gone)
     if clean:
         assert decision.why
+
+
+@pytest.mark.parametrize("seen", [True, False])
+def test_only_a_node_the_watcher_saw_is_cleaned_when_it_is_gone(seen: bool) -> None:
+    """Instances naming a node that does not exist: a mistyped --node-name, an agent whose
+    node was deleted before this watcher started, a simulator with no nodes. Its agent is
+    alive and writes them back; cleaning them would fight it for ever."""
+    decision = nodeleaving.observe(None, None, T0, seen=seen)
+    assert decision.clean is seen
+    assert decision.gone is seen
+    assert decision.state is (State.DELETED if seen else None)
+    if not seen:
+        assert decision.recheck_after is None and "never seen" in decision.why
+
+
+def test_a_deleted_node_is_cleaned_again_only_after_a_growing_back_off() -> None:
+    """An agent still running on a deleted node writes its Instances back: each cleaning
+    waits twice as long as the previous one, up to the cap."""
+    again = nodeleaving.Recleaning(initial=5.0, cap=30.0)
+    first = nodeleaving.observe(Memory(State.RUNNING), None, T0, seen=True, again=again)
+    assert first.clean and first.memory == Memory(State.DELETED, 1, T0 + 5.0)
+    assert first.recheck_after == 5.0  # then forgotten if nothing names it any more
+    memory = first.memory
+    cleanings = [T0]
+    now = T0
+    while len(cleanings) < 6:
+        now += 1.0
+        assert memory is not None
+        decision = nodeleaving.observe(memory, None, now, seen=True, again=again)
+        if decision.clean:
+            cleanings.append(now)
+            assert decision.recheck_after is not None
+        else:
+            assert decision.memory == memory
+            assert decision.recheck_after == pytest.approx(memory.next_cleaning - now)
+        memory = decision.memory
+    gaps = [later - earlier for earlier, later in itertools.pairwise(cleanings)]
+    assert gaps == [5.0, 10.0, 20.0, 30.0, 30.0]
+
+
+@pytest.mark.parametrize(("initial", "cap"), [(0.0, 1.0), (2.0, 1.0)])
+def test_recleaning_bounds(initial: float, cap: float) -> None:
+    with pytest.raises(ValueError):
+        nodeleaving.Recleaning(initial=initial, cap=cap)
 
 
 def test_listing_and_finalizers() -> None:
@@ -103,9 +155,6 @@ def offline(annotations: dict[str, str], since: str = "2026-11-30T10:00:00Z") ->
             "conditions": [{"type": "Ready", "status": "Unknown", "lastTransitionTime": since}]
         },
     }
-
-
-T0 = 1_796_032_800.0  # 2026-11-30T10:00:00Z
 
 
 @pytest.mark.parametrize(
@@ -158,10 +207,11 @@ T0 = 1_796_032_800.0  # 2026-11-30T10:00:00Z
 def test_autonomous_nodes_keep_their_devices_while_offline(
     previous: State | None, obj: dict[str, Any], now: float, clean: bool, recheck: float | None
 ) -> None:
-    decision = nodeleaving.observe(previous, obj, now)
+    memory = None if previous is None else Memory(previous)
+    decision = nodeleaving.observe(memory, obj, now, seen=True)
     assert decision.clean is clean
     assert decision.recheck_after == recheck
     if not clean:
         assert decision.state is State.RUNNING  # so the grace running out cleans it
     # deleted is deleted, autonomous or not
-    assert nodeleaving.observe(previous, None, now).clean
+    assert nodeleaving.observe(memory, None, now, seen=True).clean
