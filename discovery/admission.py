@@ -24,10 +24,9 @@ Devices (:func:`device`), each refusal a :class:`Refused` naming the device and 
     hub's default ones) plus the embedding hub's and the operator's. Some trees protect only
     themselves as a whole (``/dev``, ``/sys``, ``/run``): a device node, a ``/sys/class``
     entry or ``/run/udev`` inside them may be mounted, unless a tree within protects it
-    (``/run/containerd``, ``/sys/fs``). The admitted mount names the resolved path, so what
-    was judged is what is mounted. A writable mount becomes read-only unless the operator
-    allowed writable mounts for that handler name; a read-only mount of a socket still lets
-    the container connect to it, hence the sockets among the trees;
+    (``/run/containerd``, ``/sys/fs``). A writable mount becomes read-only unless the
+    operator allowed writable mounts for that handler name; a read-only mount of a socket
+    still lets the container connect to it, hence the sockets among the trees;
   * device specs: host path a device node under ``/dev/``, also where its links lead (kept as
     given: ``/dev/serial/by-id/...`` links are how a node is named stably), container path
     absolute, permissions a combination of ``r``, ``w``, ``m``;
@@ -35,8 +34,13 @@ Devices (:func:`device`), each refusal a :class:`Refused` naming the device and 
     ``NAME=value`` environment entries), values without NUL.
 
 Links are resolved by the caller (I/O: ``os.path.realpath``) and handed in as a mapping
-(:func:`paths_to_resolve` says which); a path missing from it counts as no link. A handler
-that swaps a link after it was judged changes nothing: the mount names the resolved target.
+(:func:`paths_to_resolve` says which); a path missing from it counts as no link. Admitted
+mounts keep the path as given: the agent resolves in its own mount namespace (in a Pod it
+sees the host's links only in the host directories mounted into it, and the image's own
+``/var/run`` -> ``/run``), so its resolution is a check, not a path to hand kubelet; both
+spellings of the well-known links are in :data:`TREES` either way. Dangers: a link changed
+after the check is not seen (kubelet resolves at container start); a handler that can write
+links into host directories it may mount is trusted with what they point to.
 """
 
 from __future__ import annotations
@@ -283,7 +287,7 @@ def device(
             if "\x00" in value:
                 raise Refused(f"properties[{key!r}]", "contains NUL")
         mounts = []
-        downgraded = changed = False
+        downgraded = False
         for i, mount in enumerate(found.mounts):
             field = f"mounts[{i}]"
             for which, path in (
@@ -305,9 +309,6 @@ def device(
                 exposed = _exposed(candidate, policy, real)
                 if exposed is not None:
                     raise Refused(f"{field}.hostPath", f"{shown} exposes {exposed}")
-            if resolved != host:
-                mount = dataclasses.replace(mount, host_path=resolved)
-                changed = True
             if not mount.read_only and handler not in policy.writable_mounts:
                 mount = dataclasses.replace(mount, read_only=True)
                 downgraded = True
@@ -333,6 +334,6 @@ def device(
                 )
     except Refused as e:
         raise Refused(f"device {found.id!r} {e.field}", e.message) from None
-    if not (downgraded or changed):
+    if not downgraded:
         return found, False
-    return dataclasses.replace(found, mounts=tuple(mounts)), downgraded
+    return dataclasses.replace(found, mounts=tuple(mounts)), True
