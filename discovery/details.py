@@ -11,7 +11,9 @@ Invariants:
   * Unknown keys are errors (a typo such as ``descriptons`` must not silently discover
     nothing).
   * Input is bounded (:data:`MAX_DETAILS_BYTES`) and YAML aliases are refused, so a hostile
-    Configuration cannot make the handler expand a "billion laughs" document.
+    Configuration cannot make the handler expand a "billion laughs" document; so is nesting
+    (``kubecontrol.nesting.MAX_DEPTH`` levels: PyYAML's composer recurses, and 5,000 nested
+    ``[`` were a ``RecursionError``), reported as invalid YAML naming the place.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 import yaml
+
+from kubecontrol import nesting
 
 MAX_DETAILS_BYTES = 256 * 1024
 
@@ -33,7 +37,7 @@ class DetailsError(ValueError):
         super().__init__(f"{field}: {message}" if field else message)
 
 
-class _NoAliasLoader(yaml.SafeLoader):
+class _NoAliasLoader(nesting.BoundedSafeLoader):
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()  # type: ignore[no-untyped-call]

@@ -50,8 +50,9 @@ Semantics (Akri reference §1.4, without its quirks):
 
 Trust (THREAT_MODEL.md, "Discovery"): the registration socket is created mode
 ``RegistrySettings.socket_mode`` (0660) explicitly, never by umask: only its owner, its group
-and root can register. What they register and report passes ``discovery.admission``: a
-refused registration ends with ``INVALID_ARGUMENT`` naming the field and one log line; UDS
+and root can register. What they register and report passes ``discovery.admission`` (device
+paths judged where their links lead, resolved here off the loop, once per list): a refused
+registration ends with ``INVALID_ARGUMENT`` naming the field and one log line; UDS
 endpoints must also *be* a socket in the handlers directory (checked here, off the loop);
 at most ``max_endpoints_per_name`` endpoints per name (``RESOURCE_EXHAUSTED``). A device
 that cannot be admitted is left out of its endpoint's list, logged once per stream and
@@ -72,7 +73,7 @@ import enum
 import logging
 import os
 import stat
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -178,7 +179,11 @@ class RegistrySettings:
     writable_mount_handlers: frozenset[str] = frozenset()
     """Handler names whose device mounts may stay writable (``--writable-mount-handlers``)."""
     protected_paths: tuple[Path, ...] = ()
-    """Host directories no device mount may expose; the handlers directory always is."""
+    """Host directories of the agent's own no device mount may expose; the handlers directory
+    always is."""
+    protected_trees: tuple[admission.Tree, ...] = ()
+    """Host paths no device mount may expose besides ``admission.TREES``: the embedding
+    hub's, the operator's (``--protected-mount-paths``)."""
 
     def policy(self) -> admission.Policy:
         directory = None if self.directory is None else os.path.abspath(self.directory)
@@ -193,6 +198,7 @@ class RegistrySettings:
             networks=self.handler_networks,
             writable_mounts=self.writable_mount_handlers,
             protected=tuple(sorted(protected)),
+            trees=(*admission.TREES, *self.protected_trees),
         )
 
 
@@ -206,6 +212,12 @@ def endpoint_from_request(
     checked = admission.endpoint(message.name, message.endpoint, network, policy)
     kind = EndpointKind.NETWORK if network else EndpointKind.UDS
     return Endpoint(checked.name, checked.endpoint, kind, message.shared)
+
+
+def resolve(paths: Iterable[str]) -> dict[str, str]:
+    """Where each path's links lead (``os.path.realpath``: as far as the path exists).
+    Blocking: run off the loop."""
+    return {path: os.path.realpath(path) for path in paths}
 
 
 def check_socket(path: str) -> None:
@@ -435,7 +447,7 @@ class DiscoveryRequest:
         plain = {k: v or b"" for k, v in properties.items()}
         async for found in sdk.device_lists(handler, parsed, plain):
             backoff.reset()
-            self._set_list(endpoint.uid, endpoint.shared, self._admit(endpoint, found))
+            self._set_list(endpoint.uid, endpoint.shared, await self._admit(endpoint, found))
 
     async def _stream_grpc(
         self, endpoint: Endpoint, properties: Mapping[str, bytes | None], backoff: _Backoff
@@ -455,8 +467,8 @@ class DiscoveryRequest:
             try:
                 async for response in call:
                     backoff.reset()
-                    found = wire.devices_from_response(response)
-                    self._set_list(endpoint.uid, endpoint.shared, self._admit(endpoint, found))
+                    found = await self._admit(endpoint, wire.devices_from_response(response))
+                    self._set_list(endpoint.uid, endpoint.shared, found)
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
                     raise _InvalidDetails(e.details() or "invalid discoveryDetails") from e
@@ -477,17 +489,20 @@ class DiscoveryRequest:
         )
         return found[:limit]
 
-    def _admit(self, endpoint: Endpoint, found: list[devices.Device]) -> list[devices.Device]:
-        """The devices of one list that ``discovery.admission`` accepts (see module doc)."""
+    async def _admit(self, endpoint: Endpoint, found: list[devices.Device]) -> list[devices.Device]:
+        """The devices of one list that ``discovery.admission`` accepts (see module doc),
+        judged on real paths: links are resolved off the loop, once per list."""
         policy = self._registry.policy
+        found = self._capped(endpoint, found)
+        real = await asyncio.to_thread(resolve, admission.paths_to_resolve(found, policy))
         admitted: list[devices.Device] = []
         rejected: dict[str, str] = {}
         downgraded: set[str] = set()
         before = self._rejected.get(endpoint.uid, {})
         was_downgraded = self._downgraded.get(endpoint.uid, set())
-        for device in self._capped(endpoint, found):
+        for device in found:
             try:
-                device, made_read_only = admission.device(device, endpoint.name, policy)
+                device, made_read_only = admission.device(device, endpoint.name, policy, real)
             except admission.Refused as e:
                 message = f"{endpoint.uid}: {e}"
                 rejected[device.id] = message

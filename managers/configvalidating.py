@@ -24,6 +24,11 @@ answer into the Configuration's field names (``spec.containers[0].image`` ->
 
 Updates are checked only when ``spec`` changed: an agent adding or removing its finalizer on
 a Configuration admitted before this webhook existed must not be refused.
+
+Nesting is bounded (``nesting_problems``, ``kubecontrol.nesting.MAX_DEPTH`` levels) before
+anything walks the object: comparisons, the broker objects' deep copies and their encoding
+recurse (a broker spec ~900 deep was a ``RecursionError``, a 500), so a deeper Configuration
+is refused naming its top-level field; ``discoveryDetails`` are bounded by their parser.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from discovery import details, handlers
+from kubecontrol import nesting
 from managers import brokerobjects as objects
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"
@@ -106,14 +112,28 @@ def parse_review(doc: object) -> Request:
     )
 
 
+def nesting_problems(request: Request) -> list[Problem]:
+    """The top-level fields of the Configuration that nest deeper than the bound (counted
+    from the object itself). Only the new object: an old one that deep does not stop an
+    update (``needs_check`` then checks the new one)."""
+    limit = nesting.MAX_DEPTH
+    return [
+        Problem(str(key), f"nested deeper than {limit} levels")
+        for key, value in (request.object or {}).items()
+        if nesting.depth(value, limit - 1) > limit - 1
+    ]
+
+
 def needs_check(request: Request) -> bool:
     """CREATE always; UPDATE only when ``spec`` changed (metadata-only writes such as the
-    agents' finalizers pass)."""
+    agents' finalizers pass), or when the old spec nests too deep to compare."""
     if request.operation == "CREATE":
         return True
     if request.operation == "UPDATE":
-        old = request.old_object or {}
-        return (request.object or {}).get("spec") != old.get("spec")
+        old = (request.old_object or {}).get("spec")
+        if nesting.depth(old) > nesting.MAX_DEPTH:
+            return True
+        return (request.object or {}).get("spec") != old
     return False
 
 

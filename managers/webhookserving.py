@@ -172,6 +172,9 @@ class Validator:
 
     async def review(self, doc: object) -> dict[str, Any]:
         request = configvalidating.parse_review(doc)
+        too_deep = configvalidating.nesting_problems(request)
+        if too_deep:
+            return configvalidating.response(request, too_deep)
         if not configvalidating.needs_check(request):
             return configvalidating.response(request, [])
         configuration = request.object

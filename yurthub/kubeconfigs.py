@@ -53,6 +53,8 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from yurthub import nesting
+
 # A kubeconfig, certificate, key or token file is a few KiB; anything this big is not one.
 MAX_FILE_BYTES = 1 << 20
 EXPIRY_WARNING = datetime.timedelta(hours=24)
@@ -252,7 +254,7 @@ def load(path: pathlib.Path, policy: TrustPolicy | None = None) -> Identity:
     except ValueError as e:  # too big, or not UTF-8
         raise KubeconfigError(f"kubeconfig {path}: cannot read: {e}") from e
     try:
-        doc = yaml.safe_load(text)
+        doc = nesting.load_yaml(text)
     except yaml.YAMLError as e:
         raise KubeconfigError(f"kubeconfig {path}: not YAML: {e}") from e
     if not isinstance(doc, dict):

@@ -99,6 +99,13 @@ def _handlers(value: str, enable_debug_echo: bool) -> tuple[str, ...]:
     "every other handler are made read-only.",
 )
 @click.option(
+    "--protected-mount-paths",
+    default="",
+    help="Comma-separated host paths no discovered device may mount (nor a directory above "
+    "them), besides the built-in ones: the system's, kubelet's, the container runtime's and "
+    "the hub's default directories.",
+)
+@click.option(
     "--device-plugins-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("/var/lib/kubelet/device-plugins"),
@@ -166,6 +173,7 @@ def command(
     enable_debug_echo: bool,
     handler_networks: str,
     writable_mount_handlers: str,
+    protected_mount_paths: str,
     device_plugins_dir: Path,
     pod_resources_socket: Path,
     cdi_dir: Path,
@@ -190,6 +198,7 @@ def command(
     try:
         networks = settings.parse_handler_networks(handler_networks)
         writable = settings.parse_handler_names(writable_mount_handlers)
+        protected = settings.parse_protected_paths(protected_mount_paths)
     except ValueError as e:
         click.echo(f"error: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
@@ -209,6 +218,7 @@ def command(
         cdi_dir=cdi_dir,
         handler_networks=networks,
         writable_mount_handlers=writable,
+        protected_mount_paths=protected,
         metrics_address=metrics_address,
         metrics_port=metrics_port,
         timings=settings.Timings(

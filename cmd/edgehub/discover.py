@@ -24,6 +24,7 @@ import yaml
 
 from discovery import details, devices, sdk
 from edgehub import cli
+from kubecontrol import nesting
 
 EXIT_BAD_INPUT = 2
 
@@ -112,7 +113,7 @@ def configuration_details(text: str, handler_name: str) -> tuple[str, dict[str, 
     """(discoveryDetails text, discoveryProperties) of ``text`` when it is a whole
     Configuration, else (``text``, {}). A property read from elsewhere maps to None. Pure."""
     try:
-        doc = yaml.safe_load(text)
+        doc = nesting.load_yaml(text)
     except yaml.YAMLError:
         return text, {}  # not YAML at all: the handler's parser reports it
     if not isinstance(doc, dict) or doc.get("kind") != "Configuration":

@@ -397,6 +397,12 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     default="",
     help="With --enable-discovery: handler names whose device mounts may be writable.",
 )
+@click.option(
+    "--protected-mount-paths",
+    default="",
+    help="With --enable-discovery: comma-separated host paths no discovered device may mount, "
+    "besides the built-in ones and the hub's --root-dir and --disk-cache-path.",
+)
 def command(**opts: object) -> None:
     """Run the hub: an offline-capable proxy in front of kube-apiserver."""
     verbosity = opts.get("verbosity")
@@ -406,7 +412,7 @@ def command(**opts: object) -> None:
         hub_settings = build_settings(opts)
         companions: list[lifecycle.Companion] = []
         if opts["enable_discovery"]:
-            companions.append(_discovery_companion(opts, hub_settings.node_name))
+            companions.append(_discovery_companion(opts, hub_settings))
         # Fail fast, with a clear message (also for a trust the flags do not allow) on a
         # kubeconfig the hub must read at start.
         policy = server.trust_policy(hub_settings.upstream)
@@ -463,7 +469,9 @@ def _startup_failure(error: BaseException) -> BaseException | None:
     return None
 
 
-def _discovery_companion(opts: dict[str, object], node_name: str) -> lifecycle.Companion:
+def _discovery_companion(
+    opts: dict[str, object], hub_settings: settings.HubSettings
+) -> lifecycle.Companion:
     """The discovery agent, run beside the hub and talking to the cloud through it."""
     # Imported here: a hub without discovery does not pay for grpc and the handlers.
     from discovery.agent import running as agent_running
@@ -481,6 +489,16 @@ def _discovery_companion(opts: dict[str, object], node_name: str) -> lifecycle.C
         writable = agent_settings.parse_handler_names(str(opts["writable_mount_handlers"]))
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--writable-mount-handlers") from e
+    try:
+        protected = agent_settings.parse_protected_paths(str(opts["protected_mount_paths"]))
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--protected-mount-paths") from e
+    node_name = hub_settings.node_name
+    # The hub's keys, kubeconfigs and cache: wherever the flags put them.
+    hub_paths = (
+        hub_settings.certs.root_dir.absolute(),
+        hub_settings.cache.disk_cache_path.absolute(),
+    )
 
     @contextlib.asynccontextmanager
     async def companion(node: assembly.Node) -> AsyncIterator[object]:
@@ -516,6 +534,8 @@ def _discovery_companion(opts: dict[str, object], node_name: str) -> lifecycle.C
                 cdi_dir=path("cdi_dir"),
                 handler_networks=networks,
                 writable_mount_handlers=writable,
+                protected_mount_paths=protected,
+                hub_paths=hub_paths,
                 metrics_port=None,
             )
         )

@@ -206,6 +206,7 @@ class Agent:
                             handler_networks=s.handler_networks,
                             writable_mount_handlers=s.writable_mount_handlers,
                             protected_paths=settings.protected_paths(s),
+                            protected_trees=settings.protected_trees(s),
                         )
                     )
                 )

@@ -8,6 +8,7 @@ otherwise.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -104,6 +105,12 @@ class AgentSettings:
     writable_mount_handlers: frozenset[str] = frozenset()
     """Handler names whose device mounts stay writable (``--writable-mount-handlers``); the
     mounts of every other handler are made read-only."""
+    protected_mount_paths: tuple[Path, ...] = ()
+    """Host paths no device mount may expose, besides the built-in ones
+    (``discovery.admission.TREES``) and the agent's own (``--protected-mount-paths``)."""
+    hub_paths: tuple[Path, ...] = ()
+    """The embedding hub's ``--root-dir`` and ``--disk-cache-path``, protected like the
+    defaults of those (which always are)."""
     workers: int = 4
     """Configurations reconciled concurrently."""
     timings: Timings = Timings()
@@ -127,6 +134,29 @@ def parse_handler_names(text: str) -> frozenset[str]:
     for name in names:
         admission.check_name(name)
     return names
+
+
+def parse_protected_paths(text: str) -> tuple[Path, ...]:
+    """``--protected-mount-paths``: comma-separated absolute paths; ValueError names a bad one."""
+    paths: list[Path] = []
+    for item in (i.strip() for i in text.split(",")):
+        if item and not os.path.isabs(item):
+            raise ValueError(f"{item!r} is not an absolute path")
+        if item:
+            paths.append(Path(os.path.normpath(item)))
+    return tuple(dict.fromkeys(paths))
+
+
+def protected_trees(agent_settings: AgentSettings) -> tuple[admission.Tree, ...]:
+    """The hub's and the operator's paths, as ``discovery.admission`` trees."""
+    hub = "the hub's --root-dir or --disk-cache-path"
+    return (
+        *(admission.Tree(os.fspath(p), hub) for p in agent_settings.hub_paths),
+        *(
+            admission.Tree(os.fspath(p), "--protected-mount-paths")
+            for p in agent_settings.protected_mount_paths
+        ),
+    )
 
 
 def protected_paths(agent_settings: AgentSettings) -> tuple[Path, ...]:

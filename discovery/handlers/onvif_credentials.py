@@ -54,7 +54,7 @@ def _json(properties: Mapping[str, bytes], key: str) -> Any:
         return None
     try:
         return json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # json's parser recurses: nesting ends in the latter
         logger.warning("ignoring discovery property %s: not valid JSON", key)
         return None
 

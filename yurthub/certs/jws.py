@@ -26,14 +26,16 @@ import binascii
 import dataclasses
 import hashlib
 import hmac
-import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import orjson
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+
+from yurthub import nesting
 
 TOKEN = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
 PIN = re.compile(r"^sha256:([0-9a-f]{64})$")
@@ -101,7 +103,7 @@ def verify_detached(detached: str, content: str, token: Token) -> None:
     if len(parts) != 3 or parts[1] != "":
         raise DiscoveryError("the cluster-info signature is not a detached JWS")
     try:
-        header = json.loads(_b64decode(parts[0]))
+        header = orjson.loads(_b64decode(parts[0]))  # bounded (json's parser recursed)
         signature = _b64decode(parts[2])
     except (binascii.Error, ValueError) as e:
         raise DiscoveryError("the cluster-info signature is not valid base64/JSON") from e
@@ -182,7 +184,7 @@ def cluster_info(
 
 def _parse_kubeconfig(content: str) -> ClusterInfo:
     try:
-        doc = yaml.safe_load(content)
+        doc = nesting.load_yaml(content)
     except yaml.YAMLError as e:
         raise DiscoveryError(f"the cluster-info kubeconfig is not YAML: {e}") from e
     clusters = doc.get("clusters") if isinstance(doc, dict) else None

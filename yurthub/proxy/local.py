@@ -71,7 +71,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from yurthub import requestinfo, statuses
+from yurthub import nesting, requestinfo, statuses
 from yurthub.authn import offlinetokens
 from yurthub.cache import (
     agents,
@@ -283,7 +283,11 @@ class Answerer:
         if info.verb == "patch" and info.body_content_type == patching.MERGE_PATCH:
             patch = await _read_json(request)
             cached = framing.parse_object(body)
-            patched = patching.merge_patch(cached, patch)
+            try:
+                patched = patching.merge_patch(cached, patch)
+            except patching.PatchError as e:
+                logger.info("refused an offline merge patch of %s: %s", info.describe(), e)
+                return _status(400, str(e))
             if isinstance(patched, dict):
                 # The identity of the object is not the client's to change (nor its shape).
                 meta = patched.get("metadata")
@@ -892,11 +896,14 @@ def _decoded(
     """A request body as a JSON-shaped dict: JSON, or protobuf (what Go clients send by
     default: kubelet's lease renewals and TokenRequests). ``ValueError`` when unreadable."""
     if info.body_content_type == PROTOBUF:
-        return converter.object(body)
-    try:
-        return framing.parse_object(body)
-    except framing.BadBody as e:
-        raise ValueError(f"not JSON: {e}") from e
+        obj = converter.object(body)
+    else:
+        try:
+            obj = framing.parse_object(body)
+        except framing.BadBody as e:
+            raise ValueError(f"not JSON: {e}") from e
+    nesting.check(obj)  # a ValueError: it is re-encoded, and orjson stops at 254 levels
+    return obj
 
 
 def _status(code: int, message: str, details: statuses.StatusDetails | None = None) -> web.Response:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import pathlib
 import shutil
 import time
@@ -435,3 +436,43 @@ async def test_chunked_kubectl_list_is_cached_whole(edge: Edge) -> None:
     assert [line.split()[:2] for line in offline.stdout.splitlines()[1:]] == [
         line.split()[:2] for line in online.stdout.splitlines()[1:]
     ]
+
+
+def _nested(depth: int, leaf: bytes = b'"x"') -> bytes:
+    """``{"a": {"a": ... leaf}}``, ``depth`` objects deep (too deep for orjson to encode)."""
+    return b'{"a":' * depth + leaf + b"}" * depth
+
+
+async def test_deeply_nested_offline_writes_are_refused_with_a_status(
+    edge: Edge, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 27 item 6: an offline merge patch or TokenRequest nested ~500 deep was a 500
+    with a traceback per request; now a 400 Status, one log line for the patch."""
+    caplog.set_level(logging.INFO)
+    await warm(edge)
+    await edge.cut()
+    patch = b'{"metadata":{"labels":{"a":"b"}},"spec":' + _nested(500) + b"}"
+    caplog.clear()
+    status, body, _ = await edge.request(
+        "PATCH", f"/api/v1/nodes/{NODE}", body=patch, content_type="application/merge-patch+json"
+    )
+    assert status == 400 and body["kind"] == "Status" and body["reason"] == "BadRequest"
+    assert "nested deeper than 200 levels" in body["message"]
+    refusals = [r for r in caplog.records if "nested deeper" in r.getMessage()]
+    assert len(refusals) == 1 and refusals[0].levelno == logging.INFO
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    # As deep as may be, it is applied (and the answer encodes).
+    patch = b'{"metadata":{"labels":{"a":"b"}},"spec":' + _nested(150) + b"}"
+    status, node, _ = await edge.request(
+        "PATCH", f"/api/v1/nodes/{NODE}", body=patch, content_type="application/merge-patch+json"
+    )
+    assert status == 200 and node["metadata"]["labels"]["a"] == "b"
+    request = b'{"kind":"TokenRequest","apiVersion":"authentication.k8s.io/v1","spec":'
+    status, body, _ = await edge.request(
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts/default/token",
+        body=request + _nested(500) + b"}",
+    )
+    assert status == 400 and body["kind"] == "Status"
+    assert "nested deeper than 200 levels" in body["message"]
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]

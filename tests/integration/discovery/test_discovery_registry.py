@@ -466,3 +466,49 @@ async def test_devices_exposing_the_host_are_left_out_and_mounts_made_read_only(
         "'/' (the whole file system) is refused",
     )
     assert len([r for r in caplog.records if "left out a device" in r.getMessage()]) == 3
+
+
+async def test_mounts_are_judged_where_their_links_lead(
+    sock_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 27 item 5: a link into a protected directory, a protected directory that is
+    itself a link (``/var/run/cdi`` -> ``/run/cdi``) and a link to a system tree are seen
+    through; a link elsewhere is admitted as given."""
+    root = tmp_path.resolve()
+    kubelet, cdi, data = root / "kubelet", root / "run-cdi", root / "data"
+    for directory in (kubelet, cdi, data):
+        directory.mkdir()
+    (root / "var-run-cdi").symlink_to(cdi)
+    (root / "innocent").symlink_to(kubelet)
+    (root / "etc-link").symlink_to("/etc")
+    (root / "data-link").symlink_to(data)
+    settings = dataclasses.replace(
+        FAST, directory=sock_dir, protected_paths=(kubelet, root / "var-run-cdi")
+    )
+
+    def mounting(device_id: str, host: Path) -> devices.Device:
+        return devices.Device(device_id, mounts=(devices.Mount("/mnt", str(host), True),))
+
+    found = [
+        mounting("into-kubelet", root / "innocent" / "pods"),
+        mounting("cdi", cdi / "akri.json"),
+        mounting("etc", root / "etc-link"),
+        mounting("data", root / "data-link"),
+    ]
+    async with registry.running(settings) as reg:
+        reg.register_embedded(Mounting(found))
+        request = reg.request("ns/cfg", "mounting", "")
+        snapshot = await _until(request, lambda s: bool(s.devices))
+    (admitted,) = snapshot.devices
+    assert admitted.device.id == "data"
+    assert admitted.device.mounts == (devices.Mount("/mnt", str(root / "data-link"), True),)
+    field = "mounts[0].hostPath"
+    assert snapshot.rejected == (
+        f"mounting@embedded: device 'cdi' {field}: '{cdi}/akri.json' exposes "
+        f"{root}/var-run-cdi (= {cdi})",
+        f"mounting@embedded: device 'etc' {field}: '{root}/etc-link' (really '/etc') exposes "
+        "/etc (the system's configuration)",
+        f"mounting@embedded: device 'into-kubelet' {field}: '{root}/innocent/pods' "
+        f"(really '{kubelet}/pods') exposes {kubelet}",
+    )
+    assert len([r for r in caplog.records if "left out a device" in r.getMessage()]) == 3

@@ -129,3 +129,12 @@ def test_empty_token_file_fails_to_load(layout: pathlib.Path, content: str) -> N
     identity = kubeconfigs.load(kubeconfig)
     assert identity.token == "abc"
     assert [f.path.name for f in identity.files] == ["kubelet.conf", "ca.crt", "token"]
+
+
+def test_a_deeply_nested_kubeconfig_fails_to_load(tmp_path: pathlib.Path) -> None:
+    """Issue 27 item 6: PyYAML's composer recursed; 5,000 nested ``[`` were a
+    ``RecursionError`` (a traceback at start), now a ``KubeconfigError``."""
+    kubeconfig = tmp_path / "deep.conf"
+    kubeconfig.write_text("clusters: " + "[" * 5_000 + "]" * 5_000 + "\n")
+    with pytest.raises(kubeconfigs.KubeconfigError, match=r"not YAML: .*nested deeper than 200"):
+        kubeconfigs.load(kubeconfig)

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
+import logging
 import os
 import ssl
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from managers_support import (
     akri_settings,
     configuration,
@@ -245,3 +248,59 @@ async def test_a_certificate_that_is_not_there_yet_is_waited_for(
             await asyncio.sleep(0.05)
         status, text = await get_text(manager.health_port or 0, "/readyz")
         assert f"[+]webhook ok (port {port})" in text
+
+
+async def test_deeply_nested_configurations_are_denied_not_crashed_on(
+    sim_apiserver: simapiserver.SimApiserver, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 27 item 6: 5,000 nested ``[`` in discoveryDetails (``RecursionError`` in the
+    handler's YAML parser) and a broker spec 600 deep (in the deep copies) were 500s with a
+    traceback; now denied reviews naming the field, one log line each."""
+    caplog.set_level(logging.INFO)
+    sim = sim_apiserver
+    install_crds(sim)
+    account = service_account_dir(sim, tmp_path / "sa")
+    authority = pki.Authority.create("webhook-ca")
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    cert, key = write_pair(tls, authority, "127.0.0.1")
+    webhook = settings.Webhook(cert_file=cert, key_file=key, bind_address="127.0.0.1", port=0)
+    trust = ssl.create_default_context(cadata=authority.cert_pem.decode())
+    deep: Any = "x"
+    for _ in range(600):
+        deep = {"x": deep}
+    brackets = configuration()
+    brackets["spec"]["discoveryHandler"] = {
+        "name": "udev",
+        "discoveryDetails": "[" * 5_000 + "]" * 5_000,
+    }
+    cases = {
+        "spec.discoveryHandler.discoveryDetails: discoveryDetails are not valid YAML at line 1, "
+        "column 201: nested deeper than 200 levels (the udev discovery handler would refuse it)": (
+            brackets
+        ),
+        "spec: nested deeper than 200 levels": configuration(
+            brokerSpec={"brokerPodSpec": {**BROKER, "x": deep}}
+        ),
+    }
+    async with (
+        running.running(
+            akri_settings(sim, account, controllers=("brokers",), webhook=webhook)
+        ) as manager,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trust)) as session,
+    ):
+        url = f"https://127.0.0.1:{manager.webhook_port}/validate"
+        for message, config in cases.items():
+            caplog.clear()
+            # json, not orjson: it encodes deeper than 254 levels.
+            body = json.dumps(review("CREATE", config))
+            headers = {"Content-Type": "application/json"}
+            async with session.post(url, data=body, headers=headers) as resp:
+                assert resp.status == 200
+                answer = await resp.json()
+            response = answer["response"]
+            assert response["allowed"] is False and response["status"]["code"] == 422
+            assert response["status"]["message"] == message
+            denials = [r for r in caplog.records if "webhook denied" in r.getMessage()]
+            assert len(denials) == 1 and message in denials[0].getMessage()
+            assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]

@@ -545,3 +545,47 @@ async def _check_compression(http: aiohttp.ClientSession, gz: dict[str, str]) ->
         await resp.read()
     async with http.get("/api/v1/namespaces", headers=gz) as resp:
         assert "Content-Encoding" not in resp.headers  # small
+
+
+async def test_deeply_nested_bodies_are_refused_with_a_status(
+    http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 27 item 6: a body or patch nested deeper than the simulator can store (orjson
+    encodes 254 levels) was a 500 with a traceback; now a 400/422 Status."""
+    cms = "/api/v1/namespaces/default/configmaps"
+
+    def nested(levels: int) -> str:
+        return '{"a":' * levels + '"x"' + "}" * levels
+
+    async with http.post(cms, json={"metadata": {"name": "deep"}, "data": {"k": "v"}}) as resp:
+        assert resp.status == 201
+    requests = [
+        ("POST", cms, "application/json", '{"metadata":{"name":"d2"},"x":' + nested(300) + "}"),
+        ("PATCH", f"{cms}/deep", "application/merge-patch+json", '{"x":' + nested(500) + "}"),
+        ("PATCH", f"{cms}/deep", "application/strategic-merge-patch+json", nested(500)),
+        ("PATCH", f"{cms}/deep", "application/apply-patch+yaml", "[" * 300 + "]" * 300),
+    ]
+    for method, path, content_type, body in requests:
+        query = "?fieldManager=t" if "apply" in content_type else ""
+        headers = {"Content-Type": content_type}
+        async with http.request(method, path + query, data=body, headers=headers) as resp:
+            assert resp.status == 400, (content_type, await resp.text())
+            assert "nested deeper than 200 levels" in (await _status(resp))["message"]
+    # Deeper than libyaml composes (1,000): its own bound, a 400 too.
+    headers = {"Content-Type": "application/apply-patch+yaml"}
+    brackets = "[" * 5_000 + "]" * 5_000
+    async with http.patch(f"{cms}/deep?fieldManager=t", data=brackets, headers=headers) as resp:
+        assert resp.status == 400
+        assert "maximum nesting depth" in (await _status(resp))["message"]
+    # Each part within the bound, the result beyond it: a patch that cannot apply.
+    ops = [
+        {"op": "add", "path": "/x", "value": json.loads(nested(150))},
+        {"op": "add", "path": "/x" + "/a" * 149, "value": json.loads(nested(150))},
+    ]
+    headers = {"Content-Type": "application/json-patch+json"}
+    async with http.patch(f"{cms}/deep", data=json.dumps(ops), headers=headers) as resp:
+        assert resp.status == 422
+        assert "nested deeper than 200 levels" in (await _status(resp))["message"]
+    async with http.get(f"{cms}/deep") as resp:
+        assert (await resp.json())["data"] == {"k": "v"}
+    assert not [r for r in caplog.records if r.exc_info]

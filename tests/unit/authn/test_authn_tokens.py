@@ -170,9 +170,23 @@ def test_rsa_key_with_an_es_token_fails() -> None:
         jwts.verify_signature(parsed, jwts.public_keys({"keys": [rsa_signer.jwk()]}))
 
 
+DEEP_LISTS = b"[" * 2000 + b"]" * 2000
+DEEP_OBJECTS = b'{"a":' * 1500 + b"1" + b"}" * 1500
+
+
 @pytest.mark.parametrize(
     "token",
-    ["", "a.b", "a.b.c.d", "!!.!!.!!", f"{b64(b'[]')}.{b64(b'{}')}.{b64(b'x')}", "x" * 20000],
+    [
+        "",
+        "a.b",
+        "a.b.c.d",
+        "!!.!!.!!",
+        f"{b64(b'[]')}.{b64(b'{}')}.{b64(b'x')}",
+        "x" * 20000,
+        # Issue 27 item 6: nested claims or header were a RecursionError (a 500) in json.loads.
+        f"{b64(b'{}')}.{b64(DEEP_LISTS)}.{b64(b'x')}",
+        f"{b64(DEEP_OBJECTS)}.{b64(b'{}')}.{b64(b'x')}",
+    ],
 )
 def test_not_jwts(token: str) -> None:
     with pytest.raises(jwts.TokenError):

@@ -148,3 +148,22 @@ def test_partial_list() -> None:
 )
 def test_merge_patch(target: Any, patch: Any, result: Any) -> None:
     assert patching.merge_patch(target, patch) == result
+
+
+def _deep(levels: int) -> Any:
+    value: Any = "x"
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+def test_merge_patch_refuses_what_nests_too_deep() -> None:
+    """Issue 27 item 6: the merge recursed along any patch and its answer failed to encode
+    past orjson's 254 levels (a 500); both bounds are a ``PatchError`` now."""
+    with pytest.raises(patching.PatchError, match=r"^the patch is nested deeper than 200 levels"):
+        patching.merge_patch({"a": 1}, {"spec": _deep(500)})
+    # A cached object can be deeper (the apiserver allows it; an offline create is stored).
+    with pytest.raises(patching.PatchError, match=r"^the patched object would be nested deeper"):
+        patching.merge_patch({"spec": _deep(250)}, {"b": 1})
+    # Within the bound (a shallow patch onto a deep object) it is applied.
+    assert patching.merge_patch({"spec": _deep(198)}, {"b": 1}) == {"spec": _deep(198), "b": 1}

@@ -159,3 +159,21 @@ def test_kubeconfig_without_ca() -> None:
     }
     with pytest.raises(jws.DiscoveryError, match="certificate-authority-data"):
         jws.cluster_info(cm, TOKEN, [], skip_ca_verification=True)
+
+
+def test_a_deeply_nested_cluster_info_is_a_discovery_error() -> None:
+    """Issue 27 item 6: the signed kubeconfig is YAML; nesting no longer recurses unbounded."""
+    content = "clusters: " + "[" * 5_000 + "]" * 5_000
+    signature = bootstraptokens.sign_detached(content, TOKEN.id, TOKEN.secret)
+    found = {"data": {"kubeconfig": content, f"jws-kubeconfig-{TOKEN.id}": signature}}
+    with pytest.raises(jws.DiscoveryError, match=r"not YAML: .*nested deeper than 200 levels"):
+        jws.cluster_info(found, TOKEN, [], skip_ca_verification=True)
+
+
+def test_a_deeply_nested_signature_header_is_a_discovery_error(authority: pki.Authority) -> None:
+    """Read before anything is verified: json's parser recursed (a ``RecursionError``)."""
+    found = _cluster_info(authority)
+    header = base64.urlsafe_b64encode(b"[" * 2_000 + b"]" * 2_000).rstrip(b"=").decode()
+    found["data"][f"jws-kubeconfig-{TOKEN.id}"] = f"{header}..AAAA"
+    with pytest.raises(jws.DiscoveryError, match="not valid base64/JSON"):
+        jws.cluster_info(found, TOKEN, [_pin(authority)], skip_ca_verification=False)

@@ -112,6 +112,10 @@ def test_opcua_connect_timeout_comes_from_the_environment() -> None:
         ("a: [1\n", "not valid YAML at line 2, column 1"),
         ("a: &x [1]\nb: *x\n", "aliases are not allowed"),
         ("x" * (details.MAX_DETAILS_BYTES + 1), "larger than"),
+        # Issue 27 item 6: PyYAML's composer recursed (RecursionError) on deep nesting.
+        ("[" * 5_000 + "]" * 5_000, "at line 1, column 201: nested deeper than 200 levels"),
+        ("a: " + "{b: " * 300 + "1" + "}" * 300, "nested deeper than 200 levels"),
+        ("".join(" " * i + "k:\n" for i in range(300)), "nested deeper than 200 levels"),
     ],
 )
 def test_details_load_errors(text: str, message: str) -> None:
@@ -269,3 +273,13 @@ async def test_mailbox_keeps_only_the_newest_unsent_list() -> None:
     assert await box.take() == [_dev("3")]
     assert await box.take() is None
     assert isinstance(box.error, RuntimeError)
+
+
+def test_edgehub_discover_reads_deeply_nested_files_as_details_text() -> None:
+    """Issue 27 item 6: ``edgehub discover`` parsed its input with ``yaml.safe_load`` first (a
+    ``RecursionError`` on 5,000 nested ``[``); now it is not a Configuration, so it goes to
+    the handler's parser as details text, which reports it."""
+    text = "[" * 5_000 + "]" * 5_000
+    assert discover_command.configuration_details(text, "udev") == (text, {})
+    with pytest.raises(details.DetailsError, match="nested deeper than 200 levels"):
+        details.load(text)

@@ -285,8 +285,9 @@ def test_credentials_sources_and_precedence() -> None:
 
 def test_bad_credential_properties_are_ignored() -> None:
     props = {
-        "device_credential_list": b'["missing", "bad", "binary"]',
+        "device_credential_list": b'["missing", "bad", "binary", "deep"]',
         "bad": b"{not json",
+        "deep": b"[" * 5_000 + b"]" * 5_000,  # issue 27 item 6: was a RecursionError
         "binary": b"\xff\xfe",
         "username_default": b"\xff",
     }

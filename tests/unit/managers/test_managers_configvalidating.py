@@ -316,3 +316,28 @@ def test_responses() -> None:
     assert denied["status"]["code"] == 422
     assert denied["status"]["message"] == "spec.capacity: must not be negative, got -1; spec.x: y"
     assert denied["warnings"] == ["spec.brokerSpec was not checked: timeout"]
+
+
+def _deep(levels: int) -> Any:
+    value: Any = "x"
+    for _ in range(levels):
+        value = {"x": value}
+    return value
+
+
+def test_deep_nesting_is_a_problem_not_a_crash() -> None:
+    """Issue 27 item 6: 5,000 nested ``[`` in discoveryDetails raised ``RecursionError`` in
+    the handler's parser; a broker spec nested ~900 deep did in the deep copies."""
+    for handler in ("udev", "debugEcho", "opcua", "onvif"):
+        (problem,) = cv.check(configuration(handler, "[" * 5_000 + "]" * 5_000))
+        assert problem.field == "spec.discoveryHandler.discoveryDetails"
+        assert "nested deeper than 200 levels" in problem.message
+        assert f"the {handler} discovery handler would refuse it" in problem.message
+    deep = configuration(brokerSpec={"brokerPodSpec": {**POD, "x": _deep(900)}})
+    request = cv.parse_review(review("CREATE", deep))
+    assert cv.nesting_problems(request) == [cv.Problem("spec", "nested deeper than 200 levels")]
+    assert cv.nesting_problems(cv.parse_review(review("CREATE", configuration()))) == []
+    # An old object that deep (admitted before the webhook) does not stop an update: the new
+    # one is checked whatever the old one was.
+    update = cv.parse_review(review("UPDATE", configuration(), old=deep))
+    assert cv.nesting_problems(update) == [] and cv.needs_check(update)

@@ -2,7 +2,9 @@
 
 A body is read in chunks up to ``max_body_bytes``; one byte more and the answer
 is 413 without reading the rest. JSON is decoded with orjson, YAML with PyYAML's
-safe loader (C-accelerated when available).
+safe loader (C-accelerated when available). A decoded body nested deeper than
+``nesting.MAX_DEPTH`` is a 400: the simulator could not store it (orjson encodes 254
+levels) and walks it recursively (defaulting, patches).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from yurthub import statuses
+from yurthub import nesting, statuses
 from yurthub.kubeproto import converting
 from yurthub.testing.sim import errors, negotiation
 
@@ -42,6 +44,15 @@ async def read(request: web.Request, limit: int) -> bytes:
 
 
 def decode(raw: bytes, fmt: negotiation.BodyFormat, converter: converting.Converter) -> Any:
+    value = _decoded(raw, fmt, converter)
+    try:
+        nesting.check(value)
+    except nesting.TooDeep as e:
+        raise errors.bad_request(f"the request body is {e}") from e
+    return value
+
+
+def _decoded(raw: bytes, fmt: negotiation.BodyFormat, converter: converting.Converter) -> Any:
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
     if fmt is negotiation.BodyFormat.PROTOBUF:

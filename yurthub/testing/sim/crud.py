@@ -15,7 +15,7 @@ import orjson
 from aiohttp import web
 from multidict import MultiMapping
 
-from yurthub import statuses
+from yurthub import nesting, statuses
 from yurthub.cache import selectors
 from yurthub.testing.sim import (
     bodies,
@@ -357,6 +357,9 @@ async def patch(
     patched = apply_patch_document(rt, fmt, current, document)
     if not isinstance(patched, dict):
         raise errors.invalid(rt.kind, rp.name, "the patch turned the object into a non-object")
+    if nesting.depth(patched) > nesting.MAX_DEPTH:  # a JSON patch can nest a value in another
+        message = f"the patched object would be nested deeper than {nesting.MAX_DEPTH} levels"
+        raise errors.invalid(rt.kind, rp.name, message)
     patched.setdefault("metadata", {})
     # Apply never carries an optimistic lock unless the applied object names one.
     if fmt is negotiation.BodyFormat.APPLY_PATCH and not (
