@@ -5,18 +5,31 @@
 - Like a Go server's ``ReadHeaderTimeout``, a connection that has not sent a whole request head
   within ``read_header_timeout`` of opening (or of starting its next request) is answered 408
   and closed.
-- Past ``max_connections`` open connections a new one is answered 503 and closed.
+- Past ``max_connections`` open connections (per listener) a new one is answered 503 and
+  closed.
+- ``own_process_only`` (the hub's own socket, ``OwnSocket``): a Unix socket in a directory only
+  the hub's user may enter, whose every connection must come from this very process (the
+  kernel's ``SO_PEERCRED``); any other is answered 403 and closed before it can send anything.
+  The router treats what arrives there as the hub's own (readiness gate, fairness): nothing a
+  caller can put in a request makes a request "own".
 
 ``server.Hub`` builds one ``ProxyServer`` per listener with ``routing.Router.handle`` as its
 handler. Dangers: this subclasses aiohttp's ``RequestHandler`` and reads some of its private
-state (``_current_request``, ``_messages``, ``_request_count``); an aiohttp upgrade must keep
-``tests/integration/hub/test_hub_slow_clients.py`` passing.
+state (``_current_request``, ``_messages``, ``_request_count``); an aiohttp upgrade
+must keep ``tests/integration/hub/test_hub_slow_clients.py`` passing. ``SO_PEERCRED`` is
+Linux's: elsewhere the own socket refuses everyone (the hub runs on Linux).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import pathlib
+import shutil
+import socket
+import struct
+import tempfile
 import typing
 from typing import Any
 
@@ -25,6 +38,12 @@ from aiohttp import http_exceptions, web, web_protocol, web_request, web_server
 from yurthub import metrics, statuses
 
 log = logging.getLogger(__name__)
+
+OWN_MAX_CONNECTIONS = 256
+"""The own socket's cap (``--proxy-max-connections`` is the ports'): the hub's own clients hold
+one watch per follower and per pool-scoped resource, and a few short requests."""
+_UCRED = struct.Struct("3i")
+"""``struct ucred``: pid, uid, gid of a Unix socket's peer."""
 
 
 def raw_status(code: int, reason: str, message: str) -> bytes:
@@ -38,27 +57,82 @@ def raw_status(code: int, reason: str, message: str) -> bytes:
     return head.encode("ascii") + body
 
 
+def peer_pid(transport: asyncio.BaseTransport) -> int | None:
+    """The process at the other end of a Unix socket (None: not one, or not known here)."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    sock = transport.get_extra_info("socket")
+    if option is None or sock is None or sock.family != socket.AF_UNIX:
+        return None
+    try:
+        pid, _uid, _gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, option, _UCRED.size))
+    except (OSError, struct.error):
+        return None
+    return int(pid)
+
+
+class OwnSocket:
+    """Where the hub's own clients reach its proxy: ``<tmp>/edgehub-own-<pid>-<random>/
+    proxy.sock``, the directory made by ``mkdtemp`` (0700: only the hub's user may even reach the
+    socket); ``remove`` once the listener is closed. A fresh directory per hub, so two hubs in
+    one process (tests) never meet. A hub killed with SIGKILL cannot remove its own: the next
+    hub started removes those of processes that no longer run (by the pid in the name; only its
+    user's), so they never pile up. Blocking (a directory listing): create it off the loop."""
+
+    PREFIX = "edgehub-own-"
+
+    def __init__(self) -> None:
+        parent = pathlib.Path(tempfile.gettempdir())
+        _remove_stale(parent, self.PREFIX)
+        self.directory = pathlib.Path(
+            tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getpid()}-", dir=parent)
+        )
+        self.path = str(self.directory / "proxy.sock")
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _remove_stale(parent: pathlib.Path, prefix: str) -> None:
+    """Remove ``<prefix><pid>-*`` directories of this user whose process is gone."""
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    for entry in entries:
+        pid_text = entry.name.removeprefix(prefix).split("-", 1)[0]
+        if not entry.name.startswith(prefix) or not pid_text.isdigit():
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:
+            continue  # alive under another user, or unreadable: not ours to judge
+
+
 class StatusRequestHandler(web_protocol.RequestHandler):
     """aiohttp's connection handler, answering protocol errors with a ``Status``, bounding the
-    time to send a request head, and refusing connections past the cap.
+    time to send a request head, and taking part in its listener's connection accounting.
 
     The head timer runs while the connection waits for a request (from accept, and from the
     first byte of each later one): aiohttp itself only closes such a connection at its keep-alive
-    timeout (75 s), so slowloris clients held the hub's connections (and fds) that long.
+    timeout, so slowloris clients held the hub's connections (and fds) that long.
     """
 
     _header_handle: asyncio.TimerHandle | None = None
+    counted = False
+    """This connection holds one of its listener's ``max_connections``."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         server = self._manager
         assert isinstance(server, ProxyServer)
-        if len(server.connections) > server.max_connections:
-            server.refused()
+        refusal = server.admit(self, transport)
+        if refusal is not None:
             # uvloop's transports write like asyncio's but do not subclass asyncio.Transport.
-            typing.cast(asyncio.WriteTransport, transport).write(
-                raw_status(503, "Service Unavailable", "too many connections to the hub")
-            )
+            typing.cast(asyncio.WriteTransport, transport).write(refusal)
             self.force_close()
             return
         self._arm_header_timer()
@@ -72,6 +146,9 @@ class StatusRequestHandler(web_protocol.RequestHandler):
             self._arm_header_timer()  # the first bytes of a next request
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        server = self._manager
+        if isinstance(server, ProxyServer):
+            server.release(self)
         self._disarm_header_timer()
         super().connection_lost(exc)
 
@@ -125,6 +202,8 @@ class StatusRequestHandler(web_protocol.RequestHandler):
 
 
 class ProxyServer(web_server.Server):
+    """One listener's connections, counted against ``max_connections``."""
+
     def __init__(
         self,
         handler: Any,
@@ -132,18 +211,43 @@ class ProxyServer(web_server.Server):
         read_header_timeout: float,
         max_connections: int,
         collectors: metrics.Metrics,
+        own_process_only: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(handler, **kwargs)
         self.read_header_timeout = read_header_timeout
         self.max_connections = max_connections
+        self.own_process_only = own_process_only
         self._metrics = collectors
+        self.open = 0
+        """Connections holding a place (admitted, not yet lost or closed for room)."""
+        self._strangers = 0
 
     def __call__(self) -> web_protocol.RequestHandler:
         return StatusRequestHandler(self, loop=self._loop, **self._kwargs)
 
-    def refused(self) -> None:
-        self._metrics.refused_connections.inc()
+    def admit(
+        self, handler: StatusRequestHandler, transport: asyncio.BaseTransport
+    ) -> bytes | None:
+        """Count a new connection in; or what to answer it before closing it."""
+        if self.own_process_only:
+            pid = peer_pid(transport)
+            if pid != os.getpid():
+                self._strangers += 1
+                say = log.warning if self._strangers == 1 else log.debug
+                say("refused a connection to the hub's own socket from process %s", pid)
+                return raw_status(403, "Forbidden", "this socket serves the hub's own process only")
+        if self.open >= self.max_connections:
+            self._metrics.refused_connections.inc()
+            return raw_status(503, "Service Unavailable", "too many connections to the hub")
+        self.open += 1
+        handler.counted = True
+        return None
+
+    def release(self, handler: StatusRequestHandler) -> None:
+        if handler.counted:
+            handler.counted = False
+            self.open -= 1
 
     def timed_out(self) -> None:
         self._metrics.header_timeouts.inc()

@@ -15,6 +15,11 @@
   one (rotations swap it in place); callers must authenticate (``proxy/identifying``).
 - With ``--enable-dummy-if`` the dummy interface is made before any listener binds, and the
   plain proxy also listens on the dummy IP.
+- The hub's own socket (``listening.OwnSocket``, a Unix socket in a private directory that
+  only this process may use): the same router, for the hub's own clients (``own_route``: the
+  config, filter-input and pool followers, the multiplexer's feeders, the discovery
+  documents). What arrives there is the hub's own (readiness gate, in-flight limits) and holds
+  none of the proxy port's ``--proxy-max-connections``; a request's headers never are.
 
 Usage (tests, the demo, the CLI)::
 
@@ -53,6 +58,7 @@ from yurthub import (
     apiresources,
     balancing,
     dummyif,
+    following,
     health,
     kubeconfigs,
     labels,
@@ -105,6 +111,10 @@ class Hub:
         self._proxy_runner: web.BaseRunner | None = None
         self._secure_runner: web.BaseRunner | None = None
         self._server_runner: web.AppRunner | None = None
+        self._own_runner: web.BaseRunner | None = None
+        self._own_socket: listening.OwnSocket | None = None
+        self.own_route = following.ProxyRoute("")
+        """How the hub's own clients reach the proxy (the own socket, once listening)."""
         self.proxy_url = ""
         self.secure_url = ""
         """``https://host:port`` once the secure proxy listens."""
@@ -338,20 +348,22 @@ class Hub:
         await self._stack.aclose()
         self._scrape_pool.shutdown(wait=False, cancel_futures=True)
 
-    def _proxy_server(self, *, secure: bool) -> listening.ProxyServer:
+    def _proxy_server(self, *, secure: bool, own: bool = False) -> listening.ProxyServer:
         s = self.settings
         assert self.router is not None
         handle = self.router.handle
 
         async def handler(request: web_request.BaseRequest) -> web.StreamResponse:
             assert isinstance(request, web.Request)
-            return await handle(request, secure=secure)
+            return await handle(request, secure=secure, own=own)
 
         return listening.ProxyServer(
             handler,
             read_header_timeout=s.proxy.read_header_timeout,
-            max_connections=s.proxy.max_connections,
+            max_connections=listening.OWN_MAX_CONNECTIONS if own else s.proxy.max_connections,
             collectors=self.metrics,
+            own_process_only=own,
+            tcp_keepalive=not own,
             handler_cancellation=True,
             max_field_size=s.proxy.max_field_size,
             max_line_size=s.proxy.max_field_size,
@@ -373,6 +385,15 @@ class Hub:
             await web.TCPSite(
                 self._proxy_runner, s.listen.dummy_if_ip, s.listen.proxy_port, backlog=1024
             ).start()
+
+        own = await asyncio.get_running_loop().run_in_executor(None, listening.OwnSocket)
+        self._own_socket = own
+        self._own_runner = web.ServerRunner(
+            self._proxy_server(secure=False, own=True), shutdown_timeout=0.5
+        )
+        await self._own_runner.setup()
+        await web.UnixSite(self._own_runner, own.path).start()
+        self.own_route = following.ProxyRoute("http://localhost", own.path)
 
         app = web.Application(middlewares=[self._only_known_hosts], client_max_size=64 << 10)
         app.router.add_get("/v1/healthz", self._healthz)
@@ -425,7 +446,7 @@ class Hub:
             return
         self._stopping = True
         grace = self.settings.proxy.shutdown_grace if grace is None else grace
-        for runner in (self._proxy_runner, self._secure_runner):
+        for runner in (self._proxy_runner, self._secure_runner, self._own_runner):
             if runner is not None:
                 for site in list(runner.sites):
                     await site.stop()
@@ -455,10 +476,14 @@ class Hub:
             task.cancel()
 
     async def _cleanup_runners(self) -> None:
-        for runner in (self._proxy_runner, self._secure_runner, self._server_runner):
+        runners = (self._proxy_runner, self._secure_runner, self._server_runner, self._own_runner)
+        for runner in runners:
             if runner is not None:
                 await runner.cleanup()
-        self._proxy_runner = self._secure_runner = self._server_runner = None
+        self._proxy_runner = self._secure_runner = self._server_runner = self._own_runner = None
+        if self._own_socket is not None:
+            self._own_socket.remove()
+            self._own_socket = None
 
     # --- hub server endpoints ---
 
