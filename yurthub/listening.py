@@ -5,8 +5,14 @@
 - Like a Go server's ``ReadHeaderTimeout``, a connection that has not sent a whole request head
   within ``read_header_timeout`` of opening (or of starting its next request) is answered 408
   and closed.
-- Past ``max_connections`` open connections (per listener) a new one is answered 503 and
-  closed.
+- Like Go's ``IdleTimeout``, a connection idle between two requests is closed after
+  ``keepalive_timeout`` (``--proxy-idle-timeout-seconds``, passed to aiohttp's handler; its own
+  default of 3,630 s let a handful of idle sockets hold the cap for an hour).
+- At most ``max_connections`` open connections per listener. A new one past it first closes the
+  connection idle the longest (answered, nothing of a next request received: what a client's
+  pool keeps); only when none is idle is it answered 503 and closed. So idle sockets cannot
+  keep kubelet's next lease renewal out. A connection that has not sent its first request is
+  not idle: the header timer ends it.
 - ``own_process_only`` (the hub's own socket, ``OwnSocket``): a Unix socket in a directory only
   the hub's user may enter, whose every connection must come from this very process (the
   kernel's ``SO_PEERCRED``); any other is answered 403 and closed before it can send anything.
@@ -15,7 +21,7 @@
 
 ``server.Hub`` builds one ``ProxyServer`` per listener with ``routing.Router.handle`` as its
 handler. Dangers: this subclasses aiohttp's ``RequestHandler`` and reads some of its private
-state (``_current_request``, ``_messages``, ``_request_count``); an aiohttp upgrade
+state (``_current_request``, ``_messages``, ``_request_count``, ``_waiter``); an aiohttp upgrade
 must keep ``tests/integration/hub/test_hub_slow_clients.py`` passing. ``SO_PEERCRED`` is
 Linux's: elsewhere the own socket refuses everyone (the hub runs on Linux).
 """
@@ -138,6 +144,9 @@ class StatusRequestHandler(web_protocol.RequestHandler):
         self._arm_header_timer()
 
     def data_received(self, data: bytes) -> None:
+        server = self._manager
+        if isinstance(server, ProxyServer):
+            server.busy(self)  # bytes of a request: not idle
         before = self._request_count
         super().data_received(data)
         if self._request_count != before:
@@ -145,12 +154,37 @@ class StatusRequestHandler(web_protocol.RequestHandler):
         elif self._current_request is None and not self._messages:
             self._arm_header_timer()  # the first bytes of a next request
 
+    async def finish_response(
+        self, request: web_request.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        answered = await super().finish_response(request, resp, start_time)
+        server = self._manager
+        if isinstance(server, ProxyServer) and not answered[1]:
+            server.answered(self)
+        return answered
+
     def connection_lost(self, exc: BaseException | None) -> None:
         server = self._manager
         if isinstance(server, ProxyServer):
             server.release(self)
         self._disarm_header_timer()
         super().connection_lost(exc)
+
+    def waiting_for_request(self) -> bool:
+        """Idle: between two requests, nothing of the next one received (aiohttp's own
+        keep-alive test: its loop waits for a message)."""
+        waiter = self._waiter
+        return (
+            self.transport is not None
+            and waiter is not None
+            and not waiter.done()
+            and self._current_request is None
+            and not self._messages
+            and self._header_handle is None
+        )
+
+    def close_idle(self) -> None:
+        self.force_close()  # as aiohttp's keep-alive timer does: closed, nothing written
 
     def _arm_header_timer(self) -> None:
         if self._header_handle is None:
@@ -202,7 +236,8 @@ class StatusRequestHandler(web_protocol.RequestHandler):
 
 
 class ProxyServer(web_server.Server):
-    """One listener's connections, counted against ``max_connections``."""
+    """One listener's connections: counted against ``max_connections``, the idle ones in the
+    order they became idle (oldest first; bounded by the open connections)."""
 
     def __init__(
         self,
@@ -221,6 +256,7 @@ class ProxyServer(web_server.Server):
         self._metrics = collectors
         self.open = 0
         """Connections holding a place (admitted, not yet lost or closed for room)."""
+        self._idle: dict[StatusRequestHandler, None] = {}
         self._strangers = 0
 
     def __call__(self) -> web_protocol.RequestHandler:
@@ -237,14 +273,35 @@ class ProxyServer(web_server.Server):
                 say = log.warning if self._strangers == 1 else log.debug
                 say("refused a connection to the hub's own socket from process %s", pid)
                 return raw_status(403, "Forbidden", "this socket serves the hub's own process only")
-        if self.open >= self.max_connections:
+        if self.open >= self.max_connections and not self._close_idle():
             self._metrics.refused_connections.inc()
             return raw_status(503, "Service Unavailable", "too many connections to the hub")
         self.open += 1
         handler.counted = True
         return None
 
+    def _close_idle(self) -> bool:
+        """Close the connection idle the longest (its place is free at once); False: none."""
+        victim = next((h for h in self._idle if h.waiting_for_request()), None)
+        if victim is None:
+            return False
+        self.release(victim)
+        log.debug("closing the idle connection from %s for a new one", victim.peername)
+        victim.close_idle()
+        self._metrics.idle_connections_closed.inc()
+        return True
+
+    def answered(self, handler: StatusRequestHandler) -> None:
+        """An answer was written: idle from now until the next request's first bytes."""
+        if handler.counted:
+            self._idle.pop(handler, None)
+            self._idle[handler] = None  # newest last
+
+    def busy(self, handler: StatusRequestHandler) -> None:
+        self._idle.pop(handler, None)
+
     def release(self, handler: StatusRequestHandler) -> None:
+        self._idle.pop(handler, None)
         if handler.counted:
             handler.counted = False
             self.open -= 1

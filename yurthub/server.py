@@ -20,6 +20,8 @@
   config, filter-input and pool followers, the multiplexer's feeders, the discovery
   documents). What arrives there is the hub's own (readiness gate, in-flight limits) and holds
   none of the proxy port's ``--proxy-max-connections``; a request's headers never are.
+- Every listener closes a connection idle for ``--proxy-idle-timeout-seconds`` between two
+  requests (aiohttp's default kept one 3,630 s).
 
 Usage (tests, the demo, the CLI)::
 
@@ -363,6 +365,7 @@ class Hub:
             max_connections=listening.OWN_MAX_CONNECTIONS if own else s.proxy.max_connections,
             collectors=self.metrics,
             own_process_only=own,
+            keepalive_timeout=s.proxy.idle_timeout,
             tcp_keepalive=not own,
             handler_cancellation=True,
             max_field_size=s.proxy.max_field_size,
@@ -402,7 +405,9 @@ class Hub:
         app.router.add_get("/v1/status", self._status)
         app.router.add_route("POST", "/v1/token", self._token)
         app.router.add_route("PUT", "/v1/token", self._token)
-        self._server_runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        self._server_runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=0.5, keepalive_timeout=s.proxy.idle_timeout
+        )
         await self._server_runner.setup()
         await web.TCPSite(self._server_runner, s.listen.bind_address, s.listen.serve_port).start()
         self.server_url = _url_of(self._server_runner)

@@ -294,7 +294,12 @@ class Pool:
         async def handler(request: web.BaseRequest) -> web.StreamResponse:
             return await self._handle(request, secure=context is not None, ready=ready)
 
-        server = web.Server(handler, handler_cancellation=True, access_log=None)
+        server = web.Server(
+            handler,
+            handler_cancellation=True,
+            access_log=None,
+            keepalive_timeout=self.settings.proxy.idle_timeout,
+        )
         runner = web.ServerRunner(server, shutdown_timeout=0.5)
         await runner.setup()
         try:
