@@ -192,7 +192,7 @@ async def running(
                     followers.append(
                         tg.create_task(
                             pool.run(
-                                hub.proxy_url,
+                                hub.own_route,
                                 leader_ssl=lambda: client.identity.with_identity,
                                 serving_ssl=serving,
                                 ready=hub.readiness.not_ready,
@@ -206,14 +206,14 @@ async def running(
                 if cache is not None:
                     followers.append(
                         tg.create_task(
-                            cache.follow_config(hub.proxy_url, also=also),
+                            cache.follow_config(hub.own_route, also=also),
                             name="cache-agents-config",
                         )
                     )
                     # kubectl's discovery documents, cached whoever reads them online.
                     followers.append(
                         tg.create_task(
-                            discoverydocs.keep_cached(hub.proxy_url, checker.any_healthy),
+                            discoverydocs.keep_cached(hub.own_route, checker.any_healthy),
                             name="discovery-documents",
                         )
                     )
@@ -226,11 +226,11 @@ async def running(
                     if cache is None:
                         followers.append(
                             tg.create_task(
-                                filters.follow_config(hub.proxy_url), name="filter-config"
+                                filters.follow_config(hub.own_route), name="filter-config"
                             )
                         )
                     followers.append(
-                        tg.create_task(filters.follow(hub.proxy_url), name="filter-inputs")
+                        tg.create_task(filters.follow(hub.own_route), name="filter-inputs")
                     )
                     # Whatever runs beside the hub talks to it at once: do not hand it a hub
                     # whose gate still waits for the filters' inputs (bounded: ``ready`` gives

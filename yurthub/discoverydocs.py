@@ -21,10 +21,13 @@ from collections.abc import Callable
 
 import aiohttp
 
+from yurthub import following
+
 log = logging.getLogger(__name__)
 
 USER_AGENT = "yurthub/edgehub-discovery"
-"""The hub's own component (``yurthub``): passes the readiness gate, never filtered."""
+"""The hub's own component (``yurthub``): cached as the hub's, never filtered (the readiness
+gate lets it through because it comes over the hub's own socket)."""
 AGGREGATED = (
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,"
@@ -42,21 +45,22 @@ REFRESH = 600.0
 RETRY = 30.0
 """Seconds before the next try after a failed round, or while the cloud is away."""
 NOT_READY_RETRY = 2.0
-"""Seconds before the next try while the hub's readiness gate still answers 503 (non-resource
-requests carry no component, so the gate does not know they are the hub's own)."""
+"""Seconds before the next try after a 503 (the cloud just went away, or a route that is not
+the hub's own socket meets the readiness gate)."""
 CALL_TIMEOUT = 20.0
 MAX_BYTES = 16 << 20
 
 
-async def keep_cached(proxy_url: str, cloud_healthy: Callable[[], bool]) -> None:
-    """Until cancelled: read the documents through the hub while the cloud is healthy."""
-    async with aiohttp.ClientSession() as session:
+async def keep_cached(route: following.ProxyRoute, cloud_healthy: Callable[[], bool]) -> None:
+    """Until cancelled: read the documents through the hub (``route``: ``hub.own_route``) while
+    the cloud is healthy."""
+    async with route.session() as session:
         while True:
             delay = RETRY
             if cloud_healthy():
                 try:
                     async with asyncio.timeout(CALL_TIMEOUT):
-                        await _read_all(session, proxy_url)
+                        await _read_all(session, route.url)
                 except asyncio.CancelledError:
                     raise
                 except _NotReady:

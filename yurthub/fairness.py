@@ -9,8 +9,15 @@ PURE: counters and decisions, no I/O, no clock (``Admission`` is mutated on the 
   and, when it sends a Bearer token, that token (a pod's ServiceAccount): two pods that both say
   ``python-requests`` are two clients. The proxy authenticates nobody, so a process can claim to
   be kubelet; it then competes with kubelet, not with everyone else.
-- Never refused (``exempt``): the hub's own requests, and kubelet's heartbeat (its node lease and
-  its own Node object, bounded in number by nature). Without them the node turns NotReady.
+- Never refused (``exempt``): the hub's own requests, and kubelet's heartbeat: its get and
+  update (or patch) of its own node's Lease and of its own Node, which come one at a time. "Own"
+  is never a header a caller sends: the hub's own clients reach the proxy over its own socket
+  (``listening``, only this process may use it), and the router passes that as ``own``; "its
+  own node" is the hub's ``--node-name``, not anything in the request. A User-Agent buys
+  nothing: before, ``yurthub/...``, ``edgehub/...`` and kubelet's lease *watches* were never
+  counted, so any local process could hold 300 watches against a limit of 6. A process calling
+  itself kubelet can still send those few single-object requests uncounted; every watch and
+  list it sends is counted.
 
 Over a limit the router answers 429 with ``Retry-After`` (client-go backs off and retries).
 """
@@ -23,8 +30,10 @@ import hashlib
 
 from yurthub import requestinfo
 
-OWN_COMPONENTS = frozenset({"yurthub", "edgehub", "edgehub-heartbeat"})
 LEASE_NAMESPACE = "kube-node-lease"
+LEASE_GROUP = "coordination.k8s.io"
+HEARTBEAT_VERBS = frozenset({"get", "update", "patch"})
+"""What kubelet does to its Lease and Node to stay Ready; never watch or list."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -46,15 +55,26 @@ def client_key(info: requestinfo.RequestInfo, bearer_token: str) -> str:
     return f"{info.component}#{digest}"
 
 
-def exempt(info: requestinfo.RequestInfo, node_name: str, own_user_agent: str) -> bool:
-    """Never refused: the hub's own requests and kubelet's heartbeat for this node."""
-    if info.component in OWN_COMPONENTS or info.user_agent == own_user_agent:
+def exempt(info: requestinfo.RequestInfo, node_name: str, *, own: bool) -> bool:
+    """Never refused: the hub's own requests (``own``: they came over the hub's own socket),
+    and kubelet's get/update of this node's Lease (``kube-node-lease/<node_name>``) and Node
+    (and its ``status``)."""
+    if own:
         return True
-    if info.component != "kubelet" or not info.is_resource_request:
+    if info.component != "kubelet" or not info.is_resource_request or not node_name:
+        return False
+    if info.verb not in HEARTBEAT_VERBS or info.name != node_name:
         return False
     if info.resource == "leases":
-        return info.namespace == LEASE_NAMESPACE
-    return info.resource == "nodes" and info.name == node_name
+        return (
+            info.group == LEASE_GROUP and info.namespace == LEASE_NAMESPACE and not info.subresource
+        )
+    return (
+        info.resource == "nodes"
+        and not info.group
+        and not info.namespace
+        and info.subresource in ("", "status")
+    )
 
 
 class Admission:

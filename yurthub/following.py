@@ -4,7 +4,10 @@ The hub's informers (``yurt-hub-cfg`` for the cache agents and the filters, the 
 inputs: services, the node, NodePools, NodeBuckets) all run this loop. They talk to the hub's
 OWN proxy with a ``yurthub/...`` User-Agent, so their answers are cached under component
 ``yurthub`` and are there again after a restart while the cloud is away (YurtHub does the same,
-reference §1.1), and they pass the readiness gate and are never filtered.
+reference §1.1), and they are never filtered. They reach it by a ``ProxyRoute``: the hub's own
+socket (``server.Hub.own_route``), which only this process can use, so they pass the readiness
+gate and the in-flight limits and hold none of the proxy port's connections. The User-Agent
+says whose cache entries they are, never that they are the hub's: any process can send it.
 
 A ``Target`` receives the collection: a list as ``begin`` / ``add`` per item / ``commit`` (so a
 list of 10,000 services is never held as Python objects: items are read one at a time with
@@ -22,6 +25,7 @@ backoff and lists again; a 410 Gone lists again at once; only cancellation ends 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import time
@@ -43,6 +47,22 @@ SHORT_WATCH = 1.0
 MAX_ITEM_BYTES = 16 << 20
 """Largest single object (list item or watch event) read; objects in etcd are at most ~1.5 MB."""
 READ_SIZE = 1 << 16
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProxyRoute:
+    """How one of the hub's own clients reaches its proxy: requests go to ``url`` + path over
+    ``socket_path`` (the hub's own Unix socket; its ``url`` only names the Host), or, without
+    one, over TCP to ``url`` (a test pointing a follower at an apiserver: ordinary requests)."""
+
+    url: str
+    socket_path: str | None = None
+
+    def session(self, **kwargs: Any) -> aiohttp.ClientSession:
+        """A client session that takes this route (the caller closes it)."""
+        if self.socket_path is None:
+            return aiohttp.ClientSession(**kwargs)
+        return aiohttp.ClientSession(connector=aiohttp.UnixConnector(self.socket_path), **kwargs)
 
 
 class Target(Protocol):

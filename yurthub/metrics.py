@@ -156,6 +156,13 @@ class Metrics:
             subsystem=_SUB,
             registry=r,
         )
+        self.idle_connections_closed = Counter(
+            "idle_connections_closed",
+            "Idle proxy connections closed to make room for a new one at --proxy-max-connections",
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
         self.header_timeouts = Counter(
             "header_timeouts",
             "Proxy connections closed (408) without a whole request head in time",

@@ -2,11 +2,8 @@
 
 - Proxy listener ``--bind-proxy-address:--proxy-port`` (HTTP, 10261): aiohttp's low-level server
   with one handler (``routing.Router.handle``), handler cancellation on client disconnect, and
-  a request handler class whose protocol-level errors (oversized or malformed headers, garbage)
-  are answered with a Kubernetes ``Status`` instead of aiohttp's text page. Like a Go server's
-  ``ReadHeaderTimeout``, a connection that has not sent a whole request head within
-  ``read_header_timeout`` of opening (or of starting its next request) is answered 408 and
-  closed; past ``max_connections`` open connections a new one is answered 503 and closed.
+  the connection-level hardening of ``listening`` (``Status`` answers to protocol errors, the
+  header-read timeout, the connection cap).
 - Hub server ``--bind-address:--serve-port`` (10267): ``/v1/healthz``, ``/v1/readyz`` (names
   what is not ready), ``/metrics`` (this hub's own registry), ``POST|PUT /v1/token`` (a new
   join token, YurtHub's body ``{"jointoken": "..."}``), ``GET /v1/status`` (JSON for ``edgehub
@@ -18,6 +15,13 @@
   one (rotations swap it in place); callers must authenticate (``proxy/identifying``).
 - With ``--enable-dummy-if`` the dummy interface is made before any listener binds, and the
   plain proxy also listens on the dummy IP.
+- The hub's own socket (``listening.OwnSocket``, a Unix socket in a private directory that
+  only this process may use): the same router, for the hub's own clients (``own_route``: the
+  config, filter-input and pool followers, the multiplexer's feeders, the discovery
+  documents). What arrives there is the hub's own (readiness gate, in-flight limits) and holds
+  none of the proxy port's ``--proxy-max-connections``; a request's headers never are.
+- Every listener closes a connection idle for ``--proxy-idle-timeout-seconds`` between two
+  requests (aiohttp's default kept one 3,630 s).
 
 Usage (tests, the demo, the CLI)::
 
@@ -45,167 +49,31 @@ import datetime
 import logging
 import ssl
 import time
-import typing
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import aiohttp
 import orjson
-from aiohttp import http_exceptions, web, web_protocol, web_request, web_server
+from aiohttp import web, web_request
 
 from yurthub import (
     apiresources,
     balancing,
     dummyif,
+    following,
     health,
     kubeconfigs,
     labels,
+    listening,
     metrics,
     readiness,
     settings,
-    statuses,
 )
 from yurthub.authn import issuers, verifying
 from yurthub.certs import apiclient, jws, manager
 from yurthub.proxy import hosts, identifying, remote, routing, seams, upstream
 
 log = logging.getLogger(__name__)
-
-
-def _raw_status(code: int, reason: str, message: str) -> bytes:
-    """A whole HTTP/1.1 Status answer that closes the connection, for when no request is being
-    handled (aiohttp's writer is not in use)."""
-    body = statuses.encode(statuses.failure(code, message))
-    head = (
-        f"HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
-    )
-    return head.encode("ascii") + body
-
-
-class _StatusRequestHandler(web_protocol.RequestHandler):
-    """aiohttp's connection handler, answering protocol errors with a ``Status``, bounding the
-    time to send a request head, and refusing connections past the cap.
-
-    The head timer runs while the connection waits for a request (from accept, and from the
-    first byte of each later one): aiohttp itself only closes such a connection at its keep-alive
-    timeout (75 s), so slowloris clients held the hub's connections (and fds) that long.
-    """
-
-    _header_handle: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        server = self._manager
-        assert isinstance(server, _ProxyServer)
-        if len(server.connections) > server.max_connections:
-            server.refused()
-            # uvloop's transports write like asyncio's but do not subclass asyncio.Transport.
-            typing.cast(asyncio.WriteTransport, transport).write(
-                _raw_status(503, "Service Unavailable", "too many connections to the hub")
-            )
-            self.force_close()
-            return
-        self._arm_header_timer()
-
-    def data_received(self, data: bytes) -> None:
-        before = self._request_count
-        super().data_received(data)
-        if self._request_count != before:
-            self._disarm_header_timer()  # a whole head arrived
-        elif self._current_request is None and not self._messages:
-            self._arm_header_timer()  # the first bytes of a next request
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self._disarm_header_timer()
-        super().connection_lost(exc)
-
-    def _arm_header_timer(self) -> None:
-        if self._header_handle is None:
-            server = self._manager
-            assert isinstance(server, _ProxyServer)
-            self._header_handle = self._loop.call_later(
-                server.read_header_timeout, self._header_timed_out
-            )
-
-    def _disarm_header_timer(self) -> None:
-        if self._header_handle is not None:
-            self._header_handle.cancel()
-            self._header_handle = None
-
-    def _header_timed_out(self) -> None:
-        self._header_handle = None
-        if self._current_request is not None or self._messages or self.transport is None:
-            return  # a request is being handled: its time is the handler's business
-        server = self._manager
-        if isinstance(server, _ProxyServer):
-            server.timed_out()
-        log.debug("no request head from %s in time: closing", self.peername)
-        self.transport.write(
-            _raw_status(408, "Request Timeout", "no complete request head in time")
-        )
-        self.force_close()
-
-    def handle_error(
-        self,
-        request: web_request.BaseRequest,
-        status: int = 500,
-        exc: BaseException | None = None,
-        message: str | None = None,
-    ) -> web.StreamResponse:
-        if request.writer.output_size > 0:
-            raise ConnectionError("response already started, cannot send an error")
-        reason = None
-        if status >= 500:
-            log.error("error handling request: %r", exc, exc_info=exc)
-            text = "internal error in the hub"
-        elif isinstance(exc, http_exceptions.LineTooLong):
-            status, reason = 431, "RequestHeaderFieldsTooLarge"
-            text = "request header fields too large"
-        else:
-            log.info("bad request from %s: %s", request.remote, type(exc).__name__)
-            text = f"malformed HTTP request ({type(exc).__name__ if exc else 'unparsable'})"
-        body = statuses.encode(statuses.failure(status, text, reason=reason))
-        resp = web.Response(status=status, body=body, content_type="application/json")
-        resp.force_close()
-        return resp
-
-
-class _ProxyServer(web_server.Server):
-    def __init__(
-        self,
-        handler: Any,
-        *,
-        read_header_timeout: float,
-        max_connections: int,
-        collectors: metrics.Metrics,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(handler, **kwargs)
-        self.read_header_timeout = read_header_timeout
-        self.max_connections = max_connections
-        self._metrics = collectors
-
-    def __call__(self) -> web_protocol.RequestHandler:
-        return _StatusRequestHandler(self, loop=self._loop, **self._kwargs)
-
-    def refused(self) -> None:
-        self._metrics.refused_connections.inc()
-
-    def timed_out(self) -> None:
-        self._metrics.header_timeouts.inc()
-
-    def _make_request(
-        self,
-        message: Any,
-        payload: Any,
-        protocol: web_protocol.RequestHandler,
-        writer: Any,
-        task: asyncio.Task[None],
-    ) -> web_request.BaseRequest:
-        # web.Request (not BaseRequest) so handlers and the cache's LocalAnswerer get the type
-        # they are written against; there is no URL dispatcher, so match_info stays empty.
-        return web.Request(message, payload, protocol, writer, task, self._loop)
 
 
 class Hub:
@@ -245,6 +113,10 @@ class Hub:
         self._proxy_runner: web.BaseRunner | None = None
         self._secure_runner: web.BaseRunner | None = None
         self._server_runner: web.AppRunner | None = None
+        self._own_runner: web.BaseRunner | None = None
+        self._own_socket: listening.OwnSocket | None = None
+        self.own_route = following.ProxyRoute("")
+        """How the hub's own clients reach the proxy (the own socket, once listening)."""
         self.proxy_url = ""
         self.secure_url = ""
         """``https://host:port`` once the secure proxy listens."""
@@ -478,20 +350,23 @@ class Hub:
         await self._stack.aclose()
         self._scrape_pool.shutdown(wait=False, cancel_futures=True)
 
-    def _proxy_server(self, *, secure: bool) -> _ProxyServer:
+    def _proxy_server(self, *, secure: bool, own: bool = False) -> listening.ProxyServer:
         s = self.settings
         assert self.router is not None
         handle = self.router.handle
 
         async def handler(request: web_request.BaseRequest) -> web.StreamResponse:
             assert isinstance(request, web.Request)
-            return await handle(request, secure=secure)
+            return await handle(request, secure=secure, own=own)
 
-        return _ProxyServer(
+        return listening.ProxyServer(
             handler,
             read_header_timeout=s.proxy.read_header_timeout,
-            max_connections=s.proxy.max_connections,
+            max_connections=listening.OWN_MAX_CONNECTIONS if own else s.proxy.max_connections,
             collectors=self.metrics,
+            own_process_only=own,
+            keepalive_timeout=s.proxy.idle_timeout,
+            tcp_keepalive=not own,
             handler_cancellation=True,
             max_field_size=s.proxy.max_field_size,
             max_line_size=s.proxy.max_field_size,
@@ -514,6 +389,15 @@ class Hub:
                 self._proxy_runner, s.listen.dummy_if_ip, s.listen.proxy_port, backlog=1024
             ).start()
 
+        own = await asyncio.get_running_loop().run_in_executor(None, listening.OwnSocket)
+        self._own_socket = own
+        self._own_runner = web.ServerRunner(
+            self._proxy_server(secure=False, own=True), shutdown_timeout=0.5
+        )
+        await self._own_runner.setup()
+        await web.UnixSite(self._own_runner, own.path).start()
+        self.own_route = following.ProxyRoute("http://localhost", own.path)
+
         app = web.Application(middlewares=[self._only_known_hosts], client_max_size=64 << 10)
         app.router.add_get("/v1/healthz", self._healthz)
         app.router.add_get("/v1/readyz", self._readyz)
@@ -521,7 +405,9 @@ class Hub:
         app.router.add_get("/v1/status", self._status)
         app.router.add_route("POST", "/v1/token", self._token)
         app.router.add_route("PUT", "/v1/token", self._token)
-        self._server_runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        self._server_runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=0.5, keepalive_timeout=s.proxy.idle_timeout
+        )
         await self._server_runner.setup()
         await web.TCPSite(self._server_runner, s.listen.bind_address, s.listen.serve_port).start()
         self.server_url = _url_of(self._server_runner)
@@ -565,7 +451,7 @@ class Hub:
             return
         self._stopping = True
         grace = self.settings.proxy.shutdown_grace if grace is None else grace
-        for runner in (self._proxy_runner, self._secure_runner):
+        for runner in (self._proxy_runner, self._secure_runner, self._own_runner):
             if runner is not None:
                 for site in list(runner.sites):
                     await site.stop()
@@ -595,10 +481,14 @@ class Hub:
             task.cancel()
 
     async def _cleanup_runners(self) -> None:
-        for runner in (self._proxy_runner, self._secure_runner, self._server_runner):
+        runners = (self._proxy_runner, self._secure_runner, self._server_runner, self._own_runner)
+        for runner in runners:
             if runner is not None:
                 await runner.cleanup()
-        self._proxy_runner = self._secure_runner = self._server_runner = None
+        self._proxy_runner = self._secure_runner = self._server_runner = self._own_runner = None
+        if self._own_socket is not None:
+            self._own_socket.remove()
+            self._own_socket = None
 
     # --- hub server endpoints ---
 

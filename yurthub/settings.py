@@ -187,9 +187,16 @@ class ProxySettings:
     """``--proxy-read-header-timeout``: seconds a proxy connection has to send a whole request
     head, from accept and from the first byte of each later request (Go's ``ReadHeaderTimeout``);
     past it the hub answers 408 and closes. Bodies are not bounded by it."""
+    idle_timeout: float = 60.0
+    """``--proxy-idle-timeout-seconds``: seconds a proxy connection may stay idle between two
+    requests (Go's ``IdleTimeout``) before the hub closes it; aiohttp's own default is 3,630 s.
+    Clients' pools open a new connection when they need one (client-go's own idle bound is
+    90 s)."""
     max_connections: int = 2048
-    """``--proxy-max-connections``: open proxy connections; a new one past it is answered 503
-    and closed (clients retry). Kubelet keeps a few dozen."""
+    """``--proxy-max-connections``: open proxy connections, per listener; a new one past it
+    first closes the connection idle the longest, and is answered 503 and closed only when none
+    is idle (clients retry). Kubelet keeps a few dozen. The hub's own clients have a listener
+    of their own and take none of them."""
     max_in_flight: int = 400
     """``--max-requests-in-flight``: short proxied requests in flight (not watches, logs, exec
     or proxies: those count against ``max_long_running``); over it new ones get 429. YurtHub
@@ -368,8 +375,8 @@ class HubSettings:
         limits += (proxy.max_in_flight_per_client, proxy.max_long_running_per_client)
         if min(limits) < 1 or proxy.max_connections < 1:
             raise ConfigError("request and connection limits must be at least 1")
-        if proxy.read_header_timeout <= 0:
-            raise ConfigError("the proxy's header-read timeout must be positive")
+        if proxy.read_header_timeout <= 0 or proxy.idle_timeout <= 0:
+            raise ConfigError("the proxy's header-read and idle timeouts must be positive")
         in_flight = proxy.max_in_flight + proxy.max_long_running
         if pool.pool_limit and pool.pool_limit < in_flight + len(pool.servers) + EXEMPT_MARGIN:
             raise ConfigError(

@@ -162,10 +162,17 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     "ReadHeaderTimeout); else 408 and closed.",
 )
 @click.option(
+    "--proxy-idle-timeout-seconds",
+    default=60.0,
+    type=click.FloatRange(min=0.1),
+    help="An idle proxy connection (between two requests) is closed after this (Go's IdleTimeout).",
+)
+@click.option(
     "--proxy-max-connections",
     default=2048,
     type=click.IntRange(min=1),
-    help="Open proxy connections; a new one past it is answered 503 and closed.",
+    help="Open proxy connections; past it a new one closes the longest idle one, else it is "
+    "answered 503 and closed.",
 )
 @click.option(
     "--max-requests-in-flight",
@@ -615,6 +622,7 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             min_request_timeout=_duration(s("min_request_timeout")),
             shutdown_grace=grace,
             read_header_timeout=f("proxy_read_header_timeout_seconds"),
+            idle_timeout=f("proxy_idle_timeout_seconds"),
             max_connections=i("proxy_max_connections"),
             max_in_flight=i("max_requests_in_flight"),
             max_long_running=i("max_long_running_requests"),

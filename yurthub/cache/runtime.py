@@ -8,7 +8,7 @@ Usage (``edgehub hub``, tests, the demo)::
     rt.attach_metrics(hub.metrics)                     # error keys + node_yurthub_cache_*
     await hub.start()
     rt.cloud_healthy = hub.health.any_healthy          # held watches end when the cloud is back
-    tg.create_task(rt.follow_config(hub.proxy_url), name="cache-agents")   # yurt-hub-cfg
+    tg.create_task(rt.follow_config(hub.own_route), name="cache-agents")   # yurt-hub-cfg
     ...
     await hub.stop(); await rt.close()
 
@@ -26,9 +26,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import aiohttp
-
-from yurthub import metrics, settings
+from yurthub import following, metrics, settings
 from yurthub.cache import agents, failures, keys, metering, store, teeing
 from yurthub.proxy import local
 
@@ -94,14 +92,16 @@ class CacheRuntime:
         cache, but the operator must know the node is not autonomous for what it reads now)."""
         return self.store.failures.warning(time.time())
 
-    async def follow_config(self, proxy_url: str, also: Sequence[agents.ConfigTarget] = ()) -> None:
-        """Follow ``yurt-hub-cfg`` through the hub at ``proxy_url`` until cancelled; ``also``
-        get its data too (the response filters' additions)."""
-        async with aiohttp.ClientSession() as session:
+    async def follow_config(
+        self, route: following.ProxyRoute, also: Sequence[agents.ConfigTarget] = ()
+    ) -> None:
+        """Follow ``yurt-hub-cfg`` through the hub (``route``: ``hub.own_route``) until
+        cancelled; ``also`` get its data too (the response filters' additions)."""
+        async with route.session() as session:
             await agents.follow_configmap(
                 self.agents,
                 session,
-                proxy_url,
+                route.url,
                 namespace=self.settings.cache.config_namespace,
                 also=also,
             )

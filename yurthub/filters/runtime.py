@@ -7,8 +7,8 @@ Usage (``yurthub.assembly``; tests build it the same way)::
     filters.attach_metrics(hub.metrics)
     cache.local.filters = filters                       # offline answers
     filters.cloud_healthy = hub.health.any_healthy
-    tg.create_task(cache.follow_config(hub.proxy_url, also=[filters]), name="config")
-    tg.create_task(filters.follow(hub.proxy_url), name="filter-inputs")
+    tg.create_task(cache.follow_config(hub.own_route, also=[filters]), name="config")
+    tg.create_task(filters.follow(hub.own_route), name="filter-inputs")
     await filters.wait_ready()                          # bounded
 
 Per request: ``registry.Approver`` names the filters (none for most requests: one dict
@@ -41,7 +41,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import aiohttp
 from prometheus_client import Counter
 
 from yurthub import following, metrics, requestinfo, settings
@@ -360,19 +359,20 @@ class Filters:
                     await self._changed.wait()
         self.ready()  # past the deadline: serve anyway (logged once)
 
-    async def follow(self, proxy_url: str) -> None:
-        """Follow every needed input through the hub at ``proxy_url`` until cancelled."""
+    async def follow(self, route: following.ProxyRoute) -> None:
+        """Follow every needed input through the hub (``route``: ``hub.own_route``) until
+        cancelled."""
         needed = self.needed()
         self._since = self._clock()
         if not needed:
             await asyncio.Event().wait()  # nothing to follow; the caller cancels us
-        async with aiohttp.ClientSession() as session, asyncio.TaskGroup() as tg:
+        async with route.session() as session, asyncio.TaskGroup() as tg:
             for what, collection, path, labels, fields in needed:
                 tg.create_task(
                     following.follow(
                         collection,
                         session,
-                        proxy_url,
+                        route.url,
                         path,
                         what=what,
                         label_selector=labels,
@@ -382,14 +382,14 @@ class Filters:
                     name=f"filter-input-{what}",
                 )
 
-    async def follow_config(self, proxy_url: str) -> None:
+    async def follow_config(self, route: following.ProxyRoute) -> None:
         """Follow ``yurt-hub-cfg`` for the filters alone (a hub running without its cache; with
         the cache, its follower feeds ``approver`` too: one watch per hub)."""
-        async with aiohttp.ClientSession() as session:
+        async with route.session() as session:
             await agents.follow_configmap(
                 self,
                 session,
-                proxy_url,
+                route.url,
                 namespace=self._settings.cache.config_namespace,
             )
 

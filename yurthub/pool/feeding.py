@@ -6,9 +6,11 @@ Where the data comes from (``Sources.choose``, reference §8.3):
   over HTTPS with the hub's client certificate (``https://<leader>:<--multiplexer-port>``); what
   it reads is offered to the disk cache's tee as the hub's own proxy would (component
   ``multiplexer-proxy-<node>``), so it is there offline;
-- otherwise, or when no leader is usable, through the hub's own proxy with User-Agent
-  ``multiplexer-proxy-<node>``: the router sends that to a healthy apiserver (load balancing,
-  health, the tee into the cache) or, offline, to the cache (a list from disk, a watch held).
+- otherwise, or when no leader is usable, through the hub's own proxy (over its own socket,
+  ``Sources.route``: exempt from the in-flight limits, none of the proxy port's connections)
+  with User-Agent ``multiplexer-proxy-<node>``: the router sends that to a healthy apiserver
+  (load balancing, health, the tee into the cache) or, offline, to the cache (a list from disk,
+  a watch held). Leaders are read with a session of their own (TCP, TLS).
 
 The list asks for ``resourceVersion=0`` (any state: the apiserver's watch cache or the
 leader's store answers it) or, once synced, for a state not older than the store's; the watch
@@ -54,7 +56,7 @@ import aiohttp
 import orjson
 from multidict import CIMultiDict
 
-from yurthub import jsonlists, requestinfo, statuses
+from yurthub import following, jsonlists, requestinfo, statuses
 from yurthub.cache import framing
 from yurthub.filters import responding
 from yurthub.kubeproto import converting, wire
@@ -111,12 +113,14 @@ class Sources:
 
     def __init__(
         self,
-        proxy_url: Callable[[], str],
+        route: Callable[[], following.ProxyRoute],
         pool_leaders: leaders.Leaders,
         *,
         leader_tls: bool = True,
     ) -> None:
-        self._proxy_url = proxy_url
+        """``route``: how to reach the hub's own proxy (``hub.own_route``, known once the hub
+        listens)."""
+        self.route = route
         self.leaders = pool_leaders
         self.leader_tls = leader_tls
         self.mode = leaderconfigs.Source.API
@@ -148,7 +152,7 @@ class Sources:
             await self._wake.wait()
 
     def cloud(self) -> Source:
-        return Source("cloud", self._proxy_url().rstrip("/"))
+        return Source("cloud", self.route().url.rstrip("/"))
 
     def leader_source(self, leader: leaderconfigs.Leader) -> Source:
         base = leader.url(self.leaders.port)
@@ -199,6 +203,7 @@ class Feeder:
         sources: Sources,
         *,
         session: aiohttp.ClientSession,
+        own_session: aiohttp.ClientSession | None = None,
         leader_ssl: Callable[[], ssl.SSLContext | bool],
         tee: seams.Tee | None,
         feed: FeedSettings,
@@ -211,6 +216,9 @@ class Feeder:
         self.store = store
         self.sources = sources
         self._session = session
+        """For leaders."""
+        self._own_session = own_session or session
+        """For the cloud, through the hub's own proxy (``Sources.route``)."""
         self._leader_ssl = leader_ssl
         self._tee = tee
         self._feed = feed
@@ -349,7 +357,8 @@ class Feeder:
         server = source.base.split("://", 1)[-1]
         self._meter.target(self.gvr, verb, server, 1)
         try:
-            async with self._session.get(
+            session = self._own_session if source.leader is None else self._session
+            async with session.get(
                 url, params=query, **self._request_args(source, watch=watch)
             ) as resp:
                 yield resp

@@ -128,6 +128,8 @@ class Multiplexer:
         self._disabled: dict[gvrs.Gvr, float] = {}
         """Resources given up on (over budget) until then."""
         self._session: aiohttp.ClientSession | None = None
+        """Leaders' (TCP); ``_own_session``: the hub's own socket (the cloud's)."""
+        self._own_session: aiohttp.ClientSession | None = None
         self._tg: asyncio.TaskGroup | None = None
         self._closing = False
         self.started = asyncio.Event()
@@ -160,9 +162,11 @@ class Multiplexer:
         # Bodies are inflated by the feeders (a streaming list is many gzip members).
         async with (
             aiohttp.ClientSession(auto_decompress=False) as session,
+            self.sources.route().session(auto_decompress=False) as own_session,
             asyncio.TaskGroup() as tg,
         ):
             self._session = session
+            self._own_session = own_session
             self._tg = tg
             self.started.set()
             for gvr in sorted(self.wanted):
@@ -171,7 +175,7 @@ class Multiplexer:
                 await asyncio.Event().wait()
             finally:
                 self.started.clear()
-                self._session = self._tg = None
+                self._session = self._own_session = self._tg = None
                 for gvr in list(self.resources):
                     self._drop(gvr, "the hub is stopping")
 
@@ -194,6 +198,7 @@ class Multiplexer:
             store,
             self.sources,
             session=self._session,
+            own_session=self._own_session,
             leader_ssl=self._leader_ssl,
             tee=self._tee,
             feed=self._feed,

@@ -5,7 +5,7 @@ Usage (``yurthub.assembly``)::
     pool = runtime.Pool(settings, tee=cache.tee, filters=filters)
     hub = server.Hub(settings, ..., pool=pool)            # the router asks pool.answer first
     pool.attach_metrics(hub.metrics)
-    tg.create_task(pool.run(hub.proxy_url, leader_ssl=..., serving_ssl=..., ready=...))
+    tg.create_task(pool.run(hub.own_route, leader_ssl=..., serving_ssl=..., ready=...))
 
 ``run`` owns, in one TaskGroup: the multiplexer's feeders, the leaders' health checks, the
 follower of ConfigMap ``<--namespace>/leader-hub-<--nodepool-name>`` (through the hub's own
@@ -35,7 +35,6 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from yurthub import following, metrics, requestinfo, settings
@@ -67,7 +66,8 @@ class Pool:
         p = hub.pool
         self.config = leaderconfigs.PoolConfig()
         self.is_leader = False
-        self.proxy_url = ""
+        self.route = following.ProxyRoute("")
+        """The hub's own proxy (``hub.own_route``), given to ``run``."""
         self.multiplexer_url = ""
         """``http(s)://host:port`` of the multiplexer port once served."""
         self.leaders = leaders.Leaders(
@@ -76,9 +76,7 @@ class Pool:
             timeout=p.leader_check_timeout,
             penalty=p.leader_penalty,
         )
-        self.sources = feeding.Sources(
-            lambda: self.proxy_url, self.leaders, leader_tls=p.leader_tls
-        )
+        self.sources = feeding.Sources(lambda: self.route, self.leaders, leader_tls=p.leader_tls)
         self._leader_ssl: Callable[[], ssl.SSLContext | bool] = lambda: True
         self.meter: metering.PoolMeter | None = None
         self._meter_proxy = _LateMeter(self)
@@ -180,17 +178,18 @@ class Pool:
 
     async def run(
         self,
-        proxy_url: str,
+        route: following.ProxyRoute,
         *,
         leader_ssl: Callable[[], ssl.SSLContext | bool],
         serving_ssl: Callable[[], Awaitable[ssl.SSLContext | None]] | None = None,
         ready: Callable[[], list[str]] = list,
     ) -> None:
-        """Until cancelled. ``leader_ssl``: the TLS context (the hub's client certificate and
+        """Until cancelled. ``route``: the hub's own proxy (``hub.own_route``); ``leader_ssl``:
+        the TLS context (the hub's client certificate and
         the cluster CA) for leaders; ``serving_ssl``: waits for the multiplexer port's (the
         hub's serving certificate; None: the hub will have none); ``ready``: what is not ready
         (the readiness gate)."""
-        self.proxy_url = proxy_url
+        self.route = route
         self._leader_ssl = leader_ssl
         p = self.settings.pool
         async with contextlib.AsyncExitStack() as stack:
@@ -215,11 +214,11 @@ class Pool:
     async def _follow_config(self) -> None:
         namespace = self.settings.cache.config_namespace
         name = leaderconfigs.name_for(self.settings.nodepool_name)
-        async with aiohttp.ClientSession() as session:
+        async with self.route.session() as session:
             await following.follow(
                 _ConfigMapTarget(self),
                 session,
-                self.proxy_url,
+                self.route.url,
                 f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/configmaps",
                 what=f"ConfigMap {namespace}/{name}",
                 field_selector=f"metadata.name={name}",
@@ -295,7 +294,12 @@ class Pool:
         async def handler(request: web.BaseRequest) -> web.StreamResponse:
             return await self._handle(request, secure=context is not None, ready=ready)
 
-        server = web.Server(handler, handler_cancellation=True, access_log=None)
+        server = web.Server(
+            handler,
+            handler_cancellation=True,
+            access_log=None,
+            keepalive_timeout=self.settings.proxy.idle_timeout,
+        )
         runner = web.ServerRunner(server, shutdown_timeout=0.5)
         await runner.setup()
         try:

@@ -5,6 +5,10 @@
     -> healthy backend: remote (stream + tee) -> transport error on get/list: cache
     -> no healthy backend: cache -> 502 "no healthy backends available."
 
+The hub's own requests are the ones that came over its own socket (``own``: the listener, not
+anything in the request, says so; ``listening``): only they skip the readiness gate, and they
+are never counted by the in-flight limits (``fairness.exempt``).
+
 Every outcome is an HTTP answer; errors are Kubernetes ``Status`` objects. A backend that fails
 with a transport error is reported to health (suspect + immediate probe) and, when nothing
 reached it, the request is retried once per other healthy backend, so one dead apiserver costs
@@ -97,14 +101,16 @@ class Router:
     async def wait_idle(self) -> None:
         await self._idle.wait()
 
-    async def handle(self, request: web.Request, *, secure: bool = False) -> web.StreamResponse:
+    async def handle(
+        self, request: web.Request, *, secure: bool = False, own: bool = False
+    ) -> web.StreamResponse:
         """One proxied request; ``secure``: it came in on the TLS port (10268), where callers
-        must authenticate."""
+        must authenticate; ``own``: over the hub's own socket, from the hub's own clients."""
         started = time.perf_counter()
         # The DNS-rebinding guard is for the plain port, which authenticates nobody. The TLS
         # port's callers prove who they are, and pods name it as kubernetes.default.svc, the
-        # Service's ClusterIP or the dummy IP.
-        foreign = None if secure else refused_host(self.hosts, request)
+        # Service's ClusterIP or the dummy IP; no browser reaches the own socket.
+        foreign = None if secure or own else refused_host(self.hosts, request)
         if foreign is not None:
             return foreign
         try:
@@ -126,7 +132,7 @@ class Router:
         client = fairness.client_key(
             info, headers.bearer_token(request.headers.get("Authorization", ""))
         )
-        counted = not fairness.exempt(info, self._settings.node_name, self._own_multiplexer_ua)
+        counted = not fairness.exempt(info, self._settings.node_name, own=own)
         if counted:
             refused = self.admission.admit(client, long_running)
             if refused is not None:
@@ -144,7 +150,7 @@ class Router:
         code = 0
         source = "hub"
         try:
-            resp = await self._route(request, info)
+            resp = await self._route(request, info, own)
             code = resp.status
             source = resp.get(SOURCE, "hub")
             return resp
@@ -196,17 +202,13 @@ class Router:
         busy.headers["Retry-After"] = "1"
         return busy
 
-    def _from_hub_itself(self, info: requestinfo.RequestInfo) -> bool:
-        # The hub's own clients (config follower, multiplexer) identify as component
-        # ``yurthub``/``edgehub`` exactly: ``edgehub-agent`` is a client like any other and must
-        # wait for readiness (it got 404s from an empty cache before the first probe).
-        ua = info.user_agent
-        return ua == self._own_multiplexer_ua or info.component in ("yurthub", "edgehub")
-
     async def _route(
-        self, request: web.Request, info: requestinfo.RequestInfo
+        self, request: web.Request, info: requestinfo.RequestInfo, own: bool
     ) -> web.StreamResponse:
-        if not self._from_hub_itself(info):
+        # The hub's own clients must get through before it is ready (they are what makes it
+        # ready); everyone else, the embedded agent too, waits (before the first probe it got
+        # 404s from an empty cache). A ``yurthub/...`` User-Agent is no way past it.
+        if not own:
             missing = self._ready.not_ready()
             if missing:
                 return responses.status(503, f"hub is not ready: {', '.join(missing)}")

@@ -376,7 +376,7 @@ async def test_cache_agents_from_the_configmap(edge: Edge) -> None:
         }
     )
     async with asyncio.TaskGroup() as tg:
-        follow = tg.create_task(edge.rt.follow_config(edge.url), name="follow-config")
+        follow = tg.create_task(edge.rt.follow_config(edge.hub.own_route), name="follow-config")
         async with asyncio.timeout(5):
             while not edge.rt.agents.allows("virt-handler"):
                 await asyncio.sleep(0.05)
@@ -387,7 +387,7 @@ async def test_cache_agents_from_the_configmap(edge: Edge) -> None:
     await edge.restart_hub()
     assert not edge.rt.agents.allows("virt-handler")  # until the config is read again
     async with asyncio.TaskGroup() as tg:
-        follow = tg.create_task(edge.rt.follow_config(edge.url), name="follow-config")
+        follow = tg.create_task(edge.rt.follow_config(edge.hub.own_route), name="follow-config")
         async with asyncio.timeout(5):
             while not edge.rt.agents.allows("virt-handler"):
                 await asyncio.sleep(0.05)

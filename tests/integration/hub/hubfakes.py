@@ -45,6 +45,7 @@ class FakeApiserver:
         r.add_get(LEASE_PATH + "/{name}", self._lease_get)
         r.add_put(LEASE_PATH + "/{name}", self._lease_put)
         r.add_post(LEASE_PATH, self._lease_post)
+        r.add_get(LEASE_PATH, self._pods)  # a lease list or watch: held like a pods watch
         r.add_get("/api/v1/nodes/{name}", self._node)
         r.add_get("/api/v1/pods", self._pods)
         r.add_get("/api/v1/namespaces/{ns}/pods", self._pods)

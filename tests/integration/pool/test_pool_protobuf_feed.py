@@ -16,6 +16,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from yurthub import following
 from yurthub.kubeproto import converting, enveloping
 from yurthub.pool import feeding, gvrs, leaders, selection, watchcache
 
@@ -66,7 +67,7 @@ async def feeding_from(
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     gvr = gvrs.Gvr("", "v1", "services")
     store = watchcache.Store("services", watchcache.Limits())
-    sources = feeding.Sources(lambda: url, leaders.Leaders(0))
+    sources = feeding.Sources(lambda: following.ProxyRoute(url), leaders.Leaders(0))
     sources.configured.set()
     try:
         async with aiohttp.ClientSession() as session:

@@ -56,21 +56,54 @@ def test_the_total_is_shared() -> None:
     [
         ("PUT", f"{LEASES}/kube-node-lease/leases/n1", "kubelet/1", True),
         ("GET", f"{LEASES}/kube-node-lease/leases/n1", "kubelet/1", True),
+        ("PUT", f"{LEASES}/kube-node-lease/leases/n2", "kubelet/1", False),
         ("GET", f"{LEASES}/other/leases/n1", "kubelet/1", False),
+        ("GET", f"{LEASES}/kube-node-lease/leases?watch=1", "kubelet/1", False),
+        ("GET", f"{LEASES}/kube-node-lease/leases?fieldSelector=metadata.name=n1&watch=1",
+         "kubelet/1", False),
+        ("GET", f"{LEASES}/kube-node-lease/leases", "kubelet/1", False),
+        ("DELETE", f"{LEASES}/kube-node-lease/leases/n1", "kubelet/1", False),
         ("GET", "/api/v1/nodes/n1", "kubelet/1", True),
+        ("PUT", "/api/v1/nodes/n1", "kubelet/1", True),
         ("PATCH", "/api/v1/nodes/n1/status", "kubelet/1", True),
+        ("GET", "/api/v1/nodes?fieldSelector=metadata.name=n1", "kubelet/1", False),
+        ("GET", "/api/v1/nodes?fieldSelector=metadata.name=n1&watch=1", "kubelet/1", False),
+        ("GET", "/api/v1/watch/nodes/n1", "kubelet/1", False),
+        ("GET", "/api/v1/nodes/n1/proxy/metrics", "kubelet/1", False),
         ("GET", "/api/v1/nodes/n2", "kubelet/1", False),
         ("GET", "/api/v1/nodes/n1", "kubectl/1", False),
         ("GET", "/api/v1/pods", "kubelet/1", False),
-        ("GET", "/api/v1/pods", "edgehub/0.1", True),
-        ("GET", "/api/v1/services", "multiplexer-proxy-n1", True),
+        # A User-Agent is what any local process sends: it buys nothing.
+        ("GET", "/api/v1/pods", "edgehub/0.1", False),
+        ("GET", "/api/v1/pods?watch=1", "yurthub/1.0", False),
+        ("GET", "/api/v1/services", "multiplexer-proxy-n1", False),
+        ("GET", "/api/v1/pods", "edgehub-heartbeat", False),
         ("GET", "/version", "kubelet/1", False),
     ],
 )  # fmt: skip
-def test_kubelets_heartbeat_and_the_hub_are_exempt(
+def test_only_kubelets_heartbeat_is_exempt_by_what_it_asks(
     method: str, path: str, ua: str, exempt: bool
 ) -> None:
-    assert fairness.exempt(info(method, path, ua), "n1", "multiplexer-proxy-n1") is exempt
+    assert fairness.exempt(info(method, path, ua), "n1", own=False) is exempt
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "ua"),
+    [
+        ("GET", "/api/v1/pods?watch=1", "yurthub/edgehub"),
+        ("GET", "/api/v1/services?watch=1", "multiplexer-proxy-n1"),
+        ("GET", "/apis", ""),
+        ("GET", "/api/v1/pods", "anything/1"),
+    ],
+)
+def test_the_hubs_own_requests_are_exempt_whatever_they_say(
+    method: str, path: str, ua: str
+) -> None:
+    assert fairness.exempt(info(method, path, ua), "n1", own=True)
+
+
+def test_no_node_name_exempts_no_node() -> None:
+    assert not fairness.exempt(info("GET", "/api/v1/nodes/", "kubelet/1"), "", own=False)
 
 
 def test_a_token_makes_its_own_client() -> None:

@@ -47,6 +47,7 @@ def test_hardening_flags_reach_the_settings() -> None:
             "--node-name", "n1", "--server-addr", "http://127.0.0.1:1",
             "--proxy-accept-hosts", " Hub.Example ,other.example",
             "--proxy-read-header-timeout-seconds", "3",
+            "--proxy-idle-timeout-seconds", "4",
             "--proxy-max-connections", "100",
             "--max-requests-in-flight", "50",
             "--max-long-running-requests", "70",
@@ -61,6 +62,7 @@ def test_hardening_flags_reach_the_settings() -> None:
     assert built.listen.accept_hosts == ("hub.example", "other.example")
     proxy = built.proxy
     assert (proxy.read_header_timeout, proxy.max_connections) == (3.0, 100)
+    assert proxy.idle_timeout == 4.0
     assert (proxy.max_in_flight, proxy.max_long_running) == (50, 70)
     assert (proxy.max_in_flight_per_client, proxy.max_long_running_per_client) == (5, 7)
     upstream = built.upstream

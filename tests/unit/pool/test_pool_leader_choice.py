@@ -3,6 +3,7 @@ switch (``feeding.Sources``). No sockets: the TCP check results are recorded dir
 
 from __future__ import annotations
 
+from yurthub import following
 from yurthub.pool import feeding, leaderconfigs, leaders
 
 A = leaderconfigs.Leader("edge-1", "10.0.0.1")
@@ -52,7 +53,9 @@ async def test_round_robin_over_usable_leaders_and_penalties() -> None:
 
 async def test_sources_switch_only_when_the_choice_must_change() -> None:
     pool = leaders.Leaders(10269)
-    sources = feeding.Sources(lambda: "http://127.0.0.1:10261", pool, leader_tls=True)
+    sources = feeding.Sources(
+        lambda: following.ProxyRoute("http://127.0.0.1:10261"), pool, leader_tls=True
+    )
     cloud = sources.choose()
     assert cloud.leader is None and cloud.base == "http://127.0.0.1:10261"
     pool.update((A, B))
@@ -69,5 +72,5 @@ async def test_sources_switch_only_when_the_choice_must_change() -> None:
     pool.penalize(A, "hang")
     assert not sources.still_good(first)
     assert sources.choose().leader is None
-    plain = feeding.Sources(lambda: "", leaders.Leaders(7), leader_tls=False)
+    plain = feeding.Sources(lambda: following.ProxyRoute(""), leaders.Leaders(7), leader_tls=False)
     assert plain.leader_source(A).base == "http://10.0.0.1:7"
