@@ -11,7 +11,8 @@ STAMP  := $(VENV)/.installed
 # The real Kubernetes parts of the test bed (etcd, kube-apiserver, controller-manager,
 # scheduler, kubemark, kubectl), built from tests/cluster/go.mod into
 # ~/.cache/edgehub/k8s-<version>/ once per machine and pin (the first build takes ~25 min on
-# 2 cores; afterwards this is a no-op), and Helm from tests/cluster/helm/go.mod (~4 min).
+# 2 cores; afterwards this is a no-op), the tests' client-go informer beside them (per pin and
+# source), and Helm from tests/cluster/helm/go.mod (~4 min).
 K8S_BIN = $(shell $(PYTHON) tests/cluster/build.py --print-dir)
 
 $(STAMP): pyproject.toml

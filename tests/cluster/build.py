@@ -5,6 +5,9 @@
 records a digest of go.mod and go.sum: the binaries are rebuilt only when the pin
 changes or one is missing. Helm (for the chart tests) is pinned apart in helm/go.mod and
 built the same way into ~/.cache/edgehub/helm-<version>/ (`--print-helm` prints its path).
+The module's own test programs (``TOOLS``: the client-go informer) are built beside the
+binaries, each keyed by the pin and a digest of its sources (`.<name>.pin`): an edit of one
+rebuilds only it (`--tools` builds just them).
 One progress line per binary; a failed build prints the
 binary, the command and the compiler's last lines, and exits non-zero so `make test`
 stops instead of skipping the real-cluster suite.
@@ -34,6 +37,9 @@ BINARIES = (
     ("kubectl", "k8s.io/kubernetes/cmd/kubectl"),
     ("etcd", "go.etcd.io/etcd/server/v3"),
 )
+
+# Test programs of this module (binary name, package directory), built into the same directory.
+TOOLS = (("informer", "informer"),)
 
 
 HELM_DIR = HERE / "helm"
@@ -72,6 +78,14 @@ def pin_digest(module: pathlib.Path = HERE) -> str:
     for name in ("go.mod", "go.sum"):
         h.update((module / name).read_bytes())
     return h.hexdigest()
+
+
+def tool_digest(package: str, module: pathlib.Path = HERE) -> str:
+    """The pin and the sources of the test program in ``module/package``: what it is built from."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in (module / package).rglob("*") if p.is_file()):
+        h.update(path.relative_to(module).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return pin_digest(module) + "-" + h.hexdigest()[:16]
 
 
 def ldflags(k8s: str, etcd: str) -> dict[str, str]:
@@ -203,6 +217,33 @@ def build() -> int:
     return 0
 
 
+def build_tools() -> int:
+    k8s, etcd = pinned_versions((HERE / "go.mod").read_text())
+    out = cache_root() / f"k8s-{k8s}"
+    flags = ldflags(k8s, etcd)["k8s"]
+    for name, package in TOOLS:
+        digest = tool_digest(package)
+        pin = out / f".{name}.pin"
+        if (out / name).is_file() and pin.is_file() and pin.read_text().strip() == digest:
+            print(f"cluster-bins: {name} up to date in {out}", flush=True)
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        pin.unlink(missing_ok=True)
+        print(f"cluster-bins: building {name} (tests/cluster/{package}) ...", flush=True)
+        t0 = time.monotonic()
+        proc = _go_build(name, f"./{package}", HERE, out, flags)
+        if proc is None:
+            print(f"cluster-bins: FAILED building {name}: `go` is not on PATH", file=sys.stderr)
+            return 1
+        if proc.returncode != 0:
+            tail = " | ".join(proc.stderr.strip().splitlines()[-5:]) or f"exit {proc.returncode}"
+            print(f"cluster-bins: FAILED building {name} (./{package}): {tail}", file=sys.stderr)
+            return 1
+        pin.write_text(digest + "\n")
+        print(f"cluster-bins: {name} done in {time.monotonic() - t0:.0f} s into {out}", flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[1:] == ["--print-dir"]:
         k8s, _ = pinned_versions((HERE / "go.mod").read_text())
@@ -213,7 +254,9 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[1:] == ["--helm"]:
         return build_helm()
-    return build() or build_helm()
+    if argv[1:] == ["--tools"]:
+        return build_tools()
+    return build() or build_tools() or build_helm()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ kube-controller-manager, kube-scheduler, kubemark and kubectl from the modules p
 ``tests/cluster/go.mod`` into ``<cache>/k8s-<version>/`` and writes a ``.pin`` file there
 last, so a directory with a ``.pin`` holds a complete set.
 
+The module's test programs (``TOOLS``: ``informer``, a client-go shared informer, from
+``tests/cluster/informer``) are built into the same directory; ``tool`` finds one.
+
 Lookup order: an explicit directory, ``$EDGEHUB_K8S_BIN``, then the newest complete
 ``<cache>/k8s-*`` (cache = ``$EDGEHUB_CACHE``, else ``$XDG_CACHE_HOME/edgehub``, else
 ``~/.cache/edgehub``). Nothing is downloaded here; a missing binary is an error that says how
@@ -25,6 +28,8 @@ NAMES = (
     "kubemark",
     "kubectl",
 )
+TOOLS = ("informer",)
+"""Built beside ``NAMES`` from the same pin; not part of what makes a directory complete."""
 ENV_DIR = "EDGEHUB_K8S_BIN"
 
 
@@ -37,8 +42,9 @@ class Binaries:
     directory: pathlib.Path
 
     def path(self, name: str) -> pathlib.Path:
-        if name not in NAMES:
-            raise KeyError(f"not a test-bed binary: {name!r} (one of {', '.join(NAMES)})")
+        if name not in NAMES and name not in TOOLS:
+            known = ", ".join((*NAMES, *TOOLS))
+            raise KeyError(f"not a test-bed binary: {name!r} (one of {known})")
         return self.directory / name
 
     @property
@@ -78,3 +84,16 @@ def locate(directory: str | os.PathLike[str] | None = None) -> Binaries:
     if not complete:
         raise MissingBinariesError(f"no complete k8s-* build under {root}; {hint}")
     return Binaries(max(complete, key=lambda d: (d / ".pin").stat().st_mtime))
+
+
+def tool(name: str, directory: str | os.PathLike[str] | None = None) -> pathlib.Path:
+    """The test program ``name`` (one of ``TOOLS``) of the binaries ``locate`` finds, or
+    ``MissingBinariesError`` when it is not built there."""
+    if name not in TOOLS:
+        raise KeyError(f"not a test program: {name!r} (one of {', '.join(TOOLS)})")
+    path = locate(directory).path(name)
+    if not os.access(path, os.X_OK):
+        raise MissingBinariesError(
+            f"{path} is not built; build it with `make cluster-bins` (tests/cluster/{name})"
+        )
+    return path

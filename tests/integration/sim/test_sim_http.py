@@ -589,3 +589,79 @@ async def test_deeply_nested_bodies_are_refused_with_a_status(
     async with http.get(f"{cms}/deep") as resp:
         assert (await resp.json())["data"] == {"k": "v"}
     assert not [r for r in caplog.records if r.exc_info]
+
+
+SYNC_POINT = b"\x00\x00\xff\xff"
+"""How a Z_SYNC_FLUSH (Go's ``gzip.Writer.Flush``) ends: an empty stored block, byte-aligned."""
+
+
+class _StreamingGunzip:
+    """What a streaming gzip reader can hand over from a body received so far without reading
+    on: per member, what inflates from its bytes up to its last sync point. Go's gzip reader
+    returns the data of a member's final deflate block only with that block's end, after it has
+    read the trailer and the next member's header, so whatever a writer left in the final block
+    waits in client-go for the next write."""
+
+    def __init__(self) -> None:
+        self._done: list[bytes] = []  # the deliverable text of each complete member
+        self._member = b""
+
+    def feed(self, data: bytes) -> None:
+        self._member += data
+        while self._member:
+            z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            z.decompress(self._member)
+            if not z.eof:
+                return
+            member = self._member[: len(self._member) - len(z.unused_data)]
+            self._done.append(self._deliverable(member))
+            self._member = z.unused_data
+
+    @staticmethod
+    def _deliverable(member: bytes) -> bytes:
+        end = member.rfind(SYNC_POINT)
+        if end < 0:
+            return b""
+        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(member[: end + len(SYNC_POINT)])
+
+    def text(self) -> bytes:
+        return b"".join(self._done) + self._deliverable(self._member)
+
+
+async def test_streaming_list_gzip_hands_over_each_write_as_it_is_sent(
+    sim_apiserver: simapiserver.SimApiserver,
+) -> None:
+    """kube-apiserver ends each flush of a gzipped streaming list with a sync flush before
+    closing the member, so the initial-events-end bookmark, and a live event followed by
+    silence, are readable as they arrive: client-go's informer waits for that bookmark."""
+    connector = aiohttp.TCPConnector(
+        ssl=ssl.create_default_context(cadata=sim_apiserver.ca_pem.decode())
+    )
+    headers = {"Authorization": f"Bearer {sim_apiserver.admin_token}", "Accept-Encoding": "gzip"}
+    query = "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+    query += "&allowWatchBookmarks=true"
+    reader = _StreamingGunzip()
+    async with (
+        aiohttp.ClientSession(
+            sim_apiserver.url, headers=headers, connector=connector, auto_decompress=False
+        ) as http,
+        http.get(f"/api/v1/namespaces?{query}") as resp,
+    ):
+        assert resp.headers["Content-Encoding"] == "gzip"
+
+        async def until(needle: bytes) -> None:
+            try:
+                async with asyncio.timeout(10):
+                    while needle not in reader.text():
+                        chunk = await resp.content.readany()
+                        assert chunk, f"the stream ended before {needle!r}"
+                        reader.feed(chunk)
+            except TimeoutError:
+                pytest.fail(f"{needle!r} not readable in 10 s; readable: {reader.text()[-300:]!r}")
+
+        await until(b"k8s.io/initial-events-end")
+        assert b'"name":"kube-system"' in reader.text()  # the initial events came first
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "after-sync"}}
+        async with http.post("/api/v1/namespaces", json=body) as created:
+            assert created.status == 201, await created.text()
+        await until(b'"name":"after-sync"')

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import zlib
+
 import pytest
 
-from yurthub.testing.sim import errors, negotiation, paging, paths, podlogs, resources, tables
+from yurthub.testing.sim import (
+    errors,
+    negotiation,
+    paging,
+    paths,
+    podlogs,
+    resources,
+    tables,
+    watching,
+)
 
 
 @pytest.mark.parametrize(
@@ -219,3 +231,17 @@ async def test_log_follower_slower_than_the_bounded_tail_skips_ahead_in_order() 
     assert got == ["l3", "l4", "l5"]  # what fell out is skipped; the rest in order
     book.close_pod("ns", "p")
     assert [line async for _, line in follower] == []
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b'{"type":"BOOKMARK"}\n', b'{"type":"ADDED"}\n' * 5000, os.urandom(70_000)],
+    ids=["empty", "one-event", "many-events", "incompressible"],
+)
+def test_a_gzip_write_is_whole_before_its_final_block(data: bytes) -> None:
+    member = watching.flushed_member(data)
+    z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    assert z.decompress(member) == data and z.eof and not z.unused_data
+    # What precedes the last sync point is all of it: a streaming reader needs no more.
+    end = member.rindex(b"\x00\x00\xff\xff") + 4
+    assert zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(member[:end]) == data

@@ -69,3 +69,14 @@ def test_missing_binaries_name_the_build_command(tmp_path: pathlib.Path) -> None
     (tmp_path / "etcd").write_text("")
     with pytest.raises(k8sbinaries.MissingBinariesError, match="make cluster-bins"):
         k8sbinaries.locate(tmp_path)
+
+
+def test_missing_test_program_names_the_build_command(tmp_path: pathlib.Path) -> None:
+    for name in k8sbinaries.NAMES:
+        (tmp_path / name).write_text("")
+        (tmp_path / name).chmod(0o755)
+    with pytest.raises(k8sbinaries.MissingBinariesError, match=r"informer.*make cluster-bins"):
+        k8sbinaries.tool("informer", tmp_path)
+    (tmp_path / "informer").write_text("")
+    (tmp_path / "informer").chmod(0o755)
+    assert k8sbinaries.tool("informer", tmp_path) == tmp_path / "informer"

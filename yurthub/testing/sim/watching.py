@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import logging
+import zlib
 from typing import Any
 
 import orjson
@@ -133,7 +133,7 @@ async def watch(
     encoder = _Encoder(rt, neg, crud.include_object(query), ctx.state.clock)
 
     # A streaming list replaces a LIST, and kube-apiserver compresses it like one: every write
-    # a gzip member of its own (plain watches stay uncompressed).
+    # a gzip member of its own, sync-flushed (plain watches stay uncompressed).
     gzipped = bool(send_initial) and bodies.accepts_gzip(request)
     headers = {"Content-Type": neg.content_type}
     if gzipped:
@@ -185,8 +185,21 @@ async def watch(
     return response
 
 
+def flushed_member(data: bytes) -> bytes:
+    """``data`` as one gzip member whose deflate stream is sync-flushed before its final block.
+
+    PURE. kube-apiserver's watch-list writer does the same (``gzip.Writer.Flush``, then
+    ``Close``, per flush of the stream). The flush matters: Go's gzip reader hands over the data
+    of a member's final block only once it has read the next member's header, so a stream
+    compressed without it keeps each write (the initial-events-end bookmark, an event
+    followed by silence) from a Go client until the next one is written.
+    """
+    z = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return z.compress(data) + z.flush(zlib.Z_SYNC_FLUSH) + z.flush(zlib.Z_FINISH)
+
+
 class _Writer:
-    """Writes to a watch response, each write a gzip member of its own when compressing."""
+    """Writes to a watch response, each write a ``flushed_member`` when compressing."""
 
     def __init__(self, response: web.StreamResponse, gzipped: bool) -> None:
         self._response = response
@@ -194,7 +207,7 @@ class _Writer:
 
     async def __call__(self, data: bytes) -> None:
         if self._gzipped:
-            data = gzip.compress(data, compresslevel=1, mtime=0)
+            data = flushed_member(data)
         await self._response.write(data)
 
 
