@@ -209,7 +209,9 @@ class Plugin(pb_grpc.DevicePluginServicer):
             if path is not None and bound is not None:
                 try:
                     # Only the socket we bound: kubelet or a new plugin may own the path now.
-                    await asyncio.to_thread(bound.remove)
+                    # On the loop (two syscalls, as the plain unlink was): an awaited thread
+                    # would let a cancelled stop return before the socket is gone.
+                    bound.remove()
                 except OSError as e:
                     # A read-only directory must not turn a stop into a crash of the manager;
                     # a stale socket is harmless (the next start or kubelet removes it).
