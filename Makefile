@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench proto readme clean cluster-bins yurthub-bin
+.PHONY: demo test lint bench proto readme clean cluster-bins yurthub-bin akri-peer
 
 # The real Kubernetes parts of the test bed (etcd, kube-apiserver, controller-manager,
 # scheduler, kubemark, kubectl), built from tests/cluster/go.mod into
@@ -33,13 +33,24 @@ lint: $(STAMP)
 cluster-bins:
 	$(PYTHON) tests/cluster/build.py
 
+# The Akri test peer (tests/akripeer: Akri's gRPC stack, tonic 0.13 over h2 0.4), pinned by its
+# Cargo.lock, built from crates.io into ~/.cache/edgehub/akripeer-target so rebuilds are
+# incremental across clones (the first build takes a few minutes on 2 cores). The tests find it
+# through EDGEHUB_AKRI_PEER.
+AKRI_PEER_TARGET ?= $(HOME)/.cache/edgehub/akripeer-target
+AKRI_PEER := $(AKRI_PEER_TARGET)/release/akripeer
+
+akri-peer:
+	@command -v cargo >/dev/null 2>&1 || { echo "make akri-peer: cargo not found; install Rust (https://rustup.rs) to build the Akri test peer in tests/akripeer" >&2; exit 1; }
+	CARGO_TARGET_DIR=$(AKRI_PEER_TARGET) cargo build --release --locked --quiet --manifest-path tests/akripeer/Cargo.toml
+
 # OpenYurt's YurtHub (bench/yurthub/go.mod pins it), for bench/side_by_side.py: built into
 # ~/.cache/edgehub/yurthub-<version>/ once per pin (~10 min on 2 cores the first time).
 yurthub-bin:
 	$(PYTHON) bench/yurthub/build.py
 
-test: lint cluster-bins
-	EDGEHUB_K8S_BIN=$(K8S_BIN) EDGEHUB_KUBECTL=$(K8S_BIN)/kubectl $(BIN)/python -m pytest -q -p no:cacheprovider
+test: lint cluster-bins akri-peer
+	EDGEHUB_AKRI_PEER=$(AKRI_PEER) EDGEHUB_K8S_BIN=$(K8S_BIN) EDGEHUB_KUBECTL=$(K8S_BIN)/kubectl $(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP) cluster-bins yurthub-bin
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -16,6 +16,19 @@ path and the reason (path too long for ``sun_path``, directory not creatable, pe
 read-only file system). A stale socket of an earlier run is replaced; anything else at the
 path is refused, never deleted.
 
+Removing: a server removes its socket at shutdown through :meth:`BoundSocket.remove`, which
+unlinks the path only while it still is the inode that :meth:`StagedSocket.publish` put there.
+Another process that replaced the socket meanwhile (a second handler of the same name, a
+restarted agent) keeps serving: we never delete a socket we did not create. The check and the
+unlink are two syscalls; a replacement landing between them is not detected (no syscall
+unlinks by inode).
+
+Dialling: every client channel of ours to a Unix socket goes through :func:`unix_channel`.
+grpc-python derives a unix: target's ``:authority`` from the path, percent-encoded
+(``var%2Flib%2F...``): not a valid authority, so the h2 crate under Akri's tonic resets every
+such stream with PROTOCOL_ERROR. :data:`UNIX_AUTHORITY` (``localhost``) is sent instead, as
+grpc-go and tonic clients do for Unix sockets.
+
 Stopping: :func:`stop` exists because grpcio's ``Server.stop(grace)`` mishandles cancellation in
 three ways (grpcio 1.85 on Python 3.11; each is reproduced in
 ``tests/integration/discovery/test_discovery_grpcserving.py``):
@@ -39,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -47,6 +61,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+import grpc
 import grpc.aio
 
 logger = logging.getLogger(__name__)
@@ -94,6 +109,48 @@ def prepare_unix_socket(path: Path) -> None:
         raise ServeError(f"cannot listen on {path}: {reason}", reason) from e
 
 
+UNIX_AUTHORITY = "localhost"
+"""``:authority`` of our requests over Unix sockets (see the module docstring)."""
+
+
+def unix_channel(
+    path: Path | str, options: tuple[tuple[str, str | int], ...] = ()
+) -> grpc.aio.Channel:
+    """An insecure ``grpc.aio`` channel to the Unix socket ``path`` that an HTTP/2 peer with a
+    strict ``:authority`` check (h2, tonic: Akri's stack) accepts."""
+    return grpc.aio.insecure_channel(
+        f"unix:{path}", options=(("grpc.default_authority", UNIX_AUTHORITY), *options)
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BoundSocket:
+    """A socket we put at ``path``, known by its device and inode."""
+
+    path: Path
+    device: int
+    inode: int
+
+    def still_ours(self) -> bool:
+        """Whether ``path`` still is our socket (blocking: one ``lstat``)."""
+        try:
+            st = os.lstat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == (self.device, self.inode)
+
+    def remove(self) -> bool:
+        """Unlink ``path`` if it still is our socket (see the module docstring); whether it was
+        removed. Blocking: two syscalls. ``OSError`` from the unlink propagates."""
+        if not self.still_ours():
+            if self.path.exists():
+                logger.info("left %s in place: another process has replaced our socket", self.path)
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        return True
+
+
 class StagedSocket:
     """A socket bound in a private directory; :meth:`publish` moves it to ``path``."""
 
@@ -101,15 +158,19 @@ class StagedSocket:
         self.path = path
         self.staging = staging
 
-    def publish(self, mode: int) -> None:
-        """Set ``mode`` and rename the socket into place (blocking: a few syscalls)."""
+    def publish(self, mode: int) -> BoundSocket:
+        """Set ``mode`` and rename the socket into place (blocking: a few syscalls); the
+        socket, for :meth:`BoundSocket.remove` at shutdown."""
         try:
             os.chmod(self.staging, mode)
+            # A rename keeps the inode: this identity is the one that lands at ``path``.
+            st = os.lstat(self.staging)
             os.replace(self.staging, self.path)
         except OSError as e:
             raise ServeError(f"cannot listen on {self.path}: {e.strerror or e}") from e
         finally:
             self.discard()
+        return BoundSocket(self.path, st.st_dev, st.st_ino)
 
     def discard(self) -> None:
         shutil.rmtree(self.staging.parent, ignore_errors=True)

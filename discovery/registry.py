@@ -44,6 +44,9 @@ Semantics (Akri reference §1.4, without its quirks):
     exponential back-off (not the whole request, as Akri does); a successful list resets it.
   * Failing to connect to an endpoint removes it from the registry (its streams stop); it
     comes back when the handler re-registers.
+  * A failed stream is logged once per distinct cause (then at debug level), naming the
+    handler's socket and the gRPC status; a handler that resets our streams (HTTP/2
+    ``RST_STREAM``) is named as such (``wire.describe_failure``).
   * ``INVALID_ARGUMENT`` from a handler is final for that request/endpoint: it is reported
     in ``Snapshot.invalid_details`` (the Configuration must change) and not retried.
   * Property resolution errors are reported in ``Snapshot.errors`` and retried with back-off.
@@ -53,7 +56,11 @@ Trust (THREAT_MODEL.md, "Discovery"): the registration socket is created mode
 and root can register. What they register and report passes ``discovery.admission`` (device
 paths judged where their links lead, resolved here off the loop, once per list): a refused
 registration ends with ``INVALID_ARGUMENT`` naming the field and one log line; UDS
-endpoints must also *be* a socket in the handlers directory (checked here, off the loop);
+endpoints must also *be* a socket in the handlers directory (checked here, off the loop, at
+registration and again before each dial). A socket that does not exist *yet* is not refused:
+Akri's handlers register before they bind, so the registration is accepted and dialling waits
+up to ``RegistrySettings.socket_wait`` for the socket (looking with capped back-off), then
+removes the endpoint with one log line naming the path;
 at most ``max_endpoints_per_name`` endpoints per name (``RESOURCE_EXHAUSTED``). A device
 that cannot be admitted is left out of its endpoint's list, logged once per stream and
 reported in ``Snapshot.rejected``; a writable mount is made read-only unless allowed.
@@ -157,6 +164,14 @@ class RegistrySettings:
     """``DISCOVERY_HANDLERS_DIRECTORY``; ``None`` serves no socket (embedded handlers only)."""
     connect_timeout: float = 2.0
     """Seconds to wait for a handler endpoint to accept a connection before removing it."""
+    socket_wait: float = 10.0
+    """Seconds a UDS endpoint's socket gets to appear before the endpoint is removed. Akri's
+    handlers register first and bind their socket right after, so a registration naming a
+    socket that is not there yet is accepted, and dialling waits for it."""
+    socket_poll_initial: float = 0.01
+    """First delay between looks for a socket that is not there yet (doubling)."""
+    socket_poll_max: float = 0.25
+    """Cap of that delay."""
     initial_backoff: float = 0.5
     """First delay before re-querying an endpoint whose stream ended or failed."""
     max_backoff: float = 10.0
@@ -220,14 +235,18 @@ def resolve(paths: Iterable[str]) -> dict[str, str]:
     return {path: os.path.realpath(path) for path in paths}
 
 
-def check_socket(path: str) -> None:
-    """``admission.Refused`` unless ``path`` is a Unix socket (not a link to one). Blocking."""
+def check_socket(path: str) -> bool:
+    """Whether ``path`` is a Unix socket (not a link to one); ``False`` if nothing is there
+    yet. ``admission.Refused`` if something else is there or it cannot be looked at. Blocking."""
     try:
         mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
     except OSError as e:
         raise admission.Refused("endpoint", f"{path!r}: {e.strerror or e}") from None
     if not stat.S_ISSOCK(mode):
         raise admission.Refused("endpoint", f"{path!r} is not a Unix socket")
+    return True
 
 
 def merge(
@@ -402,6 +421,7 @@ class DiscoveryRequest:
     async def _stream(self, endpoint: Endpoint, kick: _Kick) -> None:
         settings = self._registry.settings
         backoff = _Backoff(settings.initial_backoff, settings.max_backoff)
+        logged: str | None = None
         try:
             while True:
                 # A re-registration while a stream was healthy must not skip the next back-off.
@@ -427,8 +447,16 @@ class DiscoveryRequest:
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:
-                    logger.warning("discovery of %s from %s failed: %s", self.key, endpoint.uid, e)
-                    self._drop(endpoint.uid, str(e) or type(e).__name__)
+                    cause = str(e) or type(e).__name__
+                    if endpoint.uid in self._lists:
+                        logged = None  # this stream had worked: its failure is news again
+                    # One line per distinct cause: a retry that fails alike is no news.
+                    level = logging.DEBUG if cause == logged else logging.WARNING
+                    logged = cause
+                    logger.log(
+                        level, "discovery of %s from %s failed: %s", self.key, endpoint.uid, cause
+                    )
+                    self._drop(endpoint.uid, cause)
                 await kick.sleep(backoff.take())
         finally:
             if self._tasks.get(endpoint.uid) is asyncio.current_task():
@@ -453,8 +481,13 @@ class DiscoveryRequest:
         self, endpoint: Endpoint, properties: Mapping[str, bytes | None], backoff: _Backoff
     ) -> None:
         settings = self._registry.settings
-        options = [("grpc.max_receive_message_length", settings.max_message_bytes)]
-        async with grpc.aio.insecure_channel(endpoint.target, options=options) as channel:
+        options = (("grpc.max_receive_message_length", settings.max_message_bytes),)
+        if endpoint.kind is EndpointKind.UDS:
+            await self._wait_for_socket(endpoint)
+            channel = grpcserving.unix_channel(endpoint.endpoint, options)
+        else:
+            channel = grpc.aio.insecure_channel(endpoint.target, options=options)
+        async with channel:
             try:
                 async with asyncio.timeout(settings.connect_timeout):
                     await channel.channel_ready()
@@ -472,9 +505,31 @@ class DiscoveryRequest:
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
                     raise _InvalidDetails(e.details() or "invalid discoveryDetails") from e
-                raise _StreamFailed(f"{e.code().name}: {e.details()}") from e
+                peer = f"handler at {endpoint.endpoint}"
+                raise _StreamFailed(wire.describe_failure(peer, e.code().name, e.details())) from e
             finally:
                 call.cancel()
+
+    async def _wait_for_socket(self, endpoint: Endpoint) -> None:
+        """Return once ``endpoint``'s socket exists; ``_EndpointGone`` if something else is
+        there, or nothing within ``socket_wait`` seconds (see the module docstring)."""
+        settings = self._registry.settings
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.socket_wait
+        looks = _Backoff(settings.socket_poll_initial, settings.socket_poll_max)
+        while True:
+            try:
+                if await asyncio.to_thread(check_socket, endpoint.endpoint):
+                    return
+            except admission.Refused as e:
+                raise _EndpointGone(str(e)) from e
+            left = deadline - loop.time()
+            if left <= 0:
+                raise _EndpointGone(
+                    f"its socket {endpoint.endpoint} did not appear within "
+                    f"{settings.socket_wait:g}s"
+                )
+            await asyncio.sleep(min(looks.take(), left))
 
     def _capped(self, endpoint: Endpoint, found: list[devices.Device]) -> list[devices.Device]:
         limit = self._registry.settings.max_devices
@@ -673,8 +728,16 @@ class Registry:
     ) -> discovery_pb2.Empty:
         try:
             endpoint = endpoint_from_request(message, self.policy)
-            if endpoint.kind is EndpointKind.UDS:
-                await asyncio.to_thread(check_socket, endpoint.endpoint)
+            if endpoint.kind is EndpointKind.UDS and not await asyncio.to_thread(
+                check_socket, endpoint.endpoint
+            ):
+                # Akri's handlers bind just after registering: dialling waits for the socket.
+                logger.info(
+                    "discovery handler %s registered before its socket exists; "
+                    "waiting up to %gs for it when dialling",
+                    endpoint.uid,
+                    self.settings.socket_wait,
+                )
         except admission.Refused as e:
             logger.warning("refused a discovery handler registration: %s", e)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
@@ -715,7 +778,7 @@ async def running(settings: RegistrySettings) -> AsyncGenerator[Registry, None]:
 @contextlib.asynccontextmanager
 async def _serving(settings: RegistrySettings) -> AsyncGenerator[Registry, None]:
     server: grpc.aio.Server | None = None
-    socket_path: Path | None = None
+    bound: grpcserving.BoundSocket | None = None
     async with asyncio.TaskGroup() as tg:
         registry = Registry(settings, tg)
         try:
@@ -729,14 +792,13 @@ async def _serving(settings: RegistrySettings) -> AsyncGenerator[Registry, None]
                 staged = grpcserving.add_unix_port(server, path)
                 try:
                     await server.start()
-                    staged.publish(settings.socket_mode)
+                    # Only now is the socket ours to remove (an unusable one belongs to no one).
+                    bound = staged.publish(settings.socket_mode)
                 finally:
                     staged.discard()
-                # Only now is the socket ours to remove (an unusable one belongs to no one).
-                socket_path = path
                 logger.info(
                     "discovery handler registration served on %s (mode %o)",
-                    socket_path,
+                    path,
                     settings.socket_mode,
                 )
             yield registry
@@ -745,7 +807,6 @@ async def _serving(settings: RegistrySettings) -> AsyncGenerator[Registry, None]
                 if server is not None:
                     await grpcserving.stop(server, 1.0)
             finally:
-                if socket_path is not None:
-                    with contextlib.suppress(FileNotFoundError):
-                        socket_path.unlink()
+                if bound is not None:
+                    bound.remove()
                 await registry._close()

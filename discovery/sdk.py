@@ -9,7 +9,7 @@ the *complete* device list whenever it changes. The SDK does the rest:
   ``$POD_IP:10000``, registers with ``agent-registration.sock``, keeps retrying while the
   agent is away, and re-registers promptly when the agent restarts (the registration socket
   is replaced) or drops a stream. Cancelling :func:`serve` stops the server and removes the
-  socket.
+  socket, if the path still is the socket it bound (never one another process put there).
 * :func:`device_lists` is the same stream in-process: the agent's registry consumes embedded
   handlers through it, and ``edgehub discover`` through :func:`discover_once`.
 * :func:`load` finds handlers through the entry-point group ``edgehub.discovery_handlers``;
@@ -358,10 +358,11 @@ async def serve(
     servicer = _DiscoveryServicer(handler, stream_dropped)
     server.add_generic_rpc_handlers((wire.discovery_handler_service(servicer.Discover),))
     endpoint = _bind(server, handler.name, settings)
+    bound: grpcserving.BoundSocket | None = None
     try:
         await server.start()
         if endpoint.staged is not None:
-            endpoint.staged.publish(SOCKET_MODE)
+            bound = endpoint.staged.publish(SOCKET_MODE)
     finally:
         if endpoint.staged is not None:
             endpoint.staged.discard()
@@ -375,9 +376,9 @@ async def serve(
         try:
             await grpcserving.stop(server, settings.shutdown_grace)
         finally:
-            if endpoint.socket_path is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    endpoint.socket_path.unlink()
+            if bound is not None:
+                # Only the socket we bound: another process may serve this path by now.
+                bound.remove()
             logger.info("discovery handler %s stopped", handler.name)
 
 
@@ -395,7 +396,7 @@ def _identity(path: Path) -> tuple[int, int] | None:
 async def _register_once(
     socket_path: Path, request: discovery_pb2.RegisterDiscoveryHandlerRequest, rpc_seconds: float
 ) -> None:
-    async with grpc.aio.insecure_channel(f"unix:{socket_path}") as channel:
+    async with grpcserving.unix_channel(socket_path) as channel:
         await wire.register_call(channel)(request, timeout=rpc_seconds)
 
 
@@ -436,6 +437,7 @@ async def _keep_registered(
     # socket of a dead agent), retry sooner than the full interval: 0.5 s, 1 s, 2 s, ...
     first_retry = min(0.5, settings.registration_retry)
     quick_retry = first_retry
+    logged: str | None = None
     while True:
         stream_dropped.clear()
         # Taken before the call: if the agent is replaced right after we registered, the
@@ -449,19 +451,23 @@ async def _keep_registered(
             if known is not None:
                 limit = min(limit, quick_retry)
                 quick_retry = min(quick_retry * 2, settings.registration_retry)
-            logger.warning(
-                "registering %s with the agent at %s failed (%s: %s); retrying within %gs",
+            cause = wire.describe_failure(f"the agent at {socket_path}", e.code().name, e.details())
+            # One line per distinct cause (a restarting agent, or one that resets our streams),
+            # then debug: a retry that fails alike is no news.
+            logger.log(
+                logging.DEBUG if cause == logged else logging.WARNING,
+                "registering %s with the agent failed: %s; retrying within %gs",
                 handler.name,
-                socket_path,
-                e.code().name,
-                e.details(),
+                cause,
                 limit,
             )
+            logged = cause
             await _wait_for_agent_change(
                 socket_path, known, limit, settings.watch_interval, stream_dropped
             )
             continue
         quick_retry = first_retry
+        logged = None
         logger.info("registered %s (%s) with the agent", handler.name, endpoint.address)
         await _wait_for_agent_change(
             socket_path, before, None, settings.watch_interval, stream_dropped

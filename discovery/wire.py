@@ -7,10 +7,17 @@ Properties: the wire carries ``map<string, ByteData>`` whose ``optional bytes ve
 unset (Akri sends a key without a value when a property has neither ``value`` nor
 ``valueFrom``). Towards handlers an unset value becomes ``b""``; towards the wire ``None``
 becomes an unset ``vec``.
+
+Failures: :func:`describe_failure` turns a failed call into one line naming the peer. A peer
+that *resets* the stream (HTTP/2 ``RST_STREAM``) is named as such, with the HTTP/2 error: grpc
+reports it only as ``INTERNAL``/``UNAVAILABLE`` with the error code as a number in the details,
+and a reset means the peer refused our request itself (e.g. h2's PROTOCOL_ERROR for a malformed
+``:authority``), not that it is away.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,6 +29,26 @@ from discovery.proto import discovery_pb2
 
 UDS = discovery_pb2.RegisterDiscoveryHandlerRequest.EndpointType.UDS
 NETWORK = discovery_pb2.RegisterDiscoveryHandlerRequest.EndpointType.NETWORK
+
+H2_ERRORS = (
+    "NO_ERROR",
+    "PROTOCOL_ERROR",
+    "INTERNAL_ERROR",
+    "FLOW_CONTROL_ERROR",
+    "SETTINGS_TIMEOUT",
+    "STREAM_CLOSED",
+    "FRAME_SIZE_ERROR",
+    "REFUSED_STREAM",
+    "CANCEL",
+    "COMPRESSION_ERROR",
+    "CONNECT_ERROR",
+    "ENHANCE_YOUR_CALM",
+    "INADEQUATE_SECURITY",
+    "HTTP_1_1_REQUIRED",
+)
+"""HTTP/2 error codes by number (RFC 9113, section 7)."""
+
+_RESET = re.compile(r"RST_STREAM\b.*?\bcode\D{0,3}(\d+)", re.IGNORECASE | re.DOTALL)
 
 # Method paths (package v0), for clients that call them without generated stubs.
 REGISTER_METHOD = "/v0.Registration/RegisterDiscoveryHandler"
@@ -141,3 +168,23 @@ def discover_call(channel: grpc.aio.Channel) -> Any:
         request_serializer=discovery_pb2.DiscoverRequest.SerializeToString,
         response_deserializer=discovery_pb2.DiscoverResponse.FromString,
     )
+
+
+def reset_error(rpc_details: str | None) -> str | None:
+    """PURE: the HTTP/2 error name if grpc's ``rpc_details`` say the peer reset the stream
+    (``None`` otherwise); an unknown code is named by its number."""
+    match = _RESET.search(rpc_details or "")
+    if match is None:
+        return None
+    number = int(match.group(1))
+    return H2_ERRORS[number] if number < len(H2_ERRORS) else f"error code {number}"
+
+
+def describe_failure(peer: str, code: str, rpc_details: str | None) -> str:
+    """PURE: one line for a failed call to ``peer`` (e.g. ``handler at /run/x.sock``) that
+    ended with status ``code`` (a ``grpc.StatusCode`` name) and ``rpc_details``."""
+    text = rpc_details or "no details"
+    reset = reset_error(rpc_details)
+    if reset is not None:
+        return f"{peer} reset the stream ({reset}): {code}: {text}"
+    return f"{peer} failed the call: {code}: {text}"

@@ -21,6 +21,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
+from discovery import grpcserving
 from discovery.agent import naming
 from discovery.proto import deviceplugin_v1beta1_pb2 as pb
 from discovery.proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
@@ -69,7 +70,7 @@ async def register(
         ),
     )
     try:
-        async with grpc.aio.insecure_channel(f"unix:{kubelet}") as channel:
+        async with grpcserving.unix_channel(kubelet) as channel:
             stub = pb_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
             await stub.Register(request, timeout=deadline)
     except grpc.aio.AioRpcError as e:

@@ -132,6 +132,7 @@ class Plugin(pb_grpc.DevicePluginServicer):
         self.resource = naming.resource_name(name)
         self.socket: Path | None = None
         self.server: grpc.aio.Server | None = None
+        self._bound: grpcserving.BoundSocket | None = None
         self.registered = False
         self.retry_at = 0.0
         """``time.monotonic()`` before which a failed start or registration is not retried."""
@@ -182,7 +183,7 @@ class Plugin(pb_grpc.DevicePluginServicer):
         try:
             staged = grpcserving.add_unix_port(server, path)
             await server.start()
-            await asyncio.to_thread(staged.publish, SOCKET_MODE)
+            bound = await asyncio.to_thread(staged.publish, SOCKET_MODE)
         except BaseException as e:
             if staged is not None:
                 await asyncio.to_thread(staged.discard)
@@ -192,22 +193,25 @@ class Plugin(pb_grpc.DevicePluginServicer):
                     f"cannot serve device plugin {self.resource} on {path}: {e}"
                 ) from e
             raise
-        self.server, self.socket = server, path
+        self.server, self.socket, self._bound = server, path, bound
         logger.info("device plugin %s serving on %s", self.resource, path)
 
     async def stop(self) -> None:
         self._stopped = True
         self._wake()
-        server, path = self.server, self.socket
-        self.server = self.socket = None
+        server, path, bound = self.server, self.socket, self._bound
+        self.server = self.socket = self._bound = None
         self.registered = False
         try:
             if server is not None:
                 await grpcserving.stop(server, 0.5)
         finally:
-            if path is not None:
+            if path is not None and bound is not None:
                 try:
-                    path.unlink(missing_ok=True)
+                    # Only the socket we bound: kubelet or a new plugin may own the path now.
+                    # On the loop (two syscalls, as the plain unlink was): an awaited thread
+                    # would let a cancelled stop return before the socket is gone.
+                    bound.remove()
                 except OSError as e:
                     # A read-only directory must not turn a stop into a crash of the manager;
                     # a stale socket is harmless (the next start or kubelet removes it).

@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from discovery import grpcserving
 from discovery.agent import instances, naming, settings, slots
 from discovery.proto import podresources_v1_pb2 as pr
 from discovery.proto import podresources_v1_pb2_grpc as pr_grpc
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 async def devices_in_use(socket: Path, deadline: float = 5.0) -> set[str]:
     """Device ids of ``akri.sh/*`` resources kubelet reports as assigned."""
-    async with grpc.aio.insecure_channel(f"unix:{socket}") as channel:
+    async with grpcserving.unix_channel(socket) as channel:
         stub = pr_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
         response = await stub.List(pr.ListPodResourcesRequest(), timeout=deadline)
     used: set[str] = set()

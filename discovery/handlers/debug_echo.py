@@ -9,20 +9,29 @@ list. The file is polled (default every second, env ``DEBUG_ECHO_POLL_SECONDS`` 
 handler interval) rather than every 10 s as in Akri, so toggling it shows up quickly; a read
 is a tiny file and goes through the executor.
 
-``shared`` comes from ``DEBUG_ECHO_INSTANCES_SHARED`` (``true``/``false``, default ``true``
-like Akri's Helm chart); any other value is a startup error.
+``shared`` comes from ``DEBUG_ECHO_INSTANCES_SHARED`` (``true``/``false``); any other value is
+a startup error. **Difference from Akri:** Akri's debugEcho *requires* the variable (it exits at
+startup when it is unset) and its Helm chart always sets it (``debugEcho.configuration.shared``,
+default ``true``); ours defaults an unset variable to ``true``, the chart's value, and says so
+in one log line. Set it explicitly where a manifest must also suit Akri's handler.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 
 from discovery import details, devices, sdk
 
+logger = logging.getLogger(__name__)
+
 NAME = "debugEcho"
+SHARED_VARIABLE = "DEBUG_ECHO_INSTANCES_SHARED"
+DEFAULT_SHARED = "true"
+"""Used when ``SHARED_VARIABLE`` is unset, where Akri's handler refuses to start (see above)."""
 DESCRIPTION_PROPERTY = "DEBUG_ECHO_DESCRIPTION"
 DEFAULT_AVAILABILITY_FILE = Path("/tmp/debug-echo-availability.txt")
 OFFLINE = "OFFLINE"
@@ -84,9 +93,16 @@ def parse_bool(text: str, variable: str) -> bool:
 
 def create(options: sdk.HandlerOptions) -> DebugEcho:
     env = options.environ
-    shared = parse_bool(
-        env.get("DEBUG_ECHO_INSTANCES_SHARED", "true"), "DEBUG_ECHO_INSTANCES_SHARED"
-    )
+    raw = env.get(SHARED_VARIABLE)
+    if raw is None:
+        # Akri's debugEcho exits here; we take its Helm chart's value instead.
+        logger.info(
+            "%s is unset: devices are shared (%s); Akri's debugEcho requires it to be set",
+            SHARED_VARIABLE,
+            DEFAULT_SHARED,
+        )
+        raw = DEFAULT_SHARED
+    shared = parse_bool(raw, SHARED_VARIABLE)
     poll = options.poll_interval("DEBUG_ECHO_POLL_SECONDS", DEFAULT_POLL_SECONDS)
     path = Path(env.get("DEBUG_ECHO_AVAILABILITY_FILE", str(DEFAULT_AVAILABILITY_FILE)))
     return DebugEcho(shared=shared, availability_file=path, poll_seconds=poll)

@@ -153,9 +153,8 @@ class SimKubelet(pb_grpc.RegistrationServicer):
         return pb.Empty()
 
     async def _follow(self, plugin: Registered) -> None:
-        target = f"unix:{self.directory / plugin.endpoint}"
         try:
-            async with grpc.aio.insecure_channel(target) as channel:
+            async with grpcserving.unix_channel(self.directory / plugin.endpoint) as channel:
                 stub = pb_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
                 async for response in stub.ListAndWatch(pb.Empty()):
                     plugin.devices = {d.ID: d.health for d in response.devices}
@@ -193,7 +192,7 @@ class SimKubelet(pb_grpc.RegistrationServicer):
     async def allocate(self, resource: str, *containers: Iterable[str]) -> Any:
         """Allocate like kubelet: one ContainerAllocateRequest per container."""
         plugin = self.plugins[resource]
-        async with grpc.aio.insecure_channel(f"unix:{self.directory / plugin.endpoint}") as ch:
+        async with grpcserving.unix_channel(self.directory / plugin.endpoint) as ch:
             stub = pb_grpc.DevicePluginStub(ch)  # type: ignore[no-untyped-call]
             request = pb.AllocateRequest(
                 container_requests=[
@@ -204,7 +203,7 @@ class SimKubelet(pb_grpc.RegistrationServicer):
 
     async def options(self, resource: str) -> Any:
         plugin = self.plugins[resource]
-        async with grpc.aio.insecure_channel(f"unix:{self.directory / plugin.endpoint}") as ch:
+        async with grpcserving.unix_channel(self.directory / plugin.endpoint) as ch:
             stub = pb_grpc.DevicePluginStub(ch)  # type: ignore[no-untyped-call]
             return await stub.GetDevicePluginOptions(pb.Empty(), timeout=5.0)
 

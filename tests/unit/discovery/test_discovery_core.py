@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 from collections.abc import AsyncGenerator, Mapping
@@ -54,6 +55,20 @@ def test_debug_echo_devices_and_factory(tmp_path: Path) -> None:
         debug_echo.create(sdk.HandlerOptions({"DEBUG_ECHO_INSTANCES_SHARED": "yes"}))
     with pytest.raises(ValueError, match="DEBUG_ECHO_POLL_SECONDS"):
         debug_echo.create(sdk.HandlerOptions({"DEBUG_ECHO_POLL_SECONDS": "soon"}))
+
+
+def test_debug_echo_defaults_sharing_where_akri_requires_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="discovery.handlers.debug_echo")
+    assert debug_echo.create(sdk.HandlerOptions({})).shared is True
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "DEBUG_ECHO_INSTANCES_SHARED is unset" in line
+    assert "Akri's debugEcho requires it" in line
+    caplog.clear()
+    explicit = debug_echo.create(sdk.HandlerOptions({"DEBUG_ECHO_INSTANCES_SHARED": "false"}))
+    assert explicit.shared is False
+    assert caplog.records == []
 
 
 POLL_VARIABLES = {
