@@ -28,11 +28,13 @@ Answers (decisions that differ from YurtHub are marked *):
   Closed when ``timeoutSeconds`` elapses (absent or 0: ``min-request-timeout`` x (1+rand)),
   when the cloud is healthy again (so clients re-watch upstream), or at hub shutdown.
 - create: 201 echo of the body; Events are also cached. A ServiceAccount TokenRequest gets a
-  short-lived unverifiable token* (see ``_token``). A create that asks the apiserver for a
-  decision (Subject/Self/LocalSubjectAccessReview, TokenReview, SelfSubjectRulesReview,
-  CertificateSigningRequest) or acts through a subresource (an eviction, a binding) is a 503
-  Status naming why*: YurtHub echoes 201, a review without a decision, an eviction that never
-  happened.
+  short-lived token only the hub verifies*, and only as the apiserver grants one to the node:
+  no Bearer caller, bound to a cached pod of this node running as that account; else a 403
+  Status saying why* (``localcreates``, ``authn.tokengranting``). A create that asks the
+  apiserver for a decision (Subject/Self/LocalSubjectAccessReview, TokenReview,
+  SelfSubjectRulesReview, CertificateSigningRequest) or acts through a subresource (an
+  eviction, a binding) is a 503 Status naming why*: YurtHub echoes 201, a review without a
+  decision, an eviction that never happened.
 - delete/deletecollection: 403 Status.
 - update/patch: the cached object (the mutation goes nowhere and is not stored); a JSON merge
   patch is applied to the answer* so the client reads back what it set (``cache.patching``).
@@ -88,14 +90,16 @@ class Answerer:
         cache: store.Store,
         agent_set: agents.AgentSet,
         *,
+        node_name: str,
         min_request_timeout: float,
         bookmark_interval: float,
         cloud_healthy: HealthView | None = None,
         clock: Callable[[], float] = time.time,
         tokens: offlinetokens.OfflineTokens | None = None,
     ) -> None:
-        """``tokens``: issues offline TokenRequest answers (shared with the hub's token
-        verifier, so a pod holding one is recognised)."""
+        """``node_name``: this node (offline tokens are for its pods only); ``tokens``: issues
+        offline TokenRequest answers (shared with the hub's token verifier, so a pod holding
+        one is recognised)."""
         self._store = cache
         self._agents = agent_set
         self.cloud_healthy: HealthView = cloud_healthy or (lambda: False)
@@ -109,7 +113,9 @@ class Answerer:
             bookmark_interval=bookmark_interval,
             cloud_healthy=lambda: self.cloud_healthy(),
         )
-        self._creates = localcreates.Creates(self._reader, agent_set, lambda: self.tokens)
+        self._creates = localcreates.Creates(
+            self._reader, agent_set, lambda: self.tokens, node_name
+        )
 
     @property
     def filters(self) -> seams.ResponseFilter | None:
