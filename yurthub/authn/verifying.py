@@ -6,7 +6,8 @@ of the token (the token itself is never kept or logged), tagged with the issuer 
 version: a new key set re-checks everything, an expiry is re-checked at every hit.
 
 Accepted: the issuer's tokens (``jwts``, keys from ``issuers.IssuerKeys``) and this hub's own
-offline tokens (``offlinetokens``). API audiences: ``--api-audiences`` when given, else the
+offline tokens (``offlinetokens``; minted only to the node for its own pods,
+``tokengranting``). API audiences: ``--api-audiences`` when given, else the
 issuer (the apiserver's own default when its ``--api-audiences`` is unset).
 """
 

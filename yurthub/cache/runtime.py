@@ -54,6 +54,7 @@ class CacheRuntime:
         self.local = local.Answerer(
             cache,
             self.agents,
+            node_name=hub_settings.node_name,
             min_request_timeout=hub_settings.proxy.min_request_timeout,
             bookmark_interval=cfg.bookmark_interval,
         )

@@ -45,9 +45,10 @@ _MEMO_ENTRIES = 256
 _MEMO_KEY_MAX = 1024
 """Classifications remembered, and the longest request (URL and headers read) remembered:
 kubelet and kube-proxy repeat a few dozen; anything longer is classified every time."""
-SOURCE = "edgehub.source"
+SOURCE = web.ResponseKey("source", str)
 """Key on a response (aiohttp responses are mappings) naming where its answer came from
-(``metrics.SOURCES``); unmarked answers are the hub's own."""
+(``metrics.SOURCES``); unmarked answers are the hub's own. A typed key: aiohttp warns about a
+plain string key (once per process, after the answer was written)."""
 
 
 class Router:

@@ -18,6 +18,7 @@ import time
 import urllib.request
 
 import pytest
+from prometheus_client import parser
 
 from yurthub.kubeproto import converting
 from yurthub.testing import edgenodes, realcluster
@@ -84,6 +85,24 @@ def offline_protobuf_pods(node: edgenodes.EdgeNode) -> list[dict[str, object]]:
     return items
 
 
+def token_requests(node: edgenodes.EdgeNode) -> dict[str, float]:
+    """kubelet's TokenRequests the hub has answered (cloud or cache), by status code."""
+    counts: dict[str, float] = {}
+    for family in parser.text_string_to_metric_families(node.metrics()):
+        if family.name != "node_yurthub_request_duration_seconds":
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if (
+                sample.name.endswith("_count")
+                and labels.get("component") == "kubelet"
+                and labels.get("verb") == "create"
+                and labels.get("resource") == "serviceaccounts"
+            ):
+                counts[labels["code"]] = counts.get(labels["code"], 0.0) + sample.value
+    return counts
+
+
 def test_pods_survive_an_outage_and_an_offline_kubelet_restart(
     real_cluster: realcluster.RealCluster, edge_node: edgenodes.EdgeNode
 ) -> None:
@@ -110,6 +129,7 @@ def test_pods_survive_an_outage_and_an_offline_kubelet_restart(
     node.wait_cloud(healthy=False, timeout=40)
     assert node.running_pods() == uids, "kubelet dropped pods when the link went"
 
+    granted = token_requests(node).get("201", 0.0)
     node.hollow.restart_kubelet()
     edgenodes.eventually(
         lambda: node.running_pods() == uids,
@@ -117,6 +137,11 @@ def test_pods_survive_an_outage_and_an_offline_kubelet_restart(
         "the kubelet restarted offline running its pods again from the hub's cache",
         alive=node.check_alive,
     )
+    # Their projected token volumes were filled with tokens the hub issued offline, to the
+    # node for its own pods (authn.tokengranting), and no TokenRequest of kubelet was refused.
+    answered = token_requests(node)
+    assert answered.get("201", 0.0) >= granted + len(PODS), answered
+    assert set(answered) == {"201"}, answered
     # Offline, kubelet's protobuf list is assembled from what the hub stored as received.
     listed = offline_protobuf_pods(node)
     assert sorted(str(p["metadata"]["uid"]) for p in listed) == sorted(uids.values())

@@ -40,6 +40,7 @@ async def answering(
     answerer = local.Answerer(
         cache,
         agents.AgentSet(node_name=NODE),
+        node_name=NODE,
         min_request_timeout=30.0,
         bookmark_interval=0.2,
     )

@@ -186,8 +186,27 @@ async def test_kubelet_protobuf_lease_and_token_request_offline(tmp_path: pathli
     lease = _envelope(
         "coordination.k8s.io/v1", "Lease", _pb(1, meta) + _pb(2, _pb(1, NODE) + _pb(2, 40))
     )
-    token = _envelope("authentication.k8s.io/v1", "TokenRequest", _pb(2, _pb(1, "api")))
-    async with answering(tmp_path, job) as (session, base):
+    # kubelet's request for the projected token of a pod it runs (as the cache holds it).
+    bound = _pb(1, "Pod") + _pb(2, "v1") + _pb(3, "app") + _pb(4, "u-1")
+    spec = _pb(1, "api") + _pb(3, bound) + _pb(4, 3607)
+    token = _envelope("authentication.k8s.io/v1", "TokenRequest", _pb(2, spec))
+    pod = {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {"name": "app", "namespace": "default", "uid": "u-1", "resourceVersion": "2"},
+        "spec": {
+            "nodeName": NODE,
+            "serviceAccountName": "default",
+            "volumes": [
+                {
+                    "name": "t",
+                    "projected": {"sources": [{"serviceAccountToken": {"audience": "api"}}]},
+                }
+            ],
+        },
+    }
+    pods = store.PutObject(keys.Scope("kubelet", "pods", "v1"), orjson.dumps(pod), "default")
+    async with answering(tmp_path, job, pods) as (session, base):
         url = f"{base}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}"
         headers = {
             "User-Agent": KUBELET,
@@ -215,7 +234,9 @@ async def test_kubelet_protobuf_lease_and_token_request_offline(tmp_path: pathli
             url, data=token, headers={**headers, "X-Reason": "offline"}
         ) as resp:
             assert resp.status == 201, await resp.text()
-            assert (await resp.json())["spec"]["audiences"] == ["api"]
+            answer = await resp.json()
+        assert answer["spec"]["audiences"] == ["api"]
+        assert answer["spec"]["boundObjectRef"]["uid"] == "u-1"
 
 
 async def test_a_client_leaving_mid_list_is_no_server_error(

@@ -141,6 +141,12 @@ async def test_a_full_disk_is_named_by_readyz_status_metrics_and_the_offline_404
         async with assembly.running(cfg) as node, aiohttp.ClientSession(headers=KUBELET) as http:
             assert node.cache is not None
             server = node.hub.server_url
+            # The hub's own followers' lists (yurt-hub-cfg, the filters' inputs) are stored before
+            # the disk fills: they keep the hub answerable offline ("cloud-or-cache" ready).
+            async with asyncio.timeout(10):
+                while not node.cache.store.list_count():
+                    await node.cache.store.flush(10)
+                    await asyncio.sleep(0.05)
             fill(cache_dir / "filler")
             async with http.get(node.hub.proxy_url + pods) as resp:
                 assert resp.status == 200  # online traffic never needs the cache

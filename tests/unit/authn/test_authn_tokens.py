@@ -286,3 +286,17 @@ def test_callers(secure: bool, bearer: str, peer: str | None, kind: callers.Kind
     assert decision.kind is kind
     if kind in (callers.Kind.UNAUTHENTICATED, callers.Kind.FORBIDDEN):
         assert decision.message
+
+
+def test_offline_tokens_name_their_pod_and_never_outlive_the_hubs_lifetime() -> None:
+    tokens = offlinetokens.OfflineTokens(lambda: ("api",))
+    token, expiry = tokens.mint("apps", "reader", [], NOW, lifetime=20, pod=("app", "u-1"))
+    assert expiry == NOW + 20
+    claims = jwts.parse(token).claims
+    assert claims["kubernetes.io"] == {
+        "namespace": "apps",
+        "serviceaccount": {"name": "reader"},
+        "pod": {"name": "app", "uid": "u-1"},
+    }
+    _, longest = tokens.mint("apps", "reader", [], NOW, lifetime=10_000)
+    assert longest == NOW + offlinetokens.LIFETIME

@@ -1,0 +1,208 @@
+"""Offline watches (``local.Answerer``'s watch answers): held open, with bookmarks.
+
+``Watches.hold`` answers 200 and keeps the stream open with BOOKMARK events every
+``bookmark_interval`` when the client allows them; ``sendInitialEvents=true`` first gets the
+cached objects as ADDED plus the end bookmark, under the list rule (``locallists``: complete, or
+a 404 before the stream). The stream ends when ``timeoutSeconds`` elapses (absent or 0:
+``min-request-timeout`` x (1+rand)), when the cloud is healthy again (clients re-watch
+upstream), or at hub shutdown (``close``). A protobuf-first client gets protobuf frames when
+every object is stored so; a plain watch carries bookmarks only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from yurthub import requestinfo
+from yurthub.cache import keys, selectors, store
+from yurthub.kubeproto import converting, enveloping
+from yurthub.proxy import locallists, localreplies
+
+HEALTH_POLL = 0.5
+"""Seconds between looks at cloud health while holding a watch open."""
+
+END = {"k8s.io/initial-events-end": "true"}
+"""The annotation of the bookmark that ends a streaming list's initial events."""
+
+
+class Watches:
+    """The watches held open over one ``localreplies.Reader``."""
+
+    def __init__(
+        self,
+        reader: localreplies.Reader,
+        lists: locallists.Lists,
+        *,
+        min_request_timeout: float,
+        bookmark_interval: float,
+        cloud_healthy: Callable[[], bool],
+    ) -> None:
+        """``cloud_healthy``: asked while holding (a watch ends when the cloud is back)."""
+        self._reader = reader
+        self._lists = lists
+        self._min_request_timeout = min_request_timeout
+        self._bookmark_interval = bookmark_interval
+        self._cloud_healthy = cloud_healthy
+        self._closing = asyncio.Event()
+
+    def close(self) -> None:
+        """End every held watch now (hub shutdown)."""
+        self._closing.set()
+
+    async def hold(self, request: web.Request, info: requestinfo.RequestInfo) -> web.StreamResponse:
+        if info.timeout_seconds:  # 0 is "not given", as on the apiserver
+            hold = float(info.timeout_seconds)
+        else:
+            hold = self._min_request_timeout * (1 + random.random())
+        deadline = asyncio.get_running_loop().time() + hold
+        scope = keys.Scope(info.owner, info.resource, info.version, info.group)
+        try:
+            labels = selectors.parse_labels(info.label_selector)
+            fields = selectors.parse_fields(info.field_selector)
+        except selectors.SelectorError as e:
+            return localreplies.status(400, str(e))
+        list_key = keys.list_key(scope, info.namespace, labels.canonical(), fields.canonical())
+        bookmarks = info.allow_watch_bookmarks
+        initial = None
+        protobuf = localreplies.protobuf_first(info)
+        stored: list[bytes] | None = None
+        if localreplies.flag(request.query.get("sendInitialEvents", "")) and bookmarks:
+            # A list streamed as events: complete or nothing, as a list (``Lists.listing``).
+            initial = self._lists.listing(info, [scope], labels, fields)
+            if initial is None or (not initial.count and locallists.kubelet_pods(info)):
+                lost = self._lists.lost(info, [scope], labels, fields) if initial is None else ""
+                return localreplies.not_found(info, "", lost=lost)
+            if protobuf:
+                stored = await self._protobuf_objects(info, initial)
+                if stored is None:
+                    if not requestinfo.accepts_json(info.accept):
+                        return localreplies.status(406, localreplies.NOT_ACCEPTABLE)
+                    protobuf = False
+        elif requestinfo.accepts_json(info.accept):
+            # Offline a plain watch carries bookmarks only: JSON, as before, for any client
+            # that takes it; a protobuf-only client gets protobuf ones.
+            protobuf = False
+        content_type = enveloping.WATCH_CONTENT_TYPE if protobuf else localreplies.JSON
+        resp = web.StreamResponse(status=200, headers={"Content-Type": content_type})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        try:
+            if stored is not None and initial is not None:
+                await self._protobuf_initial_events(resp, info, list_key, initial, stored)
+                held = len(stored)
+                del stored
+                if held > locallists.TRIM_ITEMS:
+                    await asyncio.get_running_loop().run_in_executor(None, store.trim_heap)
+            elif initial is not None:
+                try:
+                    await self._initial_events(resp, info, list_key, initial)
+                except store.CorruptRead:
+                    # The list it streams is no longer whole: end the watch, the client lists
+                    # again and gets the 404 a miss is.
+                    await resp.write_eof()
+                    return resp
+            next_bookmark = asyncio.get_running_loop().time() + self._bookmark_interval
+            while True:
+                now = asyncio.get_running_loop().time()
+                if now >= deadline or self._closing.is_set() or self._cloud_healthy():
+                    break
+                if request.transport is None or request.transport.is_closing():
+                    break
+                if bookmarks and now >= next_bookmark:
+                    await resp.write(self._bookmark(info, scope, list_key, protobuf=protobuf))
+                    next_bookmark = now + self._bookmark_interval
+                wake = min(deadline, next_bookmark if bookmarks else deadline, now + HEALTH_POLL)
+                await asyncio.sleep(max(0.0, wake - now))
+            await resp.write_eof()
+        except ConnectionError:
+            pass
+        return resp
+
+    def _watch_rv(self, scope: keys.Scope, list_key: keys.ListKey, namespace: str) -> str:
+        record = self._reader.store.list_record(list_key)
+        if record is not None and record.resource_version:
+            return record.resource_version
+        best = max((e.rv for _, e in self._reader.store.objects(scope, namespace)), default=-1)
+        return str(best) if best >= 0 else "0"
+
+    def _bookmark(
+        self,
+        info: requestinfo.RequestInfo,
+        scope: keys.Scope,
+        list_key: keys.ListKey,
+        *,
+        protobuf: bool = False,
+        annotations: dict[str, str] | None = None,
+    ) -> bytes:
+        record = self._reader.store.list_record(list_key)
+        kind = self._lists.kind(scope, record, None)
+        rv = self._watch_rv(scope, list_key, info.namespace)
+        if protobuf:
+            body = enveloping.bookmark(localreplies.api_version(info), kind, rv, annotations)
+            return enveloping.watch_frame("BOOKMARK", body)
+        meta: dict[str, Any] = {"resourceVersion": rv}
+        if annotations:
+            meta["annotations"] = annotations
+        obj = {"kind": kind, "apiVersion": localreplies.api_version(info), "metadata": meta}
+        return orjson.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
+
+    async def _protobuf_objects(
+        self, info: requestinfo.RequestInfo, listing: locallists.Listing
+    ) -> list[bytes] | None:
+        """The listing's stored objects when every one is protobuf (filtered, dropped ones
+        left out), else None; read whole before a stream starts, as a list answer is."""
+        stored = self._reader.stored(info)
+        out: list[bytes] = []
+        async for page in self._lists.pages(info, listing, as_stored=True):
+            for body in page:
+                if not store.is_protobuf(body):
+                    return None
+                if stored is None:
+                    out.append(body)
+                    continue
+                api_version, kind, start, end = converting.envelope_at(body)
+                raw = body[start:end]
+                kept = stored.protobuf_item(raw)
+                if kept is not None:
+                    out.append(
+                        body if kept is raw else enveloping.envelope(api_version, kind, kept)
+                    )
+        return out
+
+    async def _protobuf_initial_events(
+        self,
+        resp: web.StreamResponse,
+        info: requestinfo.RequestInfo,
+        list_key: keys.ListKey,
+        listing: locallists.Listing,
+        bodies: list[bytes],
+    ) -> None:
+        """A streaming list in protobuf frames: each stored object as ADDED, then the end
+        bookmark."""
+        frame = enveloping.watch_frame
+        for start in range(0, len(bodies), store.PAGE_ROWS):
+            page = bodies[start : start + store.PAGE_ROWS]
+            await resp.write(b"".join(frame("ADDED", body) for body in page))
+        await resp.write(
+            self._bookmark(info, listing.scope, list_key, protobuf=True, annotations=END)
+        )
+
+    async def _initial_events(
+        self,
+        resp: web.StreamResponse,
+        info: requestinfo.RequestInfo,
+        list_key: keys.ListKey,
+        listing: locallists.Listing,
+    ) -> None:
+        # A list streamed: a filter's dropped object is left out.
+        async for page in self._lists.filtered_pages(info, self._lists.pages(info, listing)):
+            if page:
+                events = b"}\n".join(b'{"type":"ADDED","object":' + body for body in page)
+                await resp.write(events + b"}\n")
+        await resp.write(self._bookmark(info, listing.scope, list_key, annotations=END))
