@@ -46,6 +46,7 @@ from yurthub.testing.sim import (
     crds,
     defaulting,
     errors,
+    fieldmanaging,
     objectmeta,
     objects,
     paging,
@@ -83,6 +84,27 @@ NODES: GroupResource = ("", "nodes")
 FIRST_RESOURCE_VERSION = 1000
 DEFAULT_HISTORY_SIZE = 10_000
 DEFAULT_WATCH_QUEUE_SIZE = 10_000
+
+
+def _shape(rt: resources.ResourceType) -> fieldmanaging.Shape:
+    return fieldmanaging.shape_for(rt.kind, rt.schema, custom=rt.custom)
+
+
+def _decoded(managed_fields: Any) -> list[fieldmanaging.Entry] | None:
+    """Stored or sent managedFields; None when they do not decode (then they are ignored)."""
+    try:
+        return fieldmanaging.decode(managed_fields)
+    except ValueError:
+        return None
+
+
+def _untimed(managed_fields: Any) -> Any:
+    if not isinstance(managed_fields, list):
+        return managed_fields
+    return [
+        {k: v for k, v in e.items() if k != "time"} if isinstance(e, dict) else e
+        for e in managed_fields
+    ]
 
 
 class State:
@@ -313,8 +335,11 @@ class State:
         dry_run: bool = False,
         field_validation: str | None = None,
         warnings: list[str] | None = None,
+        writer: fieldmanaging.Writer | None = None,
+        managed: list[fieldmanaging.Entry] | None = None,
     ) -> Stored:
-        """Create; ``warnings`` collects what a ``Warning`` header should say."""
+        """Create; ``warnings`` collects what a ``Warning`` header should say. ``writer`` (an
+        Update) records its fields in managedFields; ``managed`` are an apply's entries."""
         obj = self._prepare_body(rt, obj, namespace)
         meta = obj["metadata"]
         name = meta.get("name")
@@ -348,6 +373,12 @@ class State:
             crds.accept(obj, self._now(), self.registry)
         elif rt.storage == certificates.STORAGE:
             certificates.validate_create(obj)
+        if managed is None and writer is not None:
+            managed = fieldmanaging.update(
+                _shape(rt), None, obj, [], writer, self.clock(), has_status=rt.has_status
+            )
+        if managed:
+            meta["managedFields"] = fieldmanaging.encode(managed)
         if dry_run:
             return freeze(rt.resource, obj, 0)
         if rt.storage == CRD_STORAGE:
@@ -375,8 +406,14 @@ class State:
         dry_run: bool = False,
         field_validation: str | None = None,
         warnings: list[str] | None = None,
+        writer: fieldmanaging.Writer | None = None,
+        managed: list[fieldmanaging.Entry] | None = None,
     ) -> tuple[Stored, bool]:
-        """PUT semantics; returns (stored, created). ``full`` replaces status too (tests)."""
+        """PUT semantics; returns (stored, created). ``full`` replaces status too (tests).
+
+        managedFields: ``managed`` (an apply's entries) are stored as given; a ``writer``
+        (an Update) is recorded over the body's managedFields when it carries any (a
+        client may rewrite them), else the stored ones; with neither they are kept."""
         if not isinstance(obj, dict):
             raise errors.bad_request(f"the body of the request is not a {rt.kind} object")
         body_name = (obj.get("metadata") or {}).get("name") if isinstance(obj, dict) else None
@@ -396,6 +433,8 @@ class State:
                     dry_run=dry_run,
                     field_validation=field_validation,
                     warnings=warnings,
+                    writer=writer,
+                    managed=managed,
                 )
                 return created, True
             raise errors.not_found(rt.resource, name, rt.group)
@@ -403,6 +442,7 @@ class State:
         meta = obj["metadata"]
         objectmeta.validate_metadata(rt, meta, name)
         self._check_preconditions(rt, old, meta.get("uid"), meta.get("resourceVersion"))
+        sent_fields = meta.get("managedFields")
         new = updating.merge_update(rt, old, obj, subresource, full)
         if rt.storage == certificates.STORAGE:
             # Every CSR update path keeps the spec (the request is what was approved).
@@ -420,6 +460,7 @@ class State:
             new["metadata"]["generation"] = int(old.meta.get("generation") or 1) + 1
         if rt.storage == CRD_STORAGE:
             crds.accept(new, self._now(), self.registry)
+        self._record_fields(rt, old, new, sent_fields, subresource, writer, managed)
         if updating.same_ignoring_rv(new, old.obj):
             return old, False
         if dry_run:
@@ -430,6 +471,35 @@ class State:
         if stored.deleting and not stored.meta.get("finalizers"):
             self._remove(rt.storage, key, cascade=True)
         return stored, False
+
+    def _record_fields(
+        self,
+        rt: resources.ResourceType,
+        old: Stored,
+        new: dict[str, Any],
+        sent: Any,
+        subresource: str | None,
+        writer: fieldmanaging.Writer | None,
+        managed: list[fieldmanaging.Entry] | None,
+    ) -> None:
+        """Set ``new``'s managedFields (see ``update_object``); timestamps alone never make
+        a write."""
+        meta = new["metadata"]
+        before = old.meta.get("managedFields")
+        if managed is None and writer is not None:
+            entries = _decoded(sent) if sent and not subresource else None
+            if entries is None:
+                entries = _decoded(before) or []
+            managed = fieldmanaging.update(
+                _shape(rt), old.obj, new, entries, writer, self.clock(), has_status=rt.has_status
+            )
+        encoded = fieldmanaging.encode(managed) if managed is not None else before
+        if encoded and before and _untimed(encoded) == _untimed(before):
+            encoded = before
+        if encoded:
+            meta["managedFields"] = copy.deepcopy(encoded)
+        else:
+            meta.pop("managedFields", None)
 
     def _check_preconditions(
         self, rt: resources.ResourceType, old: Stored, uid: Any, rv: Any
