@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import logging
+import zlib
 from typing import Any
 
 import orjson
@@ -186,7 +186,13 @@ async def watch(
 
 
 class _Writer:
-    """Writes to a watch response, each write a gzip member of its own when compressing."""
+    """Writes to a watch response, each write a gzip member of its own when compressing.
+
+    A member's data goes in a flushed non-final block and the final block is empty, as Go's
+    gzip writer makes it (write, flush, close): Go's gzip reader hands out the data of a
+    final block only after it has read the next member's header, so data in the final
+    block (``gzip.compress``) would reach a Go client one write late (kubectl's
+    ``delete --wait`` saw the end-of-initial-events bookmark only with the next event)."""
 
     def __init__(self, response: web.StreamResponse, gzipped: bool) -> None:
         self._response = response
@@ -194,7 +200,8 @@ class _Writer:
 
     async def __call__(self, data: bytes) -> None:
         if self._gzipped:
-            data = gzip.compress(data, compresslevel=1, mtime=0)
+            member = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+            data = member.compress(data) + member.flush(zlib.Z_SYNC_FLUSH) + member.flush()
         await self._response.write(data)
 
 
