@@ -321,6 +321,38 @@ def test_managers_and_their_names() -> None:
     with pytest.raises(errors.ApiError) as e:
         fm.validate_manager("x" * 129)
     assert e.value.code == 422
+    with pytest.raises(errors.ApiError) as e:
+        fm.validate_manager("é" * 65, "CreateOptions")
+    assert e.value.status["message"] == (
+        'CreateOptions.meta.k8s.io "" is invalid: fieldManager: Too long: may not be more than '
+        "128 bytes"
+    )
     with pytest.raises(ValueError):
         fm.decode({"not": "a list"})
     assert fm.decode(None) == []
+
+
+def test_update_entries_are_capped_as_the_apiserver_caps_them() -> None:
+    obj: dict[str, Any] = {"spec": {}}
+    entries: list[fm.Entry] = []
+    for i in range(12):
+        new = {"spec": {**obj["spec"], f"f{i}": i}}
+        writer = fm.Writer(f"m{i:02}", fm.UPDATE, "v1")
+        entries = fm.update(POD, obj, new, entries, writer, NOW + i)
+        obj = new
+    names = [e.manager for e in entries]
+    assert len(names) == 10 and "ancient-changes" in names
+    assert "m00" not in names and "m11" in names
+    ancient = next(e for e in entries if e.manager == "ancient-changes")
+    assert {("f:spec", "f:f0"), ("f:spec", "f:f2")} <= ancient.fields
+
+
+def test_too_many_entries_are_refused() -> None:
+    live: dict[str, Any] = {"spec": {"capacity": 1}}
+    entries = [
+        fm.Entry(f"a{i}", fm.APPLY, "v", "", None, {("f:spec", "f:capacity")})
+        for i in range(fm.MAX_ENTRIES)
+    ]
+    with pytest.raises(errors.ApiError) as e:
+        fm.apply(CR, live, live, entries, fm.Writer("one-more", fm.APPLY, "v"), NOW)
+    assert e.value.code == 422

@@ -200,8 +200,9 @@ def writer(
     manager = query.get("fieldManager") or fieldmanaging.manager_from_user_agent(
         request.headers.get("User-Agent")
     )
-    fieldmanaging.validate_manager(manager)
-    force = flag(query, "force")
+    options = {"POST": "CreateOptions", "PUT": "UpdateOptions"}.get(request.method, "PatchOptions")
+    fieldmanaging.validate_manager(manager, options)
+    force = flag(query, "force") if request.method == "PATCH" else None
     if force is not None and operation != fieldmanaging.APPLY:
         raise fieldmanaging.force_not_allowed()
     return fieldmanaging.Writer(

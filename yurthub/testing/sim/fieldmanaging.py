@@ -35,9 +35,10 @@ What the simulator knows of schemas (``shape_for``):
 - A list whose items do not carry their keys is treated as atomic (never an error).
 
 Bounds: work and sets are linear in the size of the objects, which the request body
-limit already bounds. Element order (FieldsV1 keys, conflict listing) follows the
-apiserver's for fields; keys and values are ordered by their JSON text, which can differ
-from it for numbers.
+limit already bounds; at most ten Update entries (older ones merge into
+``ancient-changes``, as in the apiserver) and ``MAX_ENTRIES`` in all (beyond: 422).
+Element order (FieldsV1 keys, conflict listing) follows the apiserver's for fields; keys
+and values are ordered by their JSON text, which can differ from it for numbers.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ APPLY = "Apply"
 UPDATE = "Update"
 FIELDS_V1 = "FieldsV1"
 MAX_MANAGER_BYTES = 128
+MAX_UPDATE_MANAGERS = 10
+MAX_ENTRIES = 1000
+ANCIENT_CHANGES = "ancient-changes"
 _MISSING: Any = object()
 
 # Paths nobody owns (the apiserver's stripped meta fields).
@@ -671,9 +675,10 @@ def encode(entries: Iterable[Entry]) -> list[dict[str, Any]]:
     return out
 
 
-def validate_manager(manager: str) -> None:
+def validate_manager(manager: str, options: str = "PatchOptions") -> None:
+    """A 422 naming ``options`` (CreateOptions, UpdateOptions, PatchOptions) when too long."""
     if len(manager.encode()) > MAX_MANAGER_BYTES:
-        raise _invalid_options("fieldManager: Too long: may not be more than 128 bytes")
+        raise _invalid_options("fieldManager: Too long: may not be more than 128 bytes", options)
 
 
 def manager_from_user_agent(user_agent: str | None) -> str:
@@ -681,12 +686,12 @@ def manager_from_user_agent(user_agent: str | None) -> str:
     return (user_agent or "").split("/", 1)[0]
 
 
-def _invalid_options(message: str) -> errors.ApiError:
+def _invalid_options(message: str, options: str = "PatchOptions") -> errors.ApiError:
     return errors.ApiError(
         statuses.failure(
             422,
-            f'PatchOptions.meta.k8s.io "" is invalid: {message}',
-            details={"group": "meta.k8s.io", "kind": "PatchOptions"},
+            f'{options}.meta.k8s.io "" is invalid: {message}',
+            details={"group": "meta.k8s.io", "kind": options},
         )
     )
 
@@ -745,7 +750,7 @@ def update(
             entries.append(mine)
         mine.fields |= taken
         mine.time = _now(now)
-    return [e for e in entries if e.fields]
+    return _bounded([e for e in entries if e.fields])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -792,7 +797,41 @@ def apply(
     changed = merged != base
     if changed or mine.time is None:
         mine.time = _now(now)
-    return Applied(merged, [e for e in entries if e.fields], changed)
+    return Applied(merged, _bounded([e for e in entries if e.fields]), changed)
+
+
+def _bounded(entries: list[Entry]) -> list[Entry]:
+    """At most ``MAX_UPDATE_MANAGERS`` Update entries, as the apiserver keeps them: the oldest
+    merge into one ``ancient-changes`` entry per apiVersion. Apply entries each own a field
+    and the object is bounded, but sharing one value is free: past ``MAX_ENTRIES`` a write
+    is refused (the simulator's stand-in for etcd's object size limit)."""
+    updates = sorted(
+        (e for e in entries if e.operation == UPDATE), key=lambda e: (e.time or "", e.manager)
+    )
+    excess = len(updates) - MAX_UPDATE_MANAGERS
+    if excess > 0:
+        merged: dict[str, Entry] = {}
+        for old in updates[: excess + 1]:
+            bucket = merged.get(old.api_version)
+            if bucket is None:
+                merged[old.api_version] = dataclasses.replace(
+                    old, manager=ANCIENT_CHANGES, subresource="", fields=set(old.fields)
+                )
+            else:
+                bucket.fields |= old.fields
+                bucket.time = old.time
+        retired = {id(e) for e in updates[: excess + 1]}
+        entries = [e for e in entries if id(e) not in retired] + list(merged.values())
+    if len(entries) > MAX_ENTRIES:
+        raise errors.ApiError(
+            statuses.failure(
+                422,
+                f"metadata.managedFields: Too many: {len(entries)}: must have at most "
+                f"{MAX_ENTRIES} entries",
+                reason="Invalid",
+            )
+        )
+    return entries
 
 
 def conflict_error(conflicts: Sequence[Conflict]) -> errors.ApiError:
