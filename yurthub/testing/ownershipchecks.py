@@ -19,6 +19,7 @@ import dataclasses
 import json
 import ssl
 import subprocess
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -26,12 +27,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 PARTIAL = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+PARTIAL_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 TABLE = "application/json;as=Table;g=meta.k8s.io;v=v1"
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 INSTANCES = "/apis/akri.sh/v0/namespaces/default/instances"
 USER_AGENT = "ownershipchecks/1.0 (linux/amd64) kubernetes/0000000"
 TIMEOUT = 30.0
+RETRIES = 10
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,17 +67,25 @@ class Client:
         user_agent: str = USER_AGENT,
     ) -> Answer:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        if data is not None:
-            req.add_header("Content-Type", content_type)
-        req.add_header("Accept", accept)
-        req.add_header("User-Agent", user_agent)
-        try:
-            with urllib.request.urlopen(req, context=self.context, timeout=TIMEOUT) as resp:
-                return Answer(int(resp.status), json.loads(resp.read() or b"null"))
-        except urllib.error.HTTPError as e:
-            raw = e.read()
-            return Answer(int(e.code), json.loads(raw) if raw else None)
+        for _ in range(RETRIES):
+            req = urllib.request.Request(self.url + path, data=data, method=method)
+            if data is not None:
+                req.add_header("Content-Type", content_type)
+            req.add_header("Accept", accept)
+            req.add_header("User-Agent", user_agent)
+            try:
+                with urllib.request.urlopen(req, context=self.context, timeout=TIMEOUT) as resp:
+                    return Answer(int(resp.status), json.loads(resp.read() or b"null"))
+            except urllib.error.HTTPError as e:
+                raw = e.read()
+                answer = Answer(int(e.code), json.loads(raw) if raw else None)
+                wait = str(e.headers.get("Retry-After") or "")
+                if answer.status != 429 or not wait.isdigit():
+                    return answer
+            # As client-go does: a 429 with Retry-After (a new CRD's watch cache still
+            # initializing on the real apiserver) is asked again after the time it names.
+            time.sleep(min(int(wait), 2))
+        return answer
 
     def apply(
         self, name: str, body: Mapping[str, Any], manager: str, *, force: bool = False, **kw: Any
@@ -367,6 +378,34 @@ def check_write_verbs_answer_partial_metadata(client: Client, name: str) -> None
         assert gone.body["status"] == "Success"
     finally:
         client.purge(name)
+
+
+def check_partial_kinds_fit_the_answer(client: Client) -> None:
+    """PartialObjectMetadata is for one object, PartialObjectMetadataList for a list: the
+    other one is 406, even with a plain JSON fallback (the apiserver picks first, then
+    finds it cannot convert)."""
+    one = "/api/v1/namespaces/default/configmaps/kube-root-ca.crt"
+    got = client.request("GET", one, accept=PARTIAL_LIST)
+    assert got.status == 406 and got.body["reason"] == "NotAcceptable", got.body
+    assert got.body["message"] == (
+        "you requested PartialObjectMetadataList, but the requested object is not a list "
+        "(*core.ConfigMap)"
+    )
+    listed = client.request(
+        "GET", "/api/v1/namespaces/default/configmaps", accept=f"{PARTIAL},application/json"
+    )
+    assert listed.status == 406 and listed.body["message"] == (
+        "you requested PartialObjectMetadata, but the requested object is a list "
+        "(*core.ConfigMapList)"
+    )
+    custom = client.request("GET", INSTANCES, accept=PARTIAL)
+    assert custom.status == 406 and custom.body["message"] == (
+        "you requested PartialObjectMetadata, but the requested object is a list "
+        "(*unstructured.UnstructuredList)"
+    )
+    assert client.request("GET", one, accept=PARTIAL).body["kind"] == "PartialObjectMetadata"
+    both = client.request("GET", INSTANCES, accept=PARTIAL_LIST)
+    assert both.status == 200 and both.body["kind"] == "PartialObjectMetadataList"
 
 
 def check_kubectl_delete_waits_for_the_finalizer(

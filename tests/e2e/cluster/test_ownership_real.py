@@ -27,6 +27,7 @@ def test_field_ownership_and_metadata_answers_match(
     ownershipchecks.check_updates_record_their_manager(client, "own-updaters")
     ownershipchecks.check_metadata_patch_adds_a_finalizer(client, "own-metadata-patch")
     ownershipchecks.check_write_verbs_answer_partial_metadata(client, "own-write-verbs")
+    ownershipchecks.check_partial_kinds_fit_the_answer(client)
     kubectl = [
         str(real_cluster.binaries.path("kubectl")),
         "--kubeconfig",

@@ -56,6 +56,10 @@ def test_write_verbs_answer_partial_metadata(client: ownershipchecks.Client) -> 
     ownershipchecks.check_write_verbs_answer_partial_metadata(client, "write-verbs")
 
 
+def test_partial_kinds_fit_the_answer(client: ownershipchecks.Client) -> None:
+    ownershipchecks.check_partial_kinds_fit_the_answer(client)
+
+
 def test_kubectl_delete_waits_for_the_finalizer(
     sim: simapiserver.SimApiserverThread, client: ownershipchecks.Client
 ) -> None:

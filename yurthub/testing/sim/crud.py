@@ -137,6 +137,8 @@ def encode_list(
             tables.table(rt, objs, now=now, include=include, version=neg.version, list_meta=meta)
         )
     if neg.form is negotiation.Form.PARTIAL:
+        if not neg.as_list:
+            raise _not_convertible("PartialObjectMetadata, but the requested object is a list", rt)
         return orjson.dumps(
             {
                 "kind": "PartialObjectMetadataList",
@@ -171,8 +173,27 @@ def encode_one(
             )
         )
     if neg.form is negotiation.Form.PARTIAL:
+        if neg.as_list:
+            raise _not_convertible(
+                "PartialObjectMetadataList, but the requested object is not a list", rt
+            )
         return orjson.dumps(tables.partial(stored.obj, neg.version))
     return conversion.encode(rt, stored.obj, stored.raw)
+
+
+def _not_convertible(what: str, rt: resources.ResourceType) -> errors.ApiError:
+    """406 as the apiserver answers a metadata form that does not fit the answer (it picks
+    the form first, so a JSON fallback in the Accept does not help); for a custom resource's
+    get it answers 500 "content is not a list", which the simulator does not copy."""
+    listing = what.endswith("is a list")
+    if rt.custom:
+        go_type = "*unstructured.UnstructuredList" if listing else "*unstructured.Unstructured"
+    else:
+        package = rt.group.split(".", 1)[0] if rt.group else "core"
+        go_type = f"*{package}.{rt.list_kind if listing else rt.kind}"
+    return errors.ApiError(
+        statuses.failure(406, f"you requested {what} ({go_type})", reason="NotAcceptable")
+    )
 
 
 def include_object(query: Mapping[str, str]) -> str:
