@@ -356,3 +356,17 @@ def test_too_many_entries_are_refused() -> None:
     with pytest.raises(errors.ApiError) as e:
         fm.apply(CR, live, live, entries, fm.Writer("one-more", fm.APPLY, "v"), NOW)
     assert e.value.code == 422
+
+
+def test_a_main_resource_apply_never_conflicts_over_status() -> None:
+    kubelet = fm.Writer("kubelet", fm.UPDATE, "v1", subresource="status")
+    live = {"spec": {"a": 1}, "status": {"phase": "Running"}}
+    entries = fm.update(POD, {"spec": {"a": 1}}, live, [], kubelet, NOW, has_status=True)
+    config = {"spec": {"a": 1}, "status": {"phase": "Pending"}}
+    done = fm.apply(
+        POD, live, config, entries, fm.Writer("m", fm.APPLY, "v1"), NOW, has_status=True
+    )
+    assert {e.manager for e in done.managed} == {"kubelet", "m"}
+    assert fm.encode_set(next(e for e in done.managed if e.manager == "m").fields) == {
+        "f:spec": {"f:a": {}}
+    }

@@ -720,6 +720,18 @@ class Conflict:
     paths: set[Path]
 
 
+def _owned_changes(
+    shape: Shape, old: Any, new: Any, writer: Writer, has_status: bool
+) -> Comparison:
+    """What changed, without the fields nobody owns or this write may not touch."""
+    cmp = compare(shape, old, new)
+    return Comparison(
+        _filter(cmp.added, writer.subresource, has_status),
+        _filter(cmp.modified, writer.subresource, has_status),
+        _filter(cmp.removed, writer.subresource, has_status),
+    )
+
+
 def update(
     shape: Shape,
     live: Mapping[str, Any] | None,
@@ -731,11 +743,8 @@ def update(
     has_status: bool = False,
 ) -> list[Entry]:
     """The managers after a non-apply write of ``new`` over ``live`` (None: a create)."""
-    cmp = compare(shape, dict(live) if live is not None else {}, dict(new))
-    cmp = Comparison(
-        _filter(cmp.added, writer.subresource, has_status),
-        _filter(cmp.modified, writer.subresource, has_status),
-        _filter(cmp.removed, writer.subresource, has_status),
+    cmp = _owned_changes(
+        shape, dict(live) if live is not None else {}, dict(new), writer, has_status
     )
     entries = [dataclasses.replace(e, fields=set(e.fields)) for e in managed]
     for e in entries:
@@ -787,7 +796,7 @@ def apply(
         owned |= e.fields
     gone = {p for p in last - owned if not any(o[: len(p)] == p for o in owned)}
     merged = remove(shape, merged, gone)
-    cmp = compare(shape, base, merged)
+    cmp = _owned_changes(shape, base, merged, writer, has_status)
     conflicts = _conflicts(entries, writer, cmp)
     if conflicts and not writer.force:
         raise conflict_error(conflicts)
