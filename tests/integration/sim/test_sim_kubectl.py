@@ -340,3 +340,67 @@ def test_apply_crd_then_custom_resource(kubectl: fixtures.Kubectl, tmp_path: pat
     assert refused.returncode == 1 and 'unknown field "spec.colour"' in refused.stderr
     kubectl("delete", "crd", "gadgets.example.com")
     assert kubectl("get", "gadgets", check=False).returncode != 0
+
+
+SSA_DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: ssa-web
+  namespace: default
+spec:
+  selector:
+    matchLabels: {app: ssa-web}
+  template:
+    metadata:
+      labels: {app: ssa-web}
+    spec:
+      containers:
+        - name: web
+          image: web:1
+          ports: [{containerPort: 8080}]
+          env: [{name: A, value: "1"}, {name: B, value: "2"}]
+"""
+
+
+def _managers(kubectl: fixtures.Kubectl, *target: str) -> dict[str, object]:
+    got = json.loads(kubectl("get", *target, "-o", "json", "--show-managed-fields").stdout)
+    return {e["manager"]: e["fieldsV1"] for e in got["metadata"]["managedFields"]}
+
+
+def test_apply_server_side_owns_fields(kubectl: fixtures.Kubectl) -> None:
+    """kubectl apply --server-side: managedFields with k: keys for containers, ports and env,
+    a re-apply without an env var removes it, another manager conflicts until it forces."""
+    kubectl("apply", "--server-side", "-f", "-", input=SSA_DEPLOYMENT)
+    fields = _managers(kubectl, "deployment", "ssa-web")["kubectl"]
+    container = fields["f:spec"]["f:template"]["f:spec"]["f:containers"]  # type: ignore[index]
+    web = container['k:{"name":"web"}']
+    assert web["."] == {} and web["f:image"] == {}
+    assert 'k:{"containerPort":8080,"protocol":"TCP"}' in web["f:ports"]
+    assert set(web["f:env"]) == {'k:{"name":"A"}', 'k:{"name":"B"}'}
+    smaller = SSA_DEPLOYMENT.replace(', {name: B, value: "2"}', "")
+    kubectl("apply", "--server-side", "-f", "-", input=smaller)
+    got = json.loads(kubectl("get", "deployment", "ssa-web", "-o", "json").stdout)
+    env = got["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env == [{"name": "A", "value": "1"}], "the env var only kubectl applied is gone"
+    other = smaller.replace("web:1", "web:2")
+    refused = kubectl(
+        "apply", "--server-side", "--field-manager=other", "-f", "-", input=other, check=False
+    )
+    assert refused.returncode != 0
+    assert (
+        'conflict with "kubectl": .spec.template.spec.containers[name="web"].image'
+        in refused.stderr
+    )
+    kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=other",
+        "--force-conflicts",
+        "-f",
+        "-",
+        input=other,
+    )
+    got = json.loads(kubectl("get", "deployment", "ssa-web", "-o", "json").stdout)
+    assert got["spec"]["template"]["spec"]["containers"][0]["image"] == "web:2"
+    kubectl("delete", "deployment", "ssa-web")

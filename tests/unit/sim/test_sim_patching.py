@@ -163,18 +163,3 @@ def test_json_patch_errors(ops: Any, code: int) -> None:
     with pytest.raises(errors.ApiError) as e:
         patching.json_patch({"a": [1, 2], "o": {"k": "v"}}, ops)
     assert e.value.code == code
-
-
-def test_apply_patch_creates_or_merges() -> None:
-    applied = {
-        "metadata": {"name": "p"},
-        "spec": {"containers": [{"name": "app", "image": "app:3"}]},
-    }
-    assert patching.apply_patch("Pod", None, applied, builtin=True) == applied
-    merged = patching.apply_patch("Pod", POD, applied, builtin=True)
-    assert merged["spec"]["containers"][0]["image"] == "app:3"
-    assert len(merged["spec"]["containers"]) == 2
-    custom = patching.apply_patch(
-        "Widget", {"spec": {"a": [1], "b": 1}}, {"spec": {"a": [2]}}, builtin=False
-    )
-    assert custom == {"spec": {"a": [2], "b": 1}}

@@ -1,7 +1,8 @@
 """Internals of the simulated kube-apiserver; the public facade is ``yurthub.testing.simapiserver``.
 
-Layout: ``resources`` (kind registry), ``storage`` (objects, resourceVersions, events,
-watchers, the controllers' visible effects), ``selectors`` live in
+Layout: ``resources`` (kind registry), ``storage`` (the store: resourceVersions, events,
+the controllers' visible effects) over ``objects`` and ``watchers`` (its data types),
+``updating`` and ``crds`` (what a write computes); ``selectors`` live in
 ``yurthub.cache.selectors``; ``patching``, ``tables``, ``discoverydocs``,
 ``negotiation``, ``paging``, ``paths``, ``schemas``, ``conversion``, ``defaulting``,
 ``objectmeta`` are pure; ``handlers`` (app + dispatch), ``crud``, ``watching``,

@@ -22,6 +22,7 @@ from yurthub.testing.sim import (
     context,
     conversion,
     errors,
+    fieldmanaging,
     negotiation,
     patching,
     paths,
@@ -136,6 +137,8 @@ def encode_list(
             tables.table(rt, objs, now=now, include=include, version=neg.version, list_meta=meta)
         )
     if neg.form is negotiation.Form.PARTIAL:
+        if not neg.as_list:
+            raise _not_convertible("PartialObjectMetadata, but the requested object is a list", rt)
         return orjson.dumps(
             {
                 "kind": "PartialObjectMetadataList",
@@ -170,8 +173,27 @@ def encode_one(
             )
         )
     if neg.form is negotiation.Form.PARTIAL:
+        if neg.as_list:
+            raise _not_convertible(
+                "PartialObjectMetadataList, but the requested object is not a list", rt
+            )
         return orjson.dumps(tables.partial(stored.obj, neg.version))
     return conversion.encode(rt, stored.obj, stored.raw)
+
+
+def _not_convertible(what: str, rt: resources.ResourceType) -> errors.ApiError:
+    """406 as the apiserver answers a metadata form that does not fit the answer (it picks
+    the form first, so a JSON fallback in the Accept does not help); for a custom resource's
+    get it answers 500 "content is not a list", which the simulator does not copy."""
+    listing = what.endswith("is a list")
+    if rt.custom:
+        go_type = "*unstructured.UnstructuredList" if listing else "*unstructured.Unstructured"
+    else:
+        package = rt.group.split(".", 1)[0] if rt.group else "core"
+        go_type = f"*{package}.{rt.list_kind if listing else rt.kind}"
+    return errors.ApiError(
+        statuses.failure(406, f"you requested {what} ({go_type})", reason="NotAcceptable")
+    )
 
 
 def include_object(query: Mapping[str, str]) -> str:
@@ -182,7 +204,31 @@ def include_object(query: Mapping[str, str]) -> str:
 
 
 def negotiate(request: web.Request) -> negotiation.Negotiated:
+    """Every verb that answers with an object offers it as a Table or PartialObjectMetadata
+    too, as the apiserver does (kube-rs ``patch_metadata`` asks for the latter)."""
     return negotiation.negotiate(request.headers.get("Accept"), table=True, partial=True)
+
+
+def writer(
+    request: web.Request,
+    rt: resources.ResourceType,
+    rp: paths.ResourcePath,
+    operation: str = fieldmanaging.UPDATE,
+) -> fieldmanaging.Writer:
+    """Who this write is in managedFields: ``?fieldManager=``, else the User-Agent's
+    program name; ``force`` only for apply (a 422 elsewhere, as from the apiserver)."""
+    query = request.query
+    manager = query.get("fieldManager") or fieldmanaging.manager_from_user_agent(
+        request.headers.get("User-Agent")
+    )
+    options = {"POST": "CreateOptions", "PUT": "UpdateOptions"}.get(request.method, "PatchOptions")
+    fieldmanaging.validate_manager(manager, options)
+    force = flag(query, "force") if request.method == "PATCH" else None
+    if force is not None and operation != fieldmanaging.APPLY:
+        raise fieldmanaging.force_not_allowed()
+    return fieldmanaging.Writer(
+        manager, operation, rt.api_version, rp.subresource or "", force=bool(force)
+    )
 
 
 async def get(
@@ -230,7 +276,8 @@ async def create(
     rt: resources.ResourceType,
     rp: paths.ResourcePath,
 ) -> web.StreamResponse:
-    neg = negotiation.negotiate(request.headers.get("Accept"))
+    neg = negotiate(request)
+    who = writer(request, rt, rp)
     obj = await read_object(ctx, request)
     if rt.storage == CSR_STORAGE and isinstance(obj, dict) and context.USER in request:
         # The apiserver records who asked, whatever the body claims.
@@ -249,9 +296,10 @@ async def create(
         dry_run=dry_run(request.query),
         field_validation=field_validation(request.query),
         warnings=warnings,
+        writer=who,
     )
     return bodies.respond(
-        conversion.encode(rt, stored.obj, stored.raw),
+        encode_one(rt, stored, neg, now=ctx.state.clock()),
         status=201,
         as_yaml=neg.yaml,
         warnings=warnings,
@@ -264,7 +312,8 @@ async def update(
     rt: resources.ResourceType,
     rp: paths.ResourcePath,
 ) -> web.StreamResponse:
-    neg = negotiation.negotiate(request.headers.get("Accept"))
+    neg = negotiate(request)
+    who = writer(request, rt, rp)
     obj = await read_object(ctx, request)
     assert rp.name is not None
     warnings: list[str] = []
@@ -277,9 +326,10 @@ async def update(
         dry_run=dry_run(request.query),
         field_validation=field_validation(request.query),
         warnings=warnings,
+        writer=who,
     )
     return bodies.respond(
-        conversion.encode(rt, stored.obj, stored.raw),
+        encode_one(rt, stored, neg, now=ctx.state.clock()),
         status=201 if created else 200,
         as_yaml=neg.yaml,
         warnings=warnings,
@@ -300,7 +350,7 @@ def apply_patch_document(
         return patching.strategic_merge_patch(rt.kind, current, patch)
     if fmt is negotiation.BodyFormat.JSON_PATCH:
         return patching.json_patch(current, patch)
-    return patching.apply_patch(rt.kind, current, patch, builtin=not rt.custom)
+    raise AssertionError(f"not a patch document format: {fmt}")  # apply goes to fieldmanaging
 
 
 async def patch(
@@ -309,7 +359,7 @@ async def patch(
     rt: resources.ResourceType,
     rp: paths.ResourcePath,
 ) -> web.StreamResponse:
-    neg = negotiation.negotiate(request.headers.get("Accept"))
+    neg = negotiate(request)
     fmt = negotiation.body_format(request.headers.get("Content-Type"), patch=True)
     if fmt is negotiation.BodyFormat.STRATEGIC_PATCH and rt.custom:
         raise errors.ApiError(
@@ -320,33 +370,41 @@ async def patch(
                 "application/apply-patch+yaml",
             )
         )
-    if fmt is negotiation.BodyFormat.APPLY_PATCH and not request.query.get("fieldManager"):
+    is_apply = fmt is negotiation.BodyFormat.APPLY_PATCH
+    if is_apply and not request.query.get("fieldManager"):
         raise errors.invalid(
             "PatchOptions", "", "fieldManager: Required value: is required for apply patch"
         )
+    who = writer(request, rt, rp, fieldmanaging.APPLY if is_apply else fieldmanaging.UPDATE)
     raw = await bodies.read(request, ctx.max_body_bytes)
     document = bodies.decode(raw, fmt, ctx.converter)
+    if is_apply and not isinstance(document, dict):
+        raise errors.bad_request("an apply patch must be a YAML or JSON object")
     assert rp.name is not None
     is_dry = dry_run(request.query)
     validation = field_validation(request.query)
     warnings: list[str] = []
+    shape = fieldmanaging.shape_for(rt.kind, rt.schema, custom=rt.custom)
     existing = ctx.state.find(rt, rp.namespace, rp.name)
     if existing is None:
-        if fmt is not negotiation.BodyFormat.APPLY_PATCH or rp.subresource is not None:
+        if not is_apply or rp.subresource is not None:
             raise errors.not_found(rt.resource, rp.name, rt.group)
-        if isinstance(document, dict):
-            document.setdefault("metadata", {}).setdefault("name", rp.name)
+        document.setdefault("metadata", {}).setdefault("name", rp.name)
         drop_status_on_create(rt, document)
+        fresh = fieldmanaging.apply(
+            shape, None, document, [], who, ctx.state.clock(), has_status=rt.has_status
+        )
         stored = ctx.state.create_object(
             rt,
-            document,
+            fresh.obj,
             namespace=rp.namespace,
             dry_run=is_dry,
             field_validation=validation,
             warnings=warnings,
+            managed=fresh.managed,
         )
         return bodies.respond(
-            conversion.encode(rt, stored.obj, stored.raw),
+            encode_one(rt, stored, neg, now=ctx.state.clock()),
             status=201,
             as_yaml=neg.yaml,
             warnings=warnings,
@@ -354,7 +412,19 @@ async def patch(
     if rp.subresource == "scale":
         return await _patch_scale(ctx, rt, rp, existing, fmt, document, is_dry)
     current = conversion.from_storage(rt, existing.copy())
-    patched = apply_patch_document(rt, fmt, current, document)
+    managed: list[fieldmanaging.Entry] | None = None
+    if is_apply:
+        try:
+            entries = fieldmanaging.decode(current["metadata"].get("managedFields"))
+        except ValueError:
+            entries = []
+        applied = fieldmanaging.apply(
+            shape, current, document, entries, who, ctx.state.clock(), has_status=rt.has_status
+        )
+        patched: Any = applied.obj
+        managed = applied.managed
+    else:
+        patched = apply_patch_document(rt, fmt, current, document)
     if not isinstance(patched, dict):
         raise errors.invalid(rt.kind, rp.name, "the patch turned the object into a non-object")
     if nesting.depth(patched) > nesting.MAX_DEPTH:  # a JSON patch can nest a value in another
@@ -362,9 +432,7 @@ async def patch(
         raise errors.invalid(rt.kind, rp.name, message)
     patched.setdefault("metadata", {})
     # Apply never carries an optimistic lock unless the applied object names one.
-    if fmt is negotiation.BodyFormat.APPLY_PATCH and not (
-        isinstance(document, dict) and (document.get("metadata") or {}).get("resourceVersion")
-    ):
+    if is_apply and not (document.get("metadata") or {}).get("resourceVersion"):
         patched["metadata"]["resourceVersion"] = str(existing.rv)
     stored, _ = ctx.state.update_object(
         rt,
@@ -375,9 +443,11 @@ async def patch(
         dry_run=is_dry,
         field_validation=validation,
         warnings=warnings,
+        writer=who,
+        managed=managed,
     )
     return bodies.respond(
-        conversion.encode(rt, stored.obj, stored.raw), as_yaml=neg.yaml, warnings=warnings
+        encode_one(rt, stored, neg, now=ctx.state.clock()), as_yaml=neg.yaml, warnings=warnings
     )
 
 
@@ -475,7 +545,7 @@ async def delete(
     rt: resources.ResourceType,
     rp: paths.ResourcePath,
 ) -> web.StreamResponse:
-    neg = negotiation.negotiate(request.headers.get("Accept"))
+    neg = negotiate(request)
     raw = await bodies.read(request, ctx.max_body_bytes)
     options = _delete_options(ctx, request, raw)
     assert rp.name is not None
@@ -489,7 +559,7 @@ async def delete(
     )
     if deleted and not rt.return_deleted_object:
         return bodies.respond(dict(deleted_status(rt, stored)), as_yaml=neg.yaml)
-    return bodies.respond(conversion.encode(rt, stored.obj, stored.raw), as_yaml=neg.yaml)
+    return bodies.respond(encode_one(rt, stored, neg, now=ctx.state.clock()), as_yaml=neg.yaml)
 
 
 async def delete_collection(

@@ -41,6 +41,8 @@ class Negotiated:
     yaml: bool = False
     # meta.k8s.io or apidiscovery.k8s.io version of Table / PartialObjectMetadata / discovery.
     version: str = "v1"
+    # The Accept named PartialObjectMetadataList (for a list) rather than the single form.
+    as_list: bool = False
 
     @property
     def content_type(self) -> str:
@@ -107,7 +109,9 @@ def negotiate(
             and version in _META_VERSIONS
         ):
             if partial:
-                return Negotiated(Form.PARTIAL, version=version)
+                return Negotiated(
+                    Form.PARTIAL, version=version, as_list=as_ == "PartialObjectMetadataList"
+                )
             continue
         if (
             as_ == "APIGroupDiscoveryList"

@@ -12,10 +12,9 @@ Pure functions over plain JSON values; the input object is never mutated.
   ``$setElementOrder/<list>``, ``$deleteFromPrimitiveList/<list>``,
   ``$retainKeys`` (honoured: keys not listed are cleared).
 - ``json_patch``: RFC 6902 (add, remove, replace, move, copy, test).
-- ``apply_patch``: server-side apply reduced to "create, or merge the applied
-  configuration into the live object" (strategic merge for built-ins). Not done:
-  managedFields, field ownership and conflicts, and removing fields that an
-  earlier apply set but this one omits.
+
+Server-side apply (merging, field ownership, conflicts) is ``fieldmanaging``; it reads
+the merge keys here (``merge_key``, ``is_primitive_set``).
 
 Errors are ``ApiError`` 422 (a patch that cannot apply) or 400 (not a patch).
 """
@@ -23,7 +22,7 @@ Errors are ``ApiError`` 422 (a patch that cannot apply) or 400 (not a patch).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from yurthub import statuses
@@ -312,17 +311,3 @@ def json_patch(target: Any, patch: Any) -> Any:
         else:
             raise errors.bad_request(f"JSON patch operation {number} has an unknown op {op!r}")
     return doc
-
-
-# --- apply -----------------------------------------------------------------------------------
-
-
-def apply_patch(kind: str, live: Mapping[str, Any] | None, applied: Any, *, builtin: bool) -> Any:
-    """The object after applying ``applied`` (a full object) onto ``live`` (None: create)."""
-    if not isinstance(applied, dict):
-        raise errors.bad_request("an apply patch must be a YAML or JSON object")
-    if live is None:
-        return copy.deepcopy(applied)
-    if builtin:
-        return strategic_merge_patch(kind, dict(live), applied)
-    return merge_patch(dict(live), applied)

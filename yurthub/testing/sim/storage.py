@@ -19,22 +19,22 @@ Invariants:
 Two API levels: the ``*_object`` methods take a ``ResourceType`` and are what the
 HTTP layer calls; ``create``/``get``/``update``/``delete``/``list``/``apply`` take
 plain dicts and resource names for tests that mutate the cluster directly.
+
+The data types are ``objects`` (``Stored``, ``Bucket``, ``Event``, ``Filter``) and
+``watchers``; what a write computes lives in ``updating`` (PUT merging) and ``crds`` (CRD
+acceptance). Their names are re-exported here for the callers that spell them
+``storage.Stored`` and so on.
 """
 
 from __future__ import annotations
 
-import asyncio
-import bisect
 import collections
 import copy
-import dataclasses
 import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-
-import orjson
 
 from yurthub import statuses
 from yurthub.cache import selectors
@@ -43,22 +43,37 @@ from yurthub.testing.sim import (
     bootstraptokens,
     certificates,
     conversion,
+    crds,
     defaulting,
     errors,
+    fieldmanaging,
     objectmeta,
+    objects,
     paging,
     pki,
     podlifecycle,
     podlogs,
     resources,
     schemas,
+    updating,
+    watchers,
 )
 
 log = logging.getLogger(__name__)
 
-Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
-GroupResource = resources.GroupResource
-ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+Key = objects.Key
+GroupResource = objects.GroupResource
+ADDED, MODIFIED, DELETED = objects.ADDED, objects.MODIFIED, objects.DELETED
+Stored = objects.Stored
+Bucket = objects.Bucket
+Event = objects.Event
+Filter = objects.Filter
+ListResult = objects.ListResult
+freeze = objects.freeze
+keys_in = objects.keys_in
+Watcher = watchers.Watcher
+WatcherClosed = watchers.WatcherClosed
+WatchStart = watchers.WatchStart
 CRD_STORAGE: GroupResource = ("apiextensions.k8s.io", "customresourcedefinitions")
 NAMESPACES: GroupResource = ("", "namespaces")
 SERVICEACCOUNTS: GroupResource = ("", "serviceaccounts")
@@ -71,204 +86,25 @@ DEFAULT_HISTORY_SIZE = 10_000
 DEFAULT_WATCH_QUEUE_SIZE = 10_000
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Stored:
-    """One object version: the dict (never mutated), its JSON, and what selectors read."""
-
-    obj: dict[str, Any]
-    raw: bytes
-    rv: int
-    labels: Mapping[str, str]
-    fields: Mapping[str, str]
-
-    @property
-    def meta(self) -> dict[str, Any]:
-        meta: dict[str, Any] = self.obj["metadata"]
-        return meta
-
-    @property
-    def uid(self) -> str:
-        return str(self.meta.get("uid", ""))
-
-    @property
-    def deleting(self) -> bool:
-        return bool(self.meta.get("deletionTimestamp"))
-
-    def copy(self) -> dict[str, Any]:
-        """A deep copy the caller may mutate."""
-        out: dict[str, Any] = orjson.loads(self.raw)
-        return out
+def _shape(rt: resources.ResourceType) -> fieldmanaging.Shape:
+    return fieldmanaging.shape_for(rt.kind, rt.schema, custom=rt.custom)
 
 
-def freeze(resource: str, obj: dict[str, Any], rv: int) -> Stored:
-    meta = obj["metadata"]
-    if rv:
-        meta["resourceVersion"] = str(rv)
-    labels = meta.get("labels") or {}
-    return Stored(
-        obj=obj,
-        raw=orjson.dumps(obj),
-        rv=rv,
-        labels=labels,
-        fields=selectors.field_values(resource, obj),
-    )
-
-
-class Bucket:
-    """The objects of one storage (group, resource), with a lazily sorted key list."""
-
-    __slots__ = ("_sorted", "items")
-
-    def __init__(self) -> None:
-        self.items: dict[Key, Stored] = {}
-        self._sorted: list[Key] | None = None
-
-    def put(self, key: Key, stored: Stored) -> None:
-        if key not in self.items:
-            self._sorted = None
-        self.items[key] = stored
-
-    def remove(self, key: Key) -> None:
-        if self.items.pop(key, None) is not None:
-            self._sorted = None
-
-    def sorted_keys(self) -> list[Key]:
-        if self._sorted is None:
-            self._sorted = sorted(self.items)
-        return self._sorted
-
-
-def keys_in(sorted_keys: list[Key], namespace: str | None, after: Key | None) -> list[Key]:
-    """The slice of ``sorted_keys`` in ``namespace`` (None: all) strictly after ``after``."""
-    lo, hi = 0, len(sorted_keys)
-    if namespace is not None:
-        lo = bisect.bisect_left(sorted_keys, (namespace, ""))
-        hi = bisect.bisect_left(sorted_keys, (namespace + "\x00", ""))
-    if after is not None:
-        lo = max(lo, bisect.bisect_right(sorted_keys, after))
-    return sorted_keys[lo:hi]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Event:
-    type: str
-    storage: GroupResource
-    key: Key
-    obj: Stored
-    prev: Stored | None
-
-    @property
-    def rv(self) -> int:
-        return self.obj.rv
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Filter:
-    """What a list or watch covers: namespace (None: all) and selectors."""
-
-    namespace: str | None = None
-    labels: selectors.LabelSelector = dataclasses.field(default_factory=selectors.LabelSelector)
-    fields: selectors.FieldSelector = dataclasses.field(default_factory=selectors.FieldSelector)
-
-    def matches(self, key: Key, stored: Stored) -> bool:
-        if self.namespace is not None and key[0] != self.namespace:
-            return False
-        return self.labels.matches(stored.labels) and self.fields.matches(stored.fields)
-
-
-class WatcherClosed(Exception):
-    """The watcher ended: it fell behind, its resource stopped being served, or it was closed."""
-
-
-class Watcher:
-    """A bounded queue of events for one watch request."""
-
-    def __init__(self, storage: GroupResource, flt: Filter, limit: int) -> None:
-        self.storage = storage
-        self.filter = flt
-        self._limit = limit
-        self._queue: asyncio.Queue[tuple[str, Event] | None] = asyncio.Queue()
-        self.closed: str | None = None
-
-    def classify(self, event: Event) -> str | None:
-        """The event type this watcher sees for ``event`` (selectors can turn it), or None."""
-        if event.storage != self.storage:
-            return None
-        matches_now = self.filter.matches(event.key, event.obj)
-        if event.type == ADDED:
-            return ADDED if matches_now else None
-        if event.type == DELETED:
-            return DELETED if matches_now else None
-        matched_before = event.prev is not None and self.filter.matches(event.key, event.prev)
-        if matches_now and matched_before:
-            return MODIFIED
-        if matches_now:
-            return ADDED
-        if matched_before:
-            return DELETED
+def _decoded(managed_fields: Any) -> list[fieldmanaging.Entry] | None:
+    """Stored or sent managedFields; None when they do not decode (then they are ignored)."""
+    try:
+        return fieldmanaging.decode(managed_fields)
+    except ValueError:
         return None
 
-    def offer(self, event: Event) -> None:
-        if self.closed is not None:
-            return
-        kind = self.classify(event)
-        if kind is None:
-            return
-        if self._queue.qsize() >= self._limit:
-            self.close("the watcher fell behind")
-            return
-        self._queue.put_nowait((kind, event))
 
-    def close(self, reason: str) -> None:
-        if self.closed is None:
-            self.closed = reason
-            self._queue.put_nowait(None)
-
-    def pending(self) -> int:
-        return self._queue.qsize()
-
-    async def next(self) -> tuple[str, Event]:
-        """The next event; raises ``WatcherClosed`` once closed and drained."""
-        item = await self._queue.get()
-        if item is None:
-            raise WatcherClosed(self.closed or "closed")
-        return item
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ListResult:
-    items: list[Stored]
-    rv: int
-    continue_token: str | None = None
-    remaining: int | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class WatchStart:
-    """What a new watch sends before live events: synthetic ADDEDs or replayed history."""
-
-    initial: list[tuple[str, Stored]]
-    watcher: Watcher
-    rv: int
-
-
-def _spec_part(obj: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
-
-
-def _owner_uids(obj: Mapping[str, Any]) -> list[str]:
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
-    return [str(r.get("uid")) for r in refs if isinstance(r, dict) and r.get("uid")]
-
-
-def _same_ignoring_rv(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    ma = {k: v for k, v in (a.get("metadata") or {}).items() if k != "resourceVersion"}
-    mb = {k: v for k, v in (b.get("metadata") or {}).items() if k != "resourceVersion"}
-    if ma != mb:
-        return False
-    return {k: v for k, v in a.items() if k != "metadata"} == {
-        k: v for k, v in b.items() if k != "metadata"
-    }
+def _untimed(managed_fields: Any) -> Any:
+    if not isinstance(managed_fields, list):
+        return managed_fields
+    return [
+        {k: v for k, v in e.items() if k != "time"} if isinstance(e, dict) else e
+        for e in managed_fields
+    ]
 
 
 class State:
@@ -418,7 +254,7 @@ class State:
         if old is not None:
             if new is None:
                 self._by_uid.pop(old.uid, None)
-            for uid in _owner_uids(old.obj):
+            for uid in updating.owner_uids(old.obj):
                 deps = self._dependents.get(uid)
                 if deps is not None:
                     deps.discard(ref)
@@ -426,7 +262,7 @@ class State:
                         del self._dependents[uid]
         if new is not None:
             self._by_uid[new.uid] = ref
-            for uid in _owner_uids(new.obj):
+            for uid in updating.owner_uids(new.obj):
                 self._dependents.setdefault(uid, set()).add(ref)
 
     # --- typed API (the HTTP layer) -------------------------------------------------------
@@ -499,8 +335,11 @@ class State:
         dry_run: bool = False,
         field_validation: str | None = None,
         warnings: list[str] | None = None,
+        writer: fieldmanaging.Writer | None = None,
+        managed: list[fieldmanaging.Entry] | None = None,
     ) -> Stored:
-        """Create; ``warnings`` collects what a ``Warning`` header should say."""
+        """Create; ``warnings`` collects what a ``Warning`` header should say. ``writer`` (an
+        Update) records its fields in managedFields; ``managed`` are an apply's entries."""
         obj = self._prepare_body(rt, obj, namespace)
         meta = obj["metadata"]
         name = meta.get("name")
@@ -527,13 +366,19 @@ class State:
         if rt.has_generation:
             meta["generation"] = 1
         if rt.custom:
-            self._validate_fields(schemas.apply(rt, obj), field_validation, warnings)
+            updating.validate_fields(schemas.apply(rt, obj), field_validation, warnings)
         else:
             defaulting.on_create(rt, obj, self.allocator)
         if rt.storage == CRD_STORAGE:
-            self._accept_crd(obj)
+            crds.accept(obj, self._now(), self.registry)
         elif rt.storage == certificates.STORAGE:
             certificates.validate_create(obj)
+        if managed is None and writer is not None:
+            managed = fieldmanaging.update(
+                _shape(rt), None, obj, [], writer, self.clock(), has_status=rt.has_status
+            )
+        if managed:
+            meta["managedFields"] = fieldmanaging.encode(managed)
         if dry_run:
             return freeze(rt.resource, obj, 0)
         if rt.storage == CRD_STORAGE:
@@ -543,7 +388,7 @@ class State:
             self._populate_namespace(name)
         elif rt.storage == PODS and self.simulate_kubelets:
             self._run_pod(key)
-        owners = _owner_uids(obj)
+        owners = updating.owner_uids(obj)
         if owners and not any(uid in self._by_uid for uid in owners):
             # Every owner is already gone: the garbage collector would remove it at once.
             self._remove(rt.storage, key, cascade=True)
@@ -561,8 +406,14 @@ class State:
         dry_run: bool = False,
         field_validation: str | None = None,
         warnings: list[str] | None = None,
+        writer: fieldmanaging.Writer | None = None,
+        managed: list[fieldmanaging.Entry] | None = None,
     ) -> tuple[Stored, bool]:
-        """PUT semantics; returns (stored, created). ``full`` replaces status too (tests)."""
+        """PUT semantics; returns (stored, created). ``full`` replaces status too (tests).
+
+        managedFields: ``managed`` (an apply's entries) are stored as given; a ``writer``
+        (an Update) is recorded over the body's managedFields when it carries any (a
+        client may rewrite them), else the stored ones; with neither they are kept."""
         if not isinstance(obj, dict):
             raise errors.bad_request(f"the body of the request is not a {rt.kind} object")
         body_name = (obj.get("metadata") or {}).get("name") if isinstance(obj, dict) else None
@@ -582,6 +433,8 @@ class State:
                     dry_run=dry_run,
                     field_validation=field_validation,
                     warnings=warnings,
+                    writer=writer,
+                    managed=managed,
                 )
                 return created, True
             raise errors.not_found(rt.resource, name, rt.group)
@@ -589,7 +442,8 @@ class State:
         meta = obj["metadata"]
         objectmeta.validate_metadata(rt, meta, name)
         self._check_preconditions(rt, old, meta.get("uid"), meta.get("resourceVersion"))
-        new = self._merge_update(rt, old, obj, subresource, full)
+        sent_fields = meta.get("managedFields")
+        new = updating.merge_update(rt, old, obj, subresource, full)
         if rt.storage == certificates.STORAGE:
             # Every CSR update path keeps the spec (the request is what was approved).
             new["spec"] = copy.deepcopy(old.obj.get("spec"))
@@ -598,15 +452,16 @@ class State:
             certificates.stamp_conditions(old.obj, new, self._now())
         objectmeta.drop_empty(new["metadata"])
         if rt.custom:
-            self._validate_fields(schemas.apply(rt, new), field_validation, warnings)
+            updating.validate_fields(schemas.apply(rt, new), field_validation, warnings)
         defaulting.on_write(rt, new)
         if rt.storage == ("", "services"):
-            self._keep_cluster_ip(old.obj, new)
-        if rt.has_generation and _spec_part(new) != _spec_part(old.obj):
+            updating.keep_cluster_ip(old.obj, new)
+        if rt.has_generation and updating.spec_part(new) != updating.spec_part(old.obj):
             new["metadata"]["generation"] = int(old.meta.get("generation") or 1) + 1
         if rt.storage == CRD_STORAGE:
-            self._accept_crd(new)
-        if _same_ignoring_rv(new, old.obj):
+            crds.accept(new, self._now(), self.registry)
+        self._record_fields(rt, old, new, sent_fields, subresource, writer, managed)
+        if updating.same_ignoring_rv(new, old.obj):
             return old, False
         if dry_run:
             return freeze(rt.resource, new, 0), False
@@ -617,18 +472,34 @@ class State:
             self._remove(rt.storage, key, cascade=True)
         return stored, False
 
-    @staticmethod
-    def _validate_fields(
-        pruned: list[str], field_validation: str | None, warnings: list[str] | None
+    def _record_fields(
+        self,
+        rt: resources.ResourceType,
+        old: Stored,
+        new: dict[str, Any],
+        sent: Any,
+        subresource: str | None,
+        writer: fieldmanaging.Writer | None,
+        managed: list[fieldmanaging.Entry] | None,
     ) -> None:
-        if not pruned:
-            return
-        mode = field_validation or "Warn"
-        if mode == "Strict":
-            unknown = ", ".join(f'unknown field "{p}"' for p in pruned)
-            raise errors.bad_request(f"strict decoding error: {unknown}")
-        if mode == "Warn" and warnings is not None:
-            warnings.extend(f'unknown field "{p}"' for p in pruned)
+        """Set ``new``'s managedFields (see ``update_object``); timestamps alone never make
+        a write."""
+        meta = new["metadata"]
+        before = old.meta.get("managedFields")
+        if managed is None and writer is not None:
+            entries = _decoded(sent) if sent and not subresource else None
+            if entries is None:
+                entries = _decoded(before) or []
+            managed = fieldmanaging.update(
+                _shape(rt), old.obj, new, entries, writer, self.clock(), has_status=rt.has_status
+            )
+        encoded = fieldmanaging.encode(managed) if managed is not None else before
+        if encoded and before and _untimed(encoded) == _untimed(before):
+            encoded = before
+        if encoded:
+            meta["managedFields"] = copy.deepcopy(encoded)
+        else:
+            meta.pop("managedFields", None)
 
     def _check_preconditions(
         self, rt: resources.ResourceType, old: Stored, uid: Any, rv: Any
@@ -654,62 +525,6 @@ class State:
                     "version and try again",
                 )
             )
-
-    @staticmethod
-    def _merge_update(
-        rt: resources.ResourceType,
-        old: Stored,
-        body: dict[str, Any],
-        subresource: str | None,
-        full: bool,
-    ) -> dict[str, Any]:
-        if subresource in ("status", "approval", "finalize"):
-            # Status-like writes keep everything but their own part (ResetObjectMetaForStatus).
-            new = old.copy()
-            if subresource == "status":
-                if "status" in body:
-                    new["status"] = body["status"]
-                else:
-                    new.pop("status", None)
-            elif subresource == "approval":
-                conditions = (body.get("status") or {}).get("conditions")
-                new.setdefault("status", {})["conditions"] = conditions or []
-            else:
-                new.setdefault("spec", {})["finalizers"] = (body.get("spec") or {}).get(
-                    "finalizers"
-                ) or []
-            return new
-        new = body
-        meta = new["metadata"]
-        for field in (
-            "uid",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "generation",
-            "namespace",
-        ):
-            if field in old.meta:
-                meta[field] = old.meta[field]
-            else:
-                meta.pop(field, None)
-        meta["name"] = old.meta["name"]
-        meta.pop("managedFields", None)
-        meta.pop("selfLink", None)
-        if rt.has_status and not full:
-            if "status" in old.obj:
-                new["status"] = copy.deepcopy(old.obj["status"])
-            else:
-                new.pop("status", None)
-        return new
-
-    @staticmethod
-    def _keep_cluster_ip(old: Mapping[str, Any], new: dict[str, Any]) -> None:
-        old_spec = old.get("spec") or {}
-        spec = new.setdefault("spec", {})
-        for field in ("clusterIP", "clusterIPs"):
-            if not spec.get(field) and old_spec.get(field):
-                spec[field] = old_spec[field]
 
     def delete_object(
         self,
@@ -777,7 +592,9 @@ class State:
             dep = self._bucket(storage).items.get(key)
             if dep is None:
                 continue
-            others = [u for u in _owner_uids(dep.obj) if u != owner_uid and u in self._by_uid]
+            others = [
+                u for u in updating.owner_uids(dep.obj) if u != owner_uid and u in self._by_uid
+            ]
             if cascade and not others:
                 if dep.deleting:
                     continue
@@ -895,77 +712,6 @@ class State:
         return self._remove(NAMESPACES, ("", name), cascade=True)
 
     # --- CRDs ----------------------------------------------------------------------------------
-
-    def _accept_crd(self, crd: dict[str, Any]) -> None:
-        """Validate a CRD and set the status the apiextensions controllers would."""
-        meta, spec = crd["metadata"], crd.get("spec")
-        name = str(meta.get("name"))
-        if not isinstance(spec, dict):
-            raise errors.invalid("CustomResourceDefinition", name, "spec: Required value", "")
-        names = spec.get("names") or {}
-        group, plural, kind = spec.get("group"), names.get("plural"), names.get("kind")
-        problems = []
-        if not group:
-            problems.append("spec.group: Required value")
-        if not plural:
-            problems.append("spec.names.plural: Required value")
-        if not kind:
-            problems.append("spec.names.kind: Required value")
-        if plural and group and name != f"{plural}.{group}":
-            problems.append(
-                f'metadata.name: Invalid value: "{name}": must be spec.names.plural+"."+spec.group'
-            )
-        if spec.get("scope") not in ("Namespaced", "Cluster"):
-            problems.append('spec.scope: Unsupported value: must be "Namespaced" or "Cluster"')
-        versions = spec.get("versions") or []
-        if not versions:
-            problems.append("spec.versions: Required value")
-        elif sum(1 for v in versions if v.get("storage")) != 1:
-            problems.append("spec.versions: Invalid value: must have exactly one storage version")
-        if problems:
-            raise errors.invalid(
-                "CustomResourceDefinition", name, "; ".join(problems), "apiextensions.k8s.io"
-            )
-        clash = self._crd_name_clash(name, str(group), str(plural), kind)
-        if clash:
-            raise errors.invalid("CustomResourceDefinition", name, clash, "apiextensions.k8s.io")
-        now = self._now()
-        accepted = dict(names)
-        accepted.setdefault("singular", str(kind).lower())
-        accepted.setdefault("listKind", f"{kind}List")
-        storage_version = next(str(v.get("name")) for v in versions if v.get("storage"))
-        status = crd.setdefault("status", {})
-        stored_versions = list(status.get("storedVersions") or [])
-        if storage_version not in stored_versions:
-            stored_versions.append(storage_version)
-        crd["status"] = {
-            "acceptedNames": accepted,
-            "conditions": [
-                {
-                    "type": "NamesAccepted",
-                    "status": "True",
-                    "reason": "NoConflicts",
-                    "message": "no conflicts found",
-                    "lastTransitionTime": now,
-                },
-                {
-                    "type": "Established",
-                    "status": "True",
-                    "reason": "InitialNamesAccepted",
-                    "message": "the initial names have been accepted",
-                    "lastTransitionTime": now,
-                },
-            ],
-            "storedVersions": stored_versions,
-        }
-
-    def _crd_name_clash(self, name: str, group: str, plural: str, kind: Any) -> str | None:
-        for rt in self.registry:
-            if rt.group == group and rt.resource == plural and rt.crd_name not in (None, name):
-                return f'spec.names.plural: Invalid value: "{plural}": is already in use'
-            if rt.group == group and not rt.custom and rt.resource == plural:
-                return f'spec.names.plural: Invalid value: "{plural}": is a built-in resource'
-        return None
 
     def _retire_crd(self, crd: Stored) -> None:
         name = str(crd.meta["name"])
