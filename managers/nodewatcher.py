@@ -6,10 +6,11 @@ noticed even if the deletion happened while no manager ran). Cleaning a node:
 
 1. For a node that is absent from the cache, a GET confirms it is really gone (a new node's
    first Instance may arrive before its Node object); anything else waits for the watch.
-2. Every Instance listing it: remove the node from ``nodes`` and free the ``deviceUsage`` slots
-   it held, or delete the Instance when it was the last node — the agent's own resourceVersion
-   -guarded read-modify-write (``discovery.agent.instances.leave``), so a concurrent agent
-   write is never lost. The broker controller then removes the node's broker pods.
+2. Every Instance listing it (or holding its finalizer): remove the node from ``nodes``, its
+   finalizer and the ``deviceUsage`` slots it held, or delete the Instance when it was the last
+   node — the agent's own resourceVersion-guarded read-modify-write
+   (``discovery.agent.instances.leave``), so a concurrent agent write is never lost. The
+   broker controller then removes the node's broker pods.
 3. A deleted node only: its agent's finalizer (the node name) is removed from every
    Configuration, or deleting such a Configuration would hang forever.
 
