@@ -34,7 +34,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from discovery import details, handlers
+from discovery import details, handlers, sdk
 from managers import brokerobjects as objects
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"
@@ -150,7 +150,9 @@ def details_parser(handler: str) -> Callable[[str], object] | None:
     return parser
 
 
-def _check_handler(spec: Mapping[str, Any], problems: list[Problem]) -> None:
+def _check_handler(
+    spec: Mapping[str, Any], problems: list[Problem], warnings: list[str] | None = None
+) -> None:
     field = "spec.discoveryHandler"
     handler = spec.get("discoveryHandler")
     if not isinstance(handler, Mapping):
@@ -171,7 +173,7 @@ def _check_handler(spec: Mapping[str, Any], problems: list[Problem]) -> None:
     parser = details_parser(name)
     if parser is not None:
         try:
-            parser(text)
+            parsed = parser(text)
         except details.DetailsError as e:
             where = f"{field}.discoveryDetails"
             problems.append(
@@ -180,6 +182,10 @@ def _check_handler(spec: Mapping[str, Any], problems: list[Problem]) -> None:
                     f"{e.message} (the {name} discovery handler would refuse it)",
                 )
             )
+        else:
+            if warnings is not None:
+                where = f"{field}.discoveryDetails"
+                warnings.extend(f"{where}: {w}" for w in sdk.details_warnings(parsed))
     _check_properties(handler.get("discoveryProperties"), f"{field}.discoveryProperties", problems)
 
 
@@ -292,13 +298,17 @@ def samples(configuration: Mapping[str, Any]) -> list[Sample]:
     return found
 
 
-def check(configuration: Mapping[str, Any]) -> list[Problem]:
-    """Everything wrong that can be seen without the apiserver, each naming its field."""
+def check(configuration: Mapping[str, Any], warnings: list[str] | None = None) -> list[Problem]:
+    """Everything wrong that can be seen without the apiserver, each naming its field.
+
+    What is admitted but worth saying (unknown keys in ``discoveryDetails``, ignored as Akri
+    ignores them) is appended to ``warnings``: admission warnings, shown by kubectl.
+    """
     spec = configuration.get("spec")
     if not isinstance(spec, Mapping):
         return [Problem("spec", f"required, a mapping (got {_kind(spec)})")]
     problems: list[Problem] = []
-    _check_handler(spec, problems)
+    _check_handler(spec, problems, warnings)
     _check_capacity(spec, problems)
     _check_broker_properties(spec, problems)
     for key in ("instanceServiceSpec", "configurationServiceSpec"):

@@ -51,6 +51,7 @@ RESOLVE_TIMEOUT = 2.0
 class Details:
     discovery_urls: tuple[str, ...] = (DEFAULT_URL,)
     application_names: filtering.FilterList | None = None
+    warnings: tuple[str, ...] = ()
 
 
 def _check_url(url: str, field: str) -> str:
@@ -69,20 +70,21 @@ def _check_url(url: str, field: str) -> str:
 def parse_details(text: str) -> Details:
     values = details.mapping(details.load(text), "", ("opcuaDiscoveryMethod", "applicationNames"))
     urls: tuple[str, ...] = (DEFAULT_URL,)
-    if values.get("opcuaDiscoveryMethod") is not None:
+    if details.optional(values, "opcuaDiscoveryMethod") is not None:
+        # An enum in Akri (one variant, ``standard``): another key is an error, as in serde.
         method = details.mapping(
-            values["opcuaDiscoveryMethod"], "opcuaDiscoveryMethod", ("standard",)
+            values["opcuaDiscoveryMethod"], "opcuaDiscoveryMethod", ("standard",), variants=True
         )
         field = "opcuaDiscoveryMethod.standard"
         if "standard" not in method:
             raise details.DetailsError("opcuaDiscoveryMethod", "required: standard")
         standard = details.mapping(method["standard"], field, ("discoveryUrls",))
-        if standard.get("discoveryUrls") is not None:
+        if details.optional(standard, "discoveryUrls") is not None:
             field = f"{field}.discoveryUrls"
             listed = details.string_list(standard["discoveryUrls"], field)
             urls = tuple(_check_url(u, details.join(field, i)) for i, u in enumerate(listed))
     names = filtering.parse(values.get("applicationNames"), "applicationNames")
-    return Details(urls, names)
+    return Details(urls, names, details.warnings_of(values))
 
 
 # --------------------------------------------------------------------------- pure decisions

@@ -599,6 +599,21 @@ async def test_cdi_files_carry_no_secret_values(sim: Any, sockdir: Path) -> None
         assert container.envs["CAMERA_URL"] == f"rtsp://admin:{secret}@10.1.2.3/"
 
 
+async def test_debug_echo_details_are_read_as_akri_reads_them(sim: Any, sockdir: Path) -> None:
+    # serde_yaml takes each scalar of a string list as its text, and ignores unknown keys.
+    texts = ["1", "yes", "0x1F", "1.50", "~"]
+    details_text = "descriptions: [1, yes, 0x1F, 1.50, ~]\nnotAField: &x [1]\nalso: *x"
+    async with node(sim, sockdir, "node-a"):
+        await cluster.kubectl(
+            sim, "apply", "-f", "-", stdin=configuration("cfg", "debugEcho", details_text)
+        )
+        names = await _instances_eventually(sim, len(texts))
+        found = await cluster.instances(sim)
+        assert {
+            n: found[n]["spec"]["brokerProperties"]["DEBUG_ECHO_DESCRIPTION"] for n in names
+        } == {f"cfg-{digest(t)}": t for t in texts}
+
+
 # -- Instances adopted from Akri's agent: its node finalizer (reference §5.3) never leaves one
 # stuck Terminating. A node migrated from Akri's agent keeps the Instances it wrote; they are
 # written here exactly as Akri's agent leaves them, before edgehub's agent starts.

@@ -69,7 +69,6 @@ def test_details_defaults(text: str, urls: tuple[str, ...]) -> None:
         ),
         ("opcuaDiscoveryMethod: {lds: {}}", "opcuaDiscoveryMethod.lds", "unknown key"),
         ("applicationNames: {items: x}", "applicationNames.items", "expected a list"),
-        ("discoveryUrls: []", "discoveryUrls", "unknown key"),
     ],
 )
 def test_details_errors(text: str, field: str, message: str) -> None:
@@ -299,7 +298,6 @@ def test_bad_credential_properties_are_ignored() -> None:
         ("discoveryTimeoutSeconds: 0", "discoveryTimeoutSeconds", "between"),
         ("discoveryTimeoutSeconds: soon", "discoveryTimeoutSeconds", "expected a number"),
         ("uuids: {items: [a], action: include}", "uuids.action", "expected one of"),
-        ("ipAddress: {items: []}", "ipAddress", "unknown key"),
     ],
 )
 def test_onvif_details_errors(text: str, field: str, message: str) -> None:

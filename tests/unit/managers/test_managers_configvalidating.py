@@ -42,8 +42,8 @@ def test_a_name_too_long_for_its_instances_labels_is_the_configurations_name() -
         ),
         (
             configuration("debugEcho", "descriptons: [a]"),
-            "spec.discoveryHandler.discoveryDetails: descriptons",
-            "unknown key",
+            "spec.discoveryHandler.discoveryDetails: descriptions",
+            "required",
         ),
         (
             configuration("udev", 'udevRules: ["TYPO==\\"x\\""]'),
