@@ -149,6 +149,45 @@ def test_a_name_too_long_for_its_instances_labels_is_the_configurations_name() -
             "spec.discoveryHandler.discoveryProperties[0]",
             "not both",
         ),
+        # Checks Akri's CRD does not make (so neither does ours): the webhook's, with a message.
+        (
+            configuration()
+            | {
+                "spec": {
+                    "discoveryHandler": {
+                        "name": "debugEcho",
+                        "discoveryDetails": "descriptions: [a]",
+                        "discoveryProperties": [
+                            {"name": "x", "valueFrom": {"configMapKeyRef": {"name": "cm"}}}
+                        ],
+                    }
+                }
+            },
+            "spec.discoveryHandler.discoveryProperties[0].valueFrom.configMapKeyRef.key",
+            "required",
+        ),
+        (
+            configuration()
+            | {
+                "spec": {
+                    "discoveryHandler": {
+                        "name": "debugEcho",
+                        "discoveryDetails": "descriptions: [a]",
+                        "discoveryProperties": [
+                            {"name": "x", "valueFrom": {"secretKeyRef": {"name": "", "key": "k"}}}
+                        ],
+                    }
+                }
+            },
+            "spec.discoveryHandler.discoveryProperties[0].valueFrom.secretKeyRef.name",
+            "required",
+        ),
+        (configuration(brokerSpec={}), "spec.brokerSpec", "give brokerPodSpec or brokerJobSpec"),
+        (
+            {"metadata": {"name": "cfg"}, "spec": {"discoveryHandler": {"name": ""}}},
+            "spec.discoveryHandler.name",
+            "required, a non-empty string",
+        ),
         (
             {
                 "metadata": {"name": "c" * 70, "namespace": "default"},
