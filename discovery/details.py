@@ -118,6 +118,13 @@ def warnings_of(values: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(found) if isinstance(found, list) else ()
 
 
+def warn(values: Mapping[str, Any], message: str) -> None:
+    """Note ``message`` among the warnings of the document ``values`` was loaded from."""
+    sink = getattr(values, "warnings", None)
+    if isinstance(sink, list) and message not in sink:
+        sink.append(message)
+
+
 _NULLS = frozenset({"", "~", "null", "Null", "NULL"})
 _TRUE = frozenset({"true", "True", "TRUE"})
 _FALSE = frozenset({"false", "False", "FALSE"})

@@ -558,13 +558,8 @@ def test_the_webhook_refuses_broken_configurations_naming_the_field(
             "spec.discoveryHandler.discoveryDetails: udevRules[0]": _review_config(
                 "bad-udev", "udev", 'udevRules: ["TYPO==\\"x\\""]'
             ),
-            "spec.discoveryHandler.discoveryDetails: "
-            "opcuaDiscoveryMethod.standard.discoveryUrls[0]": (
-                _review_config(
-                    "bad-opcua",
-                    "opcua",
-                    "opcuaDiscoveryMethod:\n  standard:\n    discoveryUrls: ['http://h:1/']",
-                )
+            "spec.discoveryHandler.discoveryDetails: opcuaDiscoveryMethod.lds": _review_config(
+                "bad-opcua", "opcua", "opcuaDiscoveryMethod:\n  lds: {}"
             ),
             "spec.discoveryHandler.discoveryDetails: descriptions": _review_config(
                 "bad-echo", "debugEcho", "{}"

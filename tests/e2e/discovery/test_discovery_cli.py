@@ -113,7 +113,7 @@ def test_offline_availability_gives_no_devices(tmp_path: Path, echo_env: dict[st
         ("udev", "udevRules: ['KERNEL=\"tty0\"']", "udevRules[0]: column 7: assignment operator"),
         ("udev", "udevRules: ['NAME==\"x\"']", "udevRules[0]: column 1: unsupported field NAME"),
         ("udev", "udevRules: ['DRIVER==\"[\"']", "invalid regular expression"),
-        ("opcua", "opcuaDiscoveryMethod: {standard: {discoveryUrls: [http://x:1/]}}", "opc.tcp"),
+        ("opcua", "opcuaDiscoveryMethod: {lds: {}}", "opcuaDiscoveryMethod.lds: unknown key"),
         ("onvif", "discoveryTimeoutSeconds: -1", "discoveryTimeoutSeconds: must be between"),
     ],
 )

@@ -56,14 +56,6 @@ def test_a_name_too_long_for_its_instances_labels_is_the_configurations_name() -
             "valid permission combination",
         ),
         (
-            configuration(
-                "opcua", "opcuaDiscoveryMethod:\n  standard:\n    discoveryUrls: ['tcp://h:1/']"
-            ),
-            "spec.discoveryHandler.discoveryDetails: "
-            "opcuaDiscoveryMethod.standard.discoveryUrls[0]",
-            "opc.tcp",
-        ),
-        (
             configuration("onvif", "discoveryTimeoutSeconds: -1"),
             "spec.discoveryHandler.discoveryDetails: discoveryTimeoutSeconds",
             "between",
