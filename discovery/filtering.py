@@ -46,7 +46,7 @@ def is_active(filter_list: FilterList | None) -> bool:
 
 def parse(value: Any, field: str) -> FilterList | None:
     """Parse ``{items: [...], action: Include|Exclude}`` (action defaults to Include)."""
-    if value is None:
+    if details.is_null(value):
         return None
     spec = details.mapping(value, field, ("items", "action"))
     items = details.string_list(

@@ -472,6 +472,8 @@ class DiscoveryRequest:
             parsed = handler.parse_details(self.details)
         except details.DetailsError as e:
             raise _InvalidDetails(f"invalid discoveryDetails for {endpoint.name}: {e}") from e
+        for warning in sdk.details_warnings(parsed):
+            logger.warning("discoveryDetails of %s for %s: %s", self.key, endpoint.name, warning)
         plain = {k: v or b"" for k, v in properties.items()}
         async for found in sdk.device_lists(handler, parsed, plain):
             backoff.reset()

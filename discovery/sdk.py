@@ -170,6 +170,13 @@ async def device_lists(
                 yield current
 
 
+def details_warnings(parsed: object) -> tuple[str, ...]:
+    """What parsing the details warned about (unknown keys, ignored as Akri ignores them);
+    a handler's parsed details carry it as ``warnings`` (``discovery.details.warnings_of``)."""
+    found = getattr(parsed, "warnings", ())
+    return tuple(w for w in found if isinstance(w, str)) if isinstance(found, tuple) else ()
+
+
 async def discover_once(
     handler: Handler[Any], text: str, properties: Mapping[str, bytes]
 ) -> list[devices.Device]:
@@ -284,6 +291,8 @@ class _DiscoveryServicer:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"invalid discoveryDetails for {name}: {e}"
             )
+        for warning in details_warnings(parsed):
+            logger.warning("discoveryDetails for %s: %s", name, warning)
         properties = wire.properties_from_request(request)
         logger.info("Discover stream opened for %s", name)
         mailbox = _Latest()

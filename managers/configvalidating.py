@@ -5,15 +5,17 @@ field (``spec.capacity``, ``spec.discoveryHandler.discoveryDetails: udevRules[0]
 
 * the Configuration deserializes as Akri reads it: ``spec.discoveryHandler.name`` a
   non-empty string, ``discoveryDetails`` a string, ``discoveryProperties`` a list of
-  ``{name, value | valueFrom}``, ``capacity`` an integer between 0 and 1024 (a negative one is
-  refused even where the CRD lacks the minimum, as Akri's own CRD does), ``brokerProperties``
-  strings to strings, the service specs mappings;
+  ``{name, value | valueFrom}`` (``valueFrom`` one ``configMapKeyRef``/``secretKeyRef`` with a
+  ``key`` and a ``name``), ``capacity`` an integer between 0 and 1024, ``brokerProperties``
+  strings to strings, the service specs mappings. The CRD (``manifests/crds``) validates only
+  what Akri's own CRD does, so an Akri user's Configuration applies; these checks are the
+  stricter ones, each with a message naming the field;
 * ``discoveryDetails`` parse for the built-in handlers (``debugEcho``, ``udev``, ``opcua``,
   ``onvif``) with the very parsers the handlers run (``discovery.handlers.<name>
   .parse_details``), so what is admitted is what the handler accepts; details for other
   handlers are theirs to judge;
 * the broker spec is exactly one of ``brokerPodSpec``/``brokerJobSpec`` and the broker
-  objects can be built from it (``brokerobjects``).
+  objects can be built from it (``brokerobjects``); ``brokerSpec: {}`` is refused too.
 
 Whether the broker spec is a valid PodSpec/JobSpec, and the service specs valid ServiceSpecs,
 only the apiserver can say in full: ``samples(configuration)`` are the objects the broker
@@ -39,7 +41,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from discovery import details, handlers
+from discovery import details, handlers, sdk
 from kubecontrol import nesting
 from managers import brokerobjects as objects
 
@@ -170,7 +172,9 @@ def details_parser(handler: str) -> Callable[[str], object] | None:
     return parser
 
 
-def _check_handler(spec: Mapping[str, Any], problems: list[Problem]) -> None:
+def _check_handler(
+    spec: Mapping[str, Any], problems: list[Problem], warnings: list[str] | None = None
+) -> None:
     field = "spec.discoveryHandler"
     handler = spec.get("discoveryHandler")
     if not isinstance(handler, Mapping):
@@ -191,7 +195,7 @@ def _check_handler(spec: Mapping[str, Any], problems: list[Problem]) -> None:
     parser = details_parser(name)
     if parser is not None:
         try:
-            parser(text)
+            parsed = parser(text)
         except details.DetailsError as e:
             where = f"{field}.discoveryDetails"
             problems.append(
@@ -200,6 +204,10 @@ def _check_handler(spec: Mapping[str, Any], problems: list[Problem]) -> None:
                     f"{e.message} (the {name} discovery handler would refuse it)",
                 )
             )
+        else:
+            if warnings is not None:
+                where = f"{field}.discoveryDetails"
+                warnings.extend(f"{where}: {w}" for w in sdk.details_warnings(parsed))
     _check_properties(handler.get("discoveryProperties"), f"{field}.discoveryProperties", problems)
 
 
@@ -235,6 +243,33 @@ def _check_properties(value: object, field: str, problems: list[Problem]) -> Non
                         f"{where}.valueFrom", "give exactly one of configMapKeyRef, secretKeyRef"
                     )
                 )
+            for ref in refs:
+                _check_key_ref(source[ref], f"{where}.valueFrom.{ref}", problems)
+
+
+def _check_key_ref(value: object, field: str, problems: list[Problem]) -> None:
+    """A key selector as Akri's agent reads it: which key of which object."""
+    if not isinstance(value, Mapping):
+        problems.append(Problem(field, f"must be a mapping, not {_kind(value)}"))
+        return
+    for key in ("key", "name"):
+        if not isinstance(value.get(key), str) or not value[key]:
+            problems.append(Problem(f"{field}.{key}", "required, a non-empty string"))
+
+
+def _check_broker_spec(spec: Mapping[str, Any], problems: list[Problem]) -> None:
+    """``brokerSpec`` is one broker kind (Akri reads it as an enum); both are ``brokerobjects``'s
+    refusal, neither is refused here (leave ``brokerSpec`` out for no broker)."""
+    broker = spec.get("brokerSpec")
+    if isinstance(broker, Mapping) and all(
+        broker.get(k) is None for k in ("brokerPodSpec", "brokerJobSpec")
+    ):
+        problems.append(
+            Problem(
+                "spec.brokerSpec",
+                "give brokerPodSpec or brokerJobSpec (leave brokerSpec out for no broker)",
+            )
+        )
 
 
 def _check_capacity(spec: Mapping[str, Any], problems: list[Problem]) -> None:
@@ -312,14 +347,19 @@ def samples(configuration: Mapping[str, Any]) -> list[Sample]:
     return found
 
 
-def check(configuration: Mapping[str, Any]) -> list[Problem]:
-    """Everything wrong that can be seen without the apiserver, each naming its field."""
+def check(configuration: Mapping[str, Any], warnings: list[str] | None = None) -> list[Problem]:
+    """Everything wrong that can be seen without the apiserver, each naming its field.
+
+    What is admitted but worth saying (unknown keys in ``discoveryDetails``, ignored as Akri
+    ignores them) is appended to ``warnings``: admission warnings, shown by kubectl.
+    """
     spec = configuration.get("spec")
     if not isinstance(spec, Mapping):
         return [Problem("spec", f"required, a mapping (got {_kind(spec)})")]
     problems: list[Problem] = []
-    _check_handler(spec, problems)
+    _check_handler(spec, problems, warnings)
     _check_capacity(spec, problems)
+    _check_broker_spec(spec, problems)
     _check_broker_properties(spec, problems)
     for key in ("instanceServiceSpec", "configurationServiceSpec"):
         value = spec.get(key)

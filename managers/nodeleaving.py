@@ -213,13 +213,25 @@ def _remember(state: State, **decided: Any) -> Decision:
     return Decision(Memory(state), **decided)
 
 
+_BUILTIN_FINALIZERS = frozenset({"orphan", "foregroundDeletion"})
+"""The garbage collector's own finalizers: never taken for a node's (a node may be
+named ``orphan``)."""
+
+
 def listing(node: str, instances: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
-    """``(namespace, name)`` of the Instances whose ``spec.nodes`` has ``node``."""
+    """``(namespace, name)`` of the Instances whose ``spec.nodes`` has ``node``, or that
+    hold the finalizer its agent puts on the Instances it serves (the node's name, as
+    Akri's): cleaning drops it too, or the Instance could never be deleted."""
     found = []
     for instance in instances:
         spec = instance.get("spec")
         nodes = spec.get("nodes") if isinstance(spec, Mapping) else None
-        if isinstance(nodes, list) and node in nodes:
+        meta = instance.get("metadata")
+        finalizers = meta.get("finalizers") if isinstance(meta, Mapping) else None
+        holds = (
+            node not in _BUILTIN_FINALIZERS and isinstance(finalizers, list) and node in finalizers
+        )
+        if (isinstance(nodes, list) and node in nodes) or holds:
             meta = instance.get("metadata") or {}
             found.append((str(meta.get("namespace") or ""), str(meta.get("name") or "")))
     return sorted(found)

@@ -8,11 +8,13 @@ and would write them back for ever). A deleted node whose agent still writes its
 back is cleaned again only after a per-node growing back-off. Cleaning a node:
 
 1. For a node that is absent from the cache, a GET confirms it is really gone (the watch may
-   not have brought a re-created node yet); anything else waits for the watch.
-2. Every Instance listing it: remove the node from ``nodes`` and free the ``deviceUsage`` slots
-   it held, or delete the Instance when it was the last node — the agent's own resourceVersion
-   -guarded read-modify-write (``discovery.agent.instances.leave``), so a concurrent agent
-   write is never lost. The broker controller then removes the node's broker pods.
+   not have brought a re-created node yet; a new node's first Instance may arrive before its
+   Node object); anything else waits for the watch.
+2. Every Instance listing it (or holding its finalizer): remove the node from ``nodes``, its
+   finalizer and the ``deviceUsage`` slots it held, or delete the Instance when it was the last
+   node — the agent's own resourceVersion-guarded read-modify-write
+   (``discovery.agent.instances.leave``), so a concurrent agent write is never lost. The
+   broker controller then removes the node's broker pods.
 3. A deleted node only: its agent's finalizer (the node name) is removed from every
    Configuration, or deleting such a Configuration would hang forever.
 

@@ -181,11 +181,12 @@ class Validator:
         if configuration is None:
             problem = configvalidating.Problem("object", "the review carries no Configuration")
             return configvalidating.response(request, [problem])
-        problems = await asyncio.to_thread(configvalidating.check, configuration)
         warnings: list[str] = []
+        problems = await asyncio.to_thread(configvalidating.check, configuration, warnings)
         if not problems:
             namespace = request.namespace or objects.namespace_of(configuration) or "default"
-            problems, warnings = await self._dry_run(configuration, namespace)
+            problems, sampled = await self._dry_run(configuration, namespace)
+            warnings.extend(sampled)
         return configvalidating.response(request, problems, warnings)
 
     async def _dry_run(

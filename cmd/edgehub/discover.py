@@ -103,6 +103,8 @@ def command(
         _fail(1, f"{handler_name} reported no device list within {timeout:g}s")
     except Exception as e:  # a handler failure is reported, not dumped as a traceback
         _fail(1, f"{handler_name} discovery failed: {e}")
+    for warning in sdk.details_warnings(handler.parse_details(text)):
+        click.echo(f"warning: {warning}", err=True)
     if output == "json":
         click.echo(json.dumps([devices.to_json(d) for d in found], indent=2))
     else:

@@ -17,6 +17,15 @@ small random delay. The pure functions are the whole policy:
   deletes the Instance.
 * ``set_usage``: replace ``deviceUsage`` (slot claims; see ``slots``).
 
+Finalizers, as Akri's agent keeps them (reference §5.3): a node that serves an
+Instance holds a finalizer named after itself, and drops it once it no longer
+serves it (left ``nodes``, or the Instance is being deleted). ``join`` adds it;
+``leave`` removes it together with the node, and the last node drops it before
+its DELETE, so an Instance never waits on a node that has gone; an Instance
+found Terminating with this node's finalizer (left so by Akri's agent, or by a
+crash between two steps) only loses the finalizer, and the reconcile after its
+DELETED event creates it afresh. Other nodes' finalizers are never touched.
+
 Danger: never write an object that was not just read — a PUT without the
 read resourceVersion would silently drop another node's membership.
 """
@@ -47,6 +56,8 @@ class Create:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Replace:
     body: JSONObject
+    decide_again: bool = False
+    """A first step: decide again on the object as written (drop a finalizer, then delete)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,6 +72,9 @@ class NoChange:
 NO_CHANGE = NoChange()
 Decision = Create | Replace | Delete | NoChange
 Mutation = Callable[[JSONObject | None], Decision]
+
+
+_STEPS = 3
 
 
 class WriteFailed(Exception):
@@ -100,6 +114,29 @@ def spec_of(obj: Mapping[str, Any] | None) -> dict[str, Any]:
 def nodes_of(obj: Mapping[str, Any] | None) -> list[str]:
     nodes = spec_of(obj).get("nodes")
     return [n for n in nodes if isinstance(n, str)] if isinstance(nodes, list) else []
+
+
+def finalizers_of(obj: Mapping[str, Any] | None) -> list[str]:
+    value = ((obj or {}).get("metadata") or {}).get("finalizers")
+    return [f for f in value if isinstance(f, str)] if isinstance(value, list) else []
+
+
+def terminating(obj: Mapping[str, Any] | None) -> bool:
+    return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
+
+
+def stale_finalizer(obj: Mapping[str, Any] | None, node: str) -> bool:
+    """PURE: ``node``'s finalizer is on an Instance it does not serve (being deleted, or
+    ``node`` not in ``nodes``): Akri's agent would drop it, and so does ``leave``."""
+    return node in finalizers_of(obj) and (terminating(obj) or node not in nodes_of(obj))
+
+
+def _without_finalizer(current: JSONObject, node: str) -> JSONObject:
+    updated = copy.deepcopy(current)
+    updated.setdefault("metadata", {})["finalizers"] = [
+        f for f in finalizers_of(current) if f != node
+    ]
+    return updated
 
 
 def usage_of(obj: Mapping[str, Any] | None) -> dict[str, str]:
@@ -155,13 +192,16 @@ def join(desired: DesiredInstance, node: str) -> Mutation:
                         "name": desired.name,
                         "namespace": desired.namespace,
                         "ownerReferences": [dict(desired.owner)],
+                        "finalizers": [node],
                     },
                     "spec": {**content, "nodes": [node], "deviceUsage": {}},
                 }
             )
-        if (current.get("metadata") or {}).get("deletionTimestamp"):
-            # Being deleted: joining would resurrect nothing; the reconcile after
-            # the DELETED event creates it afresh.
+        if terminating(current):
+            # Being deleted: joining would resurrect nothing. Let it go (drop this
+            # node's finalizer); the reconcile after the DELETED event creates it afresh.
+            if node in finalizers_of(current):
+                return Replace(_without_finalizer(current, node))
             return NO_CHANGE
         updated = copy.deepcopy(current)
         spec = updated.setdefault("spec", {})
@@ -172,6 +212,8 @@ def join(desired: DesiredInstance, node: str) -> Mutation:
         spec["nodes"] = nodes
         spec["deviceUsage"] = within_capacity(usage_of(current), desired.capacity)
         meta = updated.setdefault("metadata", {})
+        if node not in finalizers_of(current):
+            meta["finalizers"] = [*finalizers_of(current), node]
         owners = meta.get("ownerReferences") or []
         if not any(isinstance(o, dict) and o.get("uid") == desired.owner["uid"] for o in owners):
             meta["ownerReferences"] = _owners_with(owners, desired.owner)
@@ -183,15 +225,22 @@ def join(desired: DesiredInstance, node: str) -> Mutation:
 
 
 def leave(node: str) -> Mutation:
+    """``node`` stops serving the Instance: out of ``nodes``, its slots freed, its
+    finalizer dropped; the last node deletes it (after dropping its finalizer)."""
+
     def mutate(current: JSONObject | None) -> Decision:
         if current is None:
             return NO_CHANGE
         nodes = nodes_of(current)
-        if node not in nodes:
-            return NO_CHANGE
+        held = node in finalizers_of(current)
+        if terminating(current) or node not in nodes:
+            # Nothing to leave, or going anyway: only let go of it.
+            return Replace(_without_finalizer(current, node)) if held else NO_CHANGE
         if nodes == [node]:
+            if held:
+                return Replace(_without_finalizer(current, node), decide_again=True)
             return Delete(kubeapi.resource_version_of(current))
-        updated = copy.deepcopy(current)
+        updated = _without_finalizer(current, node) if held else copy.deepcopy(current)
         updated["spec"]["nodes"] = [n for n in nodes if n != node]
         updated["spec"]["deviceUsage"] = slots.release_node(usage_of(current), node)
         return Replace(updated)
@@ -231,18 +280,29 @@ async def write(
     """
     for attempt in range(1, attempts + 1):
         current = await api.get_or_none(resources.INSTANCES, namespace, name)
-        decision = mutate(current)
         try:
-            if isinstance(decision, NoChange):
-                return current
-            if isinstance(decision, Create):
-                return await api.create(resources.INSTANCES, namespace, decision.body)
-            if isinstance(decision, Replace):
-                return await api.replace(resources.INSTANCES, namespace, name, decision.body)
-            await api.delete(
-                resources.INSTANCES, namespace, name, resource_version=decision.resource_version
-            )
-            return None
+            # A step that asks to decide again does so on what it wrote, guarded by the
+            # resourceVersion the write returned; at most _STEPS steps per attempt.
+            for _ in range(_STEPS):
+                decision = mutate(current)
+                if isinstance(decision, NoChange):
+                    return current
+                if isinstance(decision, Create):
+                    return await api.create(resources.INSTANCES, namespace, decision.body)
+                if isinstance(decision, Replace):
+                    written = await api.replace(resources.INSTANCES, namespace, name, decision.body)
+                    if not decision.decide_again:
+                        return written
+                    current = written
+                    continue
+                await api.delete(
+                    resources.INSTANCES,
+                    namespace,
+                    name,
+                    resource_version=decision.resource_version,
+                )
+                return None
+            raise WriteFailed(f"instance {namespace}/{name}: no decision after {_STEPS} steps")
         except (kubeapi.Conflict, kubeapi.NotFound) as e:
             logger.debug(
                 "instance %s/%s: %s (attempt %d/%d)", namespace, name, e, attempt, attempts

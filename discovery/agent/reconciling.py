@@ -15,7 +15,11 @@ one worker per key at a time (``kubecontrol.controlling.Controller``):
    reference fails the reconcile (Event + back-off) instead of failing silently
    inside the stream.
 5. Join every discovered device's Instance; leave Instances of vanished
-   devices only when the request is trusted (``discovering.trusted``).
+   devices only when the request is trusted (``discovering.trusted``). An
+   Instance of this Configuration that holds this node's finalizer while this
+   node does not serve it (Terminating, or the node not in ``nodes``: left so by
+   Akri's agent, a crash, or a controller) loses it whatever the trust, so it is
+   never stuck Terminating (``instances.stale_finalizer``).
 6. Write the CDI spec (without the values of Secret-sourced properties: the file
    is world-readable); hand the named devices to the plugin manager. Devices the
    registry did not admit are named in a ``DevicesRejected`` Warning Event.
@@ -126,15 +130,17 @@ def plan(
             instances.join(desired, node)(_copy(current.get(instance_name))), instances.NoChange
         ):
             join.append(desired)
-    leave: tuple[str, ...] = ()
-    if trusted:
-        leave = tuple(
-            sorted(
-                n
-                for n, obj in current.items()
-                if n not in named and node in instances.nodes_of(obj)
+    leave = tuple(
+        sorted(
+            n
+            for n, obj in current.items()
+            if n not in named
+            and (
+                (trusted and node in instances.nodes_of(obj))
+                or instances.stale_finalizer(obj, node)
             )
         )
+    )
     return Plan(tuple(join), leave)
 
 
@@ -200,7 +206,10 @@ class Reconciler:
             return
         key = (namespace, configuration)
         affected = kind == "DELETED" or self.node not in instances.nodes_of(obj)
-        if affected and key in self.configurations.store:
+        if instances.stale_finalizer(obj, self.node) and kind != "DELETED":
+            # Even for a Configuration that is gone: only this node can let it go.
+            self.queue.add(key)
+        elif affected and key in self.configurations.store:
             self.queue.add(key)
 
     def _on_request_change(self, key: Key) -> None:
@@ -335,7 +344,9 @@ class Reconciler:
         assert self.requests is not None
         await self.requests.stop(key)
         for obj in list(self.instances.store.values()):
-            if belongs_to(obj, *key) and self.node in instances.nodes_of(obj):
+            if belongs_to(obj, *key) and (
+                self.node in instances.nodes_of(obj) or self.node in instances.finalizers_of(obj)
+            ):
                 name = str((obj.get("metadata") or {}).get("name"))
                 await instances.write(
                     self.api,

@@ -1,7 +1,9 @@
 """``debugEcho``: reports one device per configured description, for tests and demos.
 
-Details: ``descriptions: [<string>, ...]`` (required; an empty list is allowed). Each
-description ``d`` becomes ``Device(id=d, properties={"DEBUG_ECHO_DESCRIPTION": d})``.
+Details: ``descriptions: [<string>, ...]`` (required; an empty list is allowed; any scalar is
+taken as its text, as Akri's serde_yaml does, so ``[1, yes, 0x1F]`` are three descriptions;
+other keys are ignored with a warning). Each description ``d`` becomes
+``Device(id=d, properties={"DEBUG_ECHO_DESCRIPTION": d})``.
 
 Availability: while the availability file (default ``/tmp/debug-echo-availability.txt``,
 env ``DEBUG_ECHO_AVAILABILITY_FILE``) contains ``OFFLINE`` the handler reports an empty
@@ -41,12 +43,13 @@ DEFAULT_POLL_SECONDS = 1.0
 @dataclasses.dataclass(frozen=True, slots=True)
 class Details:
     descriptions: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
 
 
 def parse_details(text: str) -> Details:
     values = details.mapping(details.load(text), "", ("descriptions",))
     descriptions = details.string_list(details.required(values, "descriptions"), "descriptions")
-    return Details(tuple(descriptions))
+    return Details(tuple(descriptions), details.warnings_of(values))
 
 
 def devices_for(parsed: Details, available: bool) -> list[devices.Device]:

@@ -68,13 +68,14 @@ class Details:
     scopes: filtering.FilterList | None = None
     uuids: filtering.FilterList | None = None
     discovery_timeout: float = DEFAULT_DISCOVERY_TIMEOUT
+    warnings: tuple[str, ...] = ()
 
 
 def parse_details(text: str) -> Details:
     keys = ("ipAddresses", "macAddresses", "scopes", "uuids", "discoveryTimeoutSeconds")
     values = details.mapping(details.load(text), "", keys)
     timeout = DEFAULT_DISCOVERY_TIMEOUT
-    if values.get("discoveryTimeoutSeconds") is not None:
+    if details.optional(values, "discoveryTimeoutSeconds") is not None:
         timeout = details.number(
             values["discoveryTimeoutSeconds"], "discoveryTimeoutSeconds", minimum=0.01, maximum=300
         )
@@ -84,6 +85,7 @@ def parse_details(text: str) -> Details:
         scopes=filtering.parse(values.get("scopes"), "scopes"),
         uuids=filtering.parse(values.get("uuids"), "uuids"),
         discovery_timeout=timeout,
+        warnings=details.warnings_of(values),
     )
 
 

@@ -15,8 +15,9 @@ host and port with its own path (servers often advertise an internal host name).
 ``id`` and property ``OPCUA_DISCOVERY_URL`` are that URL.
 
 Deliberate differences from Akri ([quirk]s or careful-user choices):
-  * A malformed discovery URL (not ``opc.tcp://host:port``) is a details error naming the
-    entry, instead of being skipped silently at every poll.
+  * A malformed discovery URL (not ``opc.tcp://host:port``) is skipped, as Akri skips it, but
+    not silently: a details warning names the entry (the handler logs it, the webhook returns
+    it as an admission warning) instead of nothing at every poll.
   * All duplicate URLs are removed (Akri removes only consecutive ones).
   * ``ClientAndServer`` applications are servers too and are kept (Akri keeps only
     ``Server``); discovery servers and clients are ignored.
@@ -51,6 +52,7 @@ RESOLVE_TIMEOUT = 2.0
 class Details:
     discovery_urls: tuple[str, ...] = (DEFAULT_URL,)
     application_names: filtering.FilterList | None = None
+    warnings: tuple[str, ...] = ()
 
 
 def _check_url(url: str, field: str) -> str:
@@ -69,20 +71,27 @@ def _check_url(url: str, field: str) -> str:
 def parse_details(text: str) -> Details:
     values = details.mapping(details.load(text), "", ("opcuaDiscoveryMethod", "applicationNames"))
     urls: tuple[str, ...] = (DEFAULT_URL,)
-    if values.get("opcuaDiscoveryMethod") is not None:
+    if details.optional(values, "opcuaDiscoveryMethod") is not None:
+        # An enum in Akri (one variant, ``standard``): another key is an error, as in serde.
         method = details.mapping(
-            values["opcuaDiscoveryMethod"], "opcuaDiscoveryMethod", ("standard",)
+            values["opcuaDiscoveryMethod"], "opcuaDiscoveryMethod", ("standard",), variants=True
         )
         field = "opcuaDiscoveryMethod.standard"
         if "standard" not in method:
             raise details.DetailsError("opcuaDiscoveryMethod", "required: standard")
         standard = details.mapping(method["standard"], field, ("discoveryUrls",))
-        if standard.get("discoveryUrls") is not None:
+        if details.optional(standard, "discoveryUrls") is not None:
             field = f"{field}.discoveryUrls"
             listed = details.string_list(standard["discoveryUrls"], field)
-            urls = tuple(_check_url(u, details.join(field, i)) for i, u in enumerate(listed))
+            kept = []
+            for i, url in enumerate(listed):
+                try:
+                    kept.append(_check_url(url, details.join(field, i)))
+                except details.DetailsError as e:
+                    details.warn(values, f"{e}; skipped, as Akri skips it")
+            urls = tuple(kept)
     names = filtering.parse(values.get("applicationNames"), "applicationNames")
-    return Details(urls, names)
+    return Details(urls, names, details.warnings_of(values))
 
 
 # --------------------------------------------------------------------------- pure decisions

@@ -64,6 +64,7 @@ class Details:
     rules: tuple[tuple[udev_rules.Term, ...], ...]
     group_recursive: bool = False
     permissions: str = "rwm"
+    warnings: tuple[str, ...] = ()
 
 
 def parse_details(text: str) -> Details:
@@ -85,7 +86,7 @@ def parse_details(text: str) -> Details:
             f"{permissions!r} is not a valid permission combination "
             f"(one of {', '.join(PERMISSIONS)})",
         )
-    return Details(tuple(rules), group, permissions)
+    return Details(tuple(rules), group, str(permissions), details.warnings_of(values))
 
 
 # --------------------------------------------------------------------------- pure helpers

@@ -539,17 +539,27 @@ def test_the_webhook_refuses_broken_configurations_naming_the_field(
             "the webhook registered",
         )
         cluster.kubectl("apply", "-f", "-", input=json.dumps(good))
+        no_key = _review_config("bad-no-key", "debugEcho", "descriptions: [a]")
+        no_key["spec"]["discoveryHandler"]["discoveryProperties"] = [
+            {"name": "P", "valueFrom": {"configMapKeyRef": {"name": "cm"}}}
+        ]
+        no_name = configuration("bad-no-name")
+        no_name["spec"]["discoveryHandler"] = {"discoveryDetails": "descriptions: [a]"}
         cases = {
+            # The CRD takes these, as Akri's does; the webhook refuses them, naming the field.
+            "spec.discoveryHandler.name": no_name,
+            "spec.capacity": _review_config(
+                "bad-capacity-5000", "debugEcho", "descriptions: [a]", capacity=5000
+            ),
+            "spec.discoveryHandler.discoveryProperties[0].valueFrom.configMapKeyRef.key": no_key,
+            "spec.brokerSpec": _review_config(
+                "bad-broker-spec", "debugEcho", "descriptions: [a]", brokerSpec={}
+            ),
             "spec.discoveryHandler.discoveryDetails: udevRules[0]": _review_config(
                 "bad-udev", "udev", 'udevRules: ["TYPO==\\"x\\""]'
             ),
-            "spec.discoveryHandler.discoveryDetails: "
-            "opcuaDiscoveryMethod.standard.discoveryUrls[0]": (
-                _review_config(
-                    "bad-opcua",
-                    "opcua",
-                    "opcuaDiscoveryMethod:\n  standard:\n    discoveryUrls: ['http://h:1/']",
-                )
+            "spec.discoveryHandler.discoveryDetails: opcuaDiscoveryMethod.lds": _review_config(
+                "bad-opcua", "opcua", "opcuaDiscoveryMethod:\n  lds: {}"
             ),
             "spec.discoveryHandler.discoveryDetails: descriptions": _review_config(
                 "bad-echo", "debugEcho", "{}"
@@ -577,11 +587,17 @@ def test_the_webhook_refuses_broken_configurations_naming_the_field(
             assert result.returncode != 0, field
             assert "denied the request" in result.stderr, result.stderr
             assert field in result.stderr, (field, result.stderr)
-        # A negative capacity: refused (here by the CRD's schema before the webhook is asked;
-        # the webhook refuses it too where the CRD lacks the minimum, as Akri's does).
+        # A negative capacity: the CRD takes it (as Akri's does), the webhook refuses it.
         negative = _review_config("bad-capacity", "debugEcho", "descriptions: [a]", capacity=-1)
         result = cluster.kubectl("apply", "-f", "-", input=json.dumps(negative), check=False)
         assert result.returncode != 0 and "spec.capacity" in result.stderr, result.stderr
+        assert "denied the request" in result.stderr, result.stderr
+        # Details Akri's debugEcho takes: stored, the unknown key named in a kubectl warning.
+        typo = _review_config("typo", "debugEcho", "descriptions: [1, yes]\ndescriptons: [b]")
+        result = cluster.kubectl("apply", "-f", "-", input=json.dumps(typo))
+        assert "Warning: spec.discoveryHandler.discoveryDetails: descriptons: unknown key" in (
+            result.stderr
+        ), result.stderr
         # Nothing refused was stored; the good one was.
         stored = names(cluster, "akric", "")
         assert "fine" in stored and not {n for n in stored if n.startswith("bad-")}
@@ -609,7 +625,8 @@ def test_the_webhook_refuses_broken_configurations_naming_the_field(
         assert manager.metric("edgehub_manager_webhook_reviews_total", allowed="false") >= 6
     finally:
         cluster.kubectl("delete", "validatingwebhookconfiguration", "edgehub-configurations-test")
-        cluster.kubectl("delete", "akric", "fine", "-n", "default", "--wait=false", check=False)
+        for name in ("fine", "typo"):
+            cluster.kubectl("delete", "akric", name, "-n", "default", "--wait=false", check=False)
 
 
 def test_a_node_that_goes_not_ready_leaves_its_instances(

@@ -109,11 +109,11 @@ def test_offline_availability_gives_no_devices(tmp_path: Path, echo_env: dict[st
     [
         ("debugEcho", "", "invalid discoveryDetails for debugEcho: descriptions: required"),
         ("debugEcho", "descriptions: [a", "not valid YAML at line 1"),
-        ("debugEcho", "descriptions: []\nextra: 1", "extra: unknown key"),
+        ("debugEcho", "descriptions: [[a]]", "descriptions[0]: expected a string"),
         ("udev", "udevRules: ['KERNEL=\"tty0\"']", "udevRules[0]: column 7: assignment operator"),
         ("udev", "udevRules: ['NAME==\"x\"']", "udevRules[0]: column 1: unsupported field NAME"),
         ("udev", "udevRules: ['DRIVER==\"[\"']", "invalid regular expression"),
-        ("opcua", "opcuaDiscoveryMethod: {standard: {discoveryUrls: [http://x:1/]}}", "opc.tcp"),
+        ("opcua", "opcuaDiscoveryMethod: {lds: {}}", "opcuaDiscoveryMethod.lds: unknown key"),
         ("onvif", "discoveryTimeoutSeconds: -1", "discoveryTimeoutSeconds: must be between"),
     ],
 )
@@ -126,6 +126,23 @@ def test_bad_details_are_one_clear_line(
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert result.stderr.startswith("error: ")
     assert message in result.stderr
+
+
+def test_unknown_keys_are_a_warning_and_scalars_are_text(echo_env: dict[str, str]) -> None:
+    # As Akri's debugEcho (serde_yaml): the unknown key is ignored, each scalar is its text.
+    result = _edgehub(
+        "discover",
+        "debugEcho",
+        "--details",
+        "-",
+        "-o",
+        "json",
+        stdin="descriptions: [1, yes, ~]\nextra: 1",
+        env=echo_env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [d["id"] for d in json.loads(result.stdout)] == ["1", "yes", "~"]
+    assert result.stderr == ("warning: extra: unknown key, ignored (expected descriptions)\n")
 
 
 def test_details_that_are_not_utf8_are_one_clear_line(tmp_path: Path) -> None:

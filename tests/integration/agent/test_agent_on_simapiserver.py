@@ -4,7 +4,7 @@ Covers reference §9 acceptance behaviour end to end: Instances with Akri's name
 plugins registering, Allocate content and the RV-guarded claim, the reclaimer, Configuration
 deletion, and the failure cases of the issue (late handler, missing ConfigMap, restart without
 churn even with a slow first list or a late second endpoint, two nodes sharing a device, racing
-Allocate, apiserver outage).
+Allocate, apiserver outage), and Instances adopted from Akri's agent with its node finalizer.
 """
 
 from __future__ import annotations
@@ -597,6 +597,127 @@ async def test_cdi_files_carry_no_secret_values(sim: Any, sockdir: Path) -> None
         response = await kubelet.allocate(resource, [f"{name}-0"])
         (container,) = response.container_responses
         assert container.envs["CAMERA_URL"] == f"rtsp://admin:{secret}@10.1.2.3/"
+
+
+async def test_debug_echo_details_are_read_as_akri_reads_them(sim: Any, sockdir: Path) -> None:
+    # serde_yaml takes each scalar of a string list as its text, and ignores unknown keys.
+    texts = ["1", "yes", "0x1F", "1.50", "~"]
+    details_text = "descriptions: [1, yes, 0x1F, 1.50, ~]\nnotAField: &x [1]\nalso: *x"
+    async with node(sim, sockdir, "node-a"):
+        await cluster.kubectl(
+            sim, "apply", "-f", "-", stdin=configuration("cfg", "debugEcho", details_text)
+        )
+        names = await _instances_eventually(sim, len(texts))
+        found = await cluster.instances(sim)
+        assert {
+            n: found[n]["spec"]["brokerProperties"]["DEBUG_ECHO_DESCRIPTION"] for n in names
+        } == {f"cfg-{digest(t)}": t for t in texts}
+
+
+# -- Instances adopted from Akri's agent: its node finalizer (reference §5.3) never leaves one
+# stuck Terminating. A node migrated from Akri's agent keeps the Instances it wrote; they are
+# written here exactly as Akri's agent leaves them, before edgehub's agent starts.
+
+AKRI_NODE = "node-a"
+ADOPTED = f"cfg-{digest('foo0')}"
+
+
+async def akri_instance(server: Any) -> dict[str, Any]:
+    """The Instance Akri's agent on ``AKRI_NODE`` created for debugEcho device ``foo0``."""
+    config = json.loads(await cluster.kubectl(server, "get", "akric", "cfg", "-o", "json"))
+    body = {
+        "apiVersion": "akri.sh/v0",
+        "kind": "Instance",
+        "metadata": {
+            "name": ADOPTED,
+            "namespace": "default",
+            "finalizers": [AKRI_NODE],
+            "ownerReferences": [
+                {
+                    "apiVersion": "akri.sh/v0",
+                    "kind": "Configuration",
+                    "name": "cfg",
+                    "uid": config["metadata"]["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "configurationName": "cfg",
+            "cdiName": f"akri.sh/cfg={digest('foo0')}",
+            "capacity": 2,
+            "brokerProperties": {"DEBUG_ECHO_DESCRIPTION": "foo0", "FROM_CONFIG": "yes"},
+            "shared": True,
+            "nodes": [AKRI_NODE],
+            "deviceUsage": {},
+        },
+    }
+    await cluster.kubectl(server, "create", "-f", "-", stdin=json.dumps(body))
+    return (await cluster.instances(server))[ADOPTED]
+
+
+async def test_adopted_instance_goes_when_offline_and_comes_back_with_its_plugin(
+    sim: Any, sockdir: Path
+) -> None:
+    availability = sockdir / "availability"
+    await cluster.kubectl(
+        sim, "apply", "-f", "-", stdin=configuration("cfg", "debugEcho", "descriptions: [foo0]")
+    )
+    adopted = await akri_instance(sim)
+    resource = f"akri.sh/{ADOPTED}"
+    async with node(sim, sockdir, AKRI_NODE, availability=availability) as (_, kubelet, _):
+        await kubelet.wait_for_devices(resource)
+        assert (await cluster.instances(sim))[ADOPTED]["metadata"]["uid"] == adopted["metadata"][
+            "uid"
+        ]
+
+        availability.write_text("OFFLINE")
+
+        async def gone() -> bool:
+            # Not merely Terminating: gone.
+            return ADOPTED not in await cluster.instances(sim)
+
+        await cluster.eventually(gone)
+        await kubelet.wait_for(lambda: resource not in kubelet.plugins)
+
+        availability.write_text("ONLINE")
+
+        async def back() -> bool:
+            found = (await cluster.instances(sim)).get(ADOPTED)
+            return found is not None and not found["metadata"].get("deletionTimestamp")
+
+        await cluster.eventually(back)
+        await kubelet.wait_for_devices(resource)
+        again = (await cluster.instances(sim))[ADOPTED]
+        assert again["spec"]["nodes"] == [AKRI_NODE]
+        # edgehub's agent keeps the node finalizer as Akri's does, so mixed clusters agree.
+        assert again["metadata"]["finalizers"] == [AKRI_NODE]
+
+
+async def test_instance_found_terminating_while_its_device_is_there_is_recreated(
+    sim: Any, sockdir: Path
+) -> None:
+    await cluster.kubectl(
+        sim, "apply", "-f", "-", stdin=configuration("cfg", "debugEcho", "descriptions: [foo0]")
+    )
+    adopted = await akri_instance(sim)
+    # Deleted while Akri's agent was gone: Terminating, waiting on the node's finalizer.
+    await cluster.kubectl(sim, "delete", "akrii", ADOPTED, "--wait=false")
+    stuck = (await cluster.instances(sim))[ADOPTED]
+    assert stuck["metadata"].get("deletionTimestamp")
+    resource = f"akri.sh/{ADOPTED}"
+    async with node(sim, sockdir, AKRI_NODE) as (_, kubelet, _):
+
+        async def recreated() -> bool:
+            found = (await cluster.instances(sim)).get(ADOPTED)
+            return (
+                found is not None
+                and found["metadata"]["uid"] != adopted["metadata"]["uid"]
+                and not found["metadata"].get("deletionTimestamp")
+            )
+
+        await cluster.eventually(recreated)
+        await kubelet.wait_for_devices(resource)
 
 
 async def _instances_eventually(sim: Any, count: int) -> list[str]:

@@ -350,7 +350,7 @@ async def test_embedded_handler_and_registration_notifications(sock_dir: Path) -
             avail.write_text("OFFLINE")
             await _until(request, lambda s: not s.devices)
 
-            bad = reg.request("ns/bad", "debugEcho", "descriptions: [1]")
+            bad = reg.request("ns/bad", "debugEcho", "descriptions: [[1]]")
             snapshot = await _until(bad, lambda s: s.invalid_details is not None)
             assert "descriptions[0]" in (snapshot.invalid_details or "")
             collector.cancel()

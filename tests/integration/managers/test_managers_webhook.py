@@ -121,6 +121,20 @@ async def test_webhook_verdicts_and_certificate_rotation(
         assert not [p for p in sim.state.list("pods", "default") if "cfg-000000" in str(p)]
         assert not [s for s in sim.state.list("services", "default") if "cfg-000000" in str(s)]
 
+        # Details Akri's debugEcho accepts: non-string scalars as text, an unknown key ignored.
+        # Admitted, the unknown key named in an admission warning (kubectl prints it).
+        typo = configuration()
+        typo["spec"]["discoveryHandler"]["discoveryDetails"] = (
+            "descriptions: [1, yes, 0x1F, 1.50, ~]\ndescriptons: [b]"
+        )
+        status, answer = await post(review("CREATE", typo, uid="typo"))
+        assert status == 200
+        assert answer["response"]["allowed"] is True
+        assert answer["response"]["warnings"] == [
+            "spec.discoveryHandler.discoveryDetails: descriptons: unknown key, ignored "
+            "(expected descriptions)"
+        ]
+
         bad_udev = configuration()
         bad_udev["spec"]["discoveryHandler"] = {
             "name": "udev",

@@ -48,6 +48,8 @@ def test_new_local_device_creates_the_akri_instance() -> None:
                     "controller": True,
                 }
             ],
+            # The node's finalizer, as Akri's agent puts it on the Instances it serves.
+            "finalizers": ["my_node"],
         },
         "spec": {
             "configurationName": "my_config",
@@ -110,6 +112,101 @@ def test_leave(nodes: list[str], expected: Any) -> None:
         assert isinstance(decision, instances.Replace)
         assert decision.body["spec"]["nodes"] == expected
         assert decision.body["spec"]["deviceUsage"] == {"i-1": "C:v:node-b"}
+
+
+def held(name: str, nodes: list[str], finalizers: list[str], **meta: Any) -> dict[str, Any]:
+    obj = instance(name, nodes, deviceUsage={f"{name}-0": "node-a"})
+    obj["metadata"].update(finalizers=finalizers, **meta)
+    return obj
+
+
+DELETING = {"deletionTimestamp": "2026-01-01T00:00:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "finalizers", "meta", "nodes_after", "finalizers_after", "then"),
+    [
+        # Shared: this node leaves nodes and drops its finalizer, the other's stays.
+        (["node-a", "node-b"], ["node-a", "node-b"], {}, ["node-b"], ["node-b"], None),
+        # Last user: drop the finalizer, then (deciding again on what was written) delete.
+        (["node-a"], ["node-a"], {}, ["node-a"], [], "delete"),
+        # Not listed but holding the finalizer (Akri's agent would drop it): drop it only.
+        (["node-b"], ["node-a", "node-b"], {}, ["node-b"], ["node-b"], None),
+        # Terminating: only let go of it, nodes untouched.
+        (["node-a"], ["node-a", "x.io/keep"], DELETING, ["node-a"], ["x.io/keep"], None),
+    ],
+)
+def test_leave_drops_this_nodes_finalizer(
+    nodes: list[str],
+    finalizers: list[str],
+    meta: dict[str, Any],
+    nodes_after: list[str],
+    finalizers_after: list[str],
+    then: str | None,
+) -> None:
+    decision = instances.leave("node-a")(held("i", nodes, finalizers, **meta))
+    assert isinstance(decision, instances.Replace)
+    assert decision.body["metadata"]["finalizers"] == finalizers_after
+    assert decision.body["spec"]["nodes"] == nodes_after
+    assert decision.body["metadata"]["resourceVersion"] == "7"
+    assert decision.decide_again == (then == "delete")
+    if then == "delete":
+        written = {
+            **decision.body,
+            "metadata": {**decision.body["metadata"], "resourceVersion": "8"},
+        }
+        assert instances.leave("node-a")(written) == instances.Delete("8")
+
+
+def test_leave_without_this_nodes_finalizer_or_membership_changes_nothing() -> None:
+    assert isinstance(
+        instances.leave("node-a")(held("i", ["node-b"], ["node-b"])), instances.NoChange
+    )
+    assert isinstance(
+        instances.leave("node-a")(held("i", ["node-a"], ["node-b"], **DELETING)),
+        instances.NoChange,
+    )
+
+
+def test_join_adds_the_finalizer_and_lets_a_terminating_instance_go() -> None:
+    named = discovered.name_devices("my_config", [(LOCAL, False)], "my_node")
+    name = "my_config-e77db4"
+    (desired,) = reconciling.plan(CONFIG, named, True, [], "my_node").join
+    # An Instance Akri's agent created, without (yet) this node's finalizer: it is added.
+    current = held(name, ["my_node"], ["other"])
+    decision = instances.join(desired, "my_node")(current)
+    assert isinstance(decision, instances.Replace)
+    assert decision.body["metadata"]["finalizers"] == ["other", "my_node"]
+    # Terminating with this node's finalizer while the device is back: only the finalizer goes.
+    current = held(name, ["my_node"], ["my_node", "other"], **DELETING)
+    assert [d.name for d in reconciling.plan(CONFIG, named, True, [current], "my_node").join] == [
+        name
+    ]
+    decision = instances.join(desired, "my_node")(current)
+    assert isinstance(decision, instances.Replace)
+    assert decision.body["metadata"]["finalizers"] == ["other"]
+    assert decision.body["spec"] == current["spec"]
+    # Terminating without it: nothing this node can do.
+    current = held(name, ["my_node"], ["other"], **DELETING)
+    assert reconciling.plan(CONFIG, named, True, [current], "my_node").join == ()
+
+
+def test_a_stale_finalizer_is_dropped_even_when_the_request_is_not_trusted() -> None:
+    existing = [
+        held("instance-1", ["node-a"], ["node-a"], **DELETING),
+        held("instance-2", ["node-b"], ["node-a"]),
+        held("instance-3", ["node-a"], ["node-a"]),  # served: untrusted keeps it
+        held("instance-4", ["node-b"], ["node-b"]),
+    ]
+    assert reconciling.plan(CONFIG, {}, False, existing, "node-a").leave == (
+        "instance-1",
+        "instance-2",
+    )
+    assert reconciling.plan(CONFIG, {}, True, existing, "node-a").leave == (
+        "instance-1",
+        "instance-2",
+        "instance-3",
+    )
 
 
 def test_vanished_instances_left_only_when_trusted_and_only_own_config_and_node() -> None:

@@ -55,21 +55,29 @@ def test_details_defaults(text: str, urls: tuple[str, ...]) -> None:
 
 
 @pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("tcp://127.0.0.1:4855/", "scheme must be opc.tcp"),  # Akri: no FindServers call (§9 21)
+        ("opc.tcp://host/", "explicit port"),
+    ],
+)
+def test_malformed_urls_are_skipped_as_akri_skips_them_with_a_warning(
+    url: str, message: str
+) -> None:
+    parsed = opcua.parse_details(
+        f"opcuaDiscoveryMethod: {{standard: {{discoveryUrls: ['{url}', 'opc.tcp://h:1/']}}}}"
+    )
+    assert parsed.discovery_urls == ("opc.tcp://h:1/",)
+    (warning,) = parsed.warnings
+    assert warning.startswith("opcuaDiscoveryMethod.standard.discoveryUrls[0]: ")
+    assert message in warning and "skipped" in warning
+
+
+@pytest.mark.parametrize(
     ("text", "field", "message"),
     [
-        (
-            "opcuaDiscoveryMethod: {standard: {discoveryUrls: ['tcp://127.0.0.1:4855/']}}",
-            "opcuaDiscoveryMethod.standard.discoveryUrls[0]",
-            "scheme must be opc.tcp",
-        ),
-        (
-            "opcuaDiscoveryMethod: {standard: {discoveryUrls: ['opc.tcp://host/']}}",
-            "opcuaDiscoveryMethod.standard.discoveryUrls[0]",
-            "explicit port",
-        ),
         ("opcuaDiscoveryMethod: {lds: {}}", "opcuaDiscoveryMethod.lds", "unknown key"),
         ("applicationNames: {items: x}", "applicationNames.items", "expected a list"),
-        ("discoveryUrls: []", "discoveryUrls", "unknown key"),
     ],
 )
 def test_details_errors(text: str, field: str, message: str) -> None:
@@ -300,7 +308,6 @@ def test_bad_credential_properties_are_ignored() -> None:
         ("discoveryTimeoutSeconds: 0", "discoveryTimeoutSeconds", "between"),
         ("discoveryTimeoutSeconds: soon", "discoveryTimeoutSeconds", "expected a number"),
         ("uuids: {items: [a], action: include}", "uuids.action", "expected one of"),
-        ("ipAddress: {items: []}", "ipAddress", "unknown key"),
     ],
 )
 def test_onvif_details_errors(text: str, field: str, message: str) -> None:

@@ -326,7 +326,6 @@ def test_helpers(function: object, argument: str, expected: object) -> None:
         ("udevRules: ['TYPO==\"x\"']", "udevRules[0]", "column 1: unknown field"),
         ("udevRules: ['KERNEL==\"a\"', 'KERNEL=\"b\"']", "udevRules[1]", "column 7: assignment"),
         ("udevRules: []\ngroupRecursive: yes please", "groupRecursive", "true or false"),
-        ("udevRules: []\nextra: 1", "extra", "unknown key"),
     ],
 )
 def test_details_errors(text: str, field: str, message: str) -> None:

@@ -42,8 +42,8 @@ def test_a_name_too_long_for_its_instances_labels_is_the_configurations_name() -
         ),
         (
             configuration("debugEcho", "descriptons: [a]"),
-            "spec.discoveryHandler.discoveryDetails: descriptons",
-            "unknown key",
+            "spec.discoveryHandler.discoveryDetails: descriptions",
+            "required",
         ),
         (
             configuration("udev", 'udevRules: ["TYPO==\\"x\\""]'),
@@ -54,14 +54,6 @@ def test_a_name_too_long_for_its_instances_labels_is_the_configurations_name() -
             configuration("udev", "udevRules: []\npermissions: xyz"),
             "spec.discoveryHandler.discoveryDetails: permissions",
             "valid permission combination",
-        ),
-        (
-            configuration(
-                "opcua", "opcuaDiscoveryMethod:\n  standard:\n    discoveryUrls: ['tcp://h:1/']"
-            ),
-            "spec.discoveryHandler.discoveryDetails: "
-            "opcuaDiscoveryMethod.standard.discoveryUrls[0]",
-            "opc.tcp",
         ),
         (
             configuration("onvif", "discoveryTimeoutSeconds: -1"),
@@ -148,6 +140,45 @@ def test_a_name_too_long_for_its_instances_labels_is_the_configurations_name() -
             },
             "spec.discoveryHandler.discoveryProperties[0]",
             "not both",
+        ),
+        # Checks Akri's CRD does not make (so neither does ours): the webhook's, with a message.
+        (
+            configuration()
+            | {
+                "spec": {
+                    "discoveryHandler": {
+                        "name": "debugEcho",
+                        "discoveryDetails": "descriptions: [a]",
+                        "discoveryProperties": [
+                            {"name": "x", "valueFrom": {"configMapKeyRef": {"name": "cm"}}}
+                        ],
+                    }
+                }
+            },
+            "spec.discoveryHandler.discoveryProperties[0].valueFrom.configMapKeyRef.key",
+            "required",
+        ),
+        (
+            configuration()
+            | {
+                "spec": {
+                    "discoveryHandler": {
+                        "name": "debugEcho",
+                        "discoveryDetails": "descriptions: [a]",
+                        "discoveryProperties": [
+                            {"name": "x", "valueFrom": {"secretKeyRef": {"name": "", "key": "k"}}}
+                        ],
+                    }
+                }
+            },
+            "spec.discoveryHandler.discoveryProperties[0].valueFrom.secretKeyRef.name",
+            "required",
+        ),
+        (configuration(brokerSpec={}), "spec.brokerSpec", "give brokerPodSpec or brokerJobSpec"),
+        (
+            {"metadata": {"name": "cfg"}, "spec": {"discoveryHandler": {"name": ""}}},
+            "spec.discoveryHandler.name",
+            "required, a non-empty string",
         ),
         (
             {

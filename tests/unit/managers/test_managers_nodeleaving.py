@@ -139,6 +139,18 @@ def test_listing_and_finalizers() -> None:
         {"metadata": {"namespace": "a", "name": "i5"}},
     ]
     assert nodeleaving.listing("node-a", instances) == [("a", "i1"), ("b", "i2")]
+    # Holding the node agent's finalizer (Terminating, or no longer listing it) counts too;
+    # the garbage collector's own finalizers never do.
+    held = [
+        {"metadata": {"namespace": "a", "name": "t1", "finalizers": ["node-a"]}, "spec": {}},
+        {"metadata": {"namespace": "a", "name": "t2", "finalizers": ["orphan"]}, "spec": {}},
+    ]
+    assert nodeleaving.listing("node-a", instances + held) == [
+        ("a", "i1"),
+        ("a", "t1"),
+        ("b", "i2"),
+    ]
+    assert nodeleaving.listing("orphan", held) == []
     configurations = [
         {"metadata": {"namespace": "a", "name": "c1", "finalizers": ["node-b", "node-a"]}},
         {"metadata": {"namespace": "a", "name": "c2", "finalizers": ["node-b"]}},
