@@ -37,7 +37,7 @@ cluster-bins:
 yurthub-bin:
 	$(PYTHON) bench/yurthub/build.py
 
-test: lint cluster-bins
+test: lint cluster-bins yurthub-bin
 	EDGEHUB_K8S_BIN=$(K8S_BIN) EDGEHUB_KUBECTL=$(K8S_BIN)/kubectl $(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP) cluster-bins yurthub-bin

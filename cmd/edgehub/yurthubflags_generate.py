@@ -220,7 +220,8 @@ def built_flags() -> set[str]:
     """The long option names of ``edgehub hub`` (the only import of our code)."""
     from edgehub import hub
 
-    names: set[str] = set()
+    context = hub.command.context_settings or {}
+    names = {n[2:] for n in context.get("help_option_names", ["--help"]) if n.startswith("--")}
     for param in hub.command.params:
         for opt in (*param.opts, *getattr(param, "secondary_opts", ())):
             if opt.startswith("--") and not opt.startswith("--no-"):
@@ -237,7 +238,8 @@ def table(
     flags: dict[str, dict[str, object]] = {}
     labels: list[str] = []
     for label, found, deprecated in labelled:
-        labels.append(label)
+        if label not in labels:  # a release's --help-text adds to that release
+            labels.append(label)
         for name, kind in sorted(found.items()):
             row = flags.setdefault(name, {"type": kind, "first": label})
             row["type"] = kind  # the newest release's: what a current manifest is written for

@@ -22,7 +22,8 @@ SAMPLES = {"bool": "true", "int": "1", "uint64": "1", "duration": "1s", "stringS
 
 
 def _options() -> set[str]:
-    names: set[str] = set()
+    context = hub.command.context_settings or {}
+    names = {n[2:] for n in context.get("help_option_names", ["--help"]) if n.startswith("--")}
     for param in hub.command.params:
         for opt in (*param.opts, *getattr(param, "secondary_opts", ())):
             if opt.startswith("--") and not opt.startswith("--no-"):
