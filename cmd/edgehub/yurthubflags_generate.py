@@ -18,6 +18,15 @@ tree (a directory or one file) that the proxy does not serve, under a label of i
 no source read here shows, e.g. component-base's ``--log-flush-frequency``). Labels are taken in
 the order given: that order is what ``first`` and ``last`` mean.
 
+The committed table was made with ``--release`` v1.3.0, v1.4.0, v1.5.0 and v1.7.0 (the versions
+the Go module proxy here serves: v1.0.0, v1.1.0, v1.2.0 and v1.6.0 answer 403 and are listed
+under ``unavailable``), ``--help-text v1.7.0=`` the output of ``yurthub --help`` of the binary
+``make yurthub-bin`` builds, and two ``--source`` trees older than v1.0 (``v0.x(hubself)``, whose
+``--cert-mgr-mode`` and ``--access-server-through-hub`` old manifests still carry, and
+``v0.x(pre-v1.0)``). klog's flags are read from klog itself: newer component-base versions
+expose only ``--v``/``--vmodule`` of them, so the table over-approximates there (a flag
+accepted and warned about that the release would have refused), never the other way.
+
 ``--refresh-built`` only rewrites each flag's ``built`` (does ``edgehub hub`` have an option of
 that name) from the current command: no Go, no network.
 
