@@ -49,7 +49,7 @@ akri-peer:
 yurthub-bin:
 	$(PYTHON) bench/yurthub/build.py
 
-test: lint cluster-bins akri-peer
+test: lint cluster-bins yurthub-bin akri-peer
 	EDGEHUB_AKRI_PEER=$(AKRI_PEER) EDGEHUB_K8S_BIN=$(K8S_BIN) EDGEHUB_KUBECTL=$(K8S_BIN)/kubectl $(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP) cluster-bins yurthub-bin

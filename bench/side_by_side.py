@@ -228,44 +228,17 @@ class Hub:
 
 
 def yurthub_root(cluster: Any, root: pathlib.Path, server: str) -> pathlib.Path:
-    """YurtHub's --root-dir as its token bootstrap leaves it: CA, client and serving pairs,
-    yurthub.conf; plus the bootstrap file its flags require (never used: the pairs exist)."""
-    from yurthub.testing.sim import kubeconfigs
+    """YurtHub's --root-dir as its token bootstrap leaves it (``yurthub.testing.yurthubs``)."""
+    from yurthub.testing import yurthubs
 
-    pki = root / "pki"
-    pki.mkdir(parents=True, exist_ok=True)
-    cert, key = cluster.issue_identity(USER, GROUPS)
-    (pki / "yurthub-current.pem").write_bytes(cert + key)
-    serving_cert, serving_key = cluster.authority().issue_serving(["127.0.0.1", "localhost", NODE])
-    (pki / "yurthub-server-current.pem").write_bytes(serving_cert + serving_key)
-    (pki / "ca.crt").write_bytes(cluster.ca_pem)
-    text = kubeconfigs.render(
-        server=server, ca_pem=cluster.ca_pem, user=USER, cert_pem=cert, key_pem=key
-    )
-    (root / "yurthub.conf").write_text(text)
-    (root / "bootstrap-hub.conf").write_text(text)
-    return root
+    return yurthubs.lay_out_root(cluster, root, server, NODE, GROUPS)
 
 
 def yurthub_argv(binary: str, root: pathlib.Path, link: Link, serve: int, proxy: int) -> list[str]:
-    return [
-        binary,
-        f"--server-addr={link.url}",
-        f"--node-name={NODE}",
-        "--nodepool-name=bench-pool",
-        f"--bootstrap-file={root / 'bootstrap-hub.conf'}",
-        f"--root-dir={root}",
-        f"--disk-cache-path={root / 'cache'}",
-        "--bind-address=127.0.0.1",
-        f"--serve-port={serve}",
-        "--bind-proxy-address=127.0.0.1",
-        f"--proxy-port={proxy}",
-        f"--proxy-secure-port={free_port()}",
-        f"--multiplexer-port={free_port()}",
-        "--node-ip=127.0.0.1",
-        "--enable-dummy-if=false",
-        "--v=1",
-    ]
+    from yurthub.testing import yurthubs
+
+    ports = (serve, proxy, free_port(), free_port())
+    return yurthubs.argv(binary, root, link.url, NODE, "bench-pool", ports)
 
 
 def edgehub_argv(kubeconfig: pathlib.Path, cache: pathlib.Path, link: Link, serve: int, proxy: int):

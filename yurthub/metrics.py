@@ -9,6 +9,11 @@ Label values come from the request, bounded by ``labels.Bounds`` (``request_labe
 value per distinct string would grow ``/metrics`` without end. ``client`` is the request's
 component, not YurtHub's whole User-Agent **[quirk]**.
 
+``/metrics`` is written as YurtHub's Go client writes it (``render``): YurtHub's counter
+``proxy_traffic_collector`` under its own name (prometheus_client would add ``_total``), and no
+``_created`` series (Go has none), per registry: nothing global is switched. The families
+edgehub adds to YurtHub's are listed in docs/metrics.md (a test diffs both hubs' scrapes).
+
 ``exposition`` may run in another thread (the hub scrapes off its event loop): every collector
 registered here must be readable from there (prometheus_client's own are; custom ones read
 plain counters only).
@@ -16,12 +21,12 @@ plain counters only).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import prometheus_client
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, utils
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from yurthub import labels, requestinfo
 
@@ -57,6 +62,46 @@ _DURATION_BUCKETS = (
 )
 
 
+BARE_COUNTERS = frozenset({f"{_NS}_{_SUB}_proxy_traffic_collector"})
+"""Counters YurtHub names without ``_total``: exported under the family's own name."""
+
+_TYPES = {"unknown": "untyped", "info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram"}
+
+
+def _escape(value: str, quote: bool) -> str:
+    value = value.replace("\\", "\\\\").replace("\n", "\\n")
+    return value.replace('"', '\\"') if quote else value
+
+
+def render(families: Iterable[Metric], bare_counters: frozenset[str] = BARE_COUNTERS) -> bytes:
+    """PURE: the Prometheus text format (0.0.4) of ``families`` as Go's client writes it: no
+    ``<name>_created`` series; a counter is ``<name>_total`` (prometheus_client's naming, which
+    Go's matches for names ending in ``_total``) unless ``bare_counters`` names it, then
+    ``<name>``. Label values escaped as the format says; samples in the collectors' order."""
+    out: list[str] = []
+    for family in families:
+        name, kind = family.name, family.type
+        exported = name
+        if kind == "counter" and name not in bare_counters:
+            exported = f"{name}_total"
+        elif kind == "info":
+            exported = f"{name}_info"
+        out.append(f"# HELP {exported} {_escape(family.documentation, False)}\n")
+        out.append(f"# TYPE {exported} {_TYPES.get(kind, kind)}\n")
+        dropped = {f"{name}_created", f"{name}_gsum", f"{name}_gcount"}
+        for sample in family.samples:
+            if sample.name in dropped:
+                continue
+            sample_name = sample.name
+            if kind == "counter":
+                sample_name = exported
+            labels = ",".join(f'{k}="{_escape(v, True)}"' for k, v in sorted(sample.labels.items()))
+            braces = f"{{{labels}}}" if labels else ""
+            value: str = utils.floatToGoString(sample.value)  # type: ignore[no-untyped-call]
+            out.append(f"{sample_name}{braces} {value}\n")
+    return "".join(out).encode()
+
+
 class Metrics:
     def __init__(self, bounds: labels.Bounds | None = None) -> None:
         self.bounds = bounds or labels.Bounds()
@@ -64,6 +109,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         prometheus_client.ProcessCollector(registry=self.registry)
         prometheus_client.PlatformCollector(registry=self.registry)
+        self.registry.register(VersionInfo())
         r = self.registry
         self.server_healthy_status = Gauge(
             "server_healthy_status",
@@ -218,7 +264,59 @@ class Metrics:
                 b.code(code))  # fmt: skip
 
     def exposition(self) -> bytes:
-        return prometheus_client.generate_latest(self.registry)
+        return render(self.registry.collect())
+
+
+_GO_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "i686": "386"}
+POOL_LABEL_KEY = "apps.openyurt.io/nodepool"
+
+
+class VersionInfo:
+    """YurtHub's ``openyurt_version_info`` (constant 1), labelled as OpenYurt's projectinfo
+    labels it: ``component_name`` is ``yurthub`` (what dashboards of YurtHub select on),
+    ``git_version`` edgehub's version, ``go_version``/``compiler`` the Python that runs it. The
+    labels are worked out at the first scrape (``importlib.metadata`` is loaded then, never at
+    start-up: ``tests/unit/hub/test_hub_imports.py``)."""
+
+    def __init__(self) -> None:
+        self._labels: dict[str, str] | None = None
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())
+
+    def _values(self) -> dict[str, str]:
+        if self._labels is None:
+            import importlib.metadata
+            import os
+            import platform
+
+            try:
+                version = importlib.metadata.version("edgehub")
+            except importlib.metadata.PackageNotFoundError:
+                version = "0.0.0"
+            machine = os.uname().machine
+            self._labels = {
+                "component_name": "yurthub",
+                "git_version": f"v{version}",
+                "git_commit": "",
+                "build_date": "",
+                "go_version": f"python{platform.python_version()}",
+                "compiler": platform.python_implementation().lower(),
+                "platform": f"{os.uname().sysname.lower()}/{_GO_ARCH.get(machine, machine)}",
+                "nodepoollabelkey": POOL_LABEL_KEY,
+            }
+        return self._labels
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        values = self._values()
+        family = GaugeMetricFamily(
+            "openyurt_version_info",
+            "A metric with a constant '1' value labeled by the version, the runtime and the "
+            "platform of the hub (edgehub, as component yurthub)",
+            labels=list(values),
+        )
+        family.add_metric(list(values.values()), 1)
+        yield family
 
 
 class CertificateExpiry:

@@ -62,6 +62,7 @@ class PflagCommand(click.Command):
                 plain.extend(names)
             else:
                 values.extend(names)
+        plain.extend(n[2:] for n in ctx.help_option_names if n.startswith("--"))
         try:
             args, dropped = pflags.translate(
                 args, bool_flags=bools, value_flags=values, plain_flags=plain

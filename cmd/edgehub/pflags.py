@@ -8,10 +8,12 @@ What pflag accepts and click does not:
 - booleans with a value: ``--enable-dummy-if=false`` / ``=true`` (any of Go's
   ``strconv.ParseBool`` spellings) become ``--no-enable-dummy-if`` / ``--enable-dummy-if``;
 - klog's ``--v=2`` (and ``--v 2``): our ``--v`` option (verbosity, mapped onto log levels);
-- flags YurtHub has and this hub does not implement (``--profiling``, ``--gc-frequency``,
-  klog's ``--logtostderr``, ...): accepted and dropped, with their value, and the caller warns
-  once naming them, so nothing is silently ignored. The list knows which of them take a value,
-  so ``--working-mode edge`` drops both words.
+- flags of any YurtHub release that this hub does not implement (``--profiling``,
+  ``--gc-frequency``, ``--access-server-through-hub``, v0.x's ``--cert-mgr-mode``, klog's
+  ``--logtostderr``, ...): accepted and dropped, with their value, and the caller warns once
+  naming them, so nothing is silently ignored and an old manifest never crash-loops. The table
+  (``yurthubflags.json``, generated from the releases' own ``options.go``) knows which of them
+  take a value, so ``--gc-frequency 120`` drops both words and ``--profiling x`` only the first.
 
 Everything else is left to click (``--flag=value`` and ``--flag value`` work as they are), so an
 unknown flag is still an error. Nothing after ``--`` is touched.
@@ -20,7 +22,10 @@ unknown flag is still an error. Nothing after ``--`` is touched.
 from __future__ import annotations
 
 import enum
+import importlib.resources
+import json
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 
 class Kind(enum.Enum):
@@ -28,74 +33,24 @@ class Kind(enum.Enum):
     VALUE = "value"
 
 
-# Every flag of `yurthub` (cmd/yurthub/app/options) and the klog flags it registers.
-YURTHUB_FLAGS: Mapping[str, Kind] = {
-    **{
-        name: Kind.VALUE
-        for name in (
-            "bind-address",
-            "serve-port",
-            "bind-proxy-address",
-            "proxy-port",
-            "proxy-secure-port",
-            "multiplexer-port",
-            "namespace",
-            "server-addr",
-            "hub-cert-organizations",
-            "gc-frequency",
-            "node-name",
-            "node-ip",
-            "nodepool-name",
-            "lb-mode",
-            "heartbeat-failed-retry",
-            "heartbeat-healthy-threshold",
-            "heartbeat-timeout-seconds",
-            "heartbeat-interval-seconds",
-            "max-requests-in-flight",
-            "join-token",
-            "bootstrap-mode",
-            "bootstrap-file",
-            "root-dir",
-            "dummy-if-ip",
-            "dummy-if-name",
-            "disk-cache-path",
-            "disabled-resource-filters",
-            "working-mode",
-            "kubelet-health-grace-period",
-            "min-request-timeout",
-            "discovery-token-ca-cert-hash",
-            "host-control-plane-address",
-            "pool-scope-resources",
-            "kubeconfig",
-            "v",
-            "vmodule",
-            "log-dir",
-            "log-file",
-            "log-file-max-size",
-            "stderrthreshold",
-            "log-flush-frequency",
-        )
-    },
-    **{
-        name: Kind.BOOL
-        for name in (
-            "profiling",
-            "enable-dummy-if",
-            "enable-iptables",
-            "enable-resource-filter",
-            "enable-node-pool",
-            "enable-pool-service-topology",
-            "discovery-token-unsafe-skip-ca-verification",
-            "version",
-            "logtostderr",
-            "alsologtostderr",
-            "add-dir-header",
-            "skip-headers",
-            "skip-log-headers",
-            "one-output",
-        )
-    },
-}
+TABLE = "yurthubflags.json"
+"""Every flag of every YurtHub release read (``yurthubflags_generate.py`` writes it from the
+releases' own sources): flag -> pflag type, first and last release, whether we build it."""
+
+
+def kinds(table: Mapping[str, Any]) -> dict[str, Kind]:
+    """PURE: {flag: Kind} of a parsed ``yurthubflags.json`` (a bool takes no separate value)."""
+    flags: Mapping[str, Mapping[str, Any]] = table["flags"]
+    return {name: Kind.BOOL if row["type"] == "bool" else Kind.VALUE for name, row in flags.items()}
+
+
+def load_table() -> dict[str, Any]:
+    """The committed table, read from beside this module."""
+    data: dict[str, Any] = json.loads(
+        importlib.resources.files(__package__).joinpath(TABLE).read_text()
+    )
+    return data
+
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -111,13 +66,17 @@ def translate(
     bool_flags: Iterable[str],
     value_flags: Iterable[str],
     plain_flags: Iterable[str] = (),
+    yurthub: Mapping[str, Kind] | None = None,
 ) -> tuple[list[str], list[str]]:
     """(arguments for click, YurtHub flags dropped).
 
     ``bool_flags``: our on/off options (``--x/--no-x``) by name without dashes;
     ``value_flags``: our options taking a value; ``plain_flags``: our flags without a ``--no-``
-    form (``--version``): ``=true`` sets them, ``=false`` leaves them out.
+    form (``--version``): ``=true`` sets them, ``=false`` leaves them out. ``yurthub``: the
+    YurtHub flags to accept and drop (default: ``kinds(load_table())``); whatever else is left
+    to click, which refuses what it does not know.
     """
+    known = kinds(load_table()) if yurthub is None else yurthub
     bools, values, plain = frozenset(bool_flags), frozenset(value_flags), frozenset(plain_flags)
     out: list[str] = []
     dropped: list[str] = []
@@ -150,7 +109,7 @@ def translate(
         if name in values or (name.startswith("no-") and name[3:] in bools):
             out.append(arg)
             continue
-        kind = YURTHUB_FLAGS.get(name)
+        kind = known.get(name)
         if kind is None:
             out.append(arg)  # click reports it
             continue

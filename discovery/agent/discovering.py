@@ -181,7 +181,7 @@ class Requests:
         on_change: Callable[[Key], None],
         *,
         timings: TrustTimings,
-        on_snapshot: Callable[[Key, registry.Snapshot, float], None] | None = None,
+        on_snapshot: Callable[[Key, str, registry.Snapshot, float], None] | None = None,
     ) -> None:
         self.registry = reg
         self.reader = reader
@@ -222,7 +222,7 @@ class Requests:
             tracked.snapshot = snapshot
             tracked.health = observe(tracked.health, snapshot, now, self.timings)
             if self.on_snapshot is not None and not first:
-                self.on_snapshot(key, snapshot, now - started)
+                self.on_snapshot(key, tracked.spec.handler, snapshot, now - started)
             first = False
             self.on_change(key)
 

@@ -1,15 +1,26 @@
 """Prometheus metrics of the agent, on its own CollectorRegistry (never the global one).
 
-* ``akri_instance_count{configuration,is_shared}``: Instances this node serves.
-* ``akri_discovery_response_result_total{configuration,result}``: device-list updates
-  from discovery requests, ``success`` or ``error``.
-* ``akri_discovery_response_time_seconds{configuration}``: from starting a request to
-  its first successful device list.
-* ``akri_slot_usage{instance}`` / ``akri_slot_capacity{instance}``: held and total
-  capacity slots of each Instance plugin on this node.
+Akri's agent's families, by Akri's names, types and label names (docs/metrics.md):
+
+* ``akri_instance_count{configuration,is_shared}`` (gauge): Instances this node serves.
+* ``akri_discovery_response_result{discovery_handler_name,result}`` (counter, no ``_total``, as
+  Akri's Rust client names it): device-list updates from discovery requests, ``Success`` or
+  ``Fail`` (Akri's values).
+* ``akri_discovery_response_time{configuration}`` (histogram, Akri's buckets): from starting a
+  request to its first device list.
+
+``configuration`` is ``<namespace>/<name>`` (Akri: the name). Like Akri's, the process's
+``process_*``. edgehub's own:
+
+* ``akri_slot_usage{instance}`` / ``akri_slot_capacity{instance}`` (not Akri's, though named
+  so): held and total capacity slots of each Instance plugin on this node.
 * ``edgehub_agent_discovery_handler_endpoints{handler}`` (not Akri's): endpoints registered per
   discovery handler name; a name once registered, or wanted by a Configuration, stays at 0 when
   none is left (the "discovery handler gone" alert, ``manifests/dashboards/``).
+
+``render`` writes the text format as Akri's client does: no ``_created`` series, nothing
+global switched (the hub's ``yurthub.metrics.render`` does the same for YurtHub's names; the
+import contracts keep the two packages apart).
 
 ``serve`` exposes ``GET /metrics`` with aiohttp (``METRICS_PORT``, default 8080 as Akri), plus
 the probes of the DaemonSet: ``GET /healthz`` (200 while the event loop answers: liveness) and
@@ -21,12 +32,13 @@ helped by being restarted.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import prometheus_client
 from aiohttp import web
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import utils
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from discovery import registry
 
@@ -34,10 +46,43 @@ logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 
+BARE_COUNTERS = frozenset({"akri_discovery_response_result"})
+"""Akri's counters: named without ``_total`` (Rust's prometheus crate adds no suffix)."""
+RESPONSE_TIME_BUCKETS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 60.0)
+"""Akri's ``DISCOVERY_RESPONSE_TIME_BUCKETS`` (seconds)."""
+
+
+def _escape(value: str, quote: bool) -> str:
+    value = value.replace("\\", "\\\\").replace("\n", "\\n")
+    return value.replace('"', '\\"') if quote else value
+
+
+def render(families: Iterable[Metric], bare_counters: frozenset[str] = BARE_COUNTERS) -> bytes:
+    """PURE: the Prometheus text format of ``families`` without ``_created`` series; a counter
+    is ``<name>_total`` unless ``bare_counters`` names it."""
+    out: list[str] = []
+    for family in families:
+        name, kind = family.name, family.type
+        exported = f"{name}_total" if kind == "counter" and name not in bare_counters else name
+        out.append(f"# HELP {exported} {_escape(family.documentation, False)}\n")
+        out.append(f"# TYPE {exported} {'untyped' if kind == 'unknown' else kind}\n")
+        for sample in family.samples:
+            if sample.name == f"{name}_created":
+                continue
+            labels = ",".join(f'{k}="{_escape(v, True)}"' for k, v in sorted(sample.labels.items()))
+            value: str = utils.floatToGoString(sample.value)  # type: ignore[no-untyped-call]
+            sample_name = exported if kind == "counter" else sample.name
+            out.append(
+                f"{sample_name}{{{labels}}} {value}\n" if labels else f"{sample_name} {value}\n"
+            )
+    return "".join(out).encode()
+
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = prometheus_client.CollectorRegistry(auto_describe=True)
+        # Akri's agent exports its process's process_* (the Rust client's default registry).
+        prometheus_client.ProcessCollector(registry=self.registry)
         self.instance_count = prometheus_client.Gauge(
             "akri_instance_count",
             "Instances served by this node",
@@ -46,15 +91,15 @@ class Metrics:
         )
         self.discovery_result = prometheus_client.Counter(
             "akri_discovery_response_result",
-            "Device-list updates from discovery requests",
-            ["configuration", "result"],
+            "Device-list updates from discovery requests, by discovery handler and result",
+            ["discovery_handler_name", "result"],
             registry=self.registry,
         )
         self.discovery_time = prometheus_client.Histogram(
-            "akri_discovery_response_time_seconds",
-            "Time from starting a discovery request to its first device list",
+            "akri_discovery_response_time",
+            "Seconds from starting a discovery request to its first device list",
             ["configuration"],
-            buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120),
+            buckets=RESPONSE_TIME_BUCKETS,
             registry=self.registry,
         )
         self.slot_usage = prometheus_client.Gauge(
@@ -82,9 +127,11 @@ class Metrics:
                 pass
         self._timed.discard(key)
 
-    def discovery_snapshot(self, key: Key, snapshot: registry.Snapshot, elapsed: float) -> None:
+    def discovery_snapshot(
+        self, key: Key, handler: str, snapshot: registry.Snapshot, elapsed: float
+    ) -> None:
         failed = bool(snapshot.errors) or snapshot.invalid_details is not None
-        self.discovery_result.labels(self._label(key), "error" if failed else "success").inc()
+        self.discovery_result.labels(handler, "Fail" if failed else "Success").inc()
         if not failed and snapshot.devices and key not in self._timed:
             self._timed.add(key)
             self.discovery_time.labels(self._label(key)).observe(elapsed)
@@ -101,8 +148,7 @@ class Metrics:
                 pass
 
     def render(self) -> bytes:
-        data: bytes = prometheus_client.generate_latest(self.registry)
-        return data
+        return render(self.registry.collect())
 
 
 async def serve(

@@ -226,7 +226,7 @@ class Reconciler:
     async def run(
         self,
         tg: asyncio.TaskGroup,
-        on_snapshot: Callable[[Key, registry.Snapshot, float], None] | None = None,
+        on_snapshot: Callable[[Key, str, registry.Snapshot, float], None] | None = None,
     ) -> None:
         """Start the reflectors and workers in ``tg``; returns once both caches are synced."""
         timings = self.settings.timings

@@ -275,8 +275,14 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
             for probe in ("/healthz", "/readyz"):
                 async with session.get(f"http://127.0.0.1:{agent.metrics_port}{probe}") as r:
                     assert r.status == 200, probe
-        assert 'akri_discovery_response_result_total{configuration="default/cfg"' in metrics_text
-        assert "akri_discovery_response_time_seconds_count" in metrics_text
+        # Akri's names: a counter without _total, labelled by the handler; no _created.
+        assert "# TYPE akri_discovery_response_result counter\n" in metrics_text
+        assert (
+            'akri_discovery_response_result{discovery_handler_name="debugEcho",result="Success"}'
+            in metrics_text
+        )
+        assert 'akri_discovery_response_time_count{configuration="default/cfg"}' in metrics_text
+        assert "_created" not in metrics_text
 
 
 async def test_restart_keeps_instances_untouched(sim: Any, sockdir: Path) -> None:
