@@ -288,6 +288,8 @@ class Plan:
     """Failed workers of the latest template: the rollout waits until they are deleted."""
     waiting: int = 0
     """Nodes that need the upgrade and wait (NotReady, or no slot)."""
+    too_long: tuple[str, ...] = ()
+    """Nodes whose worker Pod name would pass 253 characters (no worker; reported)."""
 
 
 def gather(
@@ -366,16 +368,29 @@ def plan(
         return Plan(digest, status, delete=delete, conditions=conditions, failed=failed)
     if failed:
         return Plan(digest, status, delete=delete, failed=failed, waiting=len(needing))
-    # Every worker still running holds a slot, whatever its hash: one upgrade per node at a
-    # time, and an old one being deleted has not stopped yet.
-    in_flight = sum(w.phase not in FINISHED for w in workers)
-    busy = {w.node for w in kept} | {w.node for w in workers if w.phase not in FINISHED}
+    # Every worker still running holds a slot, whatever its hash (one upgrade per node at a
+    # time, and an old one being deleted has not stopped yet), except on a node that went
+    # NotReady meanwhile: that node is unavailable anyway and must not stall the others.
+    running = [w for w in workers if w.phase not in FINISHED]
+    in_flight = sum(_ready(node_of(w.node)) for w in running)
+    busy = {w.node for w in kept} | {w.node for w in running}
     slots = max(0, scaled_max_unavailable(spec.max_unavailable, len(states)) - in_flight)
-    candidates = [s.node for s in needing if s.ready and s.node not in busy]
-    create = tuple(
-        n for n in candidates[:slots] if len(worker_name(spec.name, n, digest)) <= MAX_NAME
+    fits = [s.node for s in needing if len(worker_name(spec.name, s.node, digest)) <= MAX_NAME]
+    too_long = tuple(s.node for s in needing if s.node not in fits)
+    candidates = [n for n in fits if n not in busy and _ready(node_of(n))]
+    create = tuple(candidates[:slots])
+    return Plan(
+        digest,
+        status,
+        create=create,
+        delete=delete,
+        waiting=len(needing) - len(create),
+        too_long=too_long,
     )
-    return Plan(digest, status, create=create, delete=delete, waiting=len(needing) - len(create))
+
+
+def _ready(node: Mapping[str, Any] | None) -> bool:
+    return node is not None and node_ready(node)
 
 
 # -- the objects

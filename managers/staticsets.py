@@ -215,7 +215,9 @@ class StaticSets:
     ) -> float | None:
         ns = spec.namespace
         try:
-            await self._sync_configmap(key, spec, decided.digest)
+            # Before workers mount it, the ConfigMap is read again (one deleted by hand is
+            # written back); otherwise the hash last written is trusted.
+            await self._sync_configmap(key, spec, decided.digest, verify=bool(decided.create))
             for worker in decided.delete:
                 try:
                     await self.api.delete(kubeapi.PODS, ns, worker.name, uid=worker.uid)
@@ -236,6 +238,14 @@ class StaticSets:
                     )
                     logger.warning("YurtStaticSet %s/%s: %s", ns, spec.name, message)
                     await self.recorder.post(_typed(obj), "Warning", "UpgradeFailed", message)
+            for node in decided.too_long:
+                if self._once(spec, f"too long {node}"):
+                    message = (
+                        f"node {node[:64]}: the worker Pod name would pass 253 characters; "
+                        "that node is not upgraded (shorten the YurtStaticSet's name)"
+                    )
+                    logger.warning("YurtStaticSet %s/%s: %s", ns, spec.name, message)
+                    await self.recorder.post(_typed(obj), "Warning", "NameTooLong", message)
             for node in decided.create:
                 body = staticsetplanning.worker_pod(spec, node, decided.digest, self.worker)
                 try:
@@ -269,9 +279,9 @@ class StaticSets:
         return None
 
     async def _sync_configmap(
-        self, key: controlling.Key, spec: staticsetplanning.Spec, digest: str
+        self, key: controlling.Key, spec: staticsetplanning.Spec, digest: str, *, verify: bool
     ) -> None:
-        if self._configmaps.get(key) == digest:
+        if self._configmaps.get(key) == digest and not verify:
             return
         want = staticsetplanning.desired_configmap(spec, digest)
         name = want["metadata"]["name"]

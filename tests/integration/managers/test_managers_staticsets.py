@@ -155,9 +155,12 @@ async def test_rolls_out_one_node_at_a_time_past_a_notready_node(
         assert container["command"][:2] == ["edgehub", "static-pod-upgrade"]
         assert "--name=hub-b" in container["command"] and f"--hash={LATEST}" in container["command"]
 
-        # b done: its worker goes, c gets the only slot; a (NotReady) still waits.
+        # b done: its worker goes, c gets the only slot; a (NotReady) still waits. The
+        # ConfigMap, deleted by hand meanwhile, is back before c's worker mounts it.
+        sim.state.delete("configmaps", NS, "yurt-static-set-hub")
         finish(sim, "b")
         await eventually(lambda: list(workers(sim)) == ["c"])
+        assert sim.state.get("configmaps", NS, "yurt-static-set-hub")["data"] == cm["data"]
         await eventually(lambda: status(sim).get("upgradedNumber") == 1)
         assert list(workers(sim)) == ["c"]
         finish(sim, "c")

@@ -112,6 +112,15 @@ ROLLING = [
         (3, 2, 0),
     ),
     (
+        "a worker stuck on a node that went NotReady holds no slot",
+        yss(),
+        [node("a", ready=False), node("b")],
+        [mirror("a", ready=False), mirror("b"), worker("a", "Pending")],
+        ("b",),
+        (),
+        (2, 1, 0),
+    ),
+    (
         "a Succeeded worker is deleted and the next node gets one",
         yss(),
         [node("a"), node("b")],
@@ -242,6 +251,14 @@ def test_a_failed_worker_of_an_older_template_is_deleted() -> None:
         SPEC, nodes_of(node("a")), [mirror("a"), worker("a", "Failed", digest="old")]
     )
     assert [w.node for w in plan.delete] == ["a"] and plan.failed == ()
+
+
+def test_a_worker_name_over_253_characters_is_reported_not_created() -> None:
+    long = "n" * 240
+    plan = staticsetplanning.plan(
+        SPEC, nodes_of(node(long), node("b")), [mirror(long), mirror("b")]
+    )
+    assert plan.too_long == (long,) and plan.create == ("b",)
 
 
 def test_workers_of_another_yss_are_not_ours() -> None:
