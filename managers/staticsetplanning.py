@@ -22,12 +22,12 @@ Decisions (OpenYurt's, with the differences a careful user expects, each marked 
 * Worker Pods of an older hash, and Succeeded ones, are deleted.
 * AdvancedRollingUpdate: on Ready nodes that need the upgrade and have no worker, workers are
   created, at most ``maxUnavailable`` (a number, or a percentage of ``totalNumber`` rounded
-  up) in flight at a time. A NotReady node is never waited for: it takes no slot and gets its
-  worker once Ready again. [quirk] OpenYurt waits for a whole round to finish; here a slot is
-  refilled as soon as one worker ends. [quirk] An absent ``maxUnavailable`` means 1 (OpenYurt
-  fails the reconcile). A Failed worker of the current hash is kept (its log tells why) and
-  halts the rollout until it is deleted, as OpenYurt stops on it; its node counts as not
-  upgraded.
+  up) in flight at a time. A NotReady node is never waited for: it takes no slot (nor does a
+  worker on a node that went NotReady) and gets its worker once Ready again. [quirk] OpenYurt
+  waits for a whole round to finish; here a slot is refilled as soon as one worker ends.
+  [quirk] An absent ``maxUnavailable`` means 1 (OpenYurt fails the reconcile). A Failed
+  worker of the current hash is kept (its log tells why) and halts the rollout until it is
+  deleted, as OpenYurt stops on it; its node counts as not upgraded.
 * OTA: no workers; every mirror Pod gets condition ``PodNeedUpgrade`` True when it needs the
   upgrade, False when it runs the latest template (the node's hub takes it when asked).
 * [quirk] The hash: OpenYurt's is FNV-32a over Go's ``spew`` dump of the PodTemplateSpec, which
