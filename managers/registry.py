@@ -20,6 +20,7 @@ from managers import (
     hubleaderconfig,
     hubleaderrbac,
     nodewatcher,
+    staticsets,
 )
 
 Factory = Callable[[context.Context], controlling.Controller]
@@ -33,12 +34,38 @@ FACTORIES: Mapping[str, Factory] = types.MappingProxyType(
         hubleader.NAME: hubleader.build,
         hubleaderconfig.NAME: hubleaderconfig.build,
         hubleaderrbac.NAME: hubleaderrbac.build,
+        staticsets.NAME: staticsets.build,
     }
 )
 
 
 class UnknownController(ValueError):
     pass
+
+
+YSS_OWNERS = ("edgehub", "yurt-manager")
+
+
+def for_owner(chosen: Sequence[str], spec: str, owner: str) -> tuple[str, ...]:
+    """``chosen`` as ``--yurtstaticset-owner=owner`` allows: with ``yurt-manager`` the
+    ``yurtstaticset`` controller is left out of ``*``, and naming it is a contradiction
+    (UnknownController); with ``edgehub`` nothing changes."""
+    if owner not in YSS_OWNERS:
+        raise UnknownController(
+            f"--yurtstaticset-owner={owner!r}: must be one of {', '.join(YSS_OWNERS)}"
+        )
+    if owner == "edgehub" or staticsets.NAME not in chosen:
+        return tuple(chosen)
+    named = any(item.strip() == staticsets.NAME for item in spec.split(","))
+    if named:
+        raise UnknownController(
+            f"--controllers names {staticsets.NAME} but --yurtstaticset-owner=yurt-manager: "
+            "only one controller may own YurtStaticSets; set --yurtstaticset-owner=edgehub"
+        )
+    left = tuple(name for name in chosen if name != staticsets.NAME)
+    if not left:
+        raise UnknownController(f"--controllers={spec!r} selects no controller")
+    return left
 
 
 def select(spec: str, known: Sequence[str] = tuple(FACTORIES)) -> tuple[str, ...]:

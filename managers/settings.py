@@ -22,6 +22,9 @@ WEBHOOK_PORT = 8443
 AUTONOMY_TIMINGS = controlling.Timings(workers=4, resync=600.0)
 # Pools are decided on their events and their nodes'; the resync retries a lost write.
 HUB_LEADER_TIMINGS = controlling.Timings(workers=2, resync=300.0)
+# YurtStaticSets follow their Pods' and Nodes' events; the resync retries a lost write.
+STATIC_SETS_TIMINGS = controlling.Timings(workers=2, resync=300.0)
+WORKER_IMAGE = "ghcr.io/edgehub/edgehub:0.1.0"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -122,6 +125,24 @@ class HubLeader:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class StaticSets:
+    """The ``yurtstaticset`` controller (README "YurtStaticSet")."""
+
+    owner: str = "yurt-manager"
+    """``--yurtstaticset-owner``: ``edgehub`` runs the controller; ``yurt-manager`` (the
+    default) leaves YurtStaticSets to yurt-manager and the controller is not run."""
+    worker_image: str = WORKER_IMAGE
+    """``--static-pod-upgrade-image``: the image of the worker Pods (it runs ``edgehub``)."""
+    static_pod_path: str = "/etc/kubernetes/manifests"
+    """kubelet's staticPodPath on the nodes (mounted into the workers)."""
+    worker_timeout: float = 120.0
+    """Seconds a worker waits for the new static Pod to be ready before restoring the old."""
+    yurt_manager_lease: tuple[str, str] = ("kube-system", "cloud-yurt-manager")
+    """yurt-manager's leader Lease: while it is held, the controller acts on nothing."""
+    timings: controlling.Timings = STATIC_SETS_TIMINGS
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ManagerSettings:
     controllers: tuple[str, ...]
     kube: KubeSettings = KubeSettings()
@@ -138,3 +159,4 @@ class ManagerSettings:
     """None: no webhook is served."""
     autonomy: Autonomy = Autonomy()
     hub_leader: HubLeader = HubLeader()
+    static_sets: StaticSets = StaticSets()

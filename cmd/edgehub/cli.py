@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "manager": "edgehub.manager:command",
     "partition": "edgehub.partition:command",
     "sim-apiserver": "edgehub.sim_apiserver:command",
+    "static-pod-upgrade": "edgehub.staticpodupgrade:command",
     "status": "edgehub.status:command",
 }
 

@@ -1,6 +1,7 @@
 """``edgehub manager``: the cloud-side controllers (the CSR approver for hubs, the Akri broker
 controller and node watcher, autonomy, the hub leaders of node pools) and the Configuration
-validating webhook.
+validating webhook, and the
+YurtStaticSet rollouts when ``--yurtstaticset-owner=edgehub``.
 
 Runs as a Deployment with several replicas; one leads through a coordination.k8s.io Lease
 (as kube-controller-manager) and only the leader acts, the others keep warm caches. Without
@@ -180,6 +181,32 @@ def _comma_list(value: str) -> frozenset[str]:
     help="autonomy: the cluster's default tolerationSeconds for node.kubernetes.io/unreachable "
     "(the same flag of kube-apiserver).",
 )
+@click.option(
+    "--yurtstaticset-owner",
+    type=click.Choice(registry.YSS_OWNERS),
+    default="yurt-manager",
+    help="yurtstaticset: who acts on YurtStaticSets. yurt-manager leaves them to OpenYurt's "
+    "yurt-manager (the controller is not run); edgehub runs it, on YurtStaticSets not annotated "
+    "for another owner, and never while yurt-manager's Lease kube-system/cloud-yurt-manager is "
+    "held.",
+)
+@click.option(
+    "--static-pod-upgrade-image",
+    default=settings.WORKER_IMAGE,
+    help="yurtstaticset: image of the upgrade worker Pods (runs `edgehub static-pod-upgrade`).",
+)
+@click.option(
+    "--static-pod-path",
+    default="/etc/kubernetes/manifests",
+    help="yurtstaticset: kubelet's staticPodPath on the nodes, mounted into the workers.",
+)
+@click.option(
+    "--static-pod-upgrade-timeout",
+    default=120.0,
+    type=click.FloatRange(min=1),
+    help="yurtstaticset: seconds a worker waits for the new static Pod to be ready before it "
+    "puts the old manifest back.",
+)
 def command(
     kubeconfig: Path | None,
     service_account_dir: Path,
@@ -204,12 +231,16 @@ def command(
     default_not_ready_toleration_seconds: int,
     default_unreachable_toleration_seconds: int,
     namespace: str,
+    yurtstaticset_owner: str,
+    static_pod_upgrade_image: str,
+    static_pod_path: str,
+    static_pod_upgrade_timeout: float,
 ) -> None:
     """Run the cloud-side controllers (CSR approver for hubs, Akri brokers, node watcher, pod
     tolerations of autonomous nodes, hub leaders) with Lease leader election, and the
     Configuration validating webhook."""
     try:
-        chosen = registry.select(controllers)
+        chosen = registry.for_owner(registry.select(controllers), controllers, yurtstaticset_owner)
     except registry.UnknownController as e:
         _fail(str(e))
     service_account = None
@@ -277,6 +308,12 @@ def command(
             unreachable_toleration_seconds=default_unreachable_toleration_seconds,
         ),
         hub_leader=settings.HubLeader(namespace=namespace),
+        static_sets=settings.StaticSets(
+            owner=yurtstaticset_owner,
+            worker_image=static_pod_upgrade_image,
+            static_pod_path=static_pod_path,
+            worker_timeout=static_pod_upgrade_timeout,
+        ),
     )
     try:
         asyncio.run(signalling.run_until_signalled(running.run(manager_settings)))

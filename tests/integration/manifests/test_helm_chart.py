@@ -124,6 +124,8 @@ def test_release_edgehub_renders_the_plain_manifests() -> None:
         (MANIFESTS / "manager" / "autonomy-rbac.yaml", "ClusterRole"),
         (MANIFESTS / "manager" / "hubleader-rbac.yaml", "ClusterRole"),
         (MANIFESTS / "manager" / "hubleader-rbac.yaml", "Role"),
+        (MANIFESTS / "manager" / "staticset-rbac.yaml", "ClusterRole"),
+        (MANIFESTS / "manager" / "staticset-rbac.yaml", "Role"),
         (MANIFESTS / "hub" / "rbac.yaml", "Role"),
         (MANIFESTS / "hub" / "bootstrap-rbac.yaml", "Role"),
     ):
