@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 from typing import Any
@@ -370,3 +371,20 @@ def test_the_join_token_is_in_a_secret_and_never_in_the_configmap() -> None:
     }
     # Without a token (the default) there is no Secret: never a well-known one in the cluster.
     assert not [d for d in render() if d["kind"] == "Secret"]
+    err = refusal("--set", "hub.staticPod.joinToken=abcdef.0123456789abcdef")
+    assert "hub.staticPod.joinToken is the well-known example token" in err
+
+
+def test_every_value_a_template_names_is_in_the_schema() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    named = {
+        m.group(1)
+        for t in (CHART / "templates").iterdir()
+        for m in re.finditer(r"\.Values((?:\.[A-Za-z_]+)+)", t.read_text())
+    }
+    assert len(named) > 20
+    for path in sorted(named):
+        node = schema
+        for key in path.strip(".").split("."):
+            assert key in node.get("properties", {}), path
+            node = node["properties"][key]
