@@ -119,6 +119,9 @@ class CertSettings:
     root_dir: pathlib.Path = pathlib.Path("/var/lib/yurthub")
     """``--root-dir``: ``yurthub.conf``, ``bootstrap-hub.conf``, ``pki/``."""
     join_token: str = ""
+    join_token_file: pathlib.Path | None = None
+    """``--join-token-file``: read at each bootstrap when ``join_token`` is empty (a token
+    written onto the node after the hub started, or removed once it joined)."""
     bootstrap_file: pathlib.Path | None = None
     ca_cert_hashes: tuple[str, ...] = ()
     """``--discovery-token-ca-cert-hash``: ``sha256:<hex>`` pins of the cluster CA."""

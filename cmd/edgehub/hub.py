@@ -284,6 +284,13 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 )
 @click.option("--join-token", default="", help="Bootstrap token <id>.<secret> (kubeadm token).")
 @click.option(
+    "--join-token-file",
+    type=click.Path(dir_okay=False, path_type=pathlib.Path),
+    default=None,
+    help="File holding the bootstrap token, read when one is needed (edgehub's; keeps the "
+    "token out of the Pod spec). May appear after the hub starts.",
+)
+@click.option(
     "--bootstrap-file",
     type=click.Path(dir_okay=False, path_type=pathlib.Path),
     default=None,
@@ -696,12 +703,35 @@ def _local_address(server_addr: str) -> str:
         return ""
 
 
+def _check_token_file(path: pathlib.Path) -> None:
+    """A token file that is there must hold a token (a clear error now); one that is not
+    there yet is read again at each bootstrap (the hub says so in its status)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return
+    except (OSError, UnicodeDecodeError) as e:
+        raise settings.ConfigError(f"--join-token-file {path}: {e}") from e
+    try:
+        jws.parse_token(text.strip())
+    except jws.DiscoveryError as e:
+        raise settings.ConfigError(f"--join-token-file {path}: {e}") from e
+
+
 def _cert_settings(opts: dict[str, Any], kubeconfig: pathlib.Path | None) -> settings.CertSettings:
     root = opts.get("root_dir") or pathlib.Path("/var/lib/yurthub")
     assert isinstance(root, pathlib.Path)
     token = str(opts.get("join_token") or "")
+    token_file = opts.get("join_token_file")
+    assert token_file is None or isinstance(token_file, pathlib.Path)
+    if token and token_file is not None:
+        raise settings.ConfigError(
+            "--join-token and --join-token-file both give the join token: use one"
+        )
     if token:
         jws.parse_token(token)  # a clear error now, not at the first bootstrap
+    if token_file is not None:
+        _check_token_file(token_file)
     pins = jws.parse_pins(_comma_list(tuple(opts.get("discovery_token_ca_cert_hash") or ())))
     skip = bool(opts.get("discovery_token_unsafe_skip_ca_verification"))
     bootstrap_file = opts.get("bootstrap_file")
@@ -711,7 +741,7 @@ def _cert_settings(opts: dict[str, Any], kubeconfig: pathlib.Path | None) -> set
         kubeconfig=kubeconfig is not None,
         kubelet_mode=kubelet_mode,
         bootstrap_file=bootstrap_file is not None,
-        join_token=bool(token),
+        join_token=bool(token) or token_file is not None,
         hub_kubeconfig_exists=layout.Layout(root).hub_kubeconfig.exists(),
     )
     if source is modes.Source.JOIN_TOKEN and not pins and not skip:
@@ -727,6 +757,7 @@ def _cert_settings(opts: dict[str, Any], kubeconfig: pathlib.Path | None) -> set
         source=source,
         root_dir=root,
         join_token=token,
+        join_token_file=token_file,
         bootstrap_file=bootstrap_file,
         ca_cert_hashes=pins,
         unsafe_skip_ca_verification=skip,

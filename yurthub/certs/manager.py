@@ -441,17 +441,36 @@ class CertManager:
             return apiclient.Client(
                 servers, identity.with_identity, headers=identity.auth_headers()
             )
-        if self._token is not None:
-            await self._discover(self._token)
+        token = self._token or await loop.run_in_executor(None, self._file_token)
+        if token is not None:
+            await self._discover(token)
         elif not self.layout.bootstrap_kubeconfig.exists():
+            where = self.settings.join_token_file
             raise NoCredentials(
                 "the client certificate is missing or expired and there is no join token: "
-                'POST {"jointoken": "<id>.<secret>"} to /v1/token on the hub server'
+                + (f"write one into {where}, or " if where is not None else "")
+                + 'POST {"jointoken": "<id>.<secret>"} to /v1/token on the hub server'
             )
         identity = await loop.run_in_executor(
             None, kubeconfigs.load, self.layout.bootstrap_kubeconfig, self._trust
         )
         return apiclient.Client(servers, identity.with_identity, headers=identity.auth_headers())
+
+    def _file_token(self) -> jws.Token | None:
+        """``--join-token-file``, read now: None while it is not there."""
+        path = self.settings.join_token_file
+        if path is None:
+            return None
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as e:
+            raise NoCredentials(f"--join-token-file {path}: {e}") from e
+        try:
+            return jws.parse_token(text)
+        except jws.DiscoveryError as e:
+            raise NoCredentials(f"--join-token-file {path}: {e}") from e
 
     async def _discover(self, token: jws.Token) -> None:
         server, info = await bootstrapping.discover(

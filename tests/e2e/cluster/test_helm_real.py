@@ -5,11 +5,16 @@
   needs (the manager approves hub CSRs, the agent writes Instances, the hubs read
   EndpointSlices as nodes), the autonomy admission policy is there, the generated static Pod
   is one the apiserver accepts; ``helm uninstall`` removes it all.
+* ``helm install`` with a join token, then ``helm upgrade`` with another image tag and token:
+  the objects in the cluster change, the token is a bootstrap token Secret the real apiserver
+  authenticates (and in no ConfigMap), the old token's Secret is gone; ``helm uninstall``
+  removes the last one.
 * ``helm template`` output applied with kubectl (another release and namespace), then deleted.
 """
 
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 import sys
@@ -158,3 +163,89 @@ def test_helm_template_output_applies_with_kubectl(real_cluster: realcluster.Rea
             "delete", "--ignore-not-found", "--wait=false", "-f", "-", input=without_crds
         )
         real_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def _images(cluster: realcluster.RealCluster, ns: str, release: str) -> dict[str, str]:
+    got = {}
+    for kind, name in (("daemonset", f"{release}-agent"), ("deployment", f"{release}-manager")):
+        got[kind] = cluster.kubectl(
+            "get", kind, "-n", ns, name, "-o", "jsonpath={.spec.template.spec.containers[0].image}"
+        ).stdout  # fmt: skip
+    static = cluster.kubectl(
+        "get", "configmap", "-n", ns, f"{release}-hub-static-pod",
+        "-o", "jsonpath={.data.edgehub-hub\\.yaml}",
+    ).stdout  # fmt: skip
+    got["static-pod"] = yaml.safe_load(static)["spec"]["containers"][0]["image"]
+    return got
+
+
+def _whoami(cluster: realcluster.RealCluster, token: str, tmp: pathlib.Path) -> str:
+    """Who the real apiserver says the bearer of ``token`` is (a kubeconfig with nothing else)."""
+    kubeconfig = tmp / "token.conf"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": cluster.url,
+                                              "certificate-authority": str(cluster.ca_path)}}
+                ],
+                "users": [{"name": "u", "user": {"token": token}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )  # fmt: skip
+    done = cluster.kubectl("auth", "whoami", "-o", "json", kubeconfig=kubeconfig)
+    return str(json.loads(done.stdout)["status"]["userInfo"]["username"])
+
+
+def test_helm_upgrade_changes_the_objects_and_the_token_stays_in_a_secret(
+    real_cluster: realcluster.RealCluster, tmp_path: pathlib.Path
+) -> None:
+    ns, release = "edgehub-upgrade", "eh-upg"
+    first, second = "ehupg1.0123456789abcdef", "ehupg2.fedcba9876543210"
+    common = ["-n", ns, "--set", f"hub.namespace={ns}"]
+    helm(
+        real_cluster, "install", release, str(CHART), *common, "--create-namespace",
+        "--set", f"hub.staticPod.joinToken={first}",
+    )  # fmt: skip
+    try:
+        assert set(_images(real_cluster, ns, release).values()) == {"ghcr.io/edgehub/edgehub:0.1.0"}
+        secret = json.loads(
+            real_cluster.kubectl(
+                "get", "secret", "-n", "kube-system", "bootstrap-token-ehupg1", "-o", "json"
+            ).stdout
+        )  # fmt: skip
+        assert secret["type"] == "bootstrap.kubernetes.io/token"
+        # The apiserver takes it as a bootstrap token: the chart's value is a working token.
+        assert _whoami(real_cluster, first, tmp_path) == "system:bootstrap:ehupg1"
+        configmaps = real_cluster.kubectl("get", "configmap", "-n", ns, "-o", "yaml").stdout
+        assert "0123456789abcdef" not in configmaps
+
+        helm(
+            real_cluster, "upgrade", release, str(CHART), *common,
+            "--set", f"hub.staticPod.joinToken={second}", "--set", "image.tag=0.1.1-upgraded",
+        )  # fmt: skip
+        assert "REVISION: 2" in helm(real_cluster, "status", release, "-n", ns)
+        assert set(_images(real_cluster, ns, release).values()) == {
+            "ghcr.io/edgehub/edgehub:0.1.1-upgraded"
+        }
+        assert _whoami(real_cluster, second, tmp_path) == "system:bootstrap:ehupg2"
+        gone = real_cluster.kubectl(
+            "get", "secret", "-n", "kube-system", "bootstrap-token-ehupg1", check=False
+        )  # fmt: skip
+        assert gone.returncode != 0 and "NotFound" in gone.stderr
+    finally:
+        helm(real_cluster, "uninstall", release, "-n", ns, "--wait")
+    gone = real_cluster.kubectl(
+        "get", "secret", "-n", "kube-system", "bootstrap-token-ehupg2", check=False
+    )  # fmt: skip
+    assert gone.returncode != 0 and "NotFound" in gone.stderr
+    left = real_cluster.kubectl(
+        "get", "-n", ns, "daemonset,deployment,configmap", "-l",
+        f"app.kubernetes.io/instance={release}", "-o", "name",
+    ).stdout.split()  # fmt: skip
+    assert left == []
+    real_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

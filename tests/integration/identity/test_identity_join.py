@@ -103,3 +103,39 @@ async def test_join_with_a_token_and_nothing_else(
         other.write_bytes(b"".join(sim.issue_client_cert("system:node:other", ["system:nodes"])))
         answer = await get(f"{hub.secure_url}/api/v1/nodes", ctx=trusting(sim.ca_pem, other))
         assert answer.status == 403 and "system:node:other" in answer.body["message"]
+
+
+async def test_join_with_a_token_file_written_after_the_start(
+    sim: simapiserver.SimApiserver, tmp_path: pathlib.Path
+) -> None:
+    """The chart's flow: the static Pod names --join-token-file, the token arrives later."""
+    admin = joining.Admin.from_kubeconfig(sim.kubeconfig_path)
+    token = joining.new_token()
+    await admin.create_bootstrap_token(token)
+    root = tmp_path / "root"
+    token_file = root / "join-token"
+    s = hub_settings(
+        (sim.url,), root, pins=(joining.ca_pin(sim.ca_pem),), join_token_file=token_file
+    )
+    async with joining.approving(admin, node_name=NODE) as approver, running(s) as hub:
+        certs = hub.certs
+        assert certs is not None
+        await until(
+            lambda: f"write one into {token_file}" in certs.client_problem,
+            what="the client problem naming the token file",
+        )
+        assert approver.approved == []
+        root.mkdir(exist_ok=True)
+        token_file.write_text(token + "\n")
+        await until(lambda: hub.secure_url, what="the secure proxy")
+        assert len(approver.approved) == 2
+        assert pemfiles.load_pair(root / "pki" / "yurthub-current.pem").common_name == (
+            f"system:node:{NODE}"
+        )
+    # Joined: the token file can go; a restart has what it needs.
+    token_file.unlink()
+    async with running(s) as hub:
+        await until(lambda: hub.secure_url, what="the secure proxy after a restart")
+        assert hub.health is not None
+        await until(hub.health.any_healthy, what="a healthy apiserver")
+        assert await readyz(hub) == (200, "OK")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 from typing import Any
@@ -229,3 +230,163 @@ def test_the_charts_copies_are_the_originals() -> None:
     board = find(docs, "ConfigMap", "edgehub-dashboard")
     assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(board["data"]["edgehub.json"])["uid"] == "edgehub-overview"
+
+
+def refusal(*values: str) -> str:
+    done = helm(
+        "template", "x", str(CHART), "--kube-version", KUBE_VERSION, *values, check=False
+    )  # fmt: skip
+    assert done.returncode != 0, done.stdout
+    return done.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "path", "key"),
+    [
+        (["--set", "udev.discovery.hots=/x"], "/udev/discovery", "hots"),
+        (["--set", "udev.discovery.host.udevv=/x"], "/udev/discovery/host", "udevv"),
+        (["--set", "agent.hots.udev=/x"], "/agent", "hots"),
+        (["--set", "debugEcho.configuration.sharde=false"], "/debugEcho/configuration", "sharde"),
+        (["--set", "hub.staticPod.joinTokn=abcdef.0123456789abcdef"], "/hub/staticPod", "joinTokn"),
+        (["--set", "controller.onlyOnControlPlane=true"], "/controller", "onlyOnControlPlane"),
+        (["--set", "imagee.tag=v1"], "", "imagee"),
+    ],
+)
+def test_the_schema_refuses_a_misspelt_value_naming_its_path(
+    values: list[str], path: str, key: str
+) -> None:
+    err = refusal(*values)
+    assert "values don't meet the specifications of the schema" in err, err
+    assert f"at '{path}': additional properties '{key}' not allowed" in err, err
+
+
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        (["--set", "hub.staticPod.joinToken=not-a-token"], "/hub/staticPod/joinToken"),
+        (["--set", "controller.replicas=two"], "/controller/replicas"),
+        (["--set", "hub.staticPod.caCertHash=md5:00"], "/hub/staticPod/caCertHash"),
+    ],
+)
+def test_the_schema_refuses_a_wrong_type_or_shape(values: list[str], words: str) -> None:
+    assert words in refusal(*values)
+
+
+@pytest.mark.parametrize(
+    ("akri", "ours"),
+    [
+        ("useDevelopmentContainers=false", "image.tag"),
+        ("useLatestContainers=true", "image.tag"),
+        ("prometheus.port=8080", "agent.metricsPort"),
+    ],
+)
+def test_akri_values_we_do_not_take_are_refused_naming_ours(akri: str, ours: str) -> None:
+    err = refusal("--set", akri)
+    assert akri.split("=")[0] in err and ours in err, err
+
+
+def test_akris_own_spellings_render_what_they_mean() -> None:
+    docs = render(
+        "--set", "udev.discovery.host.udev=/akri/udev",
+        "--set", "debugEcho.discovery.enabled=true,debugEcho.configuration.shared=false",
+        "--set", "agent.allowDebugEcho=true",
+    )  # fmt: skip
+    udev = pod_spec(find(docs, "DaemonSet", "edgehub-udev"))
+    paths = {v["name"]: v["hostPath"]["path"] for v in udev["volumes"] if "hostPath" in v}
+    assert paths["udev"] == "/akri/udev"
+    # Akri's udev.discovery.host.udev is the handler's; the agent keeps agent.host.udev.
+    agent = pod_spec(find(docs, "DaemonSet", "edgehub-agent"))
+    paths = {v["name"]: v["hostPath"]["path"] for v in agent["volumes"] if "hostPath" in v}
+    assert paths["udev"] == "/run/udev"
+    for name in ("edgehub-debug-echo", "edgehub-agent"):
+        env = {e["name"]: e.get("value") for e in pod_spec(find(docs, "DaemonSet", name))[
+            "containers"][0]["env"]}  # fmt: skip
+        assert env["DEBUG_ECHO_INSTANCES_SHARED"] == "false", name
+    # Ours still works, and Akri's wins when both are given.
+    docs = render("--set", "debugEcho.discovery.enabled=true,debugEcho.discovery.shared=false")
+    env = pod_spec(find(docs, "DaemonSet", "edgehub-debug-echo"))["containers"][0]["env"]
+    assert {"name": "DEBUG_ECHO_INSTANCES_SHARED", "value": "false"} in env
+    docs = render(
+        "--set", "debugEcho.discovery.enabled=true,debugEcho.discovery.shared=false",
+        "--set", "debugEcho.configuration.shared=true",
+    )  # fmt: skip
+    env = pod_spec(find(docs, "DaemonSet", "edgehub-debug-echo"))["containers"][0]["env"]
+    assert {"name": "DEBUG_ECHO_INSTANCES_SHARED", "value": "true"} in env
+
+
+def test_an_akri_values_file_with_its_common_paths_is_accepted(tmp_path: pathlib.Path) -> None:
+    values = tmp_path / "akri.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "imagePullSecrets": [{"name": "regcred"}],
+                "rbac": {"enabled": True},
+                "prometheus": {"enabled": True},
+                "controller": {"enabled": True, "nodeSelectors": {"cloud": "yes"},
+                               "image": {"repository": "r/c", "tag": "t", "pullPolicy": ""}},
+                "agent": {"enabled": True, "allowDebugEcho": True,
+                          "host": {"discoveryHandlers": "/var/lib/akri",
+                                   "kubeletDevicePlugins": "/var/lib/kubelet/device-plugins"}},
+                "udev": {"discovery": {"enabled": True, "host": {"udev": "/run/udev"},
+                                       "image": {"repository": "r/u", "tag": "t"}},
+                         "configuration": {"enabled": True, "name": "akri-udev",
+                                           "discoveryDetails": {"udevRules": ['KERNEL=="video*"']},
+                                           "brokerProperties": {}, "capacity": 1}},
+                "debugEcho": {"discovery": {"enabled": True},
+                              "configuration": {"enabled": True, "shared": False,
+                                                "discoveryDetails": {"descriptions": ["a"]}}},
+                "webhookConfiguration": {"enabled": True, "name": "akri-webhook-configuration",
+                                         "caBundle": "Zm9v"},
+            }
+        )
+    )  # fmt: skip
+    docs = render("-f", str(values))
+    udev = pod_spec(find(docs, "DaemonSet", "edgehub-udev"))
+    assert udev["containers"][0]["image"] == "r/u:t"
+    assert find(docs, "Configuration", "akri-udev")["spec"]["discoveryHandler"]["name"] == "udev"
+
+
+def test_the_join_token_is_in_a_secret_and_never_in_the_configmap() -> None:
+    token_id, secret = "e2e0ab", "0123456789abcdef"
+    docs = render(
+        "--set", f"hub.staticPod.joinToken={token_id}.{secret}",
+        "--set", "hub.staticPod.joinTokenExpiration=2030-01-01T00:00:00Z",
+    )  # fmt: skip
+    for doc in docs:
+        if doc["kind"] != "Secret":
+            assert secret not in yaml.safe_dump(doc), (doc["kind"], doc["metadata"]["name"])
+    static = find(docs, "ConfigMap", "edgehub-hub-static-pod")["data"]["edgehub-hub.yaml"]
+    pod = yaml.safe_load(static)
+    command = pod["spec"]["containers"][0]["command"]
+    assert "--join-token-file=/var/lib/yurthub/join-token" in command
+    assert not [a for a in command if a.startswith("--join-token=")]
+    assert "JOIN_TOKEN" not in [e["name"] for e in pod["spec"]["containers"][0]["env"]]
+    token = find(docs, "Secret", f"bootstrap-token-{token_id}")
+    assert token["metadata"]["namespace"] == "kube-system"
+    assert token["type"] == "bootstrap.kubernetes.io/token"
+    assert token["stringData"] == {
+        "token-id": token_id,
+        "token-secret": secret,
+        "usage-bootstrap-authentication": "true",
+        "usage-bootstrap-signing": "true",
+        "expiration": "2030-01-01T00:00:00Z",
+    }
+    # Without a token (the default) there is no Secret: never a well-known one in the cluster.
+    assert not [d for d in render() if d["kind"] == "Secret"]
+    err = refusal("--set", "hub.staticPod.joinToken=abcdef.0123456789abcdef")
+    assert "hub.staticPod.joinToken is the well-known example token" in err
+
+
+def test_every_value_a_template_names_is_in_the_schema() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    named = {
+        m.group(1)
+        for t in (CHART / "templates").iterdir()
+        for m in re.finditer(r"\.Values((?:\.[A-Za-z_]+)+)", t.read_text())
+    }
+    assert len(named) > 20
+    for path in sorted(named):
+        node = schema
+        for key in path.strip(".").split("."):
+            assert key in node.get("properties", {}), path
+            node = node["properties"][key]

@@ -3,9 +3,13 @@ accepting an OpenYurt static Pod's arguments."""
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 from click import testing
 from edgehub import cli, hub, pflags
+
+from yurthub.certs import modes
 
 BOOLS = ("enable-dummy-if", "discovery-token-unsafe-skip-ca-verification")
 VALUES = ("server-addr", "node-name", "v", "bind-address")
@@ -112,3 +116,44 @@ def test_bad_identity_flags(extra: list[str], message: str, tmp_path: object) ->
 )
 def test_node_ip_defaults_to_the_address_towards_the_cloud(server: str, address: str) -> None:
     assert hub._local_address(server) == address
+
+
+TOKEN = "abcdef.0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    ("content", "extra", "message"),
+    [
+        # Read and taken as the join token: the CA pin is then required, as for --join-token.
+        (f"{TOKEN}\n", [], "--discovery-token-ca-cert-hash"),
+        # Not there yet: still join-token mode (read again at each bootstrap).
+        (None, [], "--discovery-token-ca-cert-hash"),
+        ("not a token\n", [], "not of the form"),
+        (TOKEN, [f"--join-token={TOKEN}"], "use one"),
+    ],
+)
+def test_join_token_file(
+    content: str | None, extra: list[str], message: str, tmp_path: pathlib.Path
+) -> None:
+    path = tmp_path / "join-token"
+    if content is not None:
+        path.write_text(content)
+    base = [a for a in OPENYURT_ARGS if not a.startswith("--kubeconfig")]
+    result = testing.CliRunner().invoke(
+        hub.command,
+        [*base, f"--root-dir={tmp_path}", f"--join-token-file={path}", *extra],
+    )
+    assert result.exit_code == cli.EXIT_STARTUP_FAILURE, result.output
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_join_token_file_makes_join_token_mode(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "join-token"
+    opts = {
+        "root_dir": tmp_path,
+        "join_token_file": path,
+        "discovery_token_ca_cert_hash": ("sha256:" + "0" * 64,),
+    }
+    built = hub._cert_settings(opts, None)
+    assert built.source is modes.Source.JOIN_TOKEN
+    assert (built.join_token, built.join_token_file) == ("", path)

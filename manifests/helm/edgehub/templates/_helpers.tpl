@@ -51,3 +51,21 @@ capabilities:
   drop:
     - ALL
 {{- end -}}
+
+{{/* DEBUG_ECHO_INSTANCES_SHARED: Akri's debugEcho.configuration.shared when given (false too),
+else debugEcho.discovery.shared. */}}
+{{- define "edgehub.debugEchoShared" -}}
+{{- $akri := .Values.debugEcho.configuration -}}
+{{- if and (hasKey $akri "shared") (not (kindIs "invalid" $akri.shared)) -}}
+{{ $akri.shared }}
+{{- else -}}
+{{ .Values.debugEcho.discovery.shared }}
+{{- end -}}
+{{- end -}}
+
+{{/* The udev handler's /run/udev: Akri's udev.discovery.host.udev when given, else
+agent.host.udev. */}}
+{{- define "edgehub.udevHostPath" -}}
+{{- $host := .Values.udev.discovery.host | default dict -}}
+{{ $host.udev | default .Values.agent.host.udev }}
+{{- end -}}
