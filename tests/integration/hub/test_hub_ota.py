@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from yurthub import assembly, settings
+from yurthub import assembly, server, settings
 from yurthub.testing import partition, simapiserver
 
 NODE = "edge-node-1"
@@ -301,3 +301,35 @@ async def test_the_proxy_port_neither_serves_nor_forwards_ota_paths(
         assert body["kind"] == "Status" and "hub server port" in body["message"]
         assert [r for r in b.sim.audit_log() if "openyurt.io" in r.path] == []
         assert deletes_of(b.sim, "sensor-reader-px") == []
+
+
+async def test_without_a_cache_get_pods_lists_this_nodes_pods_from_the_apiserver(
+    tmp_path: pathlib.Path,
+) -> None:
+    async with simapiserver.SimApiserver(workdir=tmp_path / "sim", insecure_port=0) as sim:
+        assert sim.insecure_url is not None
+        hub = server.Hub(
+            settings.HubSettings(
+                node_name=NODE,
+                upstream=settings.UpstreamSettings(servers=(sim.insecure_url,)),
+                listen=settings.ListenSettings(serve_port=0, proxy_port=0),
+                heartbeat=settings.HeartbeatSettings(interval=0.5, timeout=1.0),
+                working_mode=settings.WorkingMode.CLOUD,
+            )
+        )
+        await hub.start()
+        try:
+            assert hub.health is not None
+            async with asyncio.timeout(10):
+                while not hub.health.any_healthy():
+                    await asyncio.sleep(0.05)
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"{hub.server_url}/pods") as resp,
+            ):
+                assert resp.status == 200
+                answer = await resp.json()
+        finally:
+            await hub.stop(grace=1.0)
+        assert answer["kind"] == "PodList" and answer["items"]
+        assert {p["spec"]["nodeName"] for p in answer["items"]} == {NODE}
