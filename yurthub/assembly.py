@@ -143,6 +143,7 @@ async def running(
                 hub_settings, tee=cache.tee, local=cache.local, filters=filters, pool=pool
             )
             hub.on_lease = cache.on_lease
+            hub.cached_pods = cache.kubelet_pods
             # Tokens the cache issues offline are ones the hub's verifier recognises.
             cache.local.tokens = hub.verifier.offline
             cache.attach_metrics(hub.metrics)

@@ -8,8 +8,10 @@
   what is not ready), ``/metrics`` (this hub's own registry), ``POST|PUT /v1/token`` (a new
   join token, YurtHub's body ``{"jointoken": "..."}``), ``GET /v1/status`` (JSON for ``edgehub
   status``: each apiserver's health and last error, certificates, readiness, and the sections
-  the assembly adds in ``status_sections``: the cache, discovery). It names files and
-  subjects, never a key or a token.
+  the assembly adds in ``status_sections``: the cache, discovery), and YurtHub's OTA API
+  (``ota``: ``GET /pods``, ``POST /openyurt.io/v1/namespaces/{ns}/pods/{pod}/upgrade`` and
+  ``.../imagepull``, loopback callers only). It names files and subjects, never a key or a
+  token.
 - HTTPS proxy ``<dummy IP or --bind-proxy-address>:--proxy-secure-port`` (10268): the same
   router over TLS with the hub's serving certificate, started once the certificate manager has
   one (rotations swap it in place); callers must authenticate (``proxy/identifying``).
@@ -66,6 +68,7 @@ from yurthub import (
     labels,
     listening,
     metrics,
+    ota,
     readiness,
     settings,
 )
@@ -150,6 +153,12 @@ class Hub:
         self.router: routing.Router | None = None
         self.remote: remote.RemoteProxy | None = None
         self.upstream: upstream.Upstream | None = None
+        self.cached_pods: ota.PodsSource | None = None
+        """``GET /pods``: the Pods kubelet read through the hub (the cache plugs it in; None:
+        listed from the apiserver)."""
+        self.static_pods: ota.StaticPodUpgrader = ota.ManifestWriter(hub_settings.static_pod_path)
+        """How an OTA upgrade installs a YurtStaticSet's new manifest."""
+        self.ota: ota.OtaApi | None = None
         self._stopping = False
 
     # --- wiring for the cache engineer's runtime ---
@@ -405,6 +414,11 @@ class Hub:
         app.router.add_get("/v1/status", self._status)
         app.router.add_route("POST", "/v1/token", self._token)
         app.router.add_route("PUT", "/v1/token", self._token)
+        assert self.upstream is not None and self.health is not None
+        self.ota = ota.OtaApi(
+            s, self.upstream, self.health, pods=self.cached_pods, upgrader=self.static_pods
+        )
+        self.ota.add_routes(app.router)
         self._server_runner = web.AppRunner(
             app, access_log=None, shutdown_timeout=0.5, keepalive_timeout=s.proxy.idle_timeout
         )

@@ -327,6 +327,9 @@ class HubSettings:
     certs: CertSettings = CertSettings()
     authn: AuthnSettings = AuthnSettings()
     pool: PoolSettings = PoolSettings()
+    static_pod_path: pathlib.Path = pathlib.Path("/etc/kubernetes/manifests")
+    """``--static-pod-path``: kubelet's staticPodPath, where an OTA upgrade of a YurtStaticSet's
+    static Pod installs its new manifest (``yurthub.ota``)."""
 
     @property
     def hub_address(self) -> tuple[str, int]:

@@ -222,6 +222,13 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.option("--disk-cache-path", default="/etc/kubernetes/cache/", type=click.Path())
 @click.option("--cache-agents", default="", help="Extra components to cache; '*' caches all.")
 @click.option(
+    "--static-pod-path",
+    default="/etc/kubernetes/manifests",
+    type=click.Path(file_okay=False),
+    help="kubelet's staticPodPath: where an OTA upgrade of a YurtStaticSet's static pod "
+    "installs the new manifest (the old one kept as .<name>.yaml.bak).",
+)
+@click.option(
     "--kubeconfig",
     type=click.Path(dir_okay=False, path_type=pathlib.Path),
     default=None,
@@ -645,6 +652,9 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             + ((AGENT_COMPONENT,) if opts.get("enable_discovery") else ()),
         ),
         working_mode=settings.WorkingMode(s("working_mode")),
+        static_pod_path=pathlib.Path(
+            str(opts.get("static_pod_path") or "/etc/kubernetes/manifests")
+        ),
         filters=settings.FilterSettings(
             enabled=bool(opts["enable_resource_filter"]),
             disabled=disabled,

@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 LEASE_SCOPE = keys.Scope("kubelet", "leases", "v1", "coordination.k8s.io")
 NODE_SCOPE = keys.Scope("kubelet", "nodes", "v1", "")
+POD_SCOPE = keys.Scope("kubelet", "pods", "v1", "")
 LEASE_NAMESPACE = "kube-node-lease"
 
 
@@ -82,6 +83,19 @@ class CacheRuntime:
         if self.store.entry(key) is None:
             return None
         return await self.store.body(key)
+
+    async def kubelet_pods(self) -> list[bytes]:
+        """Every Pod kubelet read through the hub, as stored JSON (YurtHub's ``GET /pods``:
+        a node's Pods, bounded by kubelet's max-pods)."""
+        within = keys.object_key(POD_SCOPE, "", "")
+        if self.store.count(POD_SCOPE) == 0:
+            return []
+        try:
+            return await self.store.all_bodies(within)
+        except store.CorruptRead as e:
+            # The damaged entry is dropped as it is met: read again without it.
+            logger.warning("GET /pods: a cached pod is damaged and dropped: %s", e)
+        return await self.store.all_bodies(within)
 
     def failed_keys(self) -> int:
         """Objects whose last cache write failed (YurtHub's error keys)."""

@@ -32,6 +32,7 @@ from yurthub import (
     health,
     memo,
     metrics,
+    otadecisions,
     readiness,
     requestinfo,
     settings,
@@ -45,6 +46,10 @@ _MEMO_ENTRIES = 256
 _MEMO_KEY_MAX = 1024
 """Classifications remembered, and the longest request (URL and headers read) remembered:
 kubelet and kube-proxy repeat a few dozen; anything longer is classified every time."""
+OTA_ELSEWHERE = (
+    "the OTA API (upgrade, imagepull) is served on this node's hub server port "
+    "(--bind-address:--serve-port, 127.0.0.1:10267), not on the proxy"
+)
 SOURCE = web.ResponseKey("source", str)
 """Key on a response (aiohttp responses are mappings) naming where its answer came from
 (``metrics.SOURCES``); unmarked answers are the hub's own. A typed key: aiohttp warns about a
@@ -114,6 +119,9 @@ class Router:
         foreign = None if secure or own else refused_host(self.hosts, request)
         if foreign is not None:
             return foreign
+        if request.path.startswith("/openyurt.io/") and otadecisions.is_ota_path(request.path):
+            # Node-local actions (delete or patch this node's Pods): never forwarded anywhere.
+            return responses.status(404, OTA_ELSEWHERE)
         try:
             info = self._classify(request)
         except requestinfo.BadRequestError as e:
