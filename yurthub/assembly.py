@@ -140,7 +140,12 @@ async def running(
                 hub.readiness.add("disk-cache", lambda: False, gates_proxy=False)
         else:
             hub = server.Hub(
-                hub_settings, tee=cache.tee, local=cache.local, filters=filters, pool=pool
+                hub_settings,
+                tee=cache.tee,
+                local=cache.local,
+                filters=filters,
+                pool=pool,
+                offline_writes=cache,
             )
             hub.on_lease = cache.on_lease
             # Tokens the cache issues offline are ones the hub's verifier recognises.
