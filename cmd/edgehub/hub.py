@@ -221,6 +221,12 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.option("--disk-cache-path", default="/etc/kubernetes/cache/", type=click.Path())
 @click.option("--cache-agents", default="", help="Extra components to cache; '*' caches all.")
 @click.option(
+    "--offline-event-qps",
+    default=5.0,
+    type=click.FloatRange(min=0),
+    help="Events recorded offline posted per second after the cloud is back (0: unpaced).",
+)
+@click.option(
     "--kubeconfig",
     type=click.Path(dir_okay=False, path_type=pathlib.Path),
     default=None,
@@ -635,6 +641,7 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             cache_agents=settings.parse_cache_agents(s("cache_agents"))
             # The embedded agent must keep working offline: its answers are cached.
             + ((AGENT_COMPONENT,) if opts.get("enable_discovery") else ()),
+            offline_event_qps=f("offline_event_qps"),
         ),
         working_mode=settings.WorkingMode(s("working_mode")),
         filters=settings.FilterSettings(

@@ -178,7 +178,20 @@ class CacheRuntime:
             "errorKeys": len(cache.stats.error_keys),
             "writeError": _write_error(cache.failures, now),
             "reset": cache.reset or None,
+            # Events recorded offline, waiting for the cloud (None: no journal).
+            "offlineEvents": self._journal_status(),
             "components": sorted(components.values(), key=lambda c: str(c["component"])),
+        }
+
+    def _journal_status(self) -> dict[str, int] | None:
+        if self.journal is None:
+            return None
+        poster = self.poster
+        return {
+            "pending": self.journal.pending,
+            "dropped": self.journal.dropped,
+            "posted": poster.posted if poster is not None else 0,
+            "refused": poster.refused if poster is not None else 0,
         }
 
     async def replay(self, client: upstream.Upstream, healthy_server: seams.HealthyServer) -> None:

@@ -107,8 +107,32 @@ async def test_events_recorded_during_a_cut_reach_the_cloud_with_counts_and_time
     assert got["lastTimestamp"] == "2026-01-02T03:06:07Z"
     assert edge.rt.journal is not None
     async with asyncio.timeout(10):
-        while edge.rt.journal.pending:
+        while (await edge.rt.status())["offlineEvents"]["posted"] < 3:
             await asyncio.sleep(0.05)
+    assert edge.rt.journal.pending == 0
+
+
+async def test_posting_stops_when_the_link_drops_again_and_goes_on_at_the_next_heal(
+    tmp_path: pathlib.Path,
+) -> None:
+    async with edge_node(tmp_path, offline_event_qps=2.0) as edge:
+        await edge.cut()
+        sent = [
+            kubelet_event(f"job-{i}", "Completed", f"run {i}", "2026-01-02T03:04:05Z")
+            for i in range(20)
+        ]
+        for event in sent:
+            await create(edge, event)
+        names = {e["metadata"]["name"] for e in sent}
+        await edge.heal()
+        await wait_for(edge, lambda f: bool(names & set(f)))  # posting has begun...
+        await edge.cut()  # ...and the link drops again, long before 20 at 2/s are through
+        assert edge.rt.journal is not None
+        left = edge.rt.journal.pending
+        assert 0 < left < len(sent)
+        await edge.heal()
+        found = await wait_for(edge, lambda f: names <= set(f))
+        assert all(found[n]["count"] == 1 for n in names)
 
 
 async def test_a_repeat_of_an_event_created_online_is_patched_onto_it(edge: Edge) -> None:
