@@ -19,9 +19,11 @@ from cache_edge import NODE, Edge, edge_node
 
 from yurthub import settings
 from yurthub.cache import eventfolding, eventjournal
+from yurthub.kubeproto import converting
 
 EVENTS = "/api/v1/namespaces/default/events"
 SMP = "application/strategic-merge-patch+json"
+PROTOBUF = converting.CONTENT_TYPE
 
 
 def kubelet_event(pod: str, reason: str, message: str, at: str, **extra: Any) -> dict[str, Any]:
@@ -133,6 +135,47 @@ async def test_posting_stops_when_the_link_drops_again_and_goes_on_at_the_next_h
         await edge.heal()
         found = await wait_for(edge, lambda f: names <= set(f))
         assert all(found[n]["count"] == 1 for n in names)
+
+
+def protobuf_event(name: str, reason: str, first: int) -> bytes:
+    """A core/v1 Event in protobuf, as kubelet's client sends it (enveloped)."""
+    converter = converting.Converter()
+    event = converter._class("k8s.io.api.core.v1.Event")()
+    event.metadata.name = name
+    event.metadata.namespace = "default"
+    event.involvedObject.kind = "Node"
+    event.involvedObject.name = NODE
+    event.reason = reason
+    event.message = "Starting kubelet."
+    event.source.component = "kubelet"
+    event.source.host = NODE
+    event.firstTimestamp.seconds = first
+    event.lastTimestamp.seconds = first
+    event.count = 1
+    event.type = "Normal"
+    unknown = converter._class("k8s.io.apimachinery.pkg.runtime.Unknown")()
+    unknown.typeMeta.apiVersion = "v1"
+    unknown.typeMeta.kind = "Event"
+    unknown.raw = event.SerializeToString()
+    return b"k8s\x00" + unknown.SerializeToString()
+
+
+async def test_a_protobuf_event_as_kubelet_sends_it_reaches_the_cloud(edge: Edge) -> None:
+    await edge.cut()
+    body = protobuf_event(f"{NODE}.17e2", "Starting", 1767225600)
+    status, answer, _ = await edge.request(
+        "POST",
+        EVENTS,
+        body=body,
+        content_type=PROTOBUF,
+        accept=f"{PROTOBUF}, application/json",
+    )
+    assert status == 201 and answer == body  # the echo kubelet reads back
+    await edge.heal()
+    found = await wait_for(edge, lambda f: f"{NODE}.17e2" in f)
+    got = found[f"{NODE}.17e2"]
+    assert got["firstTimestamp"] == got["lastTimestamp"] == "2026-01-01T00:00:00Z"
+    assert got["involvedObject"]["kind"] == "Node" and got["source"]["component"] == "kubelet"
 
 
 async def test_a_repeat_of_an_event_created_online_is_patched_onto_it(edge: Edge) -> None:
