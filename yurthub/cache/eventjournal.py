@@ -128,6 +128,12 @@ class _Db:
         )
 
     def _bound(self, now: float) -> None:
+        count, total, largest = self._conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(MAX(size), 0) FROM entries"
+        ).fetchone()
+        bounds = self.bounds
+        if count <= bounds.events and total <= bounds.bytes and largest <= bounds.bytes:
+            return
         sizes = self._conn.execute("SELECT seq, size FROM entries ORDER BY seq").fetchall()
         gone = eventfolding.evictions(sizes, self.bounds)
         if not gone:
@@ -150,10 +156,12 @@ class _Db:
                 "SELECT seq FROM names WHERE api = ? AND namespace = ? AND name = ?",
                 (api, namespace, name),
             ).fetchone()
+            by_key = False
             if row is None:
                 row = self._conn.execute(
                     "SELECT seq FROM entries WHERE key = ? ORDER BY seq DESC LIMIT 1", (fold,)
                 ).fetchone()
+                by_key = row is not None
             if row is not None:
                 (seq,) = row
                 old = orjson.loads(
@@ -168,6 +176,10 @@ class _Db:
                     "INSERT INTO entries (api, namespace, key, body, size) VALUES (?, ?, ?, ?, ?)",
                     (api, namespace, fold, raw, len(raw)),
                 ).lastrowid
+            if by_key:
+                # A recorder that forgot (kubelet restarted) patches by the new name only: the
+                # names of the old one go, so an entry has a bounded number of them.
+                self._conn.execute("DELETE FROM names WHERE seq = ?", (seq,))
             if name:
                 self._conn.execute(
                     "INSERT OR REPLACE INTO names (api, namespace, name, seq) VALUES (?, ?, ?, ?)",

@@ -40,7 +40,7 @@ async def opened(
     )
 
 
-async def test_a_recreate_after_a_kubelet_restart_folds_and_both_names_patch(
+async def test_a_recreate_after_a_kubelet_restart_folds_under_the_new_name(
     tmp_path: pathlib.Path,
 ) -> None:
     journal = await opened(tmp_path)
@@ -54,9 +54,11 @@ async def test_a_recreate_after_a_kubelet_restart_folds_and_both_names_patch(
         )
         assert patched is not None and patched["count"] == 5
         assert patched["metadata"]["name"] == "web.1"
-        assert await journal.patch(CORE, "default", "web.1", {"count": 6}) is not None
+        # The restarted recorder patches by the new name; the old one is forgotten (bounded).
+        assert await journal.patch(CORE, "default", "web.1", {"count": 6}) is None
         assert await journal.patch(CORE, "default", "unknown", {"count": 6}) is None
-        assert await journal.patch(CORE, "other", "web.1", {"count": 6}) is None
+        assert await journal.patch(CORE, "other", "web.2", {"count": 6}) is None
+        assert await journal.patch(CORE, "default", "web.2", {"count": 6}) is not None
         (entry,) = await journal.head(10)
         assert entry.body["count"] == 6
         assert entry.body["firstTimestamp"] == "2026-01-01T00:00:00Z"
