@@ -178,6 +178,38 @@ async def test_a_protobuf_event_as_kubelet_sends_it_reaches_the_cloud(edge: Edge
     assert got["involvedObject"]["kind"] == "Node" and got["source"]["component"] == "kubelet"
 
 
+async def test_an_events_k8s_io_series_reaches_the_cloud(edge: Edge) -> None:
+    """events.k8s.io/v1 (the scheduler's and kube-proxy's recorders): a create, then the
+    series PATCH of its repeats."""
+    path = "/apis/events.k8s.io/v1/namespaces/default/events"
+    event = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": "proxy.17e3", "namespace": "default"},
+        "eventTime": "2026-01-02T03:04:05.000000Z",
+        "reportingController": "kube-proxy",
+        "reportingInstance": f"kube-proxy-{NODE}",
+        "action": "StartKubeProxy",
+        "reason": "Starting",
+        "regarding": {"kind": "Node", "name": NODE, "apiVersion": "v1"},
+        "note": "",
+        "type": "Normal",
+    }
+    await edge.cut()
+    status, body, _ = await edge.request("POST", path, body=event)
+    assert status == 201, body
+    series = {"series": {"count": 4, "lastObservedTime": "2026-01-02T03:14:05.000000Z"}}
+    status, body, _ = await edge.request(
+        "PATCH", f"{path}/proxy.17e3", body=series, content_type=SMP
+    )
+    assert status == 200 and body["series"]["count"] == 4
+    await edge.heal()
+    found = await wait_for(edge, lambda f: "proxy.17e3" in f)
+    got = found["proxy.17e3"]
+    assert got["reason"] == "Starting" and got["involvedObject"]["name"] == NODE
+    assert got["series"]["count"] == 4
+
+
 async def test_a_repeat_of_an_event_created_online_is_patched_onto_it(edge: Edge) -> None:
     """Created online (and cached), counted offline: the cached copy patched is journaled; its
     create after the heal meets a 409 and the count is patched onto the cloud's."""
