@@ -160,7 +160,10 @@ class Poster:
             status, answer = await self._call(server, "PATCH", f"{path}/{name}", patch, PATCH_TYPE)
             result = eventfolding.outcome(status, create=False)
         if result is eventfolding.Outcome.RETRY:
-            log.debug("posting an offline Event to %s: HTTP %s; later", server, status)
+            if status:  # an answer (throttled, failing, not authorized yet): say so once
+                self._tell(f"offline Events for now: HTTP {status} {_reason(answer)}")
+            else:
+                log.debug("posting an offline Event to %s failed; later", server)
             return result
         if result is eventfolding.Outcome.REFUSED:
             self._refused(entry, status, answer)

@@ -332,3 +332,26 @@ async def test_over_the_bounds_the_oldest_go_and_one_summary_says_how_many(
         async with asyncio.timeout(10):
             while edge.rt.journal.dropped:
                 await asyncio.sleep(0.05)
+
+
+async def test_an_event_the_cloud_refuses_is_dropped_and_the_rest_posted(
+    edge: Edge, caplog: pytest.LogCaptureFixture
+) -> None:
+    await edge.cut()
+    refused = kubelet_event("web-9", "Pulled", "pulled", "2026-01-02T03:04:05Z")
+    refused["metadata"]["namespace"] = "no-such-namespace"
+    refused["involvedObject"]["namespace"] = "no-such-namespace"
+    status, _, _ = await edge.request(
+        "POST", "/api/v1/namespaces/no-such-namespace/events", body=refused
+    )
+    assert status == 201
+    ok = kubelet_event("web-9", "Started", "started", "2026-01-02T03:04:06Z")
+    await create(edge, ok)
+    await edge.heal()
+    await wait_for(edge, lambda f: ok["metadata"]["name"] in f)
+    assert edge.rt.journal is not None
+    async with asyncio.timeout(10):
+        while (await edge.rt.status())["offlineEvents"]["refused"] < 1:
+            await asyncio.sleep(0.05)
+    assert edge.rt.journal.pending == 0
+    assert any("the cloud refused an offline Event (Pulled)" in r.message for r in caplog.records)
