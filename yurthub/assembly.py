@@ -6,7 +6,8 @@ that is safe:
 
 1. open the cache (index loaded off the loop) — offline answers work from the first request;
 2. start the hub with the cache's tee and local answerer; the heartbeat's Lease is stored as
-   kubelet's lease;
+   kubelet's lease; the hub's ``offline-events`` task posts the Events journaled offline after
+   each heal (``cache.eventposting``);
 3. tell the local answerer (and the filters) how to see cloud health (held offline watches end
    when it returns);
 4. wait for the first health probe (bounded by the heartbeat timeout and retries): asked
