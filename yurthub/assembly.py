@@ -6,7 +6,8 @@ that is safe:
 
 1. open the cache (index loaded off the loop) — offline answers work from the first request;
 2. start the hub with the cache's tee and local answerer; the heartbeat's Lease is stored as
-   kubelet's lease;
+   kubelet's lease; the hub's ``offline-events`` task posts the Events journaled offline after
+   each heal (``cache.eventposting``);
 3. tell the local answerer (and the filters) how to see cloud health (held offline watches end
    when it returns);
 4. wait for the first health probe (bounded by the heartbeat timeout and retries): asked
@@ -140,7 +141,12 @@ async def running(
                 hub.readiness.add("disk-cache", lambda: False, gates_proxy=False)
         else:
             hub = server.Hub(
-                hub_settings, tee=cache.tee, local=cache.local, filters=filters, pool=pool
+                hub_settings,
+                tee=cache.tee,
+                local=cache.local,
+                filters=filters,
+                pool=pool,
+                offline_writes=cache,
             )
             hub.on_lease = cache.on_lease
             hub.cached_pods = cache.kubelet_pods

@@ -89,8 +89,10 @@ class Hub:
         identity: kubeconfigs.Identity | None = None,
         filters: seams.ResponseFilter | None = None,
         pool: seams.PoolServer | None = None,
+        offline_writes: seams.OfflineWrites | None = None,
     ) -> None:
         """``identity``: use this one (fixed) instead of loading ``--kubeconfig``.
+        ``offline_writes``: posted after a heal by a hub task (``offline-events``).
         ``filters``: the response filters (``yurthub.filters.runtime``); their inputs join the
         readiness conditions (``filter-inputs``)."""
         self.settings = hub_settings
@@ -110,6 +112,7 @@ class Hub:
         self._local = local
         self._filters = filters
         self._pool = pool
+        self._offline_writes = offline_writes
         self._identity = identity
         self._stack = contextlib.AsyncExitStack()
         self._tasks: list[asyncio.Task[None]] = []
@@ -246,6 +249,14 @@ class Hub:
             self._tasks.append(tg.create_task(coro, name=name))
 
         task(checker.run(), "health-checker")
+        if self._offline_writes is not None:
+            task(
+                self._offline_writes.replay(
+                    client,
+                    lambda: next((u for u in checker.servers if checker.is_healthy(u)), None),
+                ),
+                "offline-events",
+            )
         task(client.follow_identity(), "identity-follower")
         task(self.issuer_keys.run(self._fetch_as_hub, self._cloud_reachable), "issuer-keys")
         if self.certs is not None:

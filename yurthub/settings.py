@@ -236,6 +236,15 @@ class CacheSettings:
     """Seconds between BOOKMARK events on a watch held open offline (clients that allow them)."""
     config_namespace: str = "kube-system"
     """Namespace of the ``yurt-hub-cfg`` ConfigMap (YurtHub's ``--namespace``)."""
+    offline_events: int = 1000
+    """Events the offline journal keeps per outage (oldest first out past it)."""
+    offline_event_bytes: int = 1 << 20
+    """Bytes of Events (JSON) the offline journal keeps per outage."""
+    offline_event_qps: float = 5.0
+    """``--offline-event-qps``: Events posted per second after a heal (jittered; 0: unpaced)."""
+    offline_event_spread: float = 5.0
+    """Seconds within which a drain starts after the heal (random: a fleet healing at once
+    does not post at once)."""
 
 
 class WorkingMode(enum.StrEnum):

@@ -229,6 +229,12 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     "installs the new manifest (the old one kept as .<name>.yaml.bak).",
 )
 @click.option(
+    "--offline-event-qps",
+    default=5.0,
+    type=click.FloatRange(min=0),
+    help="Events recorded offline posted per second after the cloud is back (0: unpaced).",
+)
+@click.option(
     "--kubeconfig",
     type=click.Path(dir_okay=False, path_type=pathlib.Path),
     default=None,
@@ -650,6 +656,7 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             cache_agents=settings.parse_cache_agents(s("cache_agents"))
             # The embedded agent must keep working offline: its answers are cached.
             + ((AGENT_COMPONENT,) if opts.get("enable_discovery") else ()),
+            offline_event_qps=f("offline_event_qps"),
         ),
         working_mode=settings.WorkingMode(s("working_mode")),
         static_pod_path=pathlib.Path(

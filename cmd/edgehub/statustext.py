@@ -125,6 +125,12 @@ def hub_lines(hub: Mapping[str, Any], url: str, now: float) -> list[str]:
                 f"{error.get('since', '-')} ({state}; {error.get('lostLists', 0)} lists read "
                 "but not stored)"
             )
+        events = cache.get("offlineEvents")
+        if isinstance(events, Mapping) and (events.get("pending") or events.get("dropped")):
+            lines.append(
+                f"  offline Events: {events.get('pending', 0)} waiting for the cloud, "
+                f"{events.get('dropped', 0)} dropped over the journal's bounds"
+            )
         rows = [["COMPONENT", "OBJECTS", "LISTS", "NEWEST LIST"]]
         for component in cache.get("components") or []:
             newest = component.get("newestList") or {}

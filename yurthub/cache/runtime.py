@@ -22,13 +22,24 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from yurthub import following, metrics, settings
-from yurthub.cache import agents, failures, keys, metering, store, teeing
-from yurthub.proxy import local
+from yurthub.cache import (
+    agents,
+    eventfolding,
+    eventjournal,
+    eventposting,
+    failures,
+    keys,
+    metering,
+    store,
+    teeing,
+)
+from yurthub.proxy import local, seams, upstream
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +50,19 @@ LEASE_NAMESPACE = "kube-node-lease"
 
 
 class CacheRuntime:
-    def __init__(self, hub_settings: settings.HubSettings, cache: store.Store) -> None:
+    def __init__(
+        self,
+        hub_settings: settings.HubSettings,
+        cache: store.Store,
+        journal: eventjournal.Journal | None = None,
+    ) -> None:
+        """``journal``: offline Events kept for the cloud (None: answered, not kept)."""
         cfg = hub_settings.cache
         self.settings = hub_settings
         self.store = cache
+        self.journal = journal
+        self.poster: eventposting.Poster | None = None
+        """Set while ``replay`` runs."""
         self.agents = agents.AgentSet(
             node_name=hub_settings.node_name, flag_agents=cfg.cache_agents
         )
@@ -58,6 +78,7 @@ class CacheRuntime:
             node_name=hub_settings.node_name,
             min_request_timeout=hub_settings.proxy.min_request_timeout,
             bookmark_interval=cfg.bookmark_interval,
+            journal=journal,
         )
 
     @property
@@ -171,13 +192,45 @@ class CacheRuntime:
             "errorKeys": len(cache.stats.error_keys),
             "writeError": _write_error(cache.failures, now),
             "reset": cache.reset or None,
+            # Events recorded offline, waiting for the cloud (None: no journal).
+            "offlineEvents": self._journal_status(),
             "components": sorted(components.values(), key=lambda c: str(c["component"])),
         }
 
+    def _journal_status(self) -> dict[str, int] | None:
+        if self.journal is None:
+            return None
+        poster = self.poster
+        return {
+            "pending": self.journal.pending,
+            "dropped": self.journal.dropped,
+            "posted": poster.posted if poster is not None else 0,
+            "refused": poster.refused if poster is not None else 0,
+        }
+
+    async def replay(self, client: upstream.Upstream, healthy_server: seams.HealthyServer) -> None:
+        """``seams.OfflineWrites``: post the offline Event journal after each heal."""
+        if self.journal is None:
+            return
+        hub = self.settings
+        self.poster = eventposting.Poster(
+            self.journal,
+            client,
+            healthy_server,
+            node_name=hub.node_name,
+            qps=hub.cache.offline_event_qps,
+            spread=hub.cache.offline_event_spread,
+            timeout=max(hub.heartbeat.timeout, 5.0),
+            poll=hub.heartbeat.interval,
+        )
+        await self.poster.run()
+
     async def close(self) -> None:
-        """End held watches, write what is queued (bounded), close the database."""
+        """End held watches, write what is queued (bounded), close the databases."""
         self.local.close()
         await self.store.close()
+        if self.journal is not None:
+            await self.journal.close()
 
 
 def _write_error(found: failures.Failures, now: float) -> dict[str, Any] | None:
@@ -207,4 +260,17 @@ async def open(hub_settings: settings.HubSettings) -> CacheRuntime:
         len(cache),
         len(cache.list_records()),
     )
-    return CacheRuntime(hub_settings, cache)
+    bounds = eventfolding.Bounds(cfg.offline_events, cfg.offline_event_bytes)
+    journal: eventjournal.Journal | None
+    try:
+        journal = await eventjournal.open_journal(cfg.disk_cache_path, bounds, time.time)
+    except (OSError, sqlite3.Error) as e:
+        logger.error(
+            "the offline Event journal cannot be opened: Events recorded offline "
+            "will not reach the cloud: %s",
+            e,
+        )
+        journal = None
+    if journal is not None and journal.pending:
+        logger.info("%d Events recorded offline wait for the cloud", journal.pending)
+    return CacheRuntime(hub_settings, cache, journal)

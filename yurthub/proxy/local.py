@@ -27,9 +27,11 @@ Answers (decisions that differ from YurtHub are marked *):
   under the list rule (a list streamed as events: complete, or a 404 before the stream).
   Closed when ``timeoutSeconds`` elapses (absent or 0: ``min-request-timeout`` x (1+rand)),
   when the cloud is healthy again (so clients re-watch upstream), or at hub shutdown.
-- create: 201 echo of the body; Events are also cached. A ServiceAccount TokenRequest gets a
-  short-lived token only the hub verifies*, and only as the apiserver grants one to the node:
-  no Bearer caller, bound to a cached pod of this node running as that account; else a 403
+- create: 201 echo of the body; Events are also cached, and journaled to be posted after the
+  heal with their original times and counts* (``localevents``, ``cache.eventjournal``). A
+  ServiceAccount TokenRequest gets a short-lived token only the hub verifies*, and only as the
+  apiserver grants one to the node: no Bearer caller, bound to a cached pod of this node
+  running as that account; else a 403
   Status saying why* (``localcreates``, ``authn.tokengranting``). A create that asks the
   apiserver for a decision (Subject/Self/LocalSubjectAccessReview, TokenReview,
   SelfSubjectRulesReview, CertificateSigningRequest) or acts through a subresource (an
@@ -38,6 +40,8 @@ Answers (decisions that differ from YurtHub are marked *):
 - delete/deletecollection: 403 Status.
 - update/patch: the cached object (the mutation goes nowhere and is not stored); a JSON merge
   patch is applied to the answer* so the client reads back what it set (``cache.patching``).
+  A patch of an Event the journal holds (a repeat client-go counts) is folded into it and
+  answered with it*.
 - a component that is not a cache agent: 503* (YurtHub: 400), since the real cause is the cloud
   being away, and 503 makes clients retry rather than give up.
 - ``/version`` and discovery documents: the cached document (aggregated or legacy, whichever the
@@ -76,8 +80,24 @@ from aiohttp import web
 
 from yurthub import requestinfo, statuses
 from yurthub.authn import offlinetokens
-from yurthub.cache import agents, cacheability, framing, keys, patching, store, tables
-from yurthub.proxy import localcreates, locallists, localreplies, localwatches, seams
+from yurthub.cache import (
+    agents,
+    cacheability,
+    eventjournal,
+    framing,
+    keys,
+    patching,
+    store,
+    tables,
+)
+from yurthub.proxy import (
+    localcreates,
+    localevents,
+    locallists,
+    localreplies,
+    localwatches,
+    seams,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,10 +119,12 @@ class Answerer:
         cloud_healthy: HealthView | None = None,
         clock: Callable[[], float] = time.time,
         tokens: offlinetokens.OfflineTokens | None = None,
+        journal: eventjournal.Journal | None = None,
     ) -> None:
         """``node_name``: this node (offline tokens are for its pods only); ``tokens``: issues
         offline TokenRequest answers (shared with the hub's token verifier, so a pod holding
-        one is recognised)."""
+        one is recognised); ``journal``: where offline Events wait for the cloud (None: they
+        are answered, not kept)."""
         self._store = cache
         self._agents = agent_set
         self.cloud_healthy: HealthView = cloud_healthy or (lambda: False)
@@ -116,8 +138,9 @@ class Answerer:
             bookmark_interval=bookmark_interval,
             cloud_healthy=lambda: self.cloud_healthy(),
         )
+        self._events = localevents.Events(journal)
         self._creates = localcreates.Creates(
-            self._reader, agent_set, lambda: self.tokens, node_name
+            self._reader, agent_set, lambda: self.tokens, node_name, self._events
         )
 
     @property
@@ -185,6 +208,13 @@ class Answerer:
             )
         if verb not in ("get", "list", "update", "patch"):
             return None
+        patch: Any = None
+        if verb == "patch" and (api := self._events.journals(request, info)) is not None:
+            answered, patch = await self._events.patch(
+                request, info, api, lambda: self._reader.read(localreplies.object_key(info))
+            )
+            if answered is not None:
+                return answered
         if not cacheability.is_cacheable_request(info, self._agents.allows):
             if reason is seams.LocalReason.UPSTREAM_ERROR:
                 return None
@@ -198,7 +228,7 @@ class Answerer:
             return await self._lists.answer(request, info, reason)
         if verb == "get":
             return await self._get(request, info, reason)
-        return await self._mutation(request, info)
+        return await self._mutation(request, info, patch)
 
     # --- get / update / patch ------------------------------------------------------------------
 
@@ -250,13 +280,15 @@ class Answerer:
         return localreplies.json(200, orjson.dumps(view))
 
     async def _mutation(
-        self, request: web.Request, info: requestinfo.RequestInfo
+        self, request: web.Request, info: requestinfo.RequestInfo, patch: Any = None
     ) -> web.StreamResponse:
+        """``patch``: the patch when it was read already (an Event's)."""
         body = await self._reader.read(localreplies.object_key(info))
         if body is None:
             return localreplies.not_found(info)
         if info.verb == "patch" and info.body_content_type == patching.MERGE_PATCH:
-            patch = await localreplies.read_json(request)
+            if patch is None:
+                patch = await localreplies.read_json(request)
             cached = framing.parse_object(body)
             try:
                 patched = patching.merge_patch(cached, patch)

@@ -8,7 +8,8 @@
   the apiserver would have granted it: to the node, bound to a pod of this node (the pod as
   kubelet cached it) running as that account (``authn.tokengranting``); else a 403 Status
   saying why. A Bearer caller never gets one offline.
-- Anything else: a 201 echo of the body; Events are also cached.
+- Anything else: a 201 echo of the body; Events are also cached, and journaled for the cloud
+  (``localevents``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from aiohttp import web
 from yurthub import requestinfo
 from yurthub.authn import callers, offlinetokens, tokengranting
 from yurthub.cache import agents, cacheability, framing, keys, store
-from yurthub.proxy import headers, localreplies
+from yurthub.proxy import headers, localevents, localreplies
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +45,12 @@ class Creates:
         agent_set: agents.AgentSet,
         tokens: Callable[[], offlinetokens.OfflineTokens],
         node_name: str,
+        events: localevents.Events,
     ) -> None:
         """``tokens``: the offline token issuer now (the assembly replaces the answerer's with
-        the hub verifier's, so a pod holding one is recognised)."""
+        the hub verifier's, so a pod holding one is recognised); ``events``: the Event
+        journal's door."""
+        self._events = events
         self._reader = reader
         self._agents = agent_set
         self._tokens = tokens
@@ -67,6 +71,13 @@ class Creates:
         body = await localreplies.read_body(request)
         if (info.resource, info.subresource) == TOKEN_REQUEST:
             return await self._token(request, info, body)
+        api = self._events.journals(request, info)
+        if api is not None:
+            try:
+                event = localreplies.decoded(info, body, self._reader.store.transcoder.converter)
+            except ValueError as e:
+                return localreplies.status(400, f"the Event body cannot be read: {e}")
+            await self._events.created(api, info, event)
         if (
             info.resource == "events"
             and not info.subresource

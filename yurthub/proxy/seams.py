@@ -33,12 +33,18 @@ Invariants the proxy keeps for implementers:
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
-from typing import Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
 from yurthub import requestinfo
+
+if TYPE_CHECKING:
+    from yurthub.proxy import upstream
+
+HealthyServer = Callable[[], str | None]
+"""A server the health checker thinks healthy now (in ``--server-addr`` order), or None."""
 
 
 class LocalReason(enum.StrEnum):
@@ -87,6 +93,15 @@ class LocalAnswerer(Protocol):
 
     def close(self) -> None:
         """Hub shutdown: end every watch held open offline (cleanly, as the upstream ones)."""
+
+
+class OfflineWrites(Protocol):
+    """What the node wrote while the cloud was away, to be carried to it after the heal (the
+    offline Event journal, ``cache.eventposting``)."""
+
+    async def replay(self, client: upstream.Upstream, healthy_server: HealthyServer) -> None:
+        """Run until cancelled (a hub task): post whenever ``healthy_server`` names a server,
+        with ``client``'s (the hub's own) identity."""
 
 
 class BodyTransform(Protocol):

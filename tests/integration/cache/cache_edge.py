@@ -46,7 +46,9 @@ class Edge:
 
     async def start_hub(self) -> None:
         self.rt = await runtime.open(self.hub_settings)
-        self.hub = server.Hub(self.hub_settings, tee=self.rt.tee, local=self.rt.local)
+        self.hub = server.Hub(
+            self.hub_settings, tee=self.rt.tee, local=self.rt.local, offline_writes=self.rt
+        )
         self.hub.on_lease = self.rt.on_lease
         self.rt.local.tokens = self.hub.verifier.offline  # as assembly.running wires it
         self.rt.attach_metrics(self.hub.metrics)
@@ -165,7 +167,10 @@ def edge_settings(
     *,
     agents: tuple[str, ...] = ("kubectl",),
     heartbeat: settings.HeartbeatSettings = FAST_HEARTBEAT,
+    offline_event_qps: float = 50.0,
 ) -> settings.HubSettings:
+    """Offline Events are posted fast after a heal (50/s, no start spread): tests wait for
+    them."""
     return settings.HubSettings(
         node_name=NODE,
         upstream=settings.UpstreamSettings(servers=(server_url,), connect_timeout=1.0),
@@ -173,7 +178,11 @@ def edge_settings(
         heartbeat=heartbeat,
         proxy=settings.ProxySettings(min_request_timeout=30.0, shutdown_grace=1.0),
         cache=settings.CacheSettings(
-            disk_cache_path=cache_path, cache_agents=agents, bookmark_interval=0.3
+            disk_cache_path=cache_path,
+            cache_agents=agents,
+            bookmark_interval=0.3,
+            offline_event_qps=offline_event_qps,
+            offline_event_spread=0.0,
         ),
     )
 
@@ -185,6 +194,7 @@ async def edge_node(
     seed: str = "demo",
     agents: tuple[str, ...] = ("kubectl",),
     heartbeat: settings.HeartbeatSettings = FAST_HEARTBEAT,
+    offline_event_qps: float = 50.0,
 ) -> AsyncIterator[Edge]:
     async with simapiserver.SimApiserver(
         workdir=workdir / "sim", seed=seed, insecure_port=0, bookmark_interval=1.0
@@ -193,7 +203,11 @@ async def edge_node(
         port = int(sim.insecure_url.rsplit(":", 1)[1])
         async with partition.Partition("127.0.0.1", port) as link:
             hub_settings = edge_settings(
-                workdir / "cache", link.url, agents=agents, heartbeat=heartbeat
+                workdir / "cache",
+                link.url,
+                agents=agents,
+                heartbeat=heartbeat,
+                offline_event_qps=offline_event_qps,
             )
             async with aiohttp.ClientSession() as session:
                 edge = Edge(workdir, sim, link, hub_settings, None, None, session)  # type: ignore[arg-type]

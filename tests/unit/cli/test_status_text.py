@@ -205,3 +205,14 @@ def test_failing_cache_writes_are_counted_and_warned() -> None:
     # An older hub's writeFailures counted keys.
     text = statustext.render({**HUB, "cache": {**HUB["cache"], "writeFailures": 3}}, "u", NOW)
     assert "3 keys whose last write failed" in text and "writes fail" not in text
+
+
+def test_offline_events_waiting_are_shown_and_none_says_nothing() -> None:
+    waiting = {"pending": 12, "dropped": 3, "posted": 0, "refused": 0}
+    text = statustext.render({**HUB, "cache": {**HUB["cache"], "offlineEvents": waiting}}, "u", NOW)
+    assert "  offline Events: 12 waiting for the cloud, 3 dropped over the journal's bounds" in (
+        text.splitlines()
+    )
+    done = {"pending": 0, "dropped": 0, "posted": 15, "refused": 0}
+    text = statustext.render({**HUB, "cache": {**HUB["cache"], "offlineEvents": done}}, "u", NOW)
+    assert "offline Events" not in text
