@@ -12,7 +12,7 @@ Invariants:
     nothing).
   * Input is bounded (:data:`MAX_DETAILS_BYTES`) and YAML aliases are refused, so a hostile
     Configuration cannot make the handler expand a "billion laughs" document; so is nesting
-    (``kubecontrol.nesting.MAX_DEPTH`` levels: PyYAML's composer recurses, and 5,000 nested
+    (``inputbounds.nesting.MAX_DEPTH`` levels: PyYAML's composer recurses, and 5,000 nested
     ``[`` were a ``RecursionError``), reported as invalid YAML naming the place.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from kubecontrol import nesting
+from inputbounds import nesting
 
 MAX_DETAILS_BYTES = 256 * 1024
 

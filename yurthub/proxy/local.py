@@ -71,7 +71,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from yurthub import nesting, requestinfo, statuses
+from inputbounds import nesting
+from yurthub import requestinfo, statuses
 from yurthub.authn import offlinetokens
 from yurthub.cache import (
     agents,
