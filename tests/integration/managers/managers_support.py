@@ -53,6 +53,7 @@ def manager_settings(
     *,
     election: bool = False,
     identity: str = "",
+    lease_duration: int = FAST_ELECTION["lease_duration"],
     **csr: Any,
 ) -> settings.ManagerSettings:
     return settings.ManagerSettings(
@@ -62,7 +63,9 @@ def manager_settings(
             request_timeout=5.0,
         ),
         leader_election=settings.LeaderElection(
-            enabled=election, identity=identity, **FAST_ELECTION
+            enabled=election,
+            identity=identity,
+            **{**FAST_ELECTION, "lease_duration": lease_duration},
         ),
         bind_address="127.0.0.1",
         health_port=0,
@@ -150,6 +153,7 @@ def akri_settings(
     identity: str = "",
     webhook: settings.Webhook | None = None,
     kubeconfig: Path | None = None,
+    lease_duration: int = FAST_ELECTION["lease_duration"],
 ) -> settings.ManagerSettings:
     return settings.ManagerSettings(
         controllers=controllers,
@@ -161,7 +165,9 @@ def akri_settings(
             request_timeout=5.0,
         ),
         leader_election=settings.LeaderElection(
-            enabled=election, identity=identity, **FAST_ELECTION
+            enabled=election,
+            identity=identity,
+            **{**FAST_ELECTION, "lease_duration": lease_duration},
         ),
         bind_address="127.0.0.1",
         health_port=0,
