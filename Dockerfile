@@ -13,6 +13,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY cmd ./cmd
 COPY discovery ./discovery
+COPY inputbounds ./inputbounds
 COPY kubecontrol ./kubecontrol
 COPY managers ./managers
 COPY nodeautonomy ./nodeautonomy

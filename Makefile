@@ -27,7 +27,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy yurthub kubecontrol discovery managers nodeautonomy cmd/edgehub
+	$(BIN)/mypy yurthub kubecontrol discovery managers nodeautonomy inputbounds cmd/edgehub
 	$(BIN)/lint-imports
 
 cluster-bins:

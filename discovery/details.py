@@ -21,7 +21,7 @@ edgehub reads them the same way, so a Configuration Akri accepts is accepted her
   * Empty text means an empty mapping: handlers whose fields are all optional accept it,
     handlers with required fields report the missing field by name.
   * Input is bounded (:data:`MAX_DETAILS_BYTES`), and so is nesting
-    (``kubecontrol.nesting.MAX_DEPTH`` levels: PyYAML's composer recurses, and 5,000 nested
+    (``inputbounds.nesting.MAX_DEPTH`` levels: PyYAML's composer recurses, and 5,000 nested
     ``[`` were a ``RecursionError``), reported as invalid YAML naming the place.
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from kubecontrol import nesting
+from inputbounds import nesting
 
 MAX_DETAILS_BYTES = 256 * 1024
 

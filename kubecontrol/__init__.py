@@ -7,6 +7,7 @@ capped exponential back-off), ``controlling`` (Controller: reflectors + queue + 
 resync), ``leases`` (pure Lease leader-election decisions), ``electing`` (the election loop),
 ``events`` (Kubernetes Events with repeat suppression).
 
-Nothing here imports anything else of ours; discovery and the managers build on it (the hub
-does not use it: it speaks to the apiserver through its own proxy path).
+Nothing here imports anything else of ours but the pure ``inputbounds``; discovery and the
+managers build on it (the hub does not use it: it speaks to the apiserver through its own proxy
+path).
 """

@@ -27,7 +27,7 @@ answer into the Configuration's field names (``spec.containers[0].image`` ->
 Updates are checked only when ``spec`` changed: an agent adding or removing its finalizer on
 a Configuration admitted before this webhook existed must not be refused.
 
-Nesting is bounded (``nesting_problems``, ``kubecontrol.nesting.MAX_DEPTH`` levels) before
+Nesting is bounded (``nesting_problems``, ``inputbounds.nesting.MAX_DEPTH`` levels) before
 anything walks the object: comparisons, the broker objects' deep copies and their encoding
 recurse (a broker spec ~900 deep was a ``RecursionError``, a 500), so a deeper Configuration
 is refused naming its top-level field; ``discoveryDetails`` are bounded by their parser.
@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from discovery import details, handlers, sdk
-from kubecontrol import nesting
+from inputbounds import nesting
 from managers import brokerobjects as objects
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"

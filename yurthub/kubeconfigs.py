@@ -53,7 +53,7 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from yurthub import nesting
+from inputbounds import nesting
 
 # A kubeconfig, certificate, key or token file is a few KiB; anything this big is not one.
 MAX_FILE_BYTES = 1 << 20

@@ -24,7 +24,7 @@ import yaml
 
 from discovery import details, devices, sdk
 from edgehub import cli
-from kubecontrol import nesting
+from inputbounds import nesting
 
 EXIT_BAD_INPUT = 2
 

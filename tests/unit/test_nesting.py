@@ -1,20 +1,16 @@
-"""Nesting bounds (issue 27 item 6): ``yurthub.nesting`` and its agent/manager copy
-``kubecontrol.nesting``, the same table on both."""
+"""Nesting bounds (issue 27 item 6): ``inputbounds.nesting``, the one copy the hub, the agent
+and the manager share."""
 
 from __future__ import annotations
 
 import sys
-import types
 from typing import Any
 
 import orjson
 import pytest
 import yaml
 
-import kubecontrol.nesting
-import yurthub.nesting
-
-MODULES = [yurthub.nesting, kubecontrol.nesting]
+from inputbounds import nesting
 
 
 def nested_lists(levels: int) -> Any:
@@ -31,7 +27,6 @@ def nested_dicts(levels: int) -> Any:
     return value
 
 
-@pytest.mark.parametrize("module", MODULES)
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
@@ -47,34 +42,31 @@ def nested_dicts(levels: int) -> Any:
         (nested_dicts(150), 151),
     ],
 )
-def test_depth_counts_collections(module: types.ModuleType, value: Any, expected: int) -> None:
-    assert module.depth(value) == expected
-    module.check(value)
+def test_depth_counts_collections(value: Any, expected: int) -> None:
+    assert nesting.depth(value) == expected
+    nesting.check(value)
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_past_the_limit_is_too_deep_without_recursing(module: types.ModuleType) -> None:
+def test_past_the_limit_is_too_deep_without_recursing() -> None:
     # Deeper than Python's recursion limit: only an iterative count gets through.
     deep = nested_lists(sys.getrecursionlimit() * 5)
-    assert module.depth(deep) == module.MAX_DEPTH + 1  # counting stopped there
-    assert module.depth(deep, limit=10) == 11
-    with pytest.raises(module.TooDeep, match="nested deeper than 200 levels") as caught:
-        module.check(deep)
+    assert nesting.depth(deep) == nesting.MAX_DEPTH + 1  # counting stopped there
+    assert nesting.depth(deep, limit=10) == 11
+    with pytest.raises(nesting.TooDeep, match="nested deeper than 200 levels") as caught:
+        nesting.check(deep)
     assert isinstance(caught.value, ValueError) and caught.value.limit == 200
-    with pytest.raises(module.TooDeep, match="deeper than 3 levels"):
-        module.check({"a": {"b": {"c": {}}}}, limit=3)
-    module.check({"a": {"b": {"c": {}}}}, limit=4)
+    with pytest.raises(nesting.TooDeep, match="deeper than 3 levels"):
+        nesting.check({"a": {"b": {"c": {}}}}, limit=3)
+    nesting.check({"a": {"b": {"c": {}}}}, limit=4)
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_what_passes_the_bound_encodes(module: types.ModuleType) -> None:
+def test_what_passes_the_bound_encodes() -> None:
     """The bound keeps below orjson's encoder limit, with room to wrap an object."""
-    orjson.dumps({"items": [{"object": nested_lists(module.MAX_DEPTH)}]})
+    orjson.dumps({"items": [{"object": nested_lists(nesting.MAX_DEPTH)}]})
     with pytest.raises(TypeError):
         orjson.dumps(nested_lists(255))
 
 
-@pytest.mark.parametrize("module", MODULES)
 @pytest.mark.parametrize(
     "text",
     [
@@ -84,17 +76,16 @@ def test_what_passes_the_bound_encodes(module: types.ModuleType) -> None:
         "- " * 1_500 + "x",
     ],
 )
-def test_yaml_past_the_limit_is_a_yaml_error(module: types.ModuleType, text: str) -> None:
+def test_yaml_past_the_limit_is_a_yaml_error(text: str) -> None:
     with pytest.raises(yaml.YAMLError, match="nested deeper than 200 levels"):
-        module.load_yaml(text)
+        nesting.load_yaml(text)
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_yaml_within_the_limit_loads_as_safe_load(module: types.ModuleType) -> None:
+def test_yaml_within_the_limit_loads_as_safe_load() -> None:
     text = "[" * 200 + "]" * 200
-    assert module.load_yaml(text) == yaml.safe_load(text)
+    assert nesting.load_yaml(text) == yaml.safe_load(text)
     doc = "a: {b: [1, 2, {c: d}]}\nlist:\n  - x\n  - y: z\n"
-    assert module.load_yaml(doc) == yaml.safe_load(doc)
-    assert module.load_yaml(b"k: v") == {"k": "v"}
+    assert nesting.load_yaml(doc) == yaml.safe_load(doc)
+    assert nesting.load_yaml(b"k: v") == {"k": "v"}
     with pytest.raises(yaml.YAMLError):
-        module.load_yaml("!!python/object:os.system {}")  # still the safe loader
+        nesting.load_yaml("!!python/object:os.system {}")  # still the safe loader

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from yurthub import nesting
+from inputbounds import nesting
 
 MERGE_PATCH = "application/merge-patch+json"
 

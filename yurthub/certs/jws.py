@@ -35,7 +35,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from yurthub import nesting
+from inputbounds import nesting
 
 TOKEN = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
 PIN = re.compile(r"^sha256:([0-9a-f]{64})$")

@@ -15,7 +15,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from yurthub import nesting, requestinfo, statuses
+from inputbounds import nesting
+from yurthub import requestinfo, statuses
 from yurthub.cache import cacheability, framing, keys, store
 from yurthub.kubeproto import converting
 from yurthub.proxy import seams

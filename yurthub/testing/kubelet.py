@@ -25,7 +25,10 @@ answers JSON, and so does the hub's cache; it reads JSON only, so it is for the 
   POST an Event.
 
 Every request is timed. ``failures`` holds each error (timestamp, what, why) and ``stalls``
-each request slower than ``stall_after`` seconds; ``watch_starts`` counts watch
+each request slower than ``stall_after`` seconds; ``in_flight`` the requests (not watches)
+sent and not answered yet, so tests can wait for one to be out or to end instead of
+sleeping (at most one per loop: each loop waits for its answer), and ``watching`` the
+resources whose watch is open now (answered 200, not ended yet); ``watch_starts`` counts watch
 (re-)establishments per resource; ``pods``/``services`` hold what list+watch delivered.
 
 Danger: this is a test tool. It never retries faster than its backoff, and everything it
@@ -80,6 +83,20 @@ class Stall:
     seconds: float
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sent:
+    """A request in flight (``KubeletClient.in_flight``)."""
+
+    started: float
+    """When it was sent (monotonic)."""
+    verb: str
+    what: str
+
+    @property
+    def is_read(self) -> bool:
+        return self.verb in READ_VERBS
+
+
 class _Gone(Exception):
     """410: the watch must relist."""
 
@@ -121,6 +138,10 @@ class KubeletClient:
             self._headers["Authorization"] = f"Bearer {token}"
         self.failures: list[Failure] = []
         self.stalls: list[Stall] = []
+        self.in_flight: dict[int, Sent] = {}
+        """Requests (not watches) sent and not answered yet, by their sequence number."""
+        self.watching: set[str] = set()
+        """Resources whose watch is open now (its answer began with a 200 and has not ended)."""
         self.watch_starts: collections.Counter[str] = collections.Counter()
         self.watch_log: list[tuple[float, str]] = []
         """(monotonic start time, resource) of every watch request."""
@@ -181,6 +202,8 @@ class KubeletClient:
         started = time.monotonic()
         what = f"{method} {path}"
         self.requests += 1
+        number = self.requests
+        self.in_flight[number] = Sent(started, verb, what)
         try:
             async with asyncio.timeout(self.request_timeout):
                 async with self._session.request(
@@ -192,6 +215,7 @@ class KubeletClient:
             self._record(started, verb, what, repr(e))
             raise
         finally:
+            del self.in_flight[number]
             elapsed = time.monotonic() - started
             if elapsed > self.stall_after:
                 self.stalls.append(Stall(started, verb, what, elapsed))
@@ -275,6 +299,7 @@ class KubeletClient:
                 error = RequestFailed(resp.status, (await resp.text())[:200])
                 self._record(started, "watch", what, str(error))
                 raise error
+            self.watching.add(resource)
             try:
                 async for line in resp.content:
                     if not line.strip():
@@ -298,6 +323,8 @@ class KubeletClient:
             except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:
                 # A watch cut mid-stream: like client-go, re-watch from the last version.
                 logger.debug("kubelet-like watch %s ended: %r", resource, e)
+            finally:
+                self.watching.discard(resource)
         if not events and time.monotonic() - started < SHORT_WATCH:
             raise _ShortWatch
         return rv

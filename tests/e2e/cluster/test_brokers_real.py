@@ -17,9 +17,9 @@ the Job and the broker controller leaves a completed Job alone.
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import os
-import re
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -266,6 +266,11 @@ def pods(cluster: realcluster.RealCluster, selector: str) -> dict[str, dict[str,
 def names(cluster: realcluster.RealCluster, kind: str, selector: str) -> set[str]:
     listed = support.get_json(cluster, kind, "-n", "default", "-l", selector)
     return {i["metadata"]["name"] for i in listed["items"]}  # type: ignore[attr-defined]
+
+
+def timestamp(text: str) -> datetime.datetime:
+    """A Kubernetes Time (``2026-12-01T22:40:00Z``, events may carry fractions)."""
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def events(cluster: realcluster.RealCluster, name: str) -> list[dict[str, Any]]:
@@ -636,14 +641,12 @@ def test_a_node_that_goes_not_ready_leaves_its_instances(
     before = support.get_json(cluster, "akrii", "echo-aaaaaa", "-n", "default")["spec"]
     assert sorted(before["nodes"]) == [NODE_A, NODE_B]  # type: ignore[index]
     nodes[NODE_B].stop()  # its hub and kubelet: the node stops renewing its Lease
-    stopped = time.monotonic()
 
     def left() -> bool:
         spec = support.get_json(cluster, "akrii", "echo-aaaaaa", "-n", "default")["spec"]
         return spec["nodes"] == [NODE_A]  # type: ignore[index]
 
-    edgenodes.eventually(left, GRACE + 40, f"{NODE_B} removed from the shared Instance")
-    took = time.monotonic() - stopped
+    edgenodes.eventually(left, GRACE + 120, f"{NODE_B} removed from the shared Instance")
     ready = support.get_json(cluster, "node", NODE_B)["status"]
     condition = next(c for c in ready["conditions"] if c["type"] == "Ready")  # type: ignore[index]
     assert condition["status"] == "Unknown"
@@ -654,5 +657,11 @@ def test_a_node_that_goes_not_ready_leaves_its_instances(
     # The broker on the lost node is being deleted (its kubelet is not there to confirm).
     pod = support.get_json(cluster, "pod", f"{NODE_B}-echo-aaaaaa-pod", "-n", "default")
     assert pod["metadata"].get("deletionTimestamp"), pod["metadata"]  # type: ignore[union-attr]
-    assert re.search(r"NodeLeft", json.dumps(events(cluster, "echo-aaaaaa")))
-    assert took < GRACE + 30, took
+    # Left because it went NotReady: the manager's NodeLeft Event is not older than the Ready
+    # condition's change to Unknown (both second-granular timestamps of the cluster's clock).
+    left_events = [e for e in events(cluster, "echo-aaaaaa") if e.get("reason") == "NodeLeft"]
+    assert left_events and any(NODE_B in e["message"] for e in left_events), left_events
+    unknown_since = timestamp(condition["lastTransitionTime"])
+    for event in left_events:
+        if NODE_B in event["message"]:
+            assert timestamp(event["firstTimestamp"]) >= unknown_since, (event, condition)

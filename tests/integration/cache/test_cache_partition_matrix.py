@@ -4,13 +4,18 @@ For each mode: warm up online, cut the link, change the cluster while cut, heal.
 no read sent after the hub noticed the cut failed; each watch was re-established at most once
 after the link came back; and the cache, like the client, converged to the apiserver's state
 for what was listed. And, with the hub's default heartbeat, a request in flight at the cut
-(kubectl's, the kubelet-like client's reads and watches) is answered from the cache within a
-second of the hub noticing the cut, which it does in about 3 s.
+(kubectl's read, the kubelet-like client's watch) is ended when the hub notices the cut (a
+missing response header has the server probed at once, not at the next 10 s heartbeat) and
+answered from the cache.
+
+No assertion here is on wall time: each checks an order of events (seen in flight before the
+cut, answered by the cache after the hub noticed) so that a loaded machine only makes it slower.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import pathlib
 import time
 from typing import Any
@@ -57,7 +62,8 @@ def new_pod(name: str) -> dict[str, Any]:
     }
 
 
-async def eventually(check: Any, within: float = 8.0) -> None:
+async def eventually(check: Any, within: float = 30.0) -> None:
+    """Wait for ``check`` (a deadline far beyond what it takes: only a broken hub reaches it)."""
     async with asyncio.timeout(within):
         while not check():
             await asyncio.sleep(0.1)
@@ -91,27 +97,30 @@ async def test_partition_mode(tmp_path: pathlib.Path, mode: partition.Mode) -> N
                 await edge.link.set_mode(mode, interval=0.7)
                 detected = time.monotonic() + 1.5  # health may flap with the link
             else:
-                cut_at = time.monotonic()
                 await edge.cut(mode)
                 detected = time.monotonic()
-                assert detected - cut_at < 5
             # The cluster changes while the node cannot see it.
             edge.sim.state.create(new_pod("made-while-cut"))
             gone = sorted(p for p in node_pods(edge) if "made-while-cut" not in p)[0]
             edge.sim.state.delete("pods", *gone.split("/"))
-            await asyncio.sleep(1.5)
+            # The kubelet-like client keeps working while cut (its reads are checked below).
+            sent = client.requests
+            await eventually(lambda: client.requests >= sent + 6)
             offline = await edge.kubectl("get", "pods", "-A")
             assert "NAME" in offline.stdout
+            # Both watches open again (held by the cache, or through a slow link): counted from
+            # here, a watch still to be re-made after the cut would pass for one after the heal.
+            await eventually(lambda: client.watching == {"pods", "services"})
 
             starts_before_heal = dict(client.watch_starts)
             await edge.link.set_mode(partition.Mode.PASS)
-            await edge.wait_health(True)
-            healed = time.monotonic()
+            await edge.wait_health(True, within=60)
             truth = node_pods(edge)
             await eventually(lambda: client_pods(client) == node_pods(edge))
             await edge.flush()
             await eventually(lambda: cached_pods(edge) == node_pods(edge))
-            await asyncio.sleep(0.5)
+            sent = client.requests  # and keeps working once healed
+            await eventually(lambda: client.requests >= sent + 2)
             running.cancel()
 
         assert "default/made-while-cut" in truth and gone not in truth
@@ -120,51 +129,85 @@ async def test_partition_mode(tmp_path: pathlib.Path, mode: partition.Mode) -> N
         for resource in ("pods", "services"):
             again = client.watch_starts[resource] - starts_before_heal.get(resource, 0)
             assert again <= 1, (resource, again)
-        assert healed - detected < 10
+
+
+def hub_sample(edge: Edge, name: str, **labels: str) -> float:
+    """One sample of the hub's own registry (0 when the series does not exist yet)."""
+    return edge.hub.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def cache_answers(edge: Edge, component: str) -> float:
+    return hub_sample(edge, "node_yurthub_answers_total", source="cache", component=component)
 
 
 @pytest.mark.parametrize("client", ["kubectl", "kubelet"])
-async def test_request_in_flight_at_the_cut(tmp_path: pathlib.Path, client: str) -> None:
-    """With the hub's default heartbeat (10 s): reads in flight when the link goes silent get
-    their cached answer within a second of the hub noticing (about 3 s: header deadline + one
-    probe), and watches open at the cut end so the client re-watches from the cache."""
+async def test_request_in_flight_at_the_cut(
+    tmp_path: pathlib.Path, client: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the hub's default heartbeat (10 s): requests in flight when the link goes silent
+    are ended when the hub notices (a request left without response headers gets its server
+    probed at once, not at the next heartbeat): a read is answered from the cache, and a watch
+    open at the cut ends so the client re-watches from the cache.
+
+    Event order, not wall time: kubectl's list is seen inside the link before the cut (the
+    hub's in-flight gauge); the hub logs the missing headers, then the server unhealthy, then
+    the request ended because of it; the answer is counted as the cache's. (The kubelet-like
+    client's node GETs are answered locally first and never wait in the link; its reads there
+    are its lists, in flight only around a re-watch, so its case is about the watch.)"""
+    caplog.set_level(logging.INFO)
     async with edge_node(tmp_path, heartbeat=settings.HeartbeatSettings()) as edge:
         kubelet_like = kubelet.KubeletClient(
             edge.url, NODE, lease_interval=0.3, status_interval=0.3, request_timeout=30.0
         )
+        server = edge.hub_settings.upstream.servers[0]
         async with asyncio.TaskGroup() as tg:
             running = tg.create_task(kubelet_like.run(), name="kubelet-like")
-            await eventually(lambda: kubelet_like.pods and kubelet_like.watch_starts["pods"] >= 1)
+            await eventually(
+                lambda: kubelet_like.pods and kubelet_like.watch_starts["pods"] >= 1, 30
+            )
             await edge.kubectl("get", "pods", "-A")
             await edge.flush()
             watches_before = kubelet_like.watch_starts["pods"]
+            kubectl_from_cache = cache_answers(edge, "kubectl")
+            caplog.clear()
 
-            # Slow first, so that requests are inside the link when it goes silent.
+            # Slow first, so that requests are inside the link when it goes silent: each
+            # crossing waits 0.8 s in the link (on this loop, whose timers run in order: a
+            # request seen in flight cannot have been answered before the cut below).
             await edge.link.set_mode(partition.Mode.LATENCY, latency=0.8)
             in_flight = None
+            gauge = "node_yurthub_in_flight_requests_collector"
+            labels = {"verb": "list", "resource": "pods", "subresources": "", "client": "kubectl"}
             if client == "kubectl":
                 in_flight = tg.create_task(
                     edge.kubectl("get", "pods", "-A", request_timeout=None), name="kubectl"
                 )
-            await asyncio.sleep(0.4)
+                await eventually(lambda: hub_sample(edge, gauge, **labels) >= 1, 30)
+            # Reads of the kubelet-like client inside the link now, if any: they must end too.
+            held = {n for n, s in kubelet_like.in_flight.items() if s.is_read}
             await edge.link.set_mode(partition.Mode.BLACKHOLE)
             cut = time.monotonic()
-            detected = cut + await edge.wait_health(False, within=8)
+            await edge.wait_health(False, within=60)
 
             if in_flight is not None:
                 done = await in_flight
-                answered = time.monotonic()
                 assert "NAME" in done.stdout and "web-" in done.stdout
-                assert answered - detected < 1.0 + 0.5, answered - detected  # + kubectl's exit
+                # Answered by the local path (the link is still silent), not by the cloud.
+                assert cache_answers(edge, "kubectl") > kubectl_from_cache
+                assert hub_sample(edge, gauge, **labels) == 0
+                ended = "list pods for /api/v1/pods via"
             else:
                 # The watch open at the cut ended; the re-watch is held open by the cache.
-                await eventually(lambda: kubelet_like.watch_starts["pods"] > watches_before, 3)
-            await asyncio.sleep(1.0)
+                await eventually(lambda: kubelet_like.watch_starts["pods"] > watches_before, 30)
+                ended = "watch pods for /api/v1/pods: "
+            # Reads in flight at the cut end (with no failure: checked below): the hub did not
+            # leave them to their deadline.
+            await eventually(lambda: not held & kubelet_like.in_flight.keys(), 60)
             running.cancel()
 
-        assert detected - cut < 4.0
         assert not kubelet_like.failures_after(cut - 1.0, reads_only=True)
-        for stall in kubelet_like.stalls:
-            # A read started before the cut ended at most a second after the hub noticed it.
-            if stall.verb in kubelet.READ_VERBS and stall.at < cut:
-                assert stall.at + stall.seconds <= detected + 1.0, stall
+        log = [r.getMessage() for r in caplog.records]
+        slow = log.index(f"no response headers from {server} in time: probing it now")
+        unhealthy = log.index(f"server {server} is now unhealthy")
+        because = [n for n, m in enumerate(log) if m.startswith(ended) and "became unhealthy" in m]
+        assert because and slow < unhealthy < because[0], log

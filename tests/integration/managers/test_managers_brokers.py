@@ -20,6 +20,7 @@ from managers_support import (
     install_crds,
     instance,
     names,
+    nodes_processed,
     service_account_dir,
 )
 
@@ -211,7 +212,8 @@ async def test_nodes_that_leave_are_taken_out_of_instances(
     instance(sim, "cfg-bbbbbb", ["edge-node-2"], shared=False)
     instance(sim, "cfg-eeeeee", ["cloud-node-1"])
     async with running.running(akri_settings(sim, account, controllers=("nodewatcher",))) as m:
-        await asyncio.sleep(0.3)  # seen Ready first
+        (watcher,) = m.controllers
+        await eventually(lambda: nodes_processed(watcher, "edge-node-1", "edge-node-2"))
         assert set(names(sim, "instances.akri.sh")) == {"cfg-aaaaaa", "cfg-bbbbbb", "cfg-eeeeee"}
         node = sim.state.get("nodes", None, "edge-node-2")
         for condition in node["status"]["conditions"]:
@@ -241,7 +243,6 @@ async def test_nodes_that_leave_are_taken_out_of_instances(
         # An Instance naming a node this manager never saw (a mistyped --node-name, or deleted
         # while nobody watched): left alone, as Akri does; its agent may be alive.
         instance(sim, "cfg-ffffff", ["cloud-node-1", "ghost-node"])
-        (watcher,) = m.controllers
         ghost = ("", "ghost-node")
         await eventually(
             lambda: (

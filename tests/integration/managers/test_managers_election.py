@@ -5,12 +5,10 @@ the apiserver stops acting before the standby takes over."""
 from __future__ import annotations
 
 import contextlib
-import time
 from pathlib import Path
 
 import csr_support as cs
 from managers_support import (
-    FAST_ELECTION,
     TOKEN_GROUPS,
     TOKEN_USER,
     conditions,
@@ -42,8 +40,13 @@ async def test_only_the_leader_acts_and_a_clean_stop_hands_over(
 ) -> None:
     sim = sim_apiserver
     account = service_account_dir(sim, tmp_path / "sa")
-    first_settings = manager_settings(sim, account, election=True, identity="replica-a_1")
-    second_settings = manager_settings(sim, account, election=True, identity="replica-b_2")
+    # The lease never expires here: the standby can lead only because it was released.
+    first_settings = manager_settings(
+        sim, account, election=True, identity="replica-a_1", lease_duration=3600
+    )
+    second_settings = manager_settings(
+        sim, account, election=True, identity="replica-b_2", lease_duration=3600
+    )
     first_stack = contextlib.AsyncExitStack()
     first = await first_stack.enter_async_context(running.running(first_settings))
     try:
@@ -68,10 +71,8 @@ async def test_only_the_leader_acts_and_a_clean_stop_hands_over(
             assert approvals(first) == 3 and approvals(second) == 0
 
             # A clean stop releases the Lease: the standby leads on its next try.
-            stopped = time.monotonic()
             await first_stack.aclose()
-            await eventually(lambda: second.leading, timeout=FAST_ELECTION["lease_duration"])
-            assert time.monotonic() - stopped < FAST_ELECTION["lease_duration"]
+            await eventually(lambda: second.leading, timeout=60)
             lease = sim.state.get("leases", "kube-system", "edgehub-manager")
             assert lease["spec"]["holderIdentity"] == "replica-b_2"
             obj = cs.csr("two", cs.hub_client_request("n9"), cs.CLIENT_SIGNER, CLIENT)

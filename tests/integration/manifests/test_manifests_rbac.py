@@ -10,7 +10,6 @@ resource), must be allowed by ``manifests/discovery/agent-rbac.yaml``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -381,7 +380,21 @@ async def test_manager_roles_allow_every_request_of_the_akri_controllers_and_web
             return [j["metadata"]["name"] for j in jobs] == ["jobs-bbbbbb-2-job"]
 
         await cluster.eventually(rerunning)
-        await asyncio.sleep(0.2)  # the nodes have been seen Ready
+        # The node watcher acts only on nodes it has seen, and cleans a NotReady node only if
+        # it remembers it Ready: wait until it processed both nodes as they are now (in its
+        # cache, its queue neither holding nor due to process them).
+        (watcher,) = [c for c in running_manager.controllers if c.name == "nodewatcher"]
+        pairs = [("", "edge-node-1"), ("", "edge-node-2")]
+
+        async def seen_ready() -> bool:
+            return watcher.synced and all(
+                key in watcher.reflectors[0].store
+                and watcher.queue.pending(key) is None
+                and not watcher.queue.held(key)
+                for key in pairs
+            )
+
+        await cluster.eventually(seen_ready)
         node = sim.state.get("nodes", None, "edge-node-1")
         for condition in node["status"]["conditions"]:
             if condition["type"] == "Ready":

@@ -16,7 +16,8 @@ import orjson
 import yaml
 from aiohttp import web
 
-from yurthub import nesting, statuses
+from inputbounds import nesting
+from yurthub import statuses
 from yurthub.kubeproto import converting
 from yurthub.testing.sim import errors, negotiation
 

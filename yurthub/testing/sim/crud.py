@@ -15,7 +15,8 @@ import orjson
 from aiohttp import web
 from multidict import MultiMapping
 
-from yurthub import nesting, statuses
+from inputbounds import nesting
+from yurthub import statuses
 from yurthub.cache import selectors
 from yurthub.testing.sim import (
     bodies,

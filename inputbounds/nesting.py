@@ -16,8 +16,9 @@ could be encoded that deep, so the smaller bound is the honest one.
   collections and stops past the limit with a ``yaml.YAMLError``, so callers that already map
   bad YAML to a clear error need nothing more.
 
-``kubecontrol.nesting`` is the same for the agent and the manager (they cannot import this);
-``tests/unit/test_nesting.py`` runs the same table on both.
+One copy for every process: the hub (patches, offline answers, kubeconfigs, the simulator's
+bodies), the Configuration webhook (an AdmissionReview before walking it), ``discovery.details``
+(``discoveryDetails`` composed with :class:`BoundedSafeLoader`) and ``edgehub discover``.
 """
 
 from __future__ import annotations
