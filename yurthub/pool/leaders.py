@@ -112,6 +112,10 @@ class Leaders:
         self._timers = [t for t in self._timers if not t.cancelled()]
         self._timers.append(loop.call_later(seconds + 0.01, self.on_change))
 
+    def recheck(self) -> None:
+        """Check the leaders now (an answer failed: a leader that has gone is left at once)."""
+        self._recheck.set()
+
     async def settled(self) -> None:
         """Until the current set has been checked once (bounded by the check timeout)."""
         if not self._leaders:
