@@ -252,12 +252,17 @@ class Pool:
         if not self.settings.pool.leader_tls:
             # Plain HTTP between hubs exists for tests on loopback: never to another address.
             usable = tuple(x for x in usable if ipaddress.ip_address(x.address).is_loopback)
-        self.leaders.update(usable if not self.is_leader else ())
+        self.leaders.update(
+            usable if not self.is_leader else (),
+            keep_while_reachable=leaderconfigs.leaderless(config),
+        )
         resources = (
             config.resources if config.resources is not None else self.settings.pool.resources
         )
         self.mux.set_resources(resources)
         source = leaderconfigs.source(config, node)
+        if self.leaders.lingering:
+            source = leaderconfigs.Source.POOL
         self.sources.set_mode(source)
         if source is not old_source or config.leaders != self.leaders.leaders:
             log.info(

@@ -155,3 +155,37 @@ async def test_a_watch_client_gone_before_the_answer_is_written_costs_one_debug_
 def _closed(request: web.BaseRequest) -> bool:
     transport = request.transport
     return transport is None or transport.is_closing()
+
+
+@pytest.mark.slow
+async def test_an_empty_leader_set_keeps_followers_on_their_reachable_leader(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with pool_of(tmp_path) as pool:
+        leader, *followers = pool.hubs
+        for hub in followers:
+            await eventually(lambda h=hub: h.source() == "edge-node-1" and h.watching())
+        async with followers[1].watch(SERVICES) as events:
+            await events.until(named("web"))
+            pool.set_leaders()  # the manager published no leaders; edge-node-1 still answers
+
+            def seen() -> list[logging.LogRecord]:
+                return [
+                    r
+                    for r in caplog.records
+                    if r.name == "yurthub.pool.runtime" and "leaders none" in r.getMessage()
+                ]
+
+            await eventually(lambda: len(seen()) >= len(followers), what="the followers read it")
+            pool.sim.state.create(service("meanwhile"))
+            await events.until(named("meanwhile"))
+            # Still read from the leader: the cloud did not get a watch per follower.
+            assert [hub.source() for hub in followers] == ["edge-node-1", "edge-node-1"]
+            assert pool.upstream_watches() == {"services": 1, "endpointslices": 1}
+            # Once the old leader is gone too, the followers read from the cloud.
+            await leader.stop()
+            for hub in followers:
+                await eventually(lambda h=hub: h.source() == "cloud" and h.watching())
+            pool.sim.state.create(service("later"))
+            await events.until(named("later"))
