@@ -176,6 +176,10 @@ async def running(
                 # before, they would all meet an empty cache's 404 first.
                 await checker.initial_probe_done.wait()
                 followers = []
+                # yurt-hub-cfg's follower (the cache's, else the filters') follows the pool's
+                # ConfigMap in the same watch: one ConfigMap watch per hub upstream.
+                pool_configs = pool.config_targets() if pool is not None else {}
+                shared_config = cache is not None or filters is not None
                 if pool is not None:
                     client = hub.upstream
                     certs = hub.certs
@@ -196,6 +200,7 @@ async def running(
                                 leader_ssl=lambda: client.identity.with_identity,
                                 serving_ssl=serving,
                                 ready=hub.readiness.not_ready,
+                                follow_config=not shared_config,
                             ),
                             name="pool",
                         )
@@ -206,7 +211,7 @@ async def running(
                 if cache is not None:
                     followers.append(
                         tg.create_task(
-                            cache.follow_config(hub.own_route, also=also),
+                            cache.follow_config(hub.own_route, also=also, others=pool_configs),
                             name="cache-agents-config",
                         )
                     )
@@ -226,7 +231,8 @@ async def running(
                     if cache is None:
                         followers.append(
                             tg.create_task(
-                                filters.follow_config(hub.own_route), name="filter-config"
+                                filters.follow_config(hub.own_route, others=pool_configs),
+                                name="filter-config",
                             )
                         )
                     followers.append(

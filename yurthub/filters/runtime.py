@@ -382,15 +382,21 @@ class Filters:
                     name=f"filter-input-{what}",
                 )
 
-    async def follow_config(self, route: following.ProxyRoute) -> None:
+    async def follow_config(
+        self,
+        route: following.ProxyRoute,
+        others: Mapping[str, following.Target] | None = None,
+    ) -> None:
         """Follow ``yurt-hub-cfg`` for the filters alone (a hub running without its cache; with
-        the cache, its follower feeds ``approver`` too: one watch per hub)."""
+        the cache, its follower feeds ``approver`` too: one watch per hub); ``others``: as
+        ``agents.follow_configmap``."""
         async with route.session() as session:
             await agents.follow_configmap(
                 self,
                 session,
                 route.url,
                 namespace=self._settings.cache.config_namespace,
+                others=others,
             )
 
     def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:

@@ -183,12 +183,14 @@ class Pool:
         leader_ssl: Callable[[], ssl.SSLContext | bool],
         serving_ssl: Callable[[], Awaitable[ssl.SSLContext | None]] | None = None,
         ready: Callable[[], list[str]] = list,
+        follow_config: bool = True,
     ) -> None:
         """Until cancelled. ``route``: the hub's own proxy (``hub.own_route``); ``leader_ssl``:
         the TLS context (the hub's client certificate and
         the cluster CA) for leaders; ``serving_ssl``: waits for the multiplexer port's (the
         hub's serving certificate; None: the hub will have none); ``ready``: what is not ready
-        (the readiness gate)."""
+        (the readiness gate); ``follow_config``: False when the hub's ``yurt-hub-cfg`` follower
+        also follows the pool's ConfigMap (``config_targets``: one ConfigMap watch per hub)."""
         self.route = route
         self._leader_ssl = leader_ssl
         p = self.settings.pool
@@ -196,11 +198,11 @@ class Pool:
             tg = await stack.enter_async_context(asyncio.TaskGroup())
             tg.create_task(self.mux.run(), name="pool-multiplexer")
             tg.create_task(self.leaders.run(), name="pool-leader-checks")
-            if self.settings.nodepool_name:
-                tg.create_task(self._follow_config(), name="pool-leader-configmap")
-            else:
+            if not self.settings.nodepool_name:
                 self.sources.configured.set()
                 log.info("no --nodepool-name: pool-scoped resources come from the cloud")
+            elif follow_config:
+                tg.create_task(self._follow_config(), name="pool-leader-configmap")
             if p.node_ip and p.multiplexer_port:
                 stack.push_async_callback(self._stop_serving)
                 if not p.leader_tls:
@@ -210,6 +212,13 @@ class Pool:
             await asyncio.Event().wait()  # until cancelled
 
     # --- the leader-hub ConfigMap -----------------------------------------------------------
+
+    def config_targets(self) -> dict[str, following.Target]:
+        """The pool's ConfigMap (by name) for a follower of the hub's other ConfigMaps (none
+        without ``--nodepool-name``)."""
+        if not self.settings.nodepool_name:
+            return {}
+        return {leaderconfigs.name_for(self.settings.nodepool_name): _ConfigMapTarget(self)}
 
     async def _follow_config(self) -> None:
         namespace = self.settings.cache.config_namespace
