@@ -52,6 +52,7 @@ from yurthub import discoverydocs, health, server, settings
 from yurthub.autonomy import conditions, reporting
 from yurthub.cache import runtime, store
 from yurthub.filters import runtime as filtering
+from yurthub.pool import gvrs
 from yurthub.pool import runtime as pooling
 
 log = logging.getLogger(__name__)
@@ -121,12 +122,21 @@ async def running(
                 e,
             )
     filters = filtering.Filters(hub_settings) if hub_settings.filters.enabled else None
+    # The filters' NodePools are the same for the whole pool: multiplexed like the pool-scoped
+    # resources, a follower reads them from its leader (one upstream watch per pool, not per
+    # hub). Without a pool they come from the cloud either way.
+    shared = (
+        (gvrs.NODEPOOLS,)
+        if filters is not None and filters.reads_node_pools() and hub_settings.nodepool_name
+        else ()
+    )
     pool = (
         pooling.Pool(
             hub_settings,
             tee=cache.tee if cache else None,
             filters=filters,
             converter=cache.store.transcoder.converter if cache else None,
+            shared=shared,
         )
         if hub_settings.pool.resources or hub_settings.nodepool_name
         else None

@@ -315,6 +315,11 @@ class Filters:
             out.append(("NodeBuckets", world.node_buckets, NODEBUCKETS_PATH, selector, ""))
         return out
 
+    def reads_node_pools(self) -> bool:
+        """Whether the filters may follow NodePools (the same for every hub of a pool: the
+        multiplexer can serve them from the pool's leader)."""
+        return self.inputs.pool_topology is inputs.PoolTopology.NODEPOOL
+
     def synced(self) -> bool:
         return self.approver.synced and all(c.synced for _, c, *_ in self.needed())
 

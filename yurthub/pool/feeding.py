@@ -23,12 +23,13 @@ ConfigMap names other leaders, a leader's check flips, a leader is penalised or 
 ends) the attempt is cancelled and the next one resumes from the store's version with the new
 source: a switch never lists again (only a source that said 410 is listed from), so a follower
 that read the cloud more recently than its leader resumes there instead of asking it for a
-state it does not have yet. A leader that is starting (429, 503) or behind (504 "Too large
-resource version") is tried again with a back-off and left only after repeated failures
-(``retrying``); one that answers anything else but a good 200 (refused, 5xx, garbage, an event
-that does not parse, a list older than the store) or stays silent longer than
-``leader_idle_timeout`` (a leader sends a BOOKMARK to followers every
-``follower_bookmark_interval``) is penalised and the next attempt starts at once elsewhere.
+state it does not have yet. A leader that is starting (429, 503), behind (504 "Too large
+resource version") or whose own read of the resource failed (503) is tried again with a
+back-off and left only after repeated failures, by this feeder alone (``retrying``). One that
+answers anything else but a good 200 (refused, 5xx, garbage, an event that does not parse, a
+list older than the store) or stays silent longer than ``leader_idle_timeout`` (a leader sends
+a BOOKMARK to followers every ``follower_bookmark_interval``) is penalised for every feeder and
+the next attempt starts at once elsewhere.
 Failures of the hub's own proxy are retried with a capped back-off (0.5 s doubling to 30 s).
 
 While the store is not synced, a definitive answer of the proxy (403, 404, 5xx: what a client
@@ -53,7 +54,7 @@ import dataclasses
 import logging
 import random
 import ssl
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Container, Iterator, Mapping
 from typing import Any, Protocol
 
 import aiohttp
@@ -171,20 +172,27 @@ class Sources:
             base = base.replace("https://", "http://", 1)
         return Source(leader.node, base, leader)
 
-    def choose(self) -> Source:
+    def choose(self, skip: Container[str] = ()) -> Source:
+        """A usable leader (round robin) but those in ``skip`` (node names: leaders one
+        feeder leaves for a while), else the cloud."""
         if self.mode is leaderconfigs.Source.POOL:
-            leader = self.leaders.pick()
+            leader = self.leaders.pick(skip)
             if leader is not None:
                 return self.leader_source(leader)
         return self.cloud()
 
-    def still_good(self, source: Source) -> bool:
+    def still_good(self, source: Source, skip: Container[str] = ()) -> bool:
         """Whether ``choose`` could keep ``source`` (without moving the round robin)."""
         if source.leader is None:
             return self.mode is not leaderconfigs.Source.POOL or not any(
-                self.leaders.usable(leader) for leader in self.leaders.leaders
+                self.leaders.usable(leader) and leader.node not in skip
+                for leader in self.leaders.leaders
             )
-        return self.mode is leaderconfigs.Source.POOL and self.leaders.usable(source.leader)
+        return (
+            self.mode is leaderconfigs.Source.POOL
+            and self.leaders.usable(source.leader)
+            and source.leader.node not in skip
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -242,17 +250,27 @@ class Feeder:
         """The source that said the store's version is too old (410): list from it."""
         self._strikes: dict[str, int] = {}
         """Consecutive failed answers per leader (``retrying``)."""
+        self._avoid: dict[str, float] = {}
+        """Leaders (node names) this feeder does not read from until then (loop time)."""
+        self._avoid_timer: asyncio.TimerHandle | None = None
         self.watching = False
         self._streaming = True
         """Sync with streaming lists (``sendInitialEvents``) while the upstream takes them."""
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            if self._avoid_timer is not None:
+                self._avoid_timer.cancel()
+
+    async def _run(self) -> None:
         backoff = FIRST_BACKOFF
         await self.sources.wait_configured(CONFIG_WAIT)
         while True:
             if self.sources.mode is leaderconfigs.Source.POOL:
                 await self.sources.leaders.settled()
-            source = self.sources.choose()
+            source = self.sources.choose(self._skipped())
             self.source = source
             try:
                 await self._attempt(source)
@@ -304,7 +322,25 @@ class Feeder:
             )
             self.sources.leaders.recheck()  # a leader that has gone is left at once
             return decision.delay
-        self.sources.leaders.penalize(leader, str(e), decision.seconds)
+        if not e.busy:
+            self.sources.leaders.penalize(leader, str(e), decision.seconds)
+            return 0.0
+        # Soft: the leader works but not for this resource now (starting, behind, or its own
+        # read of it failed): only this feeder leaves it, the others stay.
+        log.warning(
+            "%s: %s failed %d times (%s); reading it from elsewhere for %.0fs",
+            self.gvr,
+            source.name,
+            strikes,
+            e,
+            decision.seconds,
+        )
+        loop = asyncio.get_running_loop()
+        self._avoid[leader.node] = loop.time() + decision.seconds
+        if self._avoid_timer is not None:
+            self._avoid_timer.cancel()
+        # Back to the leader when it ends: wakes the switch watcher (``still_good``).
+        self._avoid_timer = loop.call_later(decision.seconds + 0.01, self.sources.bump)
         return 0.0
 
     def _leader_good(self, source: Source) -> None:
@@ -352,8 +388,16 @@ class Feeder:
         while True:
             await self.sources.wait_change(generation)
             generation = self.sources.generation
-            if not self.sources.still_good(source):
+            if not self.sources.still_good(source, self._skipped()):
                 return
+
+    def _skipped(self) -> frozenset[str]:
+        """The leaders this feeder leaves for now (``retrying.Leave`` of a soft failure)."""
+        if not self._avoid:
+            return frozenset()
+        now = asyncio.get_running_loop().time()
+        self._avoid = {node: until for node, until in self._avoid.items() if until > now}
+        return frozenset(self._avoid)
 
     async def _list_and_watch(self, source: Source) -> None:
         # A synced store resumes from its version on any source but one that said it is too

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 from yurthub.pool import leaderconfigs
 
@@ -134,12 +134,13 @@ class Leaders:
         """Whether each leader is usable now (metrics)."""
         return {leader: self.usable(leader) for leader in self._leaders}
 
-    def pick(self) -> leaderconfigs.Leader | None:
+    def pick(self, skip: Container[str] = ()) -> leaderconfigs.Leader | None:
+        """The next usable leader whose node is not in ``skip`` (round robin)."""
         count = len(self._leaders)
         for offset in range(count):
             index = (self._next + offset) % count
             leader = self._leaders[index]
-            if self.usable(leader):
+            if self.usable(leader) and leader.node not in skip:
                 self._next = (index + 1) % count
                 return leader
         return None

@@ -8,12 +8,12 @@ out (the feeder adds jitter and carries it out).
   starting (429 not synced, 503 not ready), or it is behind this hub ("Too large resource
   version": this hub read the cloud more recently; the next attempt resumes from this hub's
   version instead of asking for a state the leader does not have yet). The leader is tried
-  again after ``first``, doubling, ``tolerated`` times; only then do followers leave it, for
-  a time that keeps doubling up to ``penalty``. A cloud that every follower bounces to is
-  what pool scope exists to avoid.
+  again after ``first``, doubling, ``tolerated`` times; only then does the feeder of that
+  resource leave it (the hub's other feeders stay), for a time that keeps doubling up to
+  ``penalty``. A cloud that every follower bounces to is what pool scope exists to avoid.
 - A *hard* failure (refused, silent past the idle timeout, an error status, garbage) leaves
-  the leader for ``penalty`` at once: it is misbehaving, and the TCP check decides when it is
-  back.
+  the leader for ``penalty`` at once, for every feeder of the hub: it is misbehaving, and the
+  TCP check decides when it is back.
 
 The count is reset by the first good answer of that leader (an event, a BOOKMARK, a list).
 """

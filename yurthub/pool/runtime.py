@@ -32,7 +32,7 @@ import ipaddress
 import logging
 import ssl
 import urllib.parse
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -59,11 +59,15 @@ class Pool:
         tee: seams.Tee | None = None,
         filters: seams.ResponseFilter | None = None,
         converter: converting.Converter | None = None,
+        shared: Iterable[gvrs.Gvr] = (),
     ) -> None:
         """``converter``: the hub's protobuf converter (shared with its cache: one set of
-        descriptors in memory)."""
+        descriptors in memory); ``shared``: resources multiplexed beside the pool-scoped set
+        whatever the ConfigMap says (the filters' NodePools: the same for every hub of the
+        pool, so followers read them from their leader)."""
         self.settings = hub
         p = hub.pool
+        self.shared = frozenset(shared)
         self.config = leaderconfigs.PoolConfig()
         self.is_leader = False
         self.route = following.ProxyRoute("")
@@ -103,7 +107,7 @@ class Pool:
             tee=tee,
             filters=filters,
             meter=self._meter_proxy,
-            resources=p.resources,
+            resources=self.shared.union(p.resources),
             converter=converter,
         )
         self._last_problem = ""
@@ -268,7 +272,7 @@ class Pool:
         resources = (
             config.resources if config.resources is not None else self.settings.pool.resources
         )
-        self.mux.set_resources(resources)
+        self.mux.set_resources(self.shared.union(resources))
         source = leaderconfigs.source(config, node)
         if self.leaders.lingering:
             source = leaderconfigs.Source.POOL
