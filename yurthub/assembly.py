@@ -124,10 +124,14 @@ async def running(
     filters = filtering.Filters(hub_settings) if hub_settings.filters.enabled else None
     # The filters' NodePools are the same for the whole pool: multiplexed like the pool-scoped
     # resources, a follower reads them from its leader (one upstream watch per pool, not per
-    # hub). Without a pool they come from the cloud either way.
+    # hub). Without a pool they come from the cloud either way; with the multiplexer off
+    # (``--pool-scope-resources ''``) the filters read them themselves.
     shared = (
         (gvrs.NODEPOOLS,)
-        if filters is not None and filters.reads_node_pools() and hub_settings.nodepool_name
+        if filters is not None
+        and filters.reads_node_pools()
+        and hub_settings.nodepool_name
+        and hub_settings.pool.resources
         else ()
     )
     pool = (

@@ -306,6 +306,8 @@ class Feeder:
         self, source: Source, leader: leaderconfigs.Leader, e: _SourceFailed
     ) -> float:
         """Carries out ``retrying``'s decision; the seconds to wait before choosing again."""
+        current = {x.node for x in self.sources.leaders.leaders}
+        self._strikes = {k: v for k, v in self._strikes.items() if k in current}  # bounded
         strikes = self._strikes[leader.node] = self._strikes.get(leader.node, 0) + 1
         if isinstance(e, _TooLarge) and self.store.synced:
             self._gone_from = None  # resume from our version there: the leader is behind us
