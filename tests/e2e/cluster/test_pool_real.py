@@ -9,7 +9,8 @@ ServiceAccount and roles.
 - A Service created in the cloud reaches a kube-proxy-like watch on every hub within 1 s.
 - The leader's hub killed (SIGKILL): followers are served again within 10 s (the same client
   watches go on).
-- The leader's node NotReady: the manager elects another, followers follow it.
+- The leader's node NotReady while the others are Ready: once the manager's grace
+  (``hubleaderelecting.REPLACE_AFTER``) is over it elects another, followers follow it.
 - The cloud cut for the whole pool: every hub answers from its cache.
 
 The nodes are named after their addresses (``127.0.0.21``...): kubelet then reports that
@@ -27,6 +28,7 @@ after its grace period (50 s; the test bed's controller-manager keeps its defaul
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import socket
 import ssl
@@ -41,6 +43,7 @@ import aiohttp
 import cluster_support as support
 import pytest
 
+from managers import hubleaderelecting
 from yurthub.testing import edgenodes, processes, realcluster
 
 pytestmark = pytest.mark.slow
@@ -348,10 +351,17 @@ def test_pool_scope_on_the_real_cluster(
                 lambda n=node: source(n) == "cloud", 10, f"{node.name} on the cloud"
             )
 
-        # The leader's node goes NotReady (as the node lifecycle controller writes it): another
+        # The leader's node goes NotReady (as the node lifecycle controller writes it) while the
+        # others are Ready: a problem of its own, so once the manager's grace is over another
         # leader is elected and followed.
         marked = time.monotonic()
-        not_ready = {"type": "Ready", "status": "False", "reason": "NodeStatusUnknown"}
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        not_ready = {
+            "type": "Ready",
+            "status": "False",
+            "reason": "NodeStatusUnknown",
+            "lastTransitionTime": now,
+        }
         cluster.kubectl(
             "patch",
             "node",
@@ -362,7 +372,9 @@ def test_pool_scope_on_the_real_cluster(
             json.dumps({"status": {"conditions": [not_ready]}}),
         )
         (new_leader,) = edgenodes.eventually(
-            lambda: [n for n in leaders(cluster) if n != leader.name] or None, 30, "a new leader"
+            lambda: [n for n in leaders(cluster) if n != leader.name] or None,
+            hubleaderelecting.REPLACE_AFTER + 30,
+            "a new leader",
         )
         print(f"new leader {new_leader} elected {time.monotonic() - marked:.1f} s after NotReady")
         other = next(n for n in followers if n.name != new_leader)
