@@ -2,11 +2,14 @@
 (``hubleaderelecting``) and writes them to the pool's status.
 
 It follows NodePools (apps.openyurt.io/v1beta2) and Nodes; a node event queues the pool the
-node is in (and the one it left, when its pool label changed), so a leader whose node goes
-NotReady, loses its InternalIP or is deleted is replaced at once. The status is written with a
-conditional PUT of ``nodepools/<name>/status`` (409 -> decided again from the newer pool), and
-a changed set of leaders is posted as a Normal Event ``LeadersElected``; a spec that cannot be
-used as a Warning Event ``InvalidLeaderElection`` naming the field (leaders kept as they are).
+node is in (and the one it left, when its pool label changed), so a leader whose node
+loses its InternalIP or is deleted is replaced at once, one NotReady while others are Ready
+after a grace (``hubleaderelecting.REPLACE_AFTER``; the reconcile comes back when it ends),
+and one NotReady with the whole pool (its cloud link dropped) not at all. The status is
+written with a conditional PUT of ``nodepools/<name>/status`` (409 -> decided again from the
+newer pool), and a changed set of leaders is posted as a Normal Event ``LeadersElected``; a
+spec that cannot be used as a Warning Event ``InvalidLeaderElection`` naming the field
+(leaders kept as they are).
 
 RBAC: nodepools get/list/watch, nodepools/status update, nodes list/watch, events create.
 """
@@ -82,10 +85,13 @@ class HubLeader:
             )
             return None
         before = hubleaderelecting.current(pool)
-        leaders = hubleaderelecting.elect(spec, self.members(spec.name), before, self.rng)
+        decided = hubleaderelecting.decide(
+            spec, self.members(spec.name), before, self.rng, now=datetime.datetime.now(datetime.UTC)
+        )
+        leaders = decided.leaders
         status = hubleaderelecting.status(pool, leaders, _now())
         if status is None:
-            return None
+            return decided.recheck
         body = {**_typed(pool), "status": status}
         try:
             await self.api.replace(nodepools.NODE_POOLS, "", spec.name, body, subresource="status")
@@ -97,7 +103,7 @@ class HubLeader:
             names = ", ".join(f"{e.node}/{e.address}" for e in leaders) or "none"
             logger.info("NodePool %s: leaders %s", spec.name, names)
             await self.recorder.post(_typed(pool), "Normal", "LeadersElected", f"leaders: {names}")
-        return None
+        return decided.recheck
 
 
 def _typed(pool: dict[str, Any]) -> dict[str, Any]:

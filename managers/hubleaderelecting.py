@@ -6,10 +6,19 @@ write out. The random pick takes a ``random.Random`` so tests can seed it.
 - Leader election off: no leaders (``leaderEndpoints`` emptied, ``leaderNum`` 0).
 - On: candidates are the pool's nodes that are Ready, not being deleted, and have an
   InternalIP; with strategy ``mark`` also carrying every label of ``leaderNodeLabelSelector``.
-- Current leaders that are still candidates stay (their address follows the node's InternalIP);
-  missing places, up to ``leaderReplicas``, go to random candidates; extras (replicas lowered)
-  leave in name order from the end.
-- No candidate: no leaders; every hub of the pool then reads from the cloud.
+- Current leaders stay (their address follows the node's InternalIP) unless they are *gone*
+  (deleted, being deleted, left the pool, no InternalIP, ``mark`` labels removed) or have a
+  problem of their own: NotReady for ``replace_after`` seconds (the Ready condition's
+  ``lastTransitionTime``; unknown counts as long ago) while a Ready candidate that does not
+  lead yet could take their place. When the whole pool goes NotReady at once (its cloud link
+  dropped), no candidate is better and the leaders stay: the hubs keep reading from them
+  instead of all going to the cloud. The grace keeps a leader whose NotReady came a little
+  before the rest of the pool's. ``recheck`` says when a grace ends (the controller decides
+  again then).
+- Missing places, up to ``leaderReplicas``, go to random candidates; extras (replicas lowered)
+  leave NotReady ones first, then in name order from the end.
+- No leader left and no candidate: no leaders; every hub of the pool then reads from the cloud.
+  An empty set is therefore only published when the old leaders are gone.
 - A spec with problems (``nodepools.PoolSpec.problems``) changes nothing.
 - ``leaderLastElectedTime`` changes only when the set of leaders does.
 """
@@ -17,6 +26,7 @@ write out. The random pick takes a ``random.Random`` so tests can seed it.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -57,31 +67,83 @@ def candidates(
     return sorted(out, key=lambda n: n.name)
 
 
+REPLACE_AFTER = 30.0
+"""Seconds a leader must be NotReady, while a Ready candidate waits, before it is replaced."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Election:
+    leaders: tuple[Endpoint, ...]
+    """Sorted by node name."""
+    recheck: float | None = None
+    """Seconds until a NotReady leader's grace ends (decide again then), or None."""
+
+
+def _may_lead(spec: nodepools.PoolSpec, node: nodepools.NodeFacts) -> bool:
+    """Whether ``node`` could lead, Readiness aside."""
+    if node.pool != spec.name or node.deleting or not node.internal_ip:
+        return False
+    return spec.strategy != nodepools.MARK or all(
+        node.labels.get(k) == v for k, v in spec.leader_node_label_selector.items()
+    )
+
+
+def decide(
+    spec: nodepools.PoolSpec,
+    nodes: Iterable[nodepools.NodeFacts],
+    leaders: Sequence[Endpoint],
+    rng: random.Random,
+    *,
+    now: datetime.datetime | None = None,
+    replace_after: float = REPLACE_AFTER,
+) -> Election:
+    """The leaders the pool should have. ``now`` None: every NotReady leader's grace is over."""
+    if spec.problems:
+        return Election(tuple(sorted(leaders)))
+    if not spec.enable_leader_election:
+        return Election(())
+    nodes = list(nodes)
+    members = {n.name: n for n in nodes if _may_lead(spec, n)}
+    eligible = {n.name: n for n in candidates(spec, nodes)}
+    leading = {leader.node for leader in leaders}
+    spare = any(name not in leading for name in eligible)
+    kept: list[nodepools.NodeFacts] = []
+    grace: dict[str, float] = {}
+    for leader in leaders:
+        member = members.get(leader.node)
+        if member is None:
+            continue  # gone
+        if member.ready or not spare:
+            kept.append(member)
+            continue
+        since = member.not_ready_since
+        left = 0.0
+        if now is not None and since is not None:
+            left = replace_after - (now - since).total_seconds()
+        if left > 0:
+            kept.append(member)
+            grace[member.name] = left
+    kept.sort(key=lambda n: (not n.ready, n.name))
+    kept = kept[: spec.leader_replicas]
+    chosen = [Endpoint(n.name, n.internal_ip) for n in kept]
+    taken = {e.node for e in chosen}
+    rest = [name for name in sorted(eligible) if name not in taken]
+    missing = spec.leader_replicas - len(chosen)
+    if missing > 0 and rest:
+        for name in rng.sample(rest, min(missing, len(rest))):
+            chosen.append(Endpoint(name, eligible[name].internal_ip))
+    waiting = [grace[name] for name in taken if name in grace]
+    return Election(tuple(sorted(chosen)), min(waiting) if waiting else None)
+
+
 def elect(
     spec: nodepools.PoolSpec,
     nodes: Iterable[nodepools.NodeFacts],
     leaders: Sequence[Endpoint],
     rng: random.Random,
 ) -> tuple[Endpoint, ...]:
-    """The leaders the pool should have (sorted by node name)."""
-    if spec.problems:
-        return tuple(sorted(leaders))
-    if not spec.enable_leader_election:
-        return ()
-    eligible = {n.name: n for n in candidates(spec, nodes)}
-    kept = sorted(
-        Endpoint(leader.node, eligible[leader.node].internal_ip)
-        for leader in leaders
-        if leader.node in eligible
-    )
-    kept = kept[: spec.leader_replicas]
-    taken = {e.node for e in kept}
-    rest = [name for name in sorted(eligible) if name not in taken]
-    missing = spec.leader_replicas - len(kept)
-    if missing > 0 and rest:
-        for name in rng.sample(rest, min(missing, len(rest))):
-            kept.append(Endpoint(name, eligible[name].internal_ip))
-    return tuple(sorted(kept))
+    """The leaders the pool should have (sorted by node name), every grace over."""
+    return decide(spec, nodes, leaders, rng).leaders
 
 
 def status(pool: Mapping[str, Any], leaders: Sequence[Endpoint], now: str) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ reports as a Warning Event on the NodePool, and leader election of that pool is 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -56,6 +57,10 @@ class NodeFacts:
     ready: bool
     internal_ip: str
     labels: Mapping[str, str]
+    deleting: bool = False
+    """The node carries a ``deletionTimestamp``."""
+    not_ready_since: datetime.datetime | None = None
+    """When a NotReady node's Ready condition last changed (None: Ready, or not said)."""
 
 
 def read_pool(obj: Mapping[str, Any]) -> PoolSpec:
@@ -140,10 +145,13 @@ def read_node(obj: Mapping[str, Any]) -> NodeFacts:
         labels = {}
     status = obj.get("status") or {}
     ready = False
+    changed: datetime.datetime | None = None
     for cond in status.get("conditions") or []:
         if isinstance(cond, Mapping) and cond.get("type") == "Ready":
             ready = cond.get("status") == "True"
-    if meta.get("deletionTimestamp"):
+            changed = _timestamp(cond.get("lastTransitionTime"))
+    deleting = bool(meta.get("deletionTimestamp"))
+    if deleting:
         ready = False
     internal_ip = ""
     for address in status.get("addresses") or []:
@@ -157,4 +165,17 @@ def read_node(obj: Mapping[str, Any]) -> NodeFacts:
         ready=ready,
         internal_ip=internal_ip,
         labels={str(k): str(v) for k, v in labels.items()},
+        deleting=deleting,
+        not_ready_since=None if ready else changed,
     )
+
+
+def _timestamp(value: object) -> datetime.datetime | None:
+    """An RFC 3339 time as the apiserver writes it (``2026-01-01T00:00:00Z``), else None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)

@@ -53,6 +53,7 @@ from yurthub import discoverydocs, health, server, settings
 from yurthub.autonomy import conditions, reporting
 from yurthub.cache import runtime, store
 from yurthub.filters import runtime as filtering
+from yurthub.pool import gvrs
 from yurthub.pool import runtime as pooling
 
 log = logging.getLogger(__name__)
@@ -122,12 +123,25 @@ async def running(
                 e,
             )
     filters = filtering.Filters(hub_settings) if hub_settings.filters.enabled else None
+    # The filters' NodePools are the same for the whole pool: multiplexed like the pool-scoped
+    # resources, a follower reads them from its leader (one upstream watch per pool, not per
+    # hub). Without a pool they come from the cloud either way; with the multiplexer off
+    # (``--pool-scope-resources ''``) the filters read them themselves.
+    shared = (
+        (gvrs.NODEPOOLS,)
+        if filters is not None
+        and filters.reads_node_pools()
+        and hub_settings.nodepool_name
+        and hub_settings.pool.resources
+        else ()
+    )
     pool = (
         pooling.Pool(
             hub_settings,
             tee=cache.tee if cache else None,
             filters=filters,
             converter=cache.store.transcoder.converter if cache else None,
+            shared=shared,
         )
         if hub_settings.pool.resources or hub_settings.nodepool_name
         else None
@@ -183,6 +197,10 @@ async def running(
                 # before, they would all meet an empty cache's 404 first.
                 await checker.initial_probe_done.wait()
                 followers = []
+                # yurt-hub-cfg's follower (the cache's, else the filters') follows the pool's
+                # ConfigMap in the same watch: one ConfigMap watch per hub upstream.
+                pool_configs = pool.config_targets() if pool is not None else {}
+                shared_config = cache is not None or filters is not None
                 if pool is not None:
                     client = hub.upstream
                     certs = hub.certs
@@ -203,6 +221,7 @@ async def running(
                                 leader_ssl=lambda: client.identity.with_identity,
                                 serving_ssl=serving,
                                 ready=hub.readiness.not_ready,
+                                follow_config=not shared_config,
                             ),
                             name="pool",
                         )
@@ -213,7 +232,7 @@ async def running(
                 if cache is not None:
                     followers.append(
                         tg.create_task(
-                            cache.follow_config(hub.own_route, also=also),
+                            cache.follow_config(hub.own_route, also=also, others=pool_configs),
                             name="cache-agents-config",
                         )
                     )
@@ -233,7 +252,8 @@ async def running(
                     if cache is None:
                         followers.append(
                             tg.create_task(
-                                filters.follow_config(hub.own_route), name="filter-config"
+                                filters.follow_config(hub.own_route, others=pool_configs),
+                                name="filter-config",
                             )
                         )
                     followers.append(

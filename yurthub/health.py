@@ -8,6 +8,10 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
   healthy again.
 - Every ``interval`` seconds servers are probed one by one from a rotating start and the round
   stops at the first success, as YurtHub does (normally one probe per tick, servers alternating).
+- Beyond YurtHub: while a server is unhealthy it is probed more often than that
+  (``recovery_delay``: 1 s doubling to ``interval``, jittered), and a success of an unhealthy
+  server is followed at once by the rest of the ``healthy_threshold`` probes (each a real lease
+  round trip): a healed link is trusted again within seconds, not two heartbeats later.
 - A probe renews ``kube-node-lease/<node>`` through that server with the hub's identity: PUT on
   top of the last lease that server returned; a missing base is fetched (created if absent);
   a conflict drops the base and retries, up to ``failed_retry`` attempts with 0.2/0.4/0.8 s backoff.
@@ -45,6 +49,7 @@ import copy
 import dataclasses
 import datetime
 import logging
+import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -62,6 +67,9 @@ DELEGATE_HEARTBEAT_ANNOTATION = "openyurt.io/delegate-heartbeat"
 CONFLICT_BACKOFF = (0.2, 0.4, 0.8)
 _MAX_LEASE_BYTES = 1 << 20
 USER_AGENT = "edgehub-heartbeat"
+RECOVERY_FIRST = 1.0
+"""Seconds after a server turned unhealthy before it is probed again (then doubling, jittered,
+up to the heartbeat interval) while it stays unhealthy."""
 SLOW_PROBE_GAP = 2.0
 """Seconds after a probe found a slow apiserver alive during which further slow reports wait."""
 
@@ -90,6 +98,16 @@ class ProbeState:
             if not self.healthy and self.successes >= self.threshold:
                 self.healthy = True
         return before != self.healthy
+
+
+def recovery_delay(attempt: int, interval: float, jitter: float) -> float:
+    """Seconds until the next probe of an unhealthy server: ``RECOVERY_FIRST`` doubling per
+    ``attempt`` (0 first), stretched by up to a quarter (``jitter`` in [0, 1): hubs healed at
+    once do not probe in step), never more than the heartbeat ``interval``.
+
+    PURE."""
+    base = RECOVERY_FIRST * float(2 ** min(max(attempt, 0), 32))
+    return min(interval, base * (1 + jitter / 4))
 
 
 class KubeletGate:
@@ -200,6 +218,10 @@ class HealthChecker:
         self._alive_after_slow: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._next = 0
+        self._recovery_at: float | None = None
+        """When the unhealthy servers are probed next (None: none is unhealthy)."""
+        self._recovery_attempt = 0
+        self._random = random.Random()
         self.reports = {s: ServerReport() for s in self.servers}
         self._logged_error: dict[str, str] = {}
         self._wall = time.time
@@ -282,20 +304,54 @@ class HealthChecker:
             }
         for server, task in tasks.items():
             self._record(server, task.result())
+        self._schedule_recovery()
         self.initial_probe_done.set()
         deadline = self._clock() + self._hb.interval
         while True:
+            wake_at = deadline if self._recovery_at is None else min(deadline, self._recovery_at)
             try:
-                async with asyncio.timeout(max(0.0, deadline - self._clock())):
+                async with asyncio.timeout(max(0.0, wake_at - self._clock())):
                     await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()
             if self._pending:
                 await self._probe_suspects()
+            if self._recovery_at is not None and self._clock() >= self._recovery_at:
+                await self._probe_unhealthy()
             if self._clock() >= deadline:
                 await self._tick()
                 deadline = self._clock() + self._hb.interval
+
+    async def _probe_unhealthy(self) -> None:
+        """Probe every unhealthy server (each until trusted or failed), and say when next."""
+        unhealthy = [s for s in self.servers if not self._states[s].healthy]
+        if unhealthy:
+            async with asyncio.TaskGroup() as tg:
+                for server in unhealthy:
+                    tg.create_task(self._probe_until_trusted(server), name=f"recovery {server}")
+        self._recovery_attempt += 1
+        self._schedule_recovery()
+
+    def _schedule_recovery(self) -> None:
+        if all(state.healthy for state in self._states.values()):
+            self._recovery_at = None
+            self._recovery_attempt = 0
+            return
+        delay = recovery_delay(self._recovery_attempt, self._hb.interval, self._random.random())
+        self._recovery_at = self._clock() + delay
+
+    async def _probe_until_trusted(self, server: str) -> bool:
+        """A probe and, while it succeeds and the server is not yet healthy, the rest of the
+        threshold's at once (bounded by the threshold)."""
+        ok = await self._probe(server)
+        self._record(server, ok)
+        for _ in range(self._hb.healthy_threshold):
+            if not ok or self._states[server].healthy:
+                break
+            ok = await self._probe(server)
+            self._record(server, ok)
+        return ok
 
     async def _probe_suspects(self) -> None:
         pending, self._pending = self._pending, set()
@@ -316,9 +372,7 @@ class HealthChecker:
         self._next = (self._next + 1) % count
         for offset in range(count):
             server = self.servers[(start + offset) % count]
-            ok = await self._probe(server)
-            self._record(server, ok)
-            if ok:
+            if await self._probe_until_trusted(server):
                 return
 
     def _record(self, server: str, ok: bool) -> None:
@@ -338,6 +392,9 @@ class HealthChecker:
             log.info("server %s is now %s", server, "healthy" if healthy else "unhealthy")
             self._metrics.server_healthy_status.labels(server).set(1 if healthy else 0)
             if not healthy:
+                if self._recovery_at is None:
+                    self._recovery_attempt = 0
+                    self._schedule_recovery()
                 for callback in self.on_unhealthy:
                     try:
                         callback(server)

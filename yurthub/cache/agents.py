@@ -11,7 +11,11 @@ plus the flag.
 HUB'S OWN PROXY (``yurthub.following``) with a ``yurthub/...`` User-Agent, so the answers are
 themselves cached under component ``yurthub`` and the configured agents survive a restart while
 the cloud is down (YurtHub does the same with its informers, reference §1.1). The same watch
-feeds the response filters' per-filter additions (``also``): one watch of the ConfigMap per hub.
+feeds the response filters' per-filter additions (``also``) and the other ConfigMaps of the hub
+labelled the same way (``others``: the pool's ``leader-hub-<pool>``, which the manager labels
+``openyurt.io/configmap-name=leader-hub-<pool>``): one label selector
+(``openyurt.io/configmap-name in (leader-hub-<pool>,yurt-hub-cfg)``) names them all, so a hub
+holds one ConfigMap watch upstream, not one per ConfigMap.
 
 Dangers: the loop runs for the hub's lifetime and must never spin: every failure waits with a
 capped backoff; a 410 Gone relists; cancellation ends it.
@@ -159,6 +163,49 @@ class _ConfigMapFollower:
             target.apply_configmap(data)
 
 
+class _ByName:
+    """``following.Target`` for several ConfigMaps of one watch: each item to the target of
+    its name (others are ignored); lists begin, commit and go absent for all of them."""
+
+    def __init__(self, targets: Mapping[str, following.Target]) -> None:
+        self._targets = targets
+
+    def _target(self, obj: Mapping[str, Any]) -> following.Target | None:
+        return self._targets.get(str(_mapping(obj.get("metadata"), "metadata").get("name")))
+
+    def begin(self) -> None:
+        for target in self._targets.values():
+            target.begin()
+
+    def add(self, obj: Mapping[str, Any]) -> None:
+        target = self._target(obj)
+        if target is not None:
+            target.add(obj)
+
+    def commit(self) -> None:
+        for target in self._targets.values():
+            target.commit()
+
+    def apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        target = self._target(obj)
+        if target is not None:
+            target.apply(event_type, obj)
+
+    def mark_absent(self) -> None:
+        for target in self._targets.values():
+            target.mark_absent()
+
+
+def label_selector(names: Iterable[str]) -> str:
+    """The selector naming ConfigMaps labelled ``openyurt.io/configmap-name=<their name>``.
+
+    PURE."""
+    unique = sorted(set(names))
+    if len(unique) == 1:
+        return f"{CONFIGMAP_LABEL}={unique[0]}"
+    return f"{CONFIGMAP_LABEL} in ({','.join(unique)})"
+
+
 async def follow_configmap(
     agent_set: ConfigTarget,
     session: aiohttp.ClientSession,
@@ -167,17 +214,22 @@ async def follow_configmap(
     namespace: str = "kube-system",
     max_backoff: float = 30.0,
     also: Sequence[ConfigTarget] = (),
+    others: Mapping[str, following.Target] | None = None,
 ) -> None:
     """List+watch ``yurt-hub-cfg`` through the hub forever (until cancelled); its data goes to
     ``agent_set`` and to every one of ``also`` (the filters read their additions from it: one
-    watch for the whole hub)."""
+    watch for the whole hub); ConfigMaps named in ``others`` (same namespace, labelled with
+    their name) come through the same watch to their own targets."""
+    targets: dict[str, following.Target] = dict(others or {})
+    targets[CONFIGMAP_NAME] = _ConfigMapFollower([agent_set, *also])
+    names = sorted(targets)
     await following.follow(
-        _ConfigMapFollower([agent_set, *also]),
+        _ByName(targets),
         session,
         proxy_url,
         f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/configmaps",
-        what=f"ConfigMap {namespace}/{CONFIGMAP_NAME}",
-        label_selector=f"{CONFIGMAP_LABEL}={CONFIGMAP_NAME}",
+        what=f"ConfigMap{'s' if len(names) > 1 else ''} {namespace}/{','.join(names)}",
+        label_selector=label_selector(names),
         max_backoff=max_backoff,
         max_item=MAX_LIST_BYTES,
     )

@@ -129,10 +129,14 @@ class CacheRuntime:
         return self.store.failures.warning(time.time())
 
     async def follow_config(
-        self, route: following.ProxyRoute, also: Sequence[agents.ConfigTarget] = ()
+        self,
+        route: following.ProxyRoute,
+        also: Sequence[agents.ConfigTarget] = (),
+        others: Mapping[str, following.Target] | None = None,
     ) -> None:
         """Follow ``yurt-hub-cfg`` through the hub (``route``: ``hub.own_route``) until
-        cancelled; ``also`` get its data too (the response filters' additions)."""
+        cancelled; ``also`` get its data too (the response filters' additions); ``others``:
+        ConfigMaps followed in the same watch (the pool's ``leader-hub-<pool>``)."""
         async with route.session() as session:
             await agents.follow_configmap(
                 self.agents,
@@ -140,6 +144,7 @@ class CacheRuntime:
                 route.url,
                 namespace=self.settings.cache.config_namespace,
                 also=also,
+                others=others,
             )
 
     def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:

@@ -315,6 +315,11 @@ class Filters:
             out.append(("NodeBuckets", world.node_buckets, NODEBUCKETS_PATH, selector, ""))
         return out
 
+    def reads_node_pools(self) -> bool:
+        """Whether the filters may follow NodePools (the same for every hub of a pool: the
+        multiplexer can serve them from the pool's leader)."""
+        return self.inputs.pool_topology is inputs.PoolTopology.NODEPOOL
+
     def synced(self) -> bool:
         return self.approver.synced and all(c.synced for _, c, *_ in self.needed())
 
@@ -382,15 +387,21 @@ class Filters:
                     name=f"filter-input-{what}",
                 )
 
-    async def follow_config(self, route: following.ProxyRoute) -> None:
+    async def follow_config(
+        self,
+        route: following.ProxyRoute,
+        others: Mapping[str, following.Target] | None = None,
+    ) -> None:
         """Follow ``yurt-hub-cfg`` for the filters alone (a hub running without its cache; with
-        the cache, its follower feeds ``approver`` too: one watch per hub)."""
+        the cache, its follower feeds ``approver`` too: one watch per hub); ``others``: as
+        ``agents.follow_configmap``."""
         async with route.session() as session:
             await agents.follow_configmap(
                 self,
                 session,
                 route.url,
                 namespace=self._settings.cache.config_namespace,
+                others=others,
             )
 
     def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:

@@ -21,10 +21,15 @@ its watchers, see ``watchcache``).
 Switching: every attempt runs beside a waiter on ``Sources``; when the choice changes (the
 ConfigMap names other leaders, a leader's check flips, a leader is penalised or its penalty
 ends) the attempt is cancelled and the next one resumes from the store's version with the new
-source. A leader that answers anything but a good 200 (refused, 429 not synced yet, 5xx,
-garbage, an event that does not parse, a list older than the store) or stays silent longer
-than ``leader_idle_timeout`` (a leader sends a BOOKMARK to followers every
-``follower_bookmark_interval``) is penalised and the next attempt starts at once elsewhere.
+source: a switch never lists again (only a source that said 410 is listed from), so a follower
+that read the cloud more recently than its leader resumes there instead of asking it for a
+state it does not have yet. A leader that is starting (429, 503), behind (504 "Too large
+resource version") or whose own read of the resource failed (503) is tried again with a
+back-off and left only after repeated failures, by this feeder alone (``retrying``). One that
+answers anything else but a good 200 (refused, 5xx, garbage, an event that does not parse, a
+list older than the store) or stays silent longer than ``leader_idle_timeout`` (a leader sends
+a BOOKMARK to followers every ``follower_bookmark_interval``) is penalised for every feeder and
+the next attempt starts at once elsewhere.
 Failures of the hub's own proxy are retried with a capped back-off (0.5 s doubling to 30 s).
 
 While the store is not synced, a definitive answer of the proxy (403, 404, 5xx: what a client
@@ -49,7 +54,7 @@ import dataclasses
 import logging
 import random
 import ssl
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Container, Iterator, Mapping
 from typing import Any, Protocol
 
 import aiohttp
@@ -60,7 +65,7 @@ from yurthub import following, jsonlists, requestinfo, statuses
 from yurthub.cache import framing
 from yurthub.filters import responding
 from yurthub.kubeproto import converting, wire
-from yurthub.pool import encoding, gvrs, leaderconfigs, leaders, watchcache
+from yurthub.pool import encoding, gvrs, leaderconfigs, leaders, retrying, watchcache
 from yurthub.proxy import seams
 
 log = logging.getLogger(__name__)
@@ -68,8 +73,6 @@ log = logging.getLogger(__name__)
 READ_SIZE = 1 << 16
 FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
-BUSY_PENALTY = 3.0
-"""Seconds a leader that is still starting (429, 503) is not asked."""
 CONFIG_WAIT = 5.0
 """Seconds a feeder waits for the pool's ConfigMap before its first list."""
 CLOUD_LIST_IDLE = 60.0
@@ -85,7 +88,16 @@ class _SourceFailed(Exception):
         super().__init__(why)
         self.status = status
         self.busy = busy
-        """A leader that is starting (429 not synced, 503 not ready): back to it soon."""
+        """A leader that is starting (429 not synced, 503 not ready), or behind this hub: a soft
+        failure (``retrying``), tried again soon."""
+
+
+class _TooLarge(_SourceFailed):
+    """The source has not reached the version asked for (this hub read a newer state
+    elsewhere): resume from the store's version there instead of listing."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why, busy=True)
 
 
 class _Gone(Exception):
@@ -160,20 +172,27 @@ class Sources:
             base = base.replace("https://", "http://", 1)
         return Source(leader.node, base, leader)
 
-    def choose(self) -> Source:
+    def choose(self, skip: Container[str] = ()) -> Source:
+        """A usable leader (round robin) but those in ``skip`` (node names: leaders one
+        feeder leaves for a while), else the cloud."""
         if self.mode is leaderconfigs.Source.POOL:
-            leader = self.leaders.pick()
+            leader = self.leaders.pick(skip)
             if leader is not None:
                 return self.leader_source(leader)
         return self.cloud()
 
-    def still_good(self, source: Source) -> bool:
+    def still_good(self, source: Source, skip: Container[str] = ()) -> bool:
         """Whether ``choose`` could keep ``source`` (without moving the round robin)."""
         if source.leader is None:
             return self.mode is not leaderconfigs.Source.POOL or not any(
-                self.leaders.usable(leader) for leader in self.leaders.leaders
+                self.leaders.usable(leader) and leader.node not in skip
+                for leader in self.leaders.leaders
             )
-        return self.mode is leaderconfigs.Source.POOL and self.leaders.usable(source.leader)
+        return (
+            self.mode is leaderconfigs.Source.POOL
+            and self.leaders.usable(source.leader)
+            and source.leader.node not in skip
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -227,21 +246,34 @@ class Feeder:
         self.failure: statuses.Status | None = None
         """A definitive answer while not synced (clients take the ordinary path)."""
         self.source: Source | None = None
+        self._gone_from: str | None = None
+        """The source that said the store's version is too old (410): list from it."""
+        self._strikes: dict[str, int] = {}
+        """Consecutive failed answers per leader (``retrying``)."""
+        self._avoid: dict[str, float] = {}
+        """Leaders (node names) this feeder does not read from until then (loop time)."""
+        self._avoid_timer: asyncio.TimerHandle | None = None
         self.watching = False
         self._streaming = True
         """Sync with streaming lists (``sendInitialEvents``) while the upstream takes them."""
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            if self._avoid_timer is not None:
+                self._avoid_timer.cancel()
+
+    async def _run(self) -> None:
         backoff = FIRST_BACKOFF
-        relist = True
         await self.sources.wait_configured(CONFIG_WAIT)
         while True:
             if self.sources.mode is leaderconfigs.Source.POOL:
                 await self.sources.leaders.settled()
-            source = self.sources.choose()
+            source = self.sources.choose(self._skipped())
             self.source = source
             try:
-                relist = await self._attempt(source, relist)
+                await self._attempt(source)
                 backoff = FIRST_BACKOFF
                 continue
             except _Switch:
@@ -249,13 +281,13 @@ class Feeder:
                 continue
             except _Gone:
                 log.info("%s: %s says our version is too old; listing again", self.gvr, source.name)
-                relist = True
+                self._gone_from = source.name
                 continue
             except _SourceFailed as e:
                 if source.leader is not None:
-                    self.sources.leaders.penalize(
-                        source.leader, str(e), BUSY_PENALTY if e.busy else None
-                    )
+                    delay = self._leader_failed(source, source.leader, e)
+                    if delay:
+                        await asyncio.sleep(delay * (1 + random.random() / 4))
                     continue
                 if not self.store.synced and e.status is not None:
                     self.failure = e.status
@@ -270,9 +302,56 @@ class Feeder:
             await asyncio.sleep(backoff * (1 + random.random() / 4))
             backoff = min(backoff * 2, MAX_BACKOFF)
 
-    async def _attempt(self, source: Source, relist: bool) -> bool:
+    def _leader_failed(
+        self, source: Source, leader: leaderconfigs.Leader, e: _SourceFailed
+    ) -> float:
+        """Carries out ``retrying``'s decision; the seconds to wait before choosing again."""
+        current = {x.node for x in self.sources.leaders.leaders}
+        self._strikes = {k: v for k, v in self._strikes.items() if k in current}  # bounded
+        strikes = self._strikes[leader.node] = self._strikes.get(leader.node, 0) + 1
+        if isinstance(e, _TooLarge) and self.store.synced:
+            self._gone_from = None  # resume from our version there: the leader is behind us
+        decision = retrying.after_failure(
+            strikes, soft=e.busy, penalty=self.sources.leaders.penalty
+        )
+        if isinstance(decision, retrying.Retry):
+            log.info(
+                "%s: %s failed (%s); trying it again in %.1fs",
+                self.gvr,
+                source.name,
+                e,
+                decision.delay,
+            )
+            self.sources.leaders.recheck()  # a leader that has gone is left at once
+            return decision.delay
+        if not e.busy:
+            self.sources.leaders.penalize(leader, str(e), decision.seconds)
+            return 0.0
+        # Soft: the leader works but not for this resource now (starting, behind, or its own
+        # read of it failed): only this feeder leaves it, the others stay.
+        log.warning(
+            "%s: %s failed %d times (%s); reading it from elsewhere for %.0fs",
+            self.gvr,
+            source.name,
+            strikes,
+            e,
+            decision.seconds,
+        )
+        loop = asyncio.get_running_loop()
+        self._avoid[leader.node] = loop.time() + decision.seconds
+        if self._avoid_timer is not None:
+            self._avoid_timer.cancel()
+        # Back to the leader when it ends: wakes the switch watcher (``still_good``).
+        self._avoid_timer = loop.call_later(decision.seconds + 0.01, self.sources.bump)
+        return 0.0
+
+    def _leader_good(self, source: Source) -> None:
+        if self._strikes and source.leader is not None:
+            self._strikes.pop(source.leader.node, None)
+
+    async def _attempt(self, source: Source) -> None:
         """List (when needed) and watch ``source`` until the watch ends, or the source should
-        change; returns whether the next attempt must list."""
+        change."""
         generation = self.sources.generation
         failed: list[Exception] = []
         switched = False
@@ -280,7 +359,7 @@ class Feeder:
 
             async def work() -> None:
                 try:
-                    await self._list_and_watch(source, relist)
+                    await self._list_and_watch(source)
                 except (_Gone, _SourceFailed) as e:
                     failed.append(e)
                 except _OverBudget as e:
@@ -306,17 +385,27 @@ class Feeder:
             raise failed[0]
         if switched:
             raise _Switch
-        return False
 
     async def _until_switch(self, source: Source, generation: int) -> None:
         while True:
             await self.sources.wait_change(generation)
             generation = self.sources.generation
-            if not self.sources.still_good(source):
+            if not self.sources.still_good(source, self._skipped()):
                 return
 
-    async def _list_and_watch(self, source: Source, relist: bool) -> None:
-        if relist or not self.store.synced:
+    def _skipped(self) -> frozenset[str]:
+        """The leaders this feeder leaves for now (``retrying.Leave`` of a soft failure)."""
+        if not self._avoid:
+            return frozenset()
+        now = asyncio.get_running_loop().time()
+        self._avoid = {node: until for node, until in self._avoid.items() if until > now}
+        return frozenset(self._avoid)
+
+    async def _list_and_watch(self, source: Source) -> None:
+        # A synced store resumes from its version on any source but one that said it is too
+        # old: a source switch never lists again (a leader behind this hub could not answer a
+        # list not older than the store, and a follower would bounce off it to the cloud).
+        if not self.store.synced or self._gone_from == source.name:
             if self._streaming:
                 try:
                     await self._watch(source, initial=True)
@@ -390,6 +479,8 @@ class Feeder:
         if self.store.synced:
             query = {"resourceVersion": str(self.store.rv), "resourceVersionMatch": "NotOlderThan"}
         async with self._get(source, query, watch=False) as resp:
+            if resp.status == 504 and source.leader is not None and self.store.synced:
+                raise _TooLarge(f"list from {source.name}: HTTP 504 (behind this hub)")
             if resp.status != 200:
                 raise _SourceFailed(
                     f"list from {source.name}: HTTP {resp.status}",
@@ -412,6 +503,8 @@ class Feeder:
         except watchcache.Behind as e:
             raise _SourceFailed(f"list from {source.name} is behind: {e}") from e
         self.failure = None
+        self._gone_from = None
+        self._leader_good(source)
         self._on_advance()
         log.info("%s: %d objects at %d from %s", self.gvr, len(entries), rv, source.name)
 
@@ -648,8 +741,11 @@ class Feeder:
             if obj.get("code") == 410:
                 raise _Gone
             message = str(obj.get("message") or "")[:200]
+            if obj.get("code") == 504 and source.leader is not None and self.store.synced:
+                raise _TooLarge(f"watch from {source.name}: {message}")
             raise _SourceFailed(f"watch from {source.name}: error event: {message}")
         kind, api_version = stream.kinds(obj, self.store, self.gvr)
+        self._leader_good(source)
         if event.type == "BOOKMARK":
             meta = obj.get("metadata")
             rv_text = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
@@ -695,6 +791,8 @@ class Feeder:
         except watchcache.Behind as e:
             raise _SourceFailed(f"the state from {source.name} is behind: {e}") from e
         self.failure = None
+        self._gone_from = None
+        self._leader_good(source)
         self._on_advance()
         log.info("%s: %d objects at %d from %s", self.gvr, len(entries), rv, source.name)
 

@@ -46,6 +46,8 @@ class Gvr:
 SERVICES = Gvr("", "v1", "services")
 ENDPOINTSLICES = Gvr("discovery.k8s.io", "v1", "endpointslices")
 DEFAULTS: tuple[Gvr, ...] = (SERVICES, ENDPOINTSLICES)
+NODEPOOLS = Gvr("apps.openyurt.io", "v1beta2", "nodepools")
+"""Read by the response filters (servicetopology) of every hub: the same for the whole pool."""
 
 
 def parse_one(text: str) -> Gvr:

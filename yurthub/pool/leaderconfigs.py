@@ -97,6 +97,13 @@ def source(config: PoolConfig, node_name: str) -> Source:
     return Source.POOL
 
 
+def leaderless(config: PoolConfig) -> bool:
+    """Whether ``config`` asks for leaders but names none: followers may keep reading from
+    the leaders they had while those still answer (``leaders.Leaders.update``), rather than
+    all going to the cloud at once because of a transient empty set."""
+    return config.enable_leader_election and config.interconnectivity and not config.leaders
+
+
 def is_leader(config: PoolConfig, node_name: str) -> bool:
     return config.enable_leader_election and any(
         leader.node == node_name for leader in config.leaders

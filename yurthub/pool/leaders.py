@@ -7,6 +7,10 @@ followers to a leader that accepts connections but hangs or answers garbage; a f
 (``penalize``) makes the leader unusable for ``penalty`` seconds whatever the check says, so
 followers move on at once and come back only once it has behaved for a while.
 
+An empty set from the ConfigMap while the pool should have leaders does not drop the current
+ones at once: they are read from while their checks pass, for ``linger`` seconds at most
+(``update``).
+
 ``pick`` goes round robin over the usable leaders (YurtHub's leader load balancer). Every
 change of what ``pick`` could answer (new leaders, a check flipping, a penalty starting or
 ending) calls ``on_change``: the feeders' sources wake up and switch their upstream at once.
@@ -22,11 +26,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 from yurthub.pool import leaderconfigs
 
 log = logging.getLogger(__name__)
+
+LINGER = 60.0
+"""Seconds at most followers keep reading from leaders the ConfigMap no longer names."""
+LINGER_CHECK = 2.0
+"""Seconds between the TCP checks of such leaders."""
 
 
 class Leaders:
@@ -37,6 +46,7 @@ class Leaders:
         interval: float = 20.0,
         timeout: float = 2.0,
         penalty: float = 30.0,
+        linger: float = LINGER,
         on_change: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -53,13 +63,58 @@ class Leaders:
         self._next = 0
         self.on_change = on_change
         self._timers: list[asyncio.TimerHandle] = []
+        self.linger = linger
+        self._linger: asyncio.TimerHandle | None = None
 
     @property
     def leaders(self) -> tuple[leaderconfigs.Leader, ...]:
         return self._leaders
 
-    def update(self, leaders: tuple[leaderconfigs.Leader, ...]) -> None:
-        """Replace the set (from the ConfigMap); new leaders are checked at once."""
+    @property
+    def lingering(self) -> bool:
+        """Whether the set is one the ConfigMap no longer names (see ``update``)."""
+        return self._linger is not None
+
+    def update(
+        self, leaders: tuple[leaderconfigs.Leader, ...], *, keep_while_reachable: bool = False
+    ) -> None:
+        """Replace the set (from the ConfigMap); new leaders are checked at once.
+
+        ``keep_while_reachable``: an empty set while the pool should have leaders (the
+        manager has none to name for a moment) keeps the current leaders that are usable,
+        checked every ``LINGER_CHECK`` seconds, until they fail or for ``linger`` seconds at
+        most: every follower of the pool going to the cloud at once is what pool scope is
+        there to avoid."""
+        if not leaders and keep_while_reachable and self._leaders:
+            if self._linger is not None:
+                return
+            if any(self.usable(leader) for leader in self._leaders):
+                log.info(
+                    "the pool names no leaders now; reading from %s while they answer "
+                    "(%.0fs at most)",
+                    ", ".join(leader.node for leader in self._leaders),
+                    self.linger,
+                )
+                loop = asyncio.get_running_loop()
+                self._linger = loop.call_later(self.linger, self._end_linger)
+                self._recheck.set()
+                return
+        self._stop_linger()
+        self._replace(leaders)
+
+    def _stop_linger(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+
+    def _end_linger(self) -> None:
+        if self._linger is None:
+            return
+        self._linger = None
+        log.info("the pool's former leaders are no longer read from")
+        self._replace(())
+
+    def _replace(self, leaders: tuple[leaderconfigs.Leader, ...]) -> None:
         if leaders == self._leaders:
             return
         self._leaders = leaders
@@ -79,12 +134,13 @@ class Leaders:
         """Whether each leader is usable now (metrics)."""
         return {leader: self.usable(leader) for leader in self._leaders}
 
-    def pick(self) -> leaderconfigs.Leader | None:
+    def pick(self, skip: Container[str] = ()) -> leaderconfigs.Leader | None:
+        """The next usable leader whose node is not in ``skip`` (round robin)."""
         count = len(self._leaders)
         for offset in range(count):
             index = (self._next + offset) % count
             leader = self._leaders[index]
-            if self.usable(leader):
+            if self.usable(leader) and leader.node not in skip:
                 self._next = (index + 1) % count
                 return leader
         return None
@@ -112,6 +168,10 @@ class Leaders:
         self._timers = [t for t in self._timers if not t.cancelled()]
         self._timers.append(loop.call_later(seconds + 0.01, self.on_change))
 
+    def recheck(self) -> None:
+        """Check the leaders now (an answer failed: a leader that has gone is left at once)."""
+        self._recheck.set()
+
     async def settled(self) -> None:
         """Until the current set has been checked once (bounded by the check timeout)."""
         if not self._leaders:
@@ -129,10 +189,12 @@ class Leaders:
                 if leaders:
                     results = await asyncio.gather(*(self._check(leader) for leader in leaders))
                     self._record(leaders, results)
+                interval = self.interval if self._linger is None else LINGER_CHECK
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.interval):
+                    async with asyncio.timeout(interval):
                         await self._recheck.wait()
         finally:
+            self._stop_linger()
             for timer in self._timers:
                 timer.cancel()
 
@@ -153,6 +215,9 @@ class Leaders:
             self._healthy[leader] = ok
         if leaders == self._leaders:
             self._checked.set()
+        if self._linger is not None and not any(self.usable(x) for x in self._leaders):
+            self._end_linger()  # calls on_change
+            return
         if flipped:
             self.on_change()
 

@@ -32,7 +32,7 @@ import ipaddress
 import logging
 import ssl
 import urllib.parse
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -59,11 +59,15 @@ class Pool:
         tee: seams.Tee | None = None,
         filters: seams.ResponseFilter | None = None,
         converter: converting.Converter | None = None,
+        shared: Iterable[gvrs.Gvr] = (),
     ) -> None:
         """``converter``: the hub's protobuf converter (shared with its cache: one set of
-        descriptors in memory)."""
+        descriptors in memory); ``shared``: resources multiplexed beside the pool-scoped set
+        whatever the ConfigMap says (the filters' NodePools: the same for every hub of the
+        pool, so followers read them from their leader)."""
         self.settings = hub
         p = hub.pool
+        self.shared = frozenset(shared)
         self.config = leaderconfigs.PoolConfig()
         self.is_leader = False
         self.route = following.ProxyRoute("")
@@ -103,7 +107,7 @@ class Pool:
             tee=tee,
             filters=filters,
             meter=self._meter_proxy,
-            resources=p.resources,
+            resources=self.shared.union(p.resources),
             converter=converter,
         )
         self._last_problem = ""
@@ -183,12 +187,14 @@ class Pool:
         leader_ssl: Callable[[], ssl.SSLContext | bool],
         serving_ssl: Callable[[], Awaitable[ssl.SSLContext | None]] | None = None,
         ready: Callable[[], list[str]] = list,
+        follow_config: bool = True,
     ) -> None:
         """Until cancelled. ``route``: the hub's own proxy (``hub.own_route``); ``leader_ssl``:
         the TLS context (the hub's client certificate and
         the cluster CA) for leaders; ``serving_ssl``: waits for the multiplexer port's (the
         hub's serving certificate; None: the hub will have none); ``ready``: what is not ready
-        (the readiness gate)."""
+        (the readiness gate); ``follow_config``: False when the hub's ``yurt-hub-cfg`` follower
+        also follows the pool's ConfigMap (``config_targets``: one ConfigMap watch per hub)."""
         self.route = route
         self._leader_ssl = leader_ssl
         p = self.settings.pool
@@ -196,11 +202,11 @@ class Pool:
             tg = await stack.enter_async_context(asyncio.TaskGroup())
             tg.create_task(self.mux.run(), name="pool-multiplexer")
             tg.create_task(self.leaders.run(), name="pool-leader-checks")
-            if self.settings.nodepool_name:
-                tg.create_task(self._follow_config(), name="pool-leader-configmap")
-            else:
+            if not self.settings.nodepool_name:
                 self.sources.configured.set()
                 log.info("no --nodepool-name: pool-scoped resources come from the cloud")
+            elif follow_config:
+                tg.create_task(self._follow_config(), name="pool-leader-configmap")
             if p.node_ip and p.multiplexer_port:
                 stack.push_async_callback(self._stop_serving)
                 if not p.leader_tls:
@@ -210,6 +216,13 @@ class Pool:
             await asyncio.Event().wait()  # until cancelled
 
     # --- the leader-hub ConfigMap -----------------------------------------------------------
+
+    def config_targets(self) -> dict[str, following.Target]:
+        """The pool's ConfigMap (by name) for a follower of the hub's other ConfigMaps (none
+        without ``--nodepool-name``)."""
+        if not self.settings.nodepool_name:
+            return {}
+        return {leaderconfigs.name_for(self.settings.nodepool_name): _ConfigMapTarget(self)}
 
     async def _follow_config(self) -> None:
         namespace = self.settings.cache.config_namespace
@@ -252,12 +265,17 @@ class Pool:
         if not self.settings.pool.leader_tls:
             # Plain HTTP between hubs exists for tests on loopback: never to another address.
             usable = tuple(x for x in usable if ipaddress.ip_address(x.address).is_loopback)
-        self.leaders.update(usable if not self.is_leader else ())
+        self.leaders.update(
+            usable if not self.is_leader else (),
+            keep_while_reachable=leaderconfigs.leaderless(config),
+        )
         resources = (
             config.resources if config.resources is not None else self.settings.pool.resources
         )
-        self.mux.set_resources(resources)
+        self.mux.set_resources(self.shared.union(resources))
         source = leaderconfigs.source(config, node)
+        if self.leaders.lingering:
+            source = leaderconfigs.Source.POOL
         self.sources.set_mode(source)
         if source is not old_source or config.leaders != self.leaders.leaders:
             log.info(

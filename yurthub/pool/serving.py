@@ -11,7 +11,8 @@ given), when the watcher is closed (slow, resource dropped, hub stopping) or whe
 goes. A filtered watch event whose object the filters drop becomes DELETED with the object as
 it was (YurtHub's rule).
 
-Invariant: this coroutine is the only writer to its response; the store only wakes it.
+Invariant: this coroutine is the only writer to its response; the store only wakes it. Any write
+(headers included) may find the client gone: that ends the answer with one debug line.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from yurthub.proxy import seams
 
 log = logging.getLogger(__name__)
 
+_GONE = (ConnectionResetError, RuntimeError)
+"""What a write to a client that has gone raises (aiohttp's ``ClientConnectionResetError`` is a
+``ConnectionResetError``; a response whose connection was lost raises ``RuntimeError``)."""
 BATCH = 256
 """Events written per socket write when a watcher has a backlog."""
 JSON = "application/json"
@@ -54,13 +58,16 @@ async def answer_list(
     """The list; ``on_bytes`` hears of each write."""
     entries = store.items(sel)
     resp = web.StreamResponse(status=200, headers={"Content-Type": JSON})
-    await resp.prepare(request)
-    for chunk in encoding.list_chunks(
-        store.list_kind, store.api_version, store.rv, _filtered(entries, flt)
-    ):
-        await resp.write(chunk)
-        on_bytes(len(chunk))
-    await resp.write_eof()
+    try:
+        await resp.prepare(request)
+        for chunk in encoding.list_chunks(
+            store.list_kind, store.api_version, store.rv, _filtered(entries, flt)
+        ):
+            await resp.write(chunk)
+            on_bytes(len(chunk))
+        await resp.write_eof()
+    except _GONE as e:
+        log.debug("list client of %s went away: %s", store.resource, e)
     return resp
 
 
@@ -102,10 +109,19 @@ class WatchAnswer:
         self._wake = asyncio.Event()
 
     async def run(self, request: web.BaseRequest) -> web.StreamResponse:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
         resp = web.StreamResponse(status=200, headers={"Content-Type": JSON})
         resp.enable_chunked_encoding()
+        try:
+            await self._run(request, resp)
+        except _GONE as e:
+            # Every write may meet a client that has gone (a follower that switched away, a
+            # closing TLS connection the handler was not cancelled for yet): one debug line.
+            log.debug("watch client of %s went away: %s", self.store.resource, e)
+        return await _end(resp)
+
+    async def _run(self, request: web.BaseRequest, resp: web.StreamResponse) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
         await resp.prepare(request)
         store = self.store
         kind, api_version = store.kind, store.api_version
@@ -113,12 +129,12 @@ class WatchAnswer:
             await self._wait_fresh(self.plan.min_rv, rvrules.FRESHNESS_WAIT)
         if self.plan.min_rv > store.rv:
             await self._write(resp, encoding.error(rvrules.too_large(self.plan.min_rv, store.rv)))
-            return await _end(resp)
+            return
         try:
             watcher = store.watch(self.selection, initial=self.plan.initial, since=self.plan.since)
         except watchcache.Expired as e:
             await self._write(resp, encoding.error(e.status))
-            return await _end(resp)
+            return
         watcher.notify = self._wake.set
         try:
             batch: list[bytes] = []
@@ -137,11 +153,8 @@ class WatchAnswer:
                     resp, encoding.bookmark(kind, api_version, watcher.start_rv, initial_end=True)
                 )
             await self._pump(resp, watcher, deadline, kind, api_version)
-        except (ConnectionResetError, RuntimeError) as e:
-            log.debug("watch client went away: %s", e)
         finally:
             store.unwatch(watcher)
-        return await _end(resp)
 
     async def _pump(
         self,
@@ -201,7 +214,7 @@ class WatchAnswer:
 
 
 async def _end(resp: web.StreamResponse) -> web.StreamResponse:
-    with contextlib.suppress(ConnectionResetError, RuntimeError):
+    with contextlib.suppress(*_GONE):
         await resp.write_eof()
     return resp
 

@@ -174,3 +174,30 @@ async def test_a_slow_apiserver_costs_a_probe_per_gap_not_per_request(
         # Each request reported the server slow ~15 times; at most one probe per gap went out.
         assert 1 <= probes <= 1.5 / health.SLOW_PROBE_GAP + 2, probes
         assert hub.health is not None and hub.health.is_healthy(apiserver.url)
+
+
+async def test_a_healed_link_is_trusted_again_within_seconds_not_heartbeats(
+    apiserver: FakeApiserver, make_hub: MakeHub
+) -> None:
+    from yurthub.testing import partition
+
+    host, port = apiserver.url.removeprefix("http://").split(":")
+    async with partition.Partition(host, int(port)) as link:
+        url = f"http://{link.address}"
+        # A heartbeat far longer than the test: only probes of the unhealthy server can see
+        # it come back, and the threshold's probes must not wait an interval each.
+        async with make_hub([url], interval=60, timeout=0.5, healthy_threshold=2) as hub:
+            assert hub.health.is_healthy(url)
+            await link.set_mode(partition.Mode.REFUSE)
+            async with aiohttp.ClientSession() as s, s.get(hub.proxy_url + "/api/v1/pods") as r:
+                assert r.status in (502, 503)
+            async with asyncio.timeout(5):
+                while hub.health.is_healthy(url):
+                    await asyncio.sleep(0.02)
+            puts = apiserver.lease_puts
+            await link.set_mode(partition.Mode.PASS)
+            async with asyncio.timeout(15):
+                while not hub.health.is_healthy(url):
+                    await asyncio.sleep(0.05)
+            # Trusted after real lease round trips: the threshold's two.
+            assert apiserver.lease_puts >= puts + 2

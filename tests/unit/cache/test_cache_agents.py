@@ -43,3 +43,11 @@ def test_parse_agents(text: str, expected: tuple[str, ...]) -> None:
 @pytest.mark.parametrize("component", ["", "kubelet-test", "go-http-client"])
 def test_not_agents(component: str) -> None:
     assert not agents.AgentSet(node_name="n").allows(component)
+
+
+def test_one_label_selector_names_every_configmap_of_the_hub() -> None:
+    assert agents.label_selector(["yurt-hub-cfg"]) == "openyurt.io/configmap-name=yurt-hub-cfg"
+    assert (
+        agents.label_selector(["yurt-hub-cfg", "leader-hub-hz", "yurt-hub-cfg"])
+        == "openyurt.io/configmap-name in (leader-hub-hz,yurt-hub-cfg)"
+    )

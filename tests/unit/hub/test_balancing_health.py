@@ -125,3 +125,22 @@ def test_renewed_lease_strips_delegate_annotation_and_keeps_rv() -> None:
     assert lease["spec"]["holderIdentity"] == "n1"
     assert lease["spec"]["renewTime"] == "2026-01-02T03:04:05.678901Z"
     assert base["metadata"]["annotations"]  # the base is not mutated
+
+
+@pytest.mark.parametrize(
+    ("attempt", "interval", "jitter", "expected"),
+    [
+        (0, 10.0, 0.0, 1.0),
+        (1, 10.0, 0.0, 2.0),
+        (2, 10.0, 0.0, 4.0),
+        (3, 10.0, 0.0, 8.0),
+        (4, 10.0, 0.0, 10.0),  # never beyond the heartbeat
+        (0, 10.0, 0.99, 1.2475),  # at most a quarter longer
+        (0, 0.5, 0.0, 0.5),  # a heartbeat shorter than the first step
+        (10_000, 10.0, 0.5, 10.0),
+    ],
+)
+def test_an_unhealthy_server_is_probed_sooner_than_the_heartbeat(
+    attempt: int, interval: float, jitter: float, expected: float
+) -> None:
+    assert health.recovery_delay(attempt, interval, jitter) == pytest.approx(expected)

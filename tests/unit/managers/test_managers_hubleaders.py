@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import random
 from typing import Any
 
@@ -23,6 +24,7 @@ def node(
     ip: str | None = "auto",
     labels: dict[str, str] | None = None,
     deleting: bool = False,
+    changed: str = "",
 ) -> nodepools.NodeFacts:
     meta: dict[str, Any] = {
         "name": name,
@@ -38,7 +40,13 @@ def node(
         {
             "metadata": meta,
             "status": {
-                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True" if ready else "False",
+                        **({"lastTransitionTime": changed} if changed else {}),
+                    }
+                ],
                 "addresses": addresses,
             },
         }
@@ -235,3 +243,61 @@ def test_cluster_role_aggregates_every_pool() -> None:
     assert hubleaderroles.update(existing, role) is None
     changed = hubleaderroles.update(existing, hubleaderroles.desired([]))
     assert changed is not None and changed["metadata"]["resourceVersion"] == "3"
+
+
+NOW = datetime.datetime(2026, 1, 1, 0, 1, 0, tzinfo=datetime.UTC)
+JUST_NOW = "2026-01-01T00:00:50Z"  # 10 s before NOW: within the grace
+LONG_AGO = "2026-01-01T00:00:00Z"  # 60 s before NOW: past it
+N1 = (Endpoint("n1", "10.0.0.1"),)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "leaders", "expected", "recheck"),
+    [
+        # The whole pool's cloud link dropped: every node NotReady, the leader stays.
+        ([node("n1", ready=False, changed=LONG_AGO), node("n2", ready=False)], N1, ["n1"], None),
+        # ... even with no transition time known.
+        ([node("n1", ready=False), node("n2", ready=False)], N1, ["n1"], None),
+        # A per-leader problem, the others Ready: replaced once past the grace ...
+        ([node("n1", ready=False, changed=LONG_AGO), node("n2")], N1, ["n2"], None),
+        # ... kept within it, decided again when it ends.
+        ([node("n1", ready=False, changed=JUST_NOW), node("n2")], N1, ["n1"], 20.0),
+        # Ready members that may not lead (no InternalIP) are no replacement.
+        ([node("n1", ready=False, changed=LONG_AGO), node("n2", ip=None)], N1, ["n1"], None),
+        # A deleted leader (no longer a member) or one being deleted is gone: replaced, or
+        # none when nobody may lead.
+        ([node("n2", ready=False)], N1, [], None),
+        ([node("n1", deleting=True), node("n2")], N1, ["n2"], None),
+        # A leader that left the pool is gone.
+        ([node("n1", pool_name="other"), node("n2")], N1, ["n2"], None),
+    ],
+)
+def test_a_leader_is_replaced_only_for_a_problem_of_its_own(
+    nodes: list[nodepools.NodeFacts],
+    leaders: tuple[Endpoint, ...],
+    expected: list[str],
+    recheck: float | None,
+) -> None:
+    spec = nodepools.read_pool(pool(enableLeaderElection=True))
+    decided = hubleaderelecting.decide(spec, nodes, leaders, random.Random(1), now=NOW)
+    assert [e.node for e in decided.leaders] == expected
+    assert decided.recheck == recheck
+
+
+def test_a_pool_wide_outage_never_empties_the_leaders() -> None:
+    spec = nodepools.read_pool(pool(enableLeaderElection=True, leaderReplicas=2))
+    leaders = (Endpoint("n1", "10.0.0.1"), Endpoint("n3", "10.0.0.3"))
+    nodes = [node(f"n{i}", ready=False, changed=LONG_AGO) for i in range(1, 5)]
+    decided = hubleaderelecting.decide(spec, nodes, leaders, random.Random(1), now=NOW)
+    assert decided.leaders == leaders
+    # When replicas must be dropped, a NotReady leader goes before a Ready one.
+    nodes = [node("n1", ready=False, changed=LONG_AGO), node("n3")]
+    assert elect(pool(enableLeaderElection=True), nodes, leaders) == ["n3"]
+
+
+def test_a_node_says_when_it_went_not_ready() -> None:
+    facts = node("n1", ready=False, changed=LONG_AGO)
+    assert facts.not_ready_since == datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    assert node("n1", changed=LONG_AGO).not_ready_since is None
+    assert node("n1", ready=False, changed="yesterday").not_ready_since is None
+    assert node("n1", deleting=True).deleting

@@ -121,3 +121,18 @@ def test_is_leader() -> None:
     assert not leaderconfigs.is_leader(config, "edge-3")
     off = leaderconfigs.parse({**GOOD, "enable-leader-election": "false"})
     assert not leaderconfigs.is_leader(off, "edge-1")
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"enable-leader-election": "true", "leaders": ""}, True),
+        ({"enable-leader-election": "true", "leaders": "n1/10.0.0.1"}, False),
+        ({"enable-leader-election": "false", "leaders": ""}, False),
+        ({"enable-leader-election": "true", "interconnectivity": "false"}, False),
+    ],
+)
+def test_leaderless_means_leaders_wanted_but_none_named(
+    data: dict[str, str], expected: bool
+) -> None:
+    assert leaderconfigs.leaderless(leaderconfigs.parse(data)) is expected
