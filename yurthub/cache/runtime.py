@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from yurthub import following, metrics, settings
-from yurthub.cache import agents, failures, keys, metering, store, teeing
+from yurthub.cache import agents, failures, keys, keysealing, metering, store, teeing
 from yurthub.proxy import local
 
 logger = logging.getLogger(__name__)
@@ -156,6 +156,7 @@ class CacheRuntime:
             "errorKeys": len(cache.stats.error_keys),
             "writeError": _write_error(cache.failures, now),
             "reset": cache.reset or None,
+            "sealedBy": cache.sealed_by or None,
             "components": sorted(components.values(), key=lambda c: str(c["component"])),
         }
 
@@ -182,10 +183,22 @@ def _iso(when: float) -> str:
     return datetime.datetime.fromtimestamp(when, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def unsealed_warning(hub_settings: settings.HubSettings) -> str:
+    return keysealing.UNSEALED_WARNING.format(path=hub_settings.cache.disk_cache_path)
+
+
 async def open(hub_settings: settings.HubSettings) -> CacheRuntime:
     """Open the cache directory of ``hub_settings.cache`` (0700, created if missing)."""
     cfg = hub_settings.cache
-    cache = await store.Store.open(cfg.disk_cache_path, max_pending_bytes=cfg.max_pending_bytes)
+    cache = await store.Store.open(
+        cfg.disk_cache_path, max_pending_bytes=cfg.max_pending_bytes, key_source=cfg.key_source
+    )
+    if cache.sealed_by:
+        logger.info(
+            "disk cache %s: sealed, its data key by the %s", cfg.disk_cache_path, cache.sealed_by
+        )
+    else:
+        logger.warning(unsealed_warning(hub_settings))
     logger.info(
         "disk cache %s: %d objects, %d lists",
         cfg.disk_cache_path,

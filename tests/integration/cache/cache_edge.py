@@ -22,7 +22,7 @@ import aiohttp
 import orjson
 
 from yurthub import server, settings
-from yurthub.cache import runtime
+from yurthub.cache import runtime, sealing
 from yurthub.testing import partition, simapiserver
 from yurthub.testing.fixtures import KUBECTL
 
@@ -165,6 +165,7 @@ def edge_settings(
     *,
     agents: tuple[str, ...] = ("kubectl",),
     heartbeat: settings.HeartbeatSettings = FAST_HEARTBEAT,
+    key_source: sealing.Source | None = None,
 ) -> settings.HubSettings:
     return settings.HubSettings(
         node_name=NODE,
@@ -173,7 +174,10 @@ def edge_settings(
         heartbeat=heartbeat,
         proxy=settings.ProxySettings(min_request_timeout=30.0, shutdown_grace=1.0),
         cache=settings.CacheSettings(
-            disk_cache_path=cache_path, cache_agents=agents, bookmark_interval=0.3
+            disk_cache_path=cache_path,
+            cache_agents=agents,
+            bookmark_interval=0.3,
+            key_source=key_source,
         ),
     )
 
@@ -185,6 +189,7 @@ async def edge_node(
     seed: str = "demo",
     agents: tuple[str, ...] = ("kubectl",),
     heartbeat: settings.HeartbeatSettings = FAST_HEARTBEAT,
+    key_source: sealing.Source | None = None,
 ) -> AsyncIterator[Edge]:
     async with simapiserver.SimApiserver(
         workdir=workdir / "sim", seed=seed, insecure_port=0, bookmark_interval=1.0
@@ -193,7 +198,11 @@ async def edge_node(
         port = int(sim.insecure_url.rsplit(":", 1)[1])
         async with partition.Partition("127.0.0.1", port) as link:
             hub_settings = edge_settings(
-                workdir / "cache", link.url, agents=agents, heartbeat=heartbeat
+                workdir / "cache",
+                link.url,
+                agents=agents,
+                heartbeat=heartbeat,
+                key_source=key_source,
             )
             async with aiohttp.ClientSession() as session:
                 edge = Edge(workdir, sim, link, hub_settings, None, None, session)  # type: ignore[arg-type]
