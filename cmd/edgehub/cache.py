@@ -167,10 +167,13 @@ def show_stats(disk_cache_path: pathlib.Path) -> None:
 
 @command.command(name="verify", context_settings=cli.COMMAND_CONTEXT)
 @_PATH
-def verify(disk_cache_path: pathlib.Path) -> None:
-    """Check that every entry decodes and the list records match their objects."""
+@_KEY_SOURCE
+@_KEY_FILE
+def verify(disk_cache_path: pathlib.Path, cache_key_source: str, cache_key_file: str) -> None:
+    """Check that every entry decodes (and, sealed, opens) and the list records match."""
+    sealer = _sealer(disk_cache_path, cache_key_source, cache_key_file)
     with _opened(disk_cache_path) as con:
-        report = verifying.verify(con)
+        report = verifying.verify(con, sealer)
     for problem in report.problems:
         click.echo(f"PROBLEM {problem}")
     click.echo(
@@ -179,6 +182,34 @@ def verify(disk_cache_path: pathlib.Path) -> None:
     )
     if not report.ok:
         raise SystemExit(1)
+
+
+@command.command(name="rotate-key", context_settings=cli.COMMAND_CONTEXT)
+@_PATH
+@_KEY_SOURCE
+@_KEY_FILE
+def rotate_key(disk_cache_path: pathlib.Path, cache_key_source: str, cache_key_file: str) -> None:
+    """Add a new data key to a sealed cache and make it current.
+
+    New writes use it at once after the hub's next start, which re-encrypts every entry of the
+    older keys and then forgets them. Safe beside a running hub (it keeps its keys until then)."""
+    try:
+        source = keysealing.parse_source(cache_key_source, cache_key_file)
+        kek = keysealing.resolve(source, os.environ)
+        if kek is None:
+            raise keysealing.KeySourceError("no --cache-key-source gives a key: nothing to rotate")
+        ring = keysealing.load_ring(disk_cache_path, kek)
+        if ring is None:
+            raise keysealing.KeySourceError(f"{disk_cache_path} holds no sealed cache")
+        rotated = keysealing.rotated(ring, os.urandom)
+        keysealing.save_ring(disk_cache_path, rotated, kek, os.urandom)
+    except (keysealing.KeySourceError, OSError) as e:
+        click.echo(f"edgehub cache: {e}", err=True)
+        raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
+    click.echo(
+        f"data key {rotated.current} is current; the hub re-encrypts the entries of "
+        f"{', '.join(map(str, sorted(set(ring.keys))))} at its next start"
+    )
 
 
 @command.command(name="import-yurthub", context_settings=cli.COMMAND_CONTEXT)
