@@ -195,7 +195,7 @@ def rotate_key(disk_cache_path: pathlib.Path, cache_key_source: str, cache_key_f
     older keys and then forgets them. Safe beside a running hub (it keeps its keys until then)."""
     try:
         source = keysealing.parse_source(cache_key_source, cache_key_file)
-        kek = keysealing.resolve(source, os.environ)
+        kek = keysealing.resolve(source, os.environ, disk_cache_path, create=False)
         if kek is None:
             raise keysealing.KeySourceError("no --cache-key-source gives a key: nothing to rotate")
         ring = keysealing.load_ring(disk_cache_path, kek)

@@ -294,6 +294,18 @@ def body_of(value: bytes) -> bytes:
     return value[_checked(value) :]
 
 
+def body_after_header(value: bytes) -> bytes:
+    """Only the body of an entry whose bytes were already authenticated (a sealed entry whose
+    AES-GCM tag matched: ``sealing``), without the CRC the tag makes redundant. Raises
+    ``CorruptEntry`` for a value that is not an entry."""
+    if value[:4] != MAGIC or len(value) < _HEAD:
+        raise CorruptEntry("not a cache entry (bad magic or truncated)")
+    end = _HEAD + int.from_bytes(value[_COVERED:_HEAD], "big")
+    if end > len(value):
+        raise CorruptEntry("truncated entry header")
+    return value[end:]
+
+
 def is_legacy(value: bytes) -> bool:
     """An ``EHC1`` value (written before entries carried a CRC)."""
     return value[: len(LEGACY_MAGIC)] == LEGACY_MAGIC

@@ -40,7 +40,7 @@ import orjson
 from cryptography import exceptions
 from cryptography.hazmat.primitives.ciphers import aead
 
-from yurthub.cache import sealing
+from yurthub.cache import sealing, tpmsealing
 
 KEY_FILE = "cache.key"
 _WRAP_AAD = b"edgehub cache data key "
@@ -70,14 +70,34 @@ class Kek:
     describe: str
 
 
-def resolve(source: Source, environ: Mapping[str, str]) -> Kek | None:
+def resolve(
+    source: Source,
+    environ: Mapping[str, str],
+    directory: pathlib.Path | None = None,
+    *,
+    create: bool = True,
+    random: Callable[[int], bytes] = os.urandom,
+) -> Kek | None:
     """The KEK of ``source``; None for ``none`` (and ``auto`` with nothing to seal with).
-    Raises ``KeySourceError`` naming the file when the source was named but gives no key."""
+    Raises ``KeySourceError`` naming the file when the source was named but gives no key, and
+    ``Unsealable`` for TPM blobs in ``directory`` that this TPM does not open. A TPM key is
+    made (and its blobs written into ``directory``) when there is none yet and ``create``."""
     if source.kind is Kind.NONE:
         return None
+    tcti = source.tcti if source.kind is Kind.TPM else ""
+    if source.kind is Kind.AUTO:
+        tcti = tpmsealing.present(environ)
+    if source.kind is Kind.TPM or tcti:
+        if directory is None:
+            raise KeySourceError("a TPM-sealed key needs the cache directory")
+        try:
+            key = tpmsealing.kek(directory, tcti, random, create=create)
+        except tpmsealing.TpmUnsealable as e:
+            raise Unsealable(str(e)) from e
+        return Kek(key, f"TPM at {tcti or tpmsealing.DEVICE_TCTI}")
     if source.kind in (Kind.SYSTEMD, Kind.AUTO):
-        directory = environ.get("CREDENTIALS_DIRECTORY", "")
-        credential = pathlib.Path(directory) / source.credential if directory else None
+        creds = environ.get("CREDENTIALS_DIRECTORY", "")
+        credential = pathlib.Path(creds) / source.credential if creds else None
         if credential is not None and (source.kind is Kind.SYSTEMD or credential.is_file()):
             return Kek(_read_kek(credential, check_mode=False), f"systemd credential {credential}")
         if source.kind is Kind.SYSTEMD:
@@ -206,7 +226,7 @@ def read_sealer(
     """The sealer of the cache at ``directory`` for a tool that only reads (nothing is made or
     moved): ``PLAIN`` for a plaintext cache. Raises ``KeySourceError`` (``Unsealable``) when
     the cache is sealed and ``source`` gives no key, or one its data keys do not open with."""
-    kek = resolve(source, environ)
+    kek = resolve(source, environ, directory, create=False)
     if kek is None:
         if has_ring(directory):
             raise Unsealable(f"the cache at {directory} is sealed: give its --cache-key-source")
@@ -216,9 +236,10 @@ def read_sealer(
 
 
 def remove_ring(directory: pathlib.Path, suffix: str) -> None:
-    """Move ``cache.key`` aside with the database (``cache.key<suffix>``)."""
+    """Move ``cache.key`` (and the TPM's blobs) aside with the database (``<name><suffix>``)."""
     with contextlib.suppress(FileNotFoundError):
         (directory / KEY_FILE).rename(directory / f"{KEY_FILE}{suffix}")
+    tpmsealing.remove_blobs(directory, suffix)
 
 
 def _write_atomic(path: pathlib.Path, data: bytes) -> None:

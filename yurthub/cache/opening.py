@@ -153,17 +153,28 @@ def open_checked(
     moved aside and a new one started (``Opened.reset`` says why). Raises ``StoreError`` for
     what a new database would not cure (permissions, a full disk, a database another process
     holds locked, a key source that gives no key)."""
-    kek = None
-    if key_source is not None:
-        try:
-            kek = keysealing.resolve(key_source, os.environ if environ is None else environ)
-        except keysealing.KeySourceError as e:
-            raise StoreError(f"cannot seal the cache at {path}: {e}") from e
     try:
         _secure_dir(path)
     except OSError as e:
         raise StoreError(f"cannot open the cache at {path}: {e}") from e
     reason = ""
+    kek = None
+    if key_source is not None:
+        env = os.environ if environ is None else environ
+        try:
+            try:
+                kek = keysealing.resolve(key_source, env, path, random=random)
+            except keysealing.Unsealable as e:
+                # The TPM's blobs are another TPM's: the cache they seal cannot be read here.
+                aside = _move_aside(path)
+                reason = (
+                    f"the cache's key does not unseal on this node ({e}); moved to"
+                    f" {aside.name} and started empty"
+                )
+                logger.error("disk cache %s: %s", path, reason)
+                kek = keysealing.resolve(key_source, env, path, random=random)
+        except keysealing.KeySourceError as e:
+            raise StoreError(f"cannot seal the cache at {path}: {e}") from e
     try:
         sealer, ring = _sealer(path, key_source, kek, random)
     except keysealing.Unsealable as e:

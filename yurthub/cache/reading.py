@@ -148,9 +148,8 @@ class Readers:
         the last key read, None when the range ended)."""
         out: list[bytes] = []
         corrupt: list[str] = []
-        body_of = entries.body_of
         # Unsealed here, on the reader thread: the loop never decrypts.
-        unseal = self._sealer.unseal
+        body_of = self._sealer.body
         key = None
         count = 0
         for key, mode, value, filename in self._connection().execute(
@@ -160,7 +159,7 @@ class Readers:
             try:
                 if mode != sqlrows.MODE_RAW or filename is not None or value.__class__ is not bytes:
                     raise entries.CorruptEntry("not a raw row written by this hub")
-                body = body_of(unseal(key, value))
+                body = body_of(key, value)
                 out.append(self._json(body) if not as_stored and is_protobuf(body) else body)
             except entries.CorruptEntry:
                 corrupt.append(key)
@@ -187,7 +186,7 @@ class Readers:
 
         def take(key: str, row: list[Any]) -> None:
             try:
-                body = entries.body_of(self._sealer.unseal(key, sqlrows.raw_value(*row)))
+                body = self._sealer.body(key, sqlrows.raw_value(*row))
                 found[key] = self._json(body) if not as_stored and is_protobuf(body) else body
             except entries.CorruptEntry:
                 corrupt.append(key)

@@ -106,23 +106,43 @@ class Sealer:
         """The plaintext entry stored under ``key``. Raises ``SealError`` for a sealed value that
         does not open (or any sealed value for ``PLAIN``), and, when ``strict``, for a plaintext
         value in a sealed cache (nothing but the migration at open may read one)."""
-        if not is_sealed(value):
+        # The hot path of every offline list (one call per object): a handful of C calls.
+        if value[:4] != SEALED_MAGIC:
             if self.keys and strict:
                 raise SealError("a plaintext entry in a sealed cache")
             return value
         if len(value) < _HEAD + _TAG:
             raise SealError("truncated sealed entry")
-        (key_id,) = _ID.unpack_from(value, len(SEALED_MAGIC))
-        cipher = self._ciphers.get(key_id)
+        cipher = self._ciphers.get(int.from_bytes(value[4:_PREFIX], "big"))
         if cipher is None:
-            raise SealError(f"sealed under data key {key_id}, which this hub does not hold")
-        view = memoryview(value)
+            raise SealError(
+                f"sealed under data key {key_id_of(value)}, which this hub does not hold"
+            )
         try:
             return cipher.decrypt(
-                view[_PREFIX:_HEAD], view[_HEAD:], bytes(view[:_PREFIX]) + key.encode()
+                value[_PREFIX:_HEAD], value[_HEAD:], value[:_PREFIX] + key.encode()
             )
         except exceptions.InvalidTag as e:
             raise SealError("sealed entry fails authentication (another key, or changed)") from e
+
+    def body(self, key: str, value: bytes) -> bytes:
+        """The checked body of the object entry stored under ``key`` (``entries.body_of`` of
+        ``unseal``): the hot path of offline lists. A sealed entry's tag authenticated every
+        byte, so its CRC is not computed again. Raises ``CorruptEntry``."""
+        if not self.keys:
+            if value[:4] == SEALED_MAGIC:
+                raise SealError("a sealed entry, and this hub holds no data key")
+            return entries.body_of(value)
+        cipher = self._ciphers.get(int.from_bytes(value[4:_PREFIX], "big"))
+        if cipher is None or value[:4] != SEALED_MAGIC or len(value) < _HEAD + _TAG:
+            return entries.body_after_header(self.unseal(key, value))  # raises, naming why
+        try:
+            plain = cipher.decrypt(
+                value[_PREFIX:_HEAD], value[_HEAD:], value[:_PREFIX] + key.encode()
+            )
+        except exceptions.InvalidTag as e:
+            raise SealError("sealed entry fails authentication (another key, or changed)") from e
+        return entries.body_after_header(plain)
 
     def stale(self, value: bytes) -> bool:
         """True when ``value`` should be rewritten: plaintext in a sealed cache, or sealed with a
@@ -150,6 +170,7 @@ class Kind(enum.StrEnum):
     NONE = "none"
     KEYFILE = "keyfile"
     SYSTEMD = "systemd-creds"
+    TPM = "tpm"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -161,6 +182,8 @@ class Source:
     """``keyfile``: the KEK file (for ``auto``: ``--cache-key-file``, when given)."""
     credential: str = DEFAULT_CREDENTIAL
     """``systemd-creds``: the credential's name."""
+    tcti: str = ""
+    """``tpm``: the TCTI of the TPM (``device:/dev/tpmrm0`` when empty)."""
 
 
 def parse_source(text: str, key_file: str = "") -> Source:
@@ -181,6 +204,9 @@ def parse_source(text: str, key_file: str = "") -> Source:
         if "/" in name or name in (".", ".."):
             raise KeySourceError(f"--cache-key-source: bad credential name {name!r}")
         return Source(Kind.SYSTEMD, credential=name)
+    if text == "tpm" or text.startswith("tpm:"):
+        return Source(Kind.TPM, tcti=text.partition(":")[2])
     raise KeySourceError(
-        f"--cache-key-source {text!r}: want auto, none, keyfile:<path> or systemd-creds:<name>"
+        f"--cache-key-source {text!r}: want auto, none, tpm[:<tcti>], keyfile:<path> or"
+        " systemd-creds:<name>"
     )

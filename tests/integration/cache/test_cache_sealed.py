@@ -16,10 +16,13 @@ import secrets
 import shutil
 from typing import Any
 
+import aiohttp
 import pytest
 
 from tests.integration.cache import cache_edge
+from yurthub import assembly, settings
 from yurthub.cache import keysealing, sealing, store
+from yurthub.testing import simapiserver
 
 NS = "sealed"
 
@@ -255,3 +258,40 @@ async def test_a_systemd_credential_seals_and_rotation_re_encrypts(tmp_path: pat
         assert len(opened) == held
     finally:
         await opened.close()
+
+
+async def test_an_unsealed_cache_is_a_loud_warning_and_an_unsealable_one_a_plain_proxy(
+    sim_apiserver: simapiserver.SimApiserver,
+    tmp_path: pathlib.Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def hub(source: sealing.Source) -> settings.HubSettings:
+        return settings.HubSettings(
+            node_name=cache_edge.NODE,
+            upstream=settings.UpstreamSettings(servers=(sim_apiserver.url,), kubeconfig=kubeconfig),
+            listen=settings.ListenSettings(serve_port=0, proxy_port=0),
+            proxy=settings.ProxySettings(shutdown_grace=1.0),
+            cache=settings.CacheSettings(disk_cache_path=tmp_path / "cache", key_source=source),
+        )
+
+    kubeconfig = sim_apiserver.write_kubeconfig(tmp_path / "id.kubeconfig")
+    async with (
+        assembly.running(hub(sealing.Source(sealing.Kind.NONE))) as node,
+        aiohttp.ClientSession() as http,
+    ):
+        assert node.cache is not None
+        async with http.get(node.hub.server_url + "/v1/status") as resp:
+            status = await resp.json()
+    wanted = f"the disk cache is not sealed: anyone who copies {tmp_path / 'cache'} reads"
+    assert any(wanted in w for w in status["warnings"]), status["warnings"]
+    assert any(wanted in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+    missing = sealing.Source(sealing.Kind.KEYFILE, tmp_path / "absent")
+    async with (
+        assembly.running(hub(missing)) as node,
+        aiohttp.ClientSession(headers={"User-Agent": cache_edge.KUBELET_UA}) as http,
+    ):
+        assert node.cache is None
+        async with http.get(node.hub.proxy_url + "/api/v1/namespaces") as resp:
+            assert resp.status == 200  # still a proxy
+    assert any("cannot seal the cache" in r.getMessage() for r in caplog.records)

@@ -126,3 +126,26 @@ def test_key_sources_parse(text: str, key_file: str, want: sealing.Source) -> No
 def test_bad_key_sources_are_named(text: str) -> None:
     with pytest.raises(sealing.KeySourceError, match="cache-key-source"):
         sealing.parse_source(text)
+
+
+def test_body_opens_and_checks_like_unseal_then_body_of() -> None:
+    sealer = _counter()
+    sealed = sealer.seal(NAME, _value())
+    assert sealer.body(NAME, sealed) == entries.body_of(_value())
+    tampered = sealed[:-1] + bytes([sealed[-1] ^ 1])
+    with pytest.raises(sealing.SealError, match="authentication"):
+        sealer.body(NAME, tampered)
+    with pytest.raises(sealing.SealError):
+        sealer.body("kubelet/secrets.v1.core/default/other", sealed)
+    with pytest.raises(sealing.SealError, match="plaintext"):
+        sealer.body(NAME, _value())
+    assert sealing.PLAIN.body(NAME, _value()) == entries.body_of(_value())
+    with pytest.raises(sealing.SealError):
+        sealing.PLAIN.body(NAME, sealed)
+
+
+def test_tpm_sources_parse() -> None:
+    assert sealing.parse_source("tpm") == sealing.Source(sealing.Kind.TPM)
+    assert sealing.parse_source("tpm:swtpm:host=127.0.0.1,port=2321") == sealing.Source(
+        sealing.Kind.TPM, tcti="swtpm:host=127.0.0.1,port=2321"
+    )
