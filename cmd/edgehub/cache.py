@@ -221,7 +221,11 @@ def rotate_key(disk_cache_path: pathlib.Path, cache_key_source: str, cache_key_f
     type=click.Path(file_okay=False, exists=True, path_type=pathlib.Path),
     help="YurtHub's cache directory (its --disk-cache-path); only read.",
 )
-def import_yurthub(disk_cache_path: pathlib.Path, source: pathlib.Path) -> None:
+@_KEY_SOURCE
+@_KEY_FILE
+def import_yurthub(
+    disk_cache_path: pathlib.Path, source: pathlib.Path, cache_key_source: str, cache_key_file: str
+) -> None:
     """Fill the cache from an OpenYurt node's YurtHub cache (run while the hub is stopped)."""
     tree = yurthubfiles.read(source, skip=frozenset(store.DB_FILES))
     objects = sum(len(members) for members in tree.objects.values())
@@ -229,7 +233,12 @@ def import_yurthub(disk_cache_path: pathlib.Path, source: pathlib.Path) -> None:
         click.echo(f"edgehub cache: no YurtHub objects under {source}", err=True)
         raise SystemExit(1)
     try:
-        asyncio.run(_import(disk_cache_path, tree))
+        key_source = keysealing.parse_source(cache_key_source, cache_key_file)
+    except keysealing.KeySourceError as e:
+        click.echo(f"edgehub cache: {e}", err=True)
+        raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
+    try:
+        asyncio.run(_import(disk_cache_path, tree, key_source))
     except store.StoreError as e:
         click.echo(f"edgehub cache: cannot write {disk_cache_path}: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
@@ -245,8 +254,9 @@ def import_yurthub(disk_cache_path: pathlib.Path, source: pathlib.Path) -> None:
         click.echo(f"  ... and {len(tree.skipped) - 20} more")
 
 
-async def _import(path: pathlib.Path, tree: yurthubfiles.Tree) -> None:
-    cache = await store.Store.open(path)
+async def _import(path: pathlib.Path, tree: yurthubfiles.Tree, key_source: sealing.Source) -> None:
+    # Sealed as the hub will open it: no plaintext is written where a sealed cache goes.
+    cache = await store.Store.open(path, key_source=key_source)
 
     async def put(job: store.Job) -> None:
         # The write queue is bounded: wait for it to drain before giving up on a job.
