@@ -205,3 +205,10 @@ def test_failing_cache_writes_are_counted_and_warned() -> None:
     # An older hub's writeFailures counted keys.
     text = statustext.render({**HUB, "cache": {**HUB["cache"], "writeFailures": 3}}, "u", NOW)
     assert "3 keys whose last write failed" in text and "writes fail" not in text
+
+
+def test_what_seals_the_cache_is_shown() -> None:
+    cache = {**HUB["cache"], "sealedBy": "key file /etc/edgehub/cache.kek"}
+    lines = statustext.render({**HUB, "cache": cache}, "u", NOW).splitlines()
+    assert "  sealed: its data key by the key file /etc/edgehub/cache.kek" in lines
+    assert not any("sealed:" in line for line in statustext.render(HUB, "u", NOW).splitlines())
