@@ -420,10 +420,22 @@ def _repair_lists(
 def _scrub(cache: diskcache.Cache) -> None:
     """After sealing plaintext entries in place: rebuild the database so that no freed page
     keeps their old bytes, and empty the WAL that held them (``secure_delete`` zeroes pages
-    freed from now on; VACUUM copies only live pages, all sealed)."""
-    cache._sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-    cache._sql("VACUUM").fetchall()
-    cache._sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    freed from now on; VACUUM copies only live pages, all sealed). VACUUM needs room for a
+    copy of the database: on a disk too full for it the entries stay sealed and the cache opens,
+    with one warning (``edgehub cache`` cannot redo it: run ``sqlite3 cache.db VACUUM`` with
+    the hub stopped)."""
+    try:
+        cache._sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        cache._sql("VACUUM").fetchall()
+        cache._sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except sqlite3.OperationalError as e:
+        logger.warning(
+            "disk cache %s: every entry is sealed, but the rebuild that drops freed plaintext"
+            " pages failed (%s); they stay until SQLite reuses them",
+            cache.directory,
+            e,
+        )
+        return
     logger.info("disk cache %s: rebuilt without the plaintext pages", cache.directory)
 
 
