@@ -28,8 +28,12 @@ Invariants:
   a kill -9 leaves the previous list or the new one, never half of each.
 - A list record means "this list was seen whole" (``batching``).
 - The directory is 0700 and the SQLite files (database, WAL, shared memory) 0600: Secrets are
-  cached, and nothing in here is for other users. Values are kept inside SQLite (no side files),
-  so there is no other file to protect.
+  cached, and nothing in here is for other users. Values are kept inside SQLite (no side files);
+  the only other files are the sealed data key ``cache.key`` and, sealed to a TPM, its blobs
+  (0600, ``keysealing``, ``tpmsealing``).
+- Sealed (``key_source``): every value on disk is ``sealing``'s AES-GCM of the entry, opened on
+  the reader and writer threads, never on the loop; a plaintext value is read only while the
+  open migrates it (``opening``).
 
 Dangers: submission is bounded in bytes; over the bound a job is refused (the tee then drops
 that response's caching and counts it). Disk errors (full, I/O) fail the whole batch: it is
