@@ -313,7 +313,7 @@ def _load_index(cache: diskcache.Cache, sealer: sealing.Sealer) -> Loaded:
                 if entries.is_legacy(value):
                     value = entries.upgrade(value)
                     rewrite = True
-                _index(loaded, key, value)
+                _index(loaded, key, value, authenticated=sealing.is_sealed(stored))
                 if rewrite:
                     upgrades.append((key, sealer.seal(key, value)))
                     pending += len(value)
@@ -357,7 +357,7 @@ def _load_index(cache: diskcache.Cache, sealer: sealing.Sealer) -> Loaded:
     return loaded
 
 
-def _index(loaded: Loaded, key: str, value: bytes) -> None:
+def _index(loaded: Loaded, key: str, value: bytes, *, authenticated: bool = False) -> None:
     if keys.is_nonresource_key(key):
         entries.decode_document(value)
         loaded.documents.append(key)
@@ -365,7 +365,9 @@ def _index(loaded: Loaded, key: str, value: bytes) -> None:
         loaded.lists.append((keys.parse_list_key(key), entries.decode_list(value)))
     else:
         object_key = keys.parse_object_key(key)
-        loaded.objects.append((object_key, entries.decode_header(value)))
+        loaded.objects.append(
+            (object_key, entries.decode_header(value, authenticated=authenticated))
+        )
 
 
 def _rewrite(cache: diskcache.Cache, values: list[tuple[str, bytes]]) -> None:

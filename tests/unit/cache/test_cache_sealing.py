@@ -149,3 +149,10 @@ def test_tpm_sources_parse() -> None:
     assert sealing.parse_source("tpm:swtpm:host=127.0.0.1,port=2321") == sealing.Source(
         sealing.Kind.TPM, tcti="swtpm:host=127.0.0.1,port=2321"
     )
+
+
+def test_an_authenticated_header_decodes_without_its_crc() -> None:
+    value = _value()
+    assert entries.decode_header(value, authenticated=True) == entries.decode_header(value)
+    with pytest.raises(entries.CorruptEntry):
+        entries.decode_header(b"EHS1" + value[4:], authenticated=True)
