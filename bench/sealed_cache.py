@@ -162,13 +162,16 @@ async def bench(seed: str, runs: int) -> None:
                 assert resp.status == 200
             for _, proxy in hubs.values():
                 await cachebench.first_answer(session, proxy + ONE)
-            for _ in range(runs):
-                for name, (_, proxy) in hubs.items():
+            for run in range(runs):
+                for name in _order(parties, run):
+                    proxy = hubs[name][1]
                     elapsed, got = await cachebench.timed_list(session, proxy + "/api/v1/pods", {})
                     assert got == count, (name, got, count)
                     offline[name].append(elapsed)
-            for _ in range(runs):
-                for name in parties:
+            for run in range(runs):
+                # Alternate who goes first: the other hub's start-up tail must not weigh on
+                # one side only.
+                for name in _order(parties, run):
                     proc, _ = hubs[name]
                     await cachebench.stop(proc)
                     procs.remove(proc)
@@ -178,9 +181,9 @@ async def bench(seed: str, runs: int) -> None:
                     await cachebench.first_answer(session, hubs[name][1] + ONE)
                     restart[name].append(time.perf_counter() - started)
         ingest_times: dict[str, list[float]] = {name: [] for name in parties}
-        for _ in range(runs):
-            for name, key in parties.items():
-                ingest_times[name] += await ingest(body, key, 1)
+        for run in range(runs):
+            for name in _order(parties, run):
+                ingest_times[name] += await ingest(body, parties[name], 1)
     finally:
         for proc in reversed(procs):
             await cachebench.stop(proc)
@@ -204,6 +207,11 @@ async def bench(seed: str, runs: int) -> None:
     }
     for what, ratio in ratios.items():
         print(f"  sealed/plaintext {what:<32} {ratio:5.2f}x  (target <= 1.2x)")
+
+
+def _order(parties: dict[str, str], run: int) -> list[str]:
+    names = list(parties)
+    return names if run % 2 == 0 else names[::-1]
 
 
 async def _cached(cache: pathlib.Path) -> int:
