@@ -10,15 +10,18 @@ key (KEK) that is *not* in the cache directory:
   group- or world-readable, or not 32 bytes; ``head -c 32 /dev/urandom``);
 - ``systemd-creds:<name>``: ``$CREDENTIALS_DIRECTORY/<name>`` (systemd's ``LoadCredential=`` or
   ``LoadCredentialEncrypted=``), 32 bytes;
+- ``tpm[:<tcti>]``: a random KEK sealed to the node's TPM 2.0 (``tpmsealing``);
 - ``none``: no sealing, plaintext entries as before, and a loud warning (``UNSEALED_WARNING``);
-- ``auto`` (the default): the systemd credential ``edgehub-cache-key`` when systemd passed one,
-  else ``--cache-key-file`` when given, else ``none``.
+- ``auto`` (the default): the TPM when there is one (``/dev/tpmrm0`` or ``$TPM2TOOLS_TCTI``,
+  with ``tpm2-tools`` installed) and it works, or it already seals this cache's key; else the
+  systemd credential ``edgehub-cache-key`` when systemd passed one, else ``--cache-key-file``
+  when given, else ``none``.
 
 ``cache.key`` is JSON: ``{"version": 1, "current": <id>, "keys": {"<id>": "<base64 nonce |
 sealed key>"}}``; each data key is sealed with its id as associated data. A cache directory
 copied to another machine holds ``cache.key`` but not the KEK: nothing in it opens there.
 
-Rotation (``rotate``) adds a data key and makes it current; the hub rewrites the entries of the
+Rotation (``rotated``) adds a data key and makes it current; the hub rewrites the entries of the
 older keys at its next open (``opening``) and then drops them from ``cache.key``.
 
 Invariants: the data key never leaves memory unsealed; no KEK or data key is ever logged;
@@ -31,6 +34,7 @@ import base64
 import binascii
 import contextlib
 import dataclasses
+import logging
 import os
 import pathlib
 import stat
@@ -41,6 +45,8 @@ from cryptography import exceptions
 from cryptography.hazmat.primitives.ciphers import aead
 
 from yurthub.cache import sealing, tpmsealing
+
+logger = logging.getLogger(__name__)
 
 KEY_FILE = "cache.key"
 _WRAP_AAD = b"edgehub cache data key "
@@ -94,7 +100,14 @@ def resolve(
             key = tpmsealing.kek(directory, tcti, random, create=create)
         except tpmsealing.TpmUnsealable as e:
             raise Unsealable(str(e)) from e
-        return Kek(key, f"TPM at {tcti or tpmsealing.DEVICE_TCTI}")
+        except tpmsealing.TpmError as e:
+            # ``auto`` tries the TPM only while nothing is sealed to it yet: a TPM that seals
+            # this cache's key and fails is an error, never a silent switch to another key.
+            if source.kind is Kind.TPM or tpmsealing.has_blobs(directory):
+                raise
+            logger.warning("cache key source auto: the TPM at %s is not usable (%s)", tcti, e)
+        else:
+            return Kek(key, f"TPM at {tcti or tpmsealing.DEVICE_TCTI}")
     if source.kind in (Kind.SYSTEMD, Kind.AUTO):
         creds = environ.get("CREDENTIALS_DIRECTORY", "")
         credential = pathlib.Path(creds) / source.credential if creds else None

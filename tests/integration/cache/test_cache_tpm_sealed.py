@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 
 import orjson
+import pytest
 
 from yurthub.cache import keys, sealing, store, tpmsealing
 
@@ -62,8 +63,10 @@ def swtpm(state: pathlib.Path) -> Iterator[str]:
             proc.stderr.close()
 
 
-async def _fill(path: pathlib.Path, source: sealing.Source) -> store.Store:
-    s = await store.Store.open(path, key_source=source)
+async def _fill(
+    path: pathlib.Path, source: sealing.Source, environ: dict[str, str] | None = None
+) -> store.Store:
+    s = await store.Store.open(path, key_source=source, environ=environ)
     items = [{"metadata": {"name": f"p{i}", "namespace": "default", "resourceVersion": "1"}}
              for i in range(3)]  # fmt: skip
     body = orjson.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
@@ -111,3 +114,26 @@ async def test_another_tpm_opens_nothing_and_starts_a_fresh_sealed_cache(
             assert len(again) == 3 and again.reset == ""
         finally:
             await again.close()
+
+
+async def test_auto_passes_over_a_tpm_that_does_not_answer_until_one_seals_the_key(
+    tmp_path: pathlib.Path,
+) -> None:
+    key_file = tmp_path / "kek"
+    key_file.write_bytes(bytes(range(32)))
+    key_file.chmod(0o600)
+    auto = sealing.Source(sealing.Kind.AUTO, key_file)
+    dead = {"TPM2TOOLS_TCTI": f"swtpm:host=127.0.0.1,port={_free_ports()}"}
+    s = await store.Store.open(tmp_path / "cache", key_source=auto, environ=dead)
+    try:
+        assert s.sealed_by == f"key file {key_file}"
+    finally:
+        await s.close()
+    # A cache whose key a TPM sealed never falls over to another source when the TPM fails.
+    with swtpm(tmp_path / "tpm") as tcti:
+        tpm_cache = tmp_path / "tpm-cache"
+        await (
+            await _fill(tpm_cache, sealing.Source(sealing.Kind.AUTO), {"TPM2TOOLS_TCTI": tcti})
+        ).close()
+    with pytest.raises(store.StoreError, match="cannot seal the cache"):
+        await store.Store.open(tpm_cache, key_source=auto, environ=dead)
