@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench proto readme clean cluster-bins yurthub-bin akri-peer
+.PHONY: demo test lint bench proto readme clean cluster-bins yurthub-bin akri-peer tpm-tools
 
 # The real Kubernetes parts of the test bed (etcd, kube-apiserver, controller-manager,
 # scheduler, kubemark, kubectl), built from tests/cluster/go.mod into
@@ -49,7 +49,15 @@ akri-peer:
 yurthub-bin:
 	$(PYTHON) bench/yurthub/build.py
 
-test: lint cluster-bins yurthub-bin akri-peer
+# swtpm and tpm2-tools (Debian's packages) for the TPM-sealed cache tests: installed once per
+# machine when missing (CI runs as root on a fresh machine); a no-op where they are present.
+tpm-tools:
+	@command -v swtpm >/dev/null && command -v tpm2_unseal >/dev/null || { \
+	  command -v apt-get >/dev/null || { echo "need swtpm and tpm2-tools" >&2; exit 1; }; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	    swtpm swtpm-tools tpm2-tools; }
+
+test: lint cluster-bins yurthub-bin akri-peer tpm-tools
 	EDGEHUB_AKRI_PEER=$(AKRI_PEER) EDGEHUB_K8S_BIN=$(K8S_BIN) EDGEHUB_KUBECTL=$(K8S_BIN)/kubectl $(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP) cluster-bins yurthub-bin

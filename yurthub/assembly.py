@@ -170,6 +170,8 @@ async def running(
             cache.local.filters = filters
             if cache.store.reset:
                 hub.readiness.warn("disk-cache", cache.store.reset)
+            if not cache.store.sealer.sealing:
+                hub.readiness.warn("disk-cache-sealing", runtime.unsealed_warning(hub_settings))
             # Writes that fail (a full disk): still ready, the warning says what is not stored.
             hub.readiness.add_warning("disk-cache", cache.write_warning)
             hub.status_sections["cache"] = cache.status

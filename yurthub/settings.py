@@ -15,6 +15,7 @@ import ipaddress
 import pathlib
 import urllib.parse
 
+from yurthub.cache import sealing
 from yurthub.certs import modes
 from yurthub.filters import registry
 from yurthub.pool import gvrs
@@ -221,6 +222,9 @@ class CacheSettings:
 
     disk_cache_path: pathlib.Path = pathlib.Path("/etc/kubernetes/cache")
     """``--disk-cache-path``: one cache directory per hub."""
+    key_source: sealing.Source | None = None
+    """``--cache-key-source``/``--cache-key-file``. None: plaintext, no key looked for (tools
+    and tests; the CLI's default is ``auto``)."""
     cache_agents: tuple[str, ...] = ()
     """``--cache-agents``: components cached beyond the defaults; ``*`` caches every component."""
     max_body_bytes: int = 128 << 20

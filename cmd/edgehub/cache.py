@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import pathlib
 import sqlite3
 import sys
@@ -20,7 +21,7 @@ import click
 import orjson
 
 from edgehub import cli
-from yurthub.cache import entries, keys, store, verifying, yurthubfiles
+from yurthub.cache import entries, keys, keysealing, sealing, store, verifying, yurthubfiles
 from yurthub.kubeproto import converting
 
 _PATH = click.option(
@@ -29,6 +30,26 @@ _PATH = click.option(
     type=click.Path(file_okay=False, path_type=pathlib.Path),
     help="The hub's cache directory.",
 )
+
+
+_KEY_SOURCE = click.option(
+    "--cache-key-source",
+    default="auto",
+    help="What seals the cache's data key (as the hub's flag): needed to read a sealed cache.",
+)
+_KEY_FILE = click.option(
+    "--cache-key-file", default="", help="The key file that seals the cache's data key."
+)
+
+
+def _sealer(path: pathlib.Path, key_source: str, key_file: str) -> sealing.Sealer:
+    """What opens the cache's entries; one line on stderr and exit 3 when nothing can."""
+    try:
+        source = keysealing.parse_source(key_source, key_file)
+        return keysealing.read_sealer(path, source, os.environ)
+    except keysealing.KeySourceError as e:
+        click.echo(f"edgehub cache: {e}", err=True)
+        raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
 
 
 @contextlib.contextmanager
@@ -56,21 +77,26 @@ def command() -> None:
 
 @command.command(name="ls", context_settings=cli.COMMAND_CONTEXT)
 @_PATH
+@_KEY_SOURCE
+@_KEY_FILE
 @click.argument("prefix", default="")
-def list_keys(disk_cache_path: pathlib.Path, prefix: str) -> None:
+def list_keys(
+    disk_cache_path: pathlib.Path, prefix: str, cache_key_source: str, cache_key_file: str
+) -> None:
     """List keys (optionally only those starting with PREFIX), with kind, size and version."""
+    sealer = _sealer(disk_cache_path, cache_key_source, cache_key_file)
     with _opened(disk_cache_path) as con:
         for row in verifying.rows(con, prefix):
             detail = ""
             if row.value is not None and row.kind == "object":
                 try:
-                    entry = entries.decode_header(row.value)
+                    entry = entries.decode_header(sealer.unseal(row.key, row.value))
                     detail = f"rv={entry.resource_version} owners={len(entry.owners)}"
                 except entries.CorruptEntry:
                     detail = "CORRUPT"
             elif row.value is not None and row.kind == "list":
                 try:
-                    record = entries.decode_list(row.value)
+                    record = entries.decode_list(sealer.unseal(row.key, row.value))
                     detail = f"rv={record.resource_version} members={record.members}"
                 except entries.CorruptEntry:
                     detail = "CORRUPT"
@@ -80,22 +106,28 @@ def list_keys(disk_cache_path: pathlib.Path, prefix: str) -> None:
 
 @command.command(name="get", context_settings=cli.COMMAND_CONTEXT)
 @_PATH
+@_KEY_SOURCE
+@_KEY_FILE
 @click.argument("key")
-def get_key(disk_cache_path: pathlib.Path, key: str) -> None:
+def get_key(
+    disk_cache_path: pathlib.Path, key: str, cache_key_source: str, cache_key_file: str
+) -> None:
     """Print the stored JSON of KEY (an object's body, a list record, a document).
 
     An object stored as protobuf (as kubelet and kube-proxy receive it) is shown as JSON."""
+    sealer = _sealer(disk_cache_path, cache_key_source, cache_key_file)
     with _opened(disk_cache_path) as con:
         row = verifying.read(con, key)
     if row is None or row.value is None:
         click.echo(f"edgehub cache: no entry {key!r}", err=True)
         raise SystemExit(1)
     try:
+        value = sealer.unseal(key, row.value)
         if row.kind == "object":
-            _, body = entries.decode_object(row.value)
+            _, body = entries.decode_object(value)
             sys.stdout.buffer.write(verifying.as_json(body) + b"\n")
         elif row.kind == "list":
-            record = entries.decode_list(row.value)
+            record = entries.decode_list(value)
             list_key = keys.parse_list_key(key)
             shown = {
                 "resourceVersion": record.resource_version,
@@ -107,7 +139,7 @@ def get_key(disk_cache_path: pathlib.Path, key: str) -> None:
             }
             sys.stdout.buffer.write(orjson.dumps(shown, option=orjson.OPT_INDENT_2) + b"\n")
         else:
-            _, body = entries.decode_document(row.value)
+            _, body = entries.decode_document(value)
             sys.stdout.buffer.write(body + b"\n")
     except (entries.CorruptEntry, keys.BadKey, converting.Undecodable) as e:
         click.echo(f"edgehub cache: {key!r} is corrupt: {e}", err=True)
@@ -135,10 +167,13 @@ def show_stats(disk_cache_path: pathlib.Path) -> None:
 
 @command.command(name="verify", context_settings=cli.COMMAND_CONTEXT)
 @_PATH
-def verify(disk_cache_path: pathlib.Path) -> None:
-    """Check that every entry decodes and the list records match their objects."""
+@_KEY_SOURCE
+@_KEY_FILE
+def verify(disk_cache_path: pathlib.Path, cache_key_source: str, cache_key_file: str) -> None:
+    """Check that every entry decodes (and, sealed, opens) and the list records match."""
+    sealer = _sealer(disk_cache_path, cache_key_source, cache_key_file)
     with _opened(disk_cache_path) as con:
-        report = verifying.verify(con)
+        report = verifying.verify(con, sealer)
     for problem in report.problems:
         click.echo(f"PROBLEM {problem}")
     click.echo(
@@ -147,6 +182,34 @@ def verify(disk_cache_path: pathlib.Path) -> None:
     )
     if not report.ok:
         raise SystemExit(1)
+
+
+@command.command(name="rotate-key", context_settings=cli.COMMAND_CONTEXT)
+@_PATH
+@_KEY_SOURCE
+@_KEY_FILE
+def rotate_key(disk_cache_path: pathlib.Path, cache_key_source: str, cache_key_file: str) -> None:
+    """Add a new data key to a sealed cache and make it current.
+
+    New writes use it at once after the hub's next start, which re-encrypts every entry of the
+    older keys and then forgets them. Safe beside a running hub (it keeps its keys until then)."""
+    try:
+        source = keysealing.parse_source(cache_key_source, cache_key_file)
+        kek = keysealing.resolve(source, os.environ, disk_cache_path, create=False)
+        if kek is None:
+            raise keysealing.KeySourceError("no --cache-key-source gives a key: nothing to rotate")
+        ring = keysealing.load_ring(disk_cache_path, kek)
+        if ring is None:
+            raise keysealing.KeySourceError(f"{disk_cache_path} holds no sealed cache")
+        rotated = keysealing.rotated(ring, os.urandom)
+        keysealing.save_ring(disk_cache_path, rotated, kek, os.urandom)
+    except (keysealing.KeySourceError, OSError) as e:
+        click.echo(f"edgehub cache: {e}", err=True)
+        raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
+    click.echo(
+        f"data key {rotated.current} is current; the hub re-encrypts the entries of "
+        f"{', '.join(map(str, sorted(set(ring.keys))))} at its next start"
+    )
 
 
 @command.command(name="import-yurthub", context_settings=cli.COMMAND_CONTEXT)
@@ -158,7 +221,11 @@ def verify(disk_cache_path: pathlib.Path) -> None:
     type=click.Path(file_okay=False, exists=True, path_type=pathlib.Path),
     help="YurtHub's cache directory (its --disk-cache-path); only read.",
 )
-def import_yurthub(disk_cache_path: pathlib.Path, source: pathlib.Path) -> None:
+@_KEY_SOURCE
+@_KEY_FILE
+def import_yurthub(
+    disk_cache_path: pathlib.Path, source: pathlib.Path, cache_key_source: str, cache_key_file: str
+) -> None:
     """Fill the cache from an OpenYurt node's YurtHub cache (run while the hub is stopped)."""
     tree = yurthubfiles.read(source, skip=frozenset(store.DB_FILES))
     objects = sum(len(members) for members in tree.objects.values())
@@ -166,7 +233,12 @@ def import_yurthub(disk_cache_path: pathlib.Path, source: pathlib.Path) -> None:
         click.echo(f"edgehub cache: no YurtHub objects under {source}", err=True)
         raise SystemExit(1)
     try:
-        asyncio.run(_import(disk_cache_path, tree))
+        key_source = keysealing.parse_source(cache_key_source, cache_key_file)
+    except keysealing.KeySourceError as e:
+        click.echo(f"edgehub cache: {e}", err=True)
+        raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
+    try:
+        asyncio.run(_import(disk_cache_path, tree, key_source))
     except store.StoreError as e:
         click.echo(f"edgehub cache: cannot write {disk_cache_path}: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
@@ -182,8 +254,9 @@ def import_yurthub(disk_cache_path: pathlib.Path, source: pathlib.Path) -> None:
         click.echo(f"  ... and {len(tree.skipped) - 20} more")
 
 
-async def _import(path: pathlib.Path, tree: yurthubfiles.Tree) -> None:
-    cache = await store.Store.open(path)
+async def _import(path: pathlib.Path, tree: yurthubfiles.Tree, key_source: sealing.Source) -> None:
+    # Sealed as the hub will open it: no plaintext is written where a sealed cache goes.
+    cache = await store.Store.open(path, key_source=key_source)
 
     async def put(job: store.Job) -> None:
         # The write queue is bounded: wait for it to drain before giving up on a job.

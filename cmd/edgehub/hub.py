@@ -23,6 +23,7 @@ import click
 
 from edgehub import cli, pflags
 from yurthub import assembly, dummyif, kubeconfigs, lifecycle, requestinfo, server, settings
+from yurthub.cache import keysealing
 from yurthub.certs import jws, layout, modes
 from yurthub.filters import registry
 from yurthub.pool import gvrs
@@ -75,6 +76,15 @@ class PflagCommand(click.Command):
                 ", ".join(f"--{n}" for n in dropped),
             )
         return super().parse_args(ctx, args)
+
+
+def _key_source(opts: dict[str, Any]) -> keysealing.Source:
+    try:
+        return keysealing.parse_source(
+            str(opts.get("cache_key_source") or "auto"), str(opts.get("cache_key_file") or "")
+        )
+    except keysealing.KeySourceError as e:
+        raise click.BadParameter(str(e), param_hint="--cache-key-source") from e
 
 
 def _namespace(value: str) -> str:
@@ -233,6 +243,19 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     default=5.0,
     type=click.FloatRange(min=0),
     help="Events recorded offline posted per second after the cloud is back (0: unpaced).",
+)
+@click.option(
+    "--cache-key-source",
+    default="auto",
+    help="What seals the disk cache's data key: auto (the TPM at /dev/tpmrm0 or "
+    "$TPM2TOOLS_TCTI, else a systemd credential edgehub-cache-key, else --cache-key-file, "
+    "else none), tpm[:<tcti>], keyfile:<path>, systemd-creds:<name> or none (plaintext, "
+    "with a warning).",
+)
+@click.option(
+    "--cache-key-file",
+    default="",
+    help="A 32-byte key file (mode 0600, on another medium) that seals the cache's data key.",
 )
 @click.option(
     "--kubeconfig",
@@ -652,6 +675,7 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
         ),
         cache=settings.CacheSettings(
             disk_cache_path=pathlib.Path(s("disk_cache_path")),
+            key_source=_key_source(opts),
             config_namespace=_namespace(s("namespace")),
             cache_agents=settings.parse_cache_agents(s("cache_agents"))
             # The embedded agent must keep working offline: its answers are cached.

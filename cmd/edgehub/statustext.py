@@ -115,6 +115,8 @@ def hub_lines(hub: Mapping[str, Any], url: str, now: float) -> list[str]:
             f"{cache.get('objects', '-')} objects, {cache.get('lists', '-')} lists, "
             f"{cache.get('documents', '-')} documents, {_write_failures(cache)}"
         )
+        if cache.get("sealedBy"):
+            lines.append(f"  sealed: its data key by the {cache['sealedBy']}")
         if cache.get("reset"):
             lines.append(f"  warning: started anew: {cache['reset']}")
         error = cache.get("writeError")

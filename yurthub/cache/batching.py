@@ -38,6 +38,7 @@ from yurthub.cache import (
     index,
     jobs,
     keys,
+    sealing,
     sqlrows,
     transcoding,
 )
@@ -679,7 +680,7 @@ class Batch:
 
     # writing (inside the transaction)
 
-    def write(self, cache: diskcache.Cache) -> None:
+    def write(self, cache: diskcache.Cache, sealer: sealing.Sealer) -> None:
         # A list replacement can remove objects other lists own: their records' counts change.
         for owner, count in self.counts.items():
             list_key = keys.parse_list_key(owner)
@@ -701,14 +702,15 @@ class Batch:
                     value = sqlrows.raw_get(cache, name)
                     if value is None:
                         raise sqlite3.DatabaseError(f"entry {name!r} vanished under the writer")
-                    body = entries.body_of(value)
+                    body = entries.body_of(sealer.unseal(name, value))
                 except entries.CorruptEntry as e:
                     raise CorruptStored(name) from e
-            cache.set(name, entries.encode_object(entry, body))
+            cache.set(name, sealer.seal(name, entries.encode_object(entry, body)))
         for list_key, record in self.outcome.lists.items():
             record = dataclasses.replace(record, members=self.member_count(list_key))
             self.outcome.lists[list_key] = record
-            cache.set(str(list_key), entries.encode_list(record))
+            name = str(list_key)
+            cache.set(name, sealer.seal(name, entries.encode_list(record)))
         for doc_key, value in self.documents.items():
-            cache.set(doc_key, value)
+            cache.set(doc_key, sealer.seal(doc_key, value))
             self.outcome.documents.add(doc_key)

@@ -282,8 +282,13 @@ def decode_object(value: bytes) -> tuple[Entry, bytes]:
     return _entry(header, len(value) - end), value[end:]
 
 
-def decode_header(value: bytes) -> Entry:
-    """Only the index entry, without copying the body (startup index load)."""
+def decode_header(value: bytes, *, authenticated: bool = False) -> Entry:
+    """Only the index entry, without copying the body (startup index load). ``authenticated``:
+    the bytes were already authenticated (a sealed entry's tag matched), so the CRC is not
+    computed again."""
+    if authenticated:
+        end = _end_unchecked(value)
+        return _entry(_decode_header(value[_HEAD:end]), len(value) - end)
     header, end = _header(value)
     return _entry(header, len(value) - end)
 
@@ -292,6 +297,22 @@ def body_of(value: bytes) -> bytes:
     """Only the body of an entry, checked but without decoding the header (the hot path of
     offline lists). Raises ``CorruptEntry``."""
     return value[_checked(value) :]
+
+
+def body_after_header(value: bytes) -> bytes:
+    """Only the body of an entry whose bytes were already authenticated (a sealed entry whose
+    AES-GCM tag matched: ``sealing``), without the CRC the tag makes redundant. Raises
+    ``CorruptEntry`` for a value that is not an entry."""
+    return value[_end_unchecked(value) :]
+
+
+def _end_unchecked(value: bytes) -> int:
+    if value[:4] != MAGIC or len(value) < _HEAD:
+        raise CorruptEntry("not a cache entry (bad magic or truncated)")
+    end = _HEAD + int.from_bytes(value[_COVERED:_HEAD], "big")
+    if end > len(value):
+        raise CorruptEntry("truncated entry header")
+    return end
 
 
 def is_legacy(value: bytes) -> bool:

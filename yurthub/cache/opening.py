@@ -25,12 +25,12 @@ import pathlib
 import sqlite3
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import diskcache
 
-from yurthub.cache import entries, keys, sqlrows
+from yurthub.cache import entries, keys, keysealing, sealing, sqlrows
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,8 @@ _DISKCACHE_SETTINGS: dict[str, Any] = {
     # list of 10,000 pods, this ~3 MB, as fast).
     "sqlite_mmap_size": 0,
     "sqlite_cache_size": 256,
+    # Freed pages are zeroed, not left holding what a deleted or replaced entry held.
+    "sqlite_secure_delete": 1,
 }
 
 
@@ -96,6 +98,12 @@ class Loaded:
     """Rows dropped at open (their keys, or ``repr`` of a key that is not text)."""
     upgraded: int = 0
     """Entries of an older hub re-encoded with a checksum."""
+    migrated: int = 0
+    """Plaintext entries sealed in place."""
+    resealed: int = 0
+    """Entries re-encrypted under the current data key (a rotation)."""
+    unsealable: int = 0
+    """Sealed entries that did not open (dropped; counted in ``corrupt`` too)."""
 
 
 class _Damaged(sqlite3.DatabaseError):
@@ -123,26 +131,117 @@ def _is_damage(error: BaseException | None) -> bool:
     )
 
 
-def open_checked(path: pathlib.Path) -> tuple[diskcache.Cache, Loaded, str]:
-    """Open and load the cache at ``path``; a damaged database is moved aside and a new one
-    started (third value: why, "" when not). Raises ``StoreError`` for what a new database would
-    not cure (permissions, a full disk, a database another process holds locked)."""
+@dataclasses.dataclass
+class Opened:
+    cache: diskcache.Cache
+    loaded: Loaded
+    reset: str
+    """Why the database was moved aside and started empty; "" when it was not."""
+    sealer: sealing.Sealer
+    sealed_by: str
+    """What seals the data key (``keysealing.Kek.describe``); "" when nothing does."""
+
+
+def open_checked(
+    path: pathlib.Path,
+    key_source: keysealing.Source | None = None,
+    environ: Mapping[str, str] | None = None,
+    random: Callable[[int], bytes] = os.urandom,
+) -> Opened:
+    """Open and load the cache at ``path``, sealed as ``key_source`` says (None: plaintext, no
+    key looked for); a damaged database, or a sealed one whose data key does not open here, is
+    moved aside and a new one started (``Opened.reset`` says why). Raises ``StoreError`` for
+    what a new database would not cure (permissions, a full disk, a database another process
+    holds locked, a key source that gives no key)."""
     try:
-        return (*_open_and_load(path), "")
+        _secure_dir(path)
+    except OSError as e:
+        raise StoreError(f"cannot open the cache at {path}: {e}") from e
+    reason = ""
+    kek = None
+    if key_source is not None:
+        env = os.environ if environ is None else environ
+        try:
+            try:
+                kek = keysealing.resolve(key_source, env, path, random=random)
+            except keysealing.Unsealable as e:
+                # The TPM's blobs are another TPM's: the cache they seal cannot be read here.
+                aside = _move_aside(path)
+                reason = (
+                    f"the cache's key does not unseal on this node ({e}); moved to"
+                    f" {aside.name} and started empty"
+                )
+                logger.error("disk cache %s: %s", path, reason)
+                kek = keysealing.resolve(key_source, env, path, random=random)
+        except keysealing.KeySourceError as e:
+            raise StoreError(f"cannot seal the cache at {path}: {e}") from e
+    try:
+        sealer, ring = _sealer(path, key_source, kek, random)
+    except keysealing.Unsealable as e:
+        aside = _move_aside(path)
+        reason = (
+            f"the cache was sealed under a data key that does not open here ({e}); moved to"
+            f" {aside.name} and started empty"
+        )
+        logger.error("disk cache %s: %s", path, reason)
+        sealer, ring = _sealer(path, key_source, kek, random)
+    described = kek.describe if kek is not None else ""
+    try:
+        cache, loaded = _open_and_load(path, sealer)
     except StoreError as e:
         damage = e.__cause__
         if not _is_damage(damage):
             raise
-    aside = _move_aside(path)
-    reason = f"the database was damaged ({damage}); moved to {aside.name} and started empty"
-    logger.error("disk cache %s: %s", path, reason)
-    return (*_open_and_load(path), reason)
+        aside = _move_aside(path)
+        reason = f"the database was damaged ({damage}); moved to {aside.name} and started empty"
+        logger.error("disk cache %s: %s", path, reason)
+        sealer, ring = _sealer(path, key_source, kek, random)
+        cache, loaded = _open_and_load(path, sealer)
+    if ring is not None and kek is not None and len(ring.keys) > 1 and not loaded.unsealable:
+        # Every entry was rewritten under the current key at load: the older ones go.
+        keysealing.save_ring(path, keysealing.pruned(ring), kek, random)
+        logger.info("disk cache %s: older data keys retired after re-encryption", path)
+    return Opened(cache, loaded, reason, sealer, described)
 
 
-def _open_and_load(path: pathlib.Path) -> tuple[diskcache.Cache, Loaded]:
+def _sealer(
+    path: pathlib.Path,
+    key_source: keysealing.Source | None,
+    kek: keysealing.Kek | None,
+    random: Callable[[int], bytes],
+) -> tuple[sealing.Sealer, keysealing.Ring | None]:
+    """The sealer of the cache at ``path``: its data keys opened with ``kek`` (made when the
+    cache has none yet). Raises ``Unsealable`` when the cache holds data keys that do not open:
+    with this KEK, or with none at all (sealed, then opened with ``none``)."""
+    if kek is None:
+        if keysealing.has_ring(path):
+            if key_source is None:
+                # A tool that was given no key source must not drop what it cannot read.
+                raise StoreError(f"the cache at {path} is sealed: give its --cache-key-source")
+            raise keysealing.Unsealable("no --cache-key-source gives a key")
+        return sealing.PLAIN, None
+    try:
+        ring = keysealing.load_ring(path, kek)
+    except keysealing.Unsealable:
+        raise
+    except keysealing.KeySourceError as e:
+        raise StoreError(f"cannot read the cache's data key at {path}: {e}") from e
+    if ring is None:
+        ring = keysealing.new_ring(random)
+        try:
+            keysealing.save_ring(path, ring, kek, random)
+        except OSError as e:
+            raise StoreError(f"cannot write the cache's data key at {path}: {e}") from e
+    return ring.sealer(random), ring
+
+
+def _open_and_load(path: pathlib.Path, sealer: sealing.Sealer) -> tuple[diskcache.Cache, Loaded]:
     cache = _open_cache(path)
     try:
-        return cache, _load_index(cache)
+        loaded = _load_index(cache, sealer)
+        if loaded.migrated:
+            _scrub(cache)
+        return cache, loaded
     except (sqlite3.Error, OSError) as e:
         cache.close()
         # Damaged pages show only when read: the same answer as a file that will not open.
@@ -167,12 +266,14 @@ def _move_aside(path: pathlib.Path) -> pathlib.Path:
             source = path / name
             if source.exists():
                 source.rename(path / f"{name}.damaged-{stamp}")
+        # The data key goes with the database it seals (useless without it, and the reverse).
+        keysealing.remove_ring(path, f".damaged-{stamp}")
     except OSError as e:
         raise StoreError(f"cannot move the damaged cache at {path} aside: {e}") from e
     return target
 
 
-def _load_index(cache: diskcache.Cache) -> Loaded:
+def _load_index(cache: diskcache.Cache, sealer: sealing.Sealer) -> Loaded:
     """Check the database, then read every entry's header; repair what does not check.
 
     One read-only scan of diskcache's table instead of a ``get`` per key (the restart-to-first-
@@ -184,7 +285,10 @@ def _load_index(cache: diskcache.Cache) -> Loaded:
     - entries of an older hub (``EHC1``, no checksum) are checked as far as they can be and
       re-encoded with one (``entries.upgrade``), or deleted;
     - a list record whose member count no longer matches the objects that name it (one of them
-      was dropped) is removed, and its claim with it: that list is no longer whole.
+      was dropped) is removed, and its claim with it: that list is no longer whole;
+    - in a sealed cache, plaintext entries (a cache from before sealing) are sealed in place and
+      those of an older data key re-encrypted under the current one (``sealing.Sealer.stale``);
+      sealed entries that do not open (another machine's) are dropped, with one log line.
     """
     loaded = Loaded([], [], [], [])
     directory = pathlib.Path(cache.directory)
@@ -203,12 +307,27 @@ def _load_index(cache: diskcache.Cache) -> Loaded:
             try:
                 if not raw or not isinstance(key, str):
                     raise entries.CorruptEntry("the key is not text")
-                value = sqlrows.raw_value(mode, value, filename)
+                stored = sqlrows.raw_value(mode, value, filename)
+                value = sealer.unseal(key, stored, strict=False)
+                rewrite = sealer.stale(stored)
                 if entries.is_legacy(value):
                     value = entries.upgrade(value)
-                    upgrades.append((key, value))
+                    rewrite = True
+                _index(loaded, key, value, authenticated=sealing.is_sealed(stored))
+                if rewrite:
+                    upgrades.append((key, sealer.seal(key, value)))
                     pending += len(value)
-                _index(loaded, key, value)
+                    if not sealer.sealing:
+                        loaded.upgraded += 1
+                    elif sealing.is_sealed(stored):
+                        loaded.resealed += 1
+                    else:
+                        loaded.migrated += 1
+            except sealing.SealError:
+                loaded.unsealable += 1
+                loaded.corrupt.append(name)
+                bad_rows.append(rowid)
+                continue
             except (entries.CorruptEntry, keys.BadKey) as e:
                 logger.warning("dropping corrupt cache entry %r: %s", name[:200], e)
                 loaded.corrupt.append(name)
@@ -216,19 +335,29 @@ def _load_index(cache: diskcache.Cache) -> Loaded:
                 continue
             if pending > _UPGRADE_BATCH:
                 _rewrite(cache, upgrades)
-                loaded.upgraded += len(upgrades)
                 upgrades, pending = [], 0
         _rewrite(cache, upgrades)
-        loaded.upgraded += len(upgrades)
         if loaded.upgraded:
             logger.info("disk cache: %d entries of an older hub now carry a CRC", loaded.upgraded)
-        _repair_lists(cache, loaded, bad_rows)
+        if loaded.migrated:
+            logger.info("disk cache: %d plaintext entries sealed in place", loaded.migrated)
+        if loaded.resealed:
+            logger.info(
+                "disk cache: %d entries re-encrypted under the current data key", loaded.resealed
+            )
+        if loaded.unsealable:
+            logger.error(
+                "disk cache: %d sealed entries do not open with this node's data key (a cache"
+                " copied from another node, or changed); they are dropped",
+                loaded.unsealable,
+            )
+        _repair_lists(cache, loaded, bad_rows, sealer)
     finally:
         con.close()
     return loaded
 
 
-def _index(loaded: Loaded, key: str, value: bytes) -> None:
+def _index(loaded: Loaded, key: str, value: bytes, *, authenticated: bool = False) -> None:
     if keys.is_nonresource_key(key):
         entries.decode_document(value)
         loaded.documents.append(key)
@@ -236,7 +365,9 @@ def _index(loaded: Loaded, key: str, value: bytes) -> None:
         loaded.lists.append((keys.parse_list_key(key), entries.decode_list(value)))
     else:
         object_key = keys.parse_object_key(key)
-        loaded.objects.append((object_key, entries.decode_header(value)))
+        loaded.objects.append(
+            (object_key, entries.decode_header(value, authenticated=authenticated))
+        )
 
 
 def _rewrite(cache: diskcache.Cache, values: list[tuple[str, bytes]]) -> None:
@@ -246,7 +377,9 @@ def _rewrite(cache: diskcache.Cache, values: list[tuple[str, bytes]]) -> None:
                 cache.set(key, value)
 
 
-def _repair_lists(cache: diskcache.Cache, loaded: Loaded, bad_rows: list[int]) -> None:
+def _repair_lists(
+    cache: diskcache.Cache, loaded: Loaded, bad_rows: list[int], sealer: sealing.Sealer
+) -> None:
     """Drop the rows in ``bad_rows`` and every list record that lost a member to them (or that
     an object names without a record: no list may be answered from less than it saw)."""
     counts: collections.Counter[str] = collections.Counter()
@@ -279,10 +412,33 @@ def _repair_lists(cache: diskcache.Cache, loaded: Loaded, bad_rows: list[int]) -
             if value is None:
                 continue
             entry = entry.with_owners(remaining)
-            cache.set(name, entries.encode_object(entry, entries.body_of(value)))
+            body = entries.body_of(sealer.unseal(name, value, strict=False))
+            cache.set(name, sealer.seal(name, entries.encode_object(entry, body)))
             kept.append((object_key, entry))
     loaded.objects = kept
     loaded.lists = [(k, r) for k, r in loaded.lists if str(k) not in broken]
+
+
+def _scrub(cache: diskcache.Cache) -> None:
+    """After sealing plaintext entries in place: rebuild the database so that no freed page
+    keeps their old bytes, and empty the WAL that held them (``secure_delete`` zeroes pages
+    freed from now on; VACUUM copies only live pages, all sealed). VACUUM needs room for a
+    copy of the database: on a disk too full for it the entries stay sealed and the cache opens,
+    with one warning (``edgehub cache`` cannot redo it: run ``sqlite3 cache.db VACUUM`` with
+    the hub stopped)."""
+    try:
+        cache._sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        cache._sql("VACUUM").fetchall()
+        cache._sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except sqlite3.OperationalError as e:
+        logger.warning(
+            "disk cache %s: every entry is sealed, but the rebuild that drops freed plaintext"
+            " pages failed (%s); they stay until SQLite reuses them",
+            cache.directory,
+            e,
+        )
+        return
+    logger.info("disk cache %s: rebuilt without the plaintext pages", cache.directory)
 
 
 def _record_of(

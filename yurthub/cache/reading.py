@@ -20,7 +20,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
-from yurthub.cache import entries, keys, sqlrows, transcoding
+from yurthub.cache import entries, keys, sealing, sqlrows, transcoding
 from yurthub.kubeproto import converting, enveloping
 
 PAGE_ROWS = 1000
@@ -50,8 +50,10 @@ class Readers:
         path: pathlib.Path,
         transcoder: transcoding.Transcoder,
         on_corrupt: Callable[[list[str]], None],
+        sealer: sealing.Sealer = sealing.PLAIN,
     ) -> None:
         self._path = path
+        self._sealer = sealer
         self._transcoder = transcoder
         self._on_corrupt = on_corrupt
         self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="cache-reader")
@@ -146,7 +148,8 @@ class Readers:
         the last key read, None when the range ended)."""
         out: list[bytes] = []
         corrupt: list[str] = []
-        body_of = entries.body_of
+        # Unsealed here, on the reader thread: the loop never decrypts.
+        body_of = self._sealer.body
         key = None
         count = 0
         for key, mode, value, filename in self._connection().execute(
@@ -156,7 +159,7 @@ class Readers:
             try:
                 if mode != sqlrows.MODE_RAW or filename is not None or value.__class__ is not bytes:
                     raise entries.CorruptEntry("not a raw row written by this hub")
-                body = body_of(value)
+                body = body_of(key, value)
                 out.append(self._json(body) if not as_stored and is_protobuf(body) else body)
             except entries.CorruptEntry:
                 corrupt.append(key)
@@ -183,7 +186,7 @@ class Readers:
 
         def take(key: str, row: list[Any]) -> None:
             try:
-                body = sqlrows.raw_body(*row)
+                body = self._sealer.body(key, sqlrows.raw_value(*row))
                 found[key] = self._json(body) if not as_stored and is_protobuf(body) else body
             except entries.CorruptEntry:
                 corrupt.append(key)
@@ -219,7 +222,7 @@ class Readers:
         if row is None:
             return None, []
         try:
-            return entries.decode_document(sqlrows.raw_value(*row)), []
+            return entries.decode_document(self._sealer.unseal(key, sqlrows.raw_value(*row))), []
         except entries.CorruptEntry:
             return None, [key]
 

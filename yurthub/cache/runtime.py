@@ -35,6 +35,7 @@ from yurthub.cache import (
     eventposting,
     failures,
     keys,
+    keysealing,
     metering,
     store,
     teeing,
@@ -199,6 +200,7 @@ class CacheRuntime:
             "reset": cache.reset or None,
             # Events recorded offline, waiting for the cloud (None: no journal).
             "offlineEvents": self._journal_status(),
+            "sealedBy": cache.sealed_by or None,
             "components": sorted(components.values(), key=lambda c: str(c["component"])),
         }
 
@@ -255,10 +257,22 @@ def _iso(when: float) -> str:
     return datetime.datetime.fromtimestamp(when, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def unsealed_warning(hub_settings: settings.HubSettings) -> str:
+    return keysealing.UNSEALED_WARNING.format(path=hub_settings.cache.disk_cache_path)
+
+
 async def open(hub_settings: settings.HubSettings) -> CacheRuntime:
     """Open the cache directory of ``hub_settings.cache`` (0700, created if missing)."""
     cfg = hub_settings.cache
-    cache = await store.Store.open(cfg.disk_cache_path, max_pending_bytes=cfg.max_pending_bytes)
+    cache = await store.Store.open(
+        cfg.disk_cache_path, max_pending_bytes=cfg.max_pending_bytes, key_source=cfg.key_source
+    )
+    if cache.sealed_by:
+        logger.info(
+            "disk cache %s: sealed, its data key by the %s", cfg.disk_cache_path, cache.sealed_by
+        )
+    else:
+        logger.warning(unsealed_warning(hub_settings))
     logger.info(
         "disk cache %s: %d objects, %d lists",
         cfg.disk_cache_path,

@@ -28,8 +28,12 @@ Invariants:
   a kill -9 leaves the previous list or the new one, never half of each.
 - A list record means "this list was seen whole" (``batching``).
 - The directory is 0700 and the SQLite files (database, WAL, shared memory) 0600: Secrets are
-  cached, and nothing in here is for other users. Values are kept inside SQLite (no side files),
-  so there is no other file to protect.
+  cached, and nothing in here is for other users. Values are kept inside SQLite (no side files);
+  the only other files are the sealed data key ``cache.key`` and, sealed to a TPM, its blobs
+  (0600, ``keysealing``, ``tpmsealing``).
+- Sealed (``key_source``): every value on disk is ``sealing``'s AES-GCM of the entry, opened on
+  the reader and writer threads, never on the loop; a plaintext value is read only while the
+  open migrates it (``opening``).
 
 Dangers: submission is bounded in bytes; over the bound a job is refused (the tee then drops
 that response's caching and counts it). Disk errors (full, I/O) fail the whole batch: it is
@@ -41,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import pathlib
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 
 import diskcache
 
@@ -51,8 +55,10 @@ from yurthub.cache import (
     index,
     jobs,
     keys,
+    keysealing,
     opening,
     reading,
+    sealing,
     selectors,
     sqlrows,
     transcoding,
@@ -79,8 +85,16 @@ trim_heap = writing.trim_heap
 class Store:
     """One cache directory. Create with ``await Store.open(path)``; ``await close()`` at the end."""
 
-    def __init__(self, path: pathlib.Path, cache: diskcache.Cache, max_pending_bytes: int) -> None:
+    def __init__(
+        self,
+        path: pathlib.Path,
+        cache: diskcache.Cache,
+        max_pending_bytes: int,
+        sealer: sealing.Sealer = sealing.PLAIN,
+    ) -> None:
         self.path = path
+        self.sealer = sealer
+        """What seals the values (``sealing.PLAIN`` when nothing does)."""
         self.transcoder = transcoding.Transcoder()
         """Protobuf bodies -> JSON (the writer's; the tee asks it about end bookmarks)."""
         self.stats = Stats()
@@ -88,24 +102,43 @@ class Store:
         """The current write-failure episode and the whole lists it lost (``failures``)."""
         self._index = index.Index()
         self._writer = writing.Writer(
-            cache, self._index, self.transcoder, self.stats, self.failures, max_pending_bytes
+            cache,
+            self._index,
+            self.transcoder,
+            self.stats,
+            self.failures,
+            max_pending_bytes,
+            sealer=sealer,
         )
-        self._readers = reading.Readers(path, self.transcoder, self._writer.drop_corrupt)
+        self._readers = reading.Readers(path, self.transcoder, self._writer.drop_corrupt, sealer)
         self.corrupt_at_load: list[str] = []
+        self.sealed_by = ""
+        """What seals the data key (a key file, a credential); "" when the cache is plaintext."""
         self.reset = ""
         """Why the database was moved aside and started empty at open; "" when it was not."""
 
     # --- life cycle --------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, path: pathlib.Path, *, max_pending_bytes: int = 64 << 20) -> Store:
-        """Open (or create) the cache at ``path`` and load the index. Raises ``StoreError``."""
+    async def open(
+        cls,
+        path: pathlib.Path,
+        *,
+        max_pending_bytes: int = 64 << 20,
+        key_source: keysealing.Source | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> Store:
+        """Open (or create) the cache at ``path`` and load the index, sealed as ``key_source``
+        says (None: plaintext, and a sealed cache is refused). Raises ``StoreError``."""
         loop = asyncio.get_running_loop()
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cache-open") as pool:
-            cache, loaded, reset = await loop.run_in_executor(pool, opening.open_checked, path)
-        store = cls(path, cache, max_pending_bytes)
-        store._install(loaded)
-        store.reset = reset
+            opened = await loop.run_in_executor(
+                pool, opening.open_checked, path, key_source, environ
+            )
+        store = cls(path, opened.cache, max_pending_bytes, opened.sealer)
+        store._install(opened.loaded)
+        store.reset = opened.reset
+        store.sealed_by = opened.sealed_by
         return store
 
     def _install(self, loaded: opening.Loaded) -> None:

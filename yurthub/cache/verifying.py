@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import diskcache.core
 import orjson
 
-from yurthub.cache import entries, keys, store
+from yurthub.cache import entries, keys, sealing, store
 from yurthub.kubeproto import converting
 
 
@@ -134,7 +134,9 @@ class Report:
         return not self.problems
 
 
-def verify(con: sqlite3.Connection) -> Report:
+def verify(con: sqlite3.Connection, sealer: sealing.Sealer = sealing.PLAIN) -> Report:
+    """Every entry decodes (opened by ``sealer`` in a sealed cache: one that fails
+    authentication is a problem) and the list records match their objects."""
     report = Report()
     integrity = [r[0] for r in con.execute("PRAGMA integrity_check")]
     if integrity != ["ok"]:
@@ -148,16 +150,17 @@ def verify(con: sqlite3.Connection) -> Report:
             report.problems.append(Problem(row.key, "value not stored in the database"))
             continue
         try:
+            value = sealer.unseal(row.key, row.value)
             if row.kind == "document":
-                entries.decode_document(row.value)
+                entries.decode_document(value)
                 report.documents += 1
             elif row.kind == "list":
                 keys.parse_list_key(row.key)
-                records[row.key] = entries.decode_list(row.value)
+                records[row.key] = entries.decode_list(value)
                 report.lists += 1
             elif row.kind == "object":
                 key = keys.parse_object_key(row.key)
-                entry, body = entries.decode_object(row.value)
+                entry, body = entries.decode_object(value)
                 report.objects += 1
                 for what in _check_object(key, entry, body, converter):
                     report.problems.append(Problem(row.key, what))

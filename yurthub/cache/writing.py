@@ -42,6 +42,7 @@ from yurthub.cache import (
     index,
     jobs,
     keys,
+    sealing,
     transcoding,
 )
 
@@ -132,9 +133,11 @@ class Writer:
         write_failures: failures.Failures,
         max_pending_bytes: int,
         *,
+        sealer: sealing.Sealer = sealing.PLAIN,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._cache = cache
+        self._sealer = sealer
         self._index = cache_index
         self._transcoder = transcoder
         self._stats = stats
@@ -391,7 +394,7 @@ class Writer:
             return outcome
         try:
             with self._cache.transact():
-                batch_state.write(self._cache)
+                batch_state.write(self._cache, self._sealer)
         except batching.CorruptStored as e:
             # A header-only rewrite met a stored body that rotted: the batch is lost (counted as
             # a failed write, the cache stays as it was) and that row is dropped next.

@@ -15,7 +15,7 @@ import diskcache
 import orjson
 import pytest
 
-from yurthub.cache import keys, store
+from yurthub.cache import keys, sealing, store
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 POD = keys.Scope("kubelet", "pods", "v1")
@@ -211,3 +211,41 @@ async def test_partition_command_switches_modes(tmp_path: pathlib.Path) -> None:
                 await proc.wait()
             proc.stdin.close()
     assert proc.returncode == 0
+
+
+async def test_sealed_cache_commands_need_the_key_and_report_tampering(
+    tmp_path: pathlib.Path,
+) -> None:
+    kek = tmp_path / "kek"
+    kek.write_bytes(bytes(range(32)))
+    kek.chmod(0o600)
+    source = sealing.Source(sealing.Kind.KEYFILE, kek)
+    path = tmp_path / "cache"
+    s = await store.Store.open(path, key_source=source)
+    items = [{"metadata": {"name": "web-1", "namespace": "default", "resourceVersion": "1"}}]
+    body = orjson.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+    s.submit(store.PutList(keys.list_key(POD, "", "", ""), body))
+    assert await s.flush(5)
+    await s.close()
+    key = "kubelet/pods.v1.core/default/web-1"
+    flags = ("--disk-cache-path", str(path), "--cache-key-file", str(kek))
+
+    refused = run("cache", "get", "--disk-cache-path", str(path), key)
+    assert refused.returncode == 3 and "is sealed" in refused.stderr, refused
+    got = run("cache", "get", *flags, key)
+    assert got.returncode == 0 and orjson.loads(got.stdout)["metadata"]["name"] == "web-1"
+    verified = run("cache", "verify", *flags)
+    assert verified.returncode == 0 and verified.stdout.startswith("ok: 1 objects, 1 lists")
+
+    rotated = run("cache", "rotate-key", *flags)
+    assert rotated.returncode == 0 and "data key 2 is current" in rotated.stdout, rotated
+    assert run("cache", "verify", *flags).returncode == 0  # key 1 still opens its entries
+
+    # One flipped byte inside the sealed value: authentication fails, verify names the entry.
+    with diskcache.Cache(str(path)) as raw:
+        value = bytearray(raw._sql("SELECT value FROM Cache WHERE key = ?", (key,)).fetchone()[0])
+        value[-1] ^= 0x01
+        raw._sql("UPDATE Cache SET value = ? WHERE key = ?", (bytes(value), key))
+    verified = run("cache", "verify", *flags)
+    assert verified.returncode == 1
+    assert f"PROBLEM {key}: sealed entry fails authentication" in verified.stdout, verified

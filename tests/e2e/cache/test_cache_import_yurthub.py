@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from yurthub.cache import keys, yurthubfiles
+from yurthub.cache import keys, sealing, store, yurthubfiles
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 NODE = "edge-1"
@@ -184,3 +184,24 @@ async def test_a_migrated_node_answers_offline_from_yurthubs_files(
     finally:
         proc.terminate()
         await proc.wait()
+
+
+async def test_an_import_is_sealed_as_the_hub_will_open_it(tmp_path: pathlib.Path) -> None:
+    cache = tmp_path / "etc-kubernetes-cache"
+    yurthub_tree(cache)
+    kek = tmp_path / "kek"
+    kek.write_bytes(bytes(range(32)))
+    kek.chmod(0o600)
+    done = subprocess.run(
+        [EDGEHUB, "cache", "import-yurthub", f"--from={cache}", f"--disk-cache-path={cache}",
+         f"--cache-key-file={kek}"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with pytest.raises(store.StoreError, match="is sealed"):
+        await store.Store.open(cache)
+    opened = await store.Store.open(cache, key_source=sealing.Source(sealing.Kind.KEYFILE, kek))
+    try:
+        assert len(opened) == 6 and opened.sealer.sealing
+    finally:
+        await opened.close()

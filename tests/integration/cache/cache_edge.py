@@ -22,7 +22,7 @@ import aiohttp
 import orjson
 
 from yurthub import server, settings
-from yurthub.cache import runtime
+from yurthub.cache import runtime, sealing
 from yurthub.testing import partition, simapiserver
 from yurthub.testing.fixtures import KUBECTL
 
@@ -168,6 +168,7 @@ def edge_settings(
     agents: tuple[str, ...] = ("kubectl",),
     heartbeat: settings.HeartbeatSettings = FAST_HEARTBEAT,
     offline_event_qps: float = 50.0,
+    key_source: sealing.Source | None = None,
 ) -> settings.HubSettings:
     """Offline Events are posted fast after a heal (50/s, no start spread): tests wait for
     them."""
@@ -183,6 +184,7 @@ def edge_settings(
             bookmark_interval=0.3,
             offline_event_qps=offline_event_qps,
             offline_event_spread=0.0,
+            key_source=key_source,
         ),
     )
 
@@ -195,6 +197,7 @@ async def edge_node(
     agents: tuple[str, ...] = ("kubectl",),
     heartbeat: settings.HeartbeatSettings = FAST_HEARTBEAT,
     offline_event_qps: float = 50.0,
+    key_source: sealing.Source | None = None,
 ) -> AsyncIterator[Edge]:
     async with simapiserver.SimApiserver(
         workdir=workdir / "sim", seed=seed, insecure_port=0, bookmark_interval=1.0
@@ -208,6 +211,7 @@ async def edge_node(
                 agents=agents,
                 heartbeat=heartbeat,
                 offline_event_qps=offline_event_qps,
+                key_source=key_source,
             )
             async with aiohttp.ClientSession() as session:
                 edge = Edge(workdir, sim, link, hub_settings, None, None, session)  # type: ignore[arg-type]

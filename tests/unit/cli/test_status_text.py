@@ -216,3 +216,10 @@ def test_offline_events_waiting_are_shown_and_none_says_nothing() -> None:
     done = {"pending": 0, "dropped": 0, "posted": 15, "refused": 0}
     text = statustext.render({**HUB, "cache": {**HUB["cache"], "offlineEvents": done}}, "u", NOW)
     assert "offline Events" not in text
+
+
+def test_what_seals_the_cache_is_shown() -> None:
+    cache = {**HUB["cache"], "sealedBy": "key file /etc/edgehub/cache.kek"}
+    lines = statustext.render({**HUB, "cache": cache}, "u", NOW).splitlines()
+    assert "  sealed: its data key by the key file /etc/edgehub/cache.kek" in lines
+    assert not any("sealed:" in line for line in statustext.render(HUB, "u", NOW).splitlines())
