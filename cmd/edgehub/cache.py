@@ -166,7 +166,7 @@ def import_yurthub(disk_cache_path: pathlib.Path, source: pathlib.Path) -> None:
         click.echo(f"edgehub cache: no YurtHub objects under {source}", err=True)
         raise SystemExit(1)
     try:
-        asyncio.run(_import(disk_cache_path, tree))
+        asyncio.run(yurthubfiles.fill(disk_cache_path, tree))
     except store.StoreError as e:
         click.echo(f"edgehub cache: cannot write {disk_cache_path}: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
@@ -180,30 +180,3 @@ def import_yurthub(disk_cache_path: pathlib.Path, source: pathlib.Path) -> None:
         click.echo(f"  {line}")
     if len(tree.skipped) > 20:
         click.echo(f"  ... and {len(tree.skipped) - 20} more")
-
-
-async def _import(path: pathlib.Path, tree: yurthubfiles.Tree) -> None:
-    cache = await store.Store.open(path)
-
-    async def put(job: store.Job) -> None:
-        # The write queue is bounded: wait for it to drain before giving up on a job.
-        if not cache.submit(job):
-            await cache.flush()
-            if not cache.submit(job):
-                raise store.StoreError(f"the cache's write queue refused {job.size} bytes")
-
-    try:
-        for scope, members in sorted(tree.objects.items(), key=lambda kv: str(kv[0].prefix())):
-            for located, body in members:
-                await put(store.PutObject(scope, body, located.namespace, name=located.name))
-            list_key = keys.list_key(scope, "", "", "")
-            await put(store.PutList(list_key, yurthubfiles.list_body(members)))
-        if tree.version is not None:
-            await put(
-                store.PutDocument(
-                    keys.nonresource_key("/version"), "application/json", tree.version
-                )
-            )
-        await cache.flush()
-    finally:
-        await cache.close()
