@@ -20,6 +20,7 @@ import click
 import orjson
 
 from edgehub import cli
+from yurthub import migrationplans
 from yurthub.cache import entries, keys, store, verifying, yurthubfiles
 from yurthub.kubeproto import converting
 
@@ -160,7 +161,8 @@ def verify(disk_cache_path: pathlib.Path) -> None:
 )
 def import_yurthub(disk_cache_path: pathlib.Path, source: pathlib.Path) -> None:
     """Fill the cache from an OpenYurt node's YurtHub cache (run while the hub is stopped)."""
-    tree = yurthubfiles.read(source, skip=frozenset(store.DB_FILES))
+    # This hub's own files, when both share the directory (as on a migrated node).
+    tree = yurthubfiles.read(source, skip=frozenset((*store.DB_FILES, migrationplans.MARKER)))
     objects = sum(len(members) for members in tree.objects.values())
     if not objects:
         click.echo(f"edgehub cache: no YurtHub objects under {source}", err=True)
