@@ -1,12 +1,14 @@
 """Running a hub as a process: signals and phased shutdown.
 
-``run(settings)`` starts the hub with its disk cache (``assembly.running``), then any
-companions (e.g. the discovery agent of ``edgehub hub --enable-discovery``, which talks to the
-cloud through this hub), prints one machine-readable line with the bound addresses
-(``EDGEHUB_HUB_READY proxy=<url> server=<url>``; port 0 picks free ports and tests parse this),
-and waits for SIGTERM/SIGINT. The first signal stops gracefully (``Hub.stop``: stop accepting,
-end watches, in-flight get ``shutdown_grace``); a second one forces: the grace wait ends at once
-and whatever is still running is cancelled.
+``run(settings)`` first takes over from YurtHub (``migrating.prepare``: its cache imported on
+the first start, its certificates adopted, its ports waited for), then starts the hub with its
+disk cache (``assembly.running``), then any companions (e.g. the discovery agent of
+``edgehub hub --enable-discovery``, which talks to the cloud through this hub), prints one
+machine-readable line with the bound addresses (``EDGEHUB_HUB_READY proxy=<url>
+server=<url>``; port 0 picks free ports and tests parse this), and waits for SIGTERM/SIGINT.
+The first signal stops gracefully (``Hub.stop``: stop accepting, end watches, in-flight get
+``shutdown_grace``); a second one forces: the grace wait ends at once and whatever is still
+running is cancelled.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from yurthub import assembly, settings
+from yurthub import assembly, migrating, settings
 from yurthub.cache import store
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,8 @@ async def run(hub_settings: settings.HubSettings, companions: Sequence[Companion
     for signum in signals:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
+        # Before binding: YurtHub's cache and certificates taken over, its ports free.
+        await migrating.prepare(hub_settings)
         async with contextlib.AsyncExitStack() as stack:
             node = await stack.enter_async_context(assembly.running(hub_settings, force=force))
             for companion in companions:

@@ -322,6 +322,31 @@ class PoolSettings:
     watcher_bytes: int = 32 << 20
 
 
+class MigrationMode(enum.StrEnum):
+    """``--migrate-from-yurthub``."""
+
+    AUTO = "auto"
+    """At start: import YurtHub's cache on the first start, adopt its certificates when this
+    hub has none, wait for YurtHub's ports to be free (``yurthub.migrating``)."""
+    OFF = "off"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MigrationSettings:
+    """Taking over from YurtHub on a node (``yurthub.migrating``). Off unless asked for: the
+    CLI asks (``edgehub hub`` defaults to ``auto``); an in-process hub reads nothing of the host's
+    unless told to."""
+
+    mode: MigrationMode = MigrationMode.OFF
+    yurthub_cache_dir: pathlib.Path = pathlib.Path("/etc/kubernetes/cache")
+    """``--yurthub-cache-dir``: YurtHub's ``--disk-cache-path``; only ever read."""
+    yurthub_root_dir: pathlib.Path = pathlib.Path("/var/lib/yurthub")
+    """``--yurthub-root-dir``: YurtHub's ``--root-dir``; only ever read."""
+    port_wait_timeout: float = 60.0
+    """``--port-wait-timeout``: seconds to wait for the listen ports to be free (YurtHub, or a
+    previous hub, still stopping) before giving up with one line."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class HubSettings:
     """The whole tree."""
@@ -340,6 +365,7 @@ class HubSettings:
     certs: CertSettings = CertSettings()
     authn: AuthnSettings = AuthnSettings()
     pool: PoolSettings = PoolSettings()
+    migration: MigrationSettings = MigrationSettings()
     static_pod_path: pathlib.Path = pathlib.Path("/etc/kubernetes/manifests")
     """``--static-pod-path``: kubelet's staticPodPath, where an OTA upgrade of a YurtStaticSet's
     static Pod installs its new manifest (``yurthub.ota``)."""

@@ -21,6 +21,7 @@ import click
 import orjson
 
 from edgehub import cli
+from yurthub import migrationplans
 from yurthub.cache import entries, keys, keysealing, sealing, store, verifying, yurthubfiles
 from yurthub.kubeproto import converting
 
@@ -227,7 +228,8 @@ def import_yurthub(
     disk_cache_path: pathlib.Path, source: pathlib.Path, cache_key_source: str, cache_key_file: str
 ) -> None:
     """Fill the cache from an OpenYurt node's YurtHub cache (run while the hub is stopped)."""
-    tree = yurthubfiles.read(source, skip=frozenset(store.DB_FILES))
+    # This hub's own files, when both share the directory (as on a migrated node).
+    tree = yurthubfiles.read(source, skip=frozenset((*store.DB_FILES, migrationplans.MARKER)))
     objects = sum(len(members) for members in tree.objects.values())
     if not objects:
         click.echo(f"edgehub cache: no YurtHub objects under {source}", err=True)
@@ -238,7 +240,7 @@ def import_yurthub(
         click.echo(f"edgehub cache: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
     try:
-        asyncio.run(_import(disk_cache_path, tree, key_source))
+        asyncio.run(yurthubfiles.fill(disk_cache_path, tree, key_source))
     except store.StoreError as e:
         click.echo(f"edgehub cache: cannot write {disk_cache_path}: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
@@ -252,31 +254,3 @@ def import_yurthub(
         click.echo(f"  {line}")
     if len(tree.skipped) > 20:
         click.echo(f"  ... and {len(tree.skipped) - 20} more")
-
-
-async def _import(path: pathlib.Path, tree: yurthubfiles.Tree, key_source: sealing.Source) -> None:
-    # Sealed as the hub will open it: no plaintext is written where a sealed cache goes.
-    cache = await store.Store.open(path, key_source=key_source)
-
-    async def put(job: store.Job) -> None:
-        # The write queue is bounded: wait for it to drain before giving up on a job.
-        if not cache.submit(job):
-            await cache.flush()
-            if not cache.submit(job):
-                raise store.StoreError(f"the cache's write queue refused {job.size} bytes")
-
-    try:
-        for scope, members in sorted(tree.objects.items(), key=lambda kv: str(kv[0].prefix())):
-            for located, body in members:
-                await put(store.PutObject(scope, body, located.namespace, name=located.name))
-            list_key = keys.list_key(scope, "", "", "")
-            await put(store.PutList(list_key, yurthubfiles.list_body(members)))
-        if tree.version is not None:
-            await put(
-                store.PutDocument(
-                    keys.nonresource_key("/version"), "application/json", tree.version
-                )
-            )
-        await cache.flush()
-    finally:
-        await cache.close()

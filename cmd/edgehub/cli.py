@@ -123,4 +123,8 @@ def root(log_level: str) -> None:
 
 def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    # The image's ENTRYPOINT is `edgehub`: `ctr run IMAGE ID edgehub cache ...` runs
+    # `edgehub edgehub cache ...`. A leading `edgehub` word is the program's own name: drop it.
+    if len(sys.argv) > 1 and sys.argv[1] == "edgehub":
+        del sys.argv[1]
     root(prog_name="edgehub")

@@ -312,6 +312,32 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     help="The hub's identity: yurthub.conf, bootstrap-hub.conf, pki/ (YurtHub's layout).",
 )
 @click.option(
+    "--migrate-from-yurthub",
+    type=click.Choice([m.value for m in settings.MigrationMode]),
+    default=settings.MigrationMode.AUTO.value,
+    help="auto: on the first start import YurtHub's cache from --yurthub-cache-dir, copy its "
+    "certificates from --yurthub-root-dir when --root-dir has none, and wait for the listen "
+    "ports to be free; YurtHub's files are only read. off: none of it.",
+)
+@click.option(
+    "--yurthub-cache-dir",
+    type=click.Path(file_okay=False, path_type=pathlib.Path),
+    default=pathlib.Path("/etc/kubernetes/cache"),
+    help="YurtHub's --disk-cache-path, imported once (only read).",
+)
+@click.option(
+    "--yurthub-root-dir",
+    type=click.Path(file_okay=False, path_type=pathlib.Path),
+    default=pathlib.Path("/var/lib/yurthub"),
+    help="YurtHub's --root-dir, whose certificates are copied when --root-dir has none.",
+)
+@click.option(
+    "--port-wait-timeout",
+    default="60s",
+    help="Go duration: how long to wait for the listen ports to be free (YurtHub stopping) "
+    "before exiting 3.",
+)
+@click.option(
     "--bootstrap-mode",
     type=click.Choice(["token", modes.Source.KUBELET.value]),
     default="token",
@@ -702,6 +728,12 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             max_bytes=i("multiplexer_max_memory_mib") << 20,
         ),
         certs=certs,
+        migration=settings.MigrationSettings(
+            mode=settings.MigrationMode(s("migrate_from_yurthub")),
+            yurthub_cache_dir=pathlib.Path(s("yurthub_cache_dir")),
+            yurthub_root_dir=pathlib.Path(s("yurthub_root_dir")),
+            port_wait_timeout=_duration(s("port_wait_timeout")),
+        ),
         authn=settings.AuthnSettings(
             api_audiences=_comma_list((str(opts.get("api_audiences") or ""),)),
             # Kept under --root-dir when the hub uses it (or it was asked for explicitly):

@@ -23,13 +23,14 @@ The YurtHub tree is only read: rolling back to YurtHub finds it as it was. ``wal
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import pathlib
 from collections.abc import Iterator
 
 import orjson
 
-from yurthub.cache import keys
+from yurthub.cache import keys, keysealing, store
 
 MAX_FILE_BYTES = 16 << 20
 SKIPPED_TOP = frozenset({"_internal"})
@@ -152,3 +153,48 @@ def list_body(members: list[tuple[Located, bytes]]) -> bytes:
             "items": items,
         }
     )
+
+
+def digest(tree: Tree) -> str:
+    """A digest of what ``read`` found (names and bytes), to record what an import read."""
+    h = hashlib.sha256()
+    for scope, members in sorted(tree.objects.items(), key=lambda kv: str(kv[0].prefix())):
+        for located, body in members:
+            h.update(f"{scope.prefix()}|{located.namespace}|{located.name}|{len(body)}|".encode())
+            h.update(body)
+    h.update(tree.version or b"")
+    return h.hexdigest()
+
+
+def count(tree: Tree) -> int:
+    return sum(len(members) for members in tree.objects.values())
+
+
+async def fill(path: pathlib.Path, tree: Tree, key_source: keysealing.Source | None = None) -> None:
+    """Write ``tree`` into the hub's cache at ``path`` (the hub not running on it): every object,
+    a whole list per directory, ``/version``, sealed as ``key_source`` (as the hub will open
+    it: no plaintext is written where a sealed cache goes). Raises ``store.StoreError``."""
+    cache = await store.Store.open(path, key_source=key_source)
+
+    async def put(job: store.Job) -> None:
+        # The write queue is bounded: wait for it to drain before giving up on a job.
+        if not cache.submit(job):
+            await cache.flush()
+            if not cache.submit(job):
+                raise store.StoreError(f"the cache's write queue refused {job.size} bytes")
+
+    try:
+        for scope, members in sorted(tree.objects.items(), key=lambda kv: str(kv[0].prefix())):
+            for located, body in members:
+                await put(store.PutObject(scope, body, located.namespace, name=located.name))
+            list_key = keys.list_key(scope, "", "", "")
+            await put(store.PutList(list_key, list_body(members)))
+        if tree.version is not None:
+            await put(
+                store.PutDocument(
+                    keys.nonresource_key("/version"), "application/json", tree.version
+                )
+            )
+        await cache.flush()
+    finally:
+        await cache.close()

@@ -65,6 +65,7 @@ def yurthub_tree(root: pathlib.Path) -> None:
     _write(root, "kubelet/pods/default/legacy", _pod("legacy", "default", 1))
     _write(root, "kubelet/pods.v1.core/default/torn", '{"apiVersion": ')
     _write(root, "kubelet/pods.v1.core/default/renamed", _pod("other", "default", 3))
+    _write(root, ".imported-from-yurthub", "{}")  # edgehub's, from an earlier hub start
 
 
 def _digest(root: pathlib.Path) -> dict[str, str]:
@@ -132,6 +133,7 @@ async def test_a_migrated_node_answers_offline_from_yurthubs_files(
     assert done.stdout.startswith("imported 6 objects and 5 lists of kube-proxy, kubelet")
     for why in ("legacy: not an object file", "torn: not JSON", "renamed: names 'other'"):
         assert why in done.stdout, done.stdout
+    assert ".imported-from-yurthub" not in done.stdout  # edgehub's own file, not YurtHub's
     assert _digest(cache) == before  # YurtHub's files untouched: rolling back finds them
 
     kubeconfig = tmp_path / "kubeconfig"

@@ -1,0 +1,203 @@
+"""Taking over a node from YurtHub at start (``--migrate-from-yurthub=auto``), before binding.
+
+``prepare`` carries out ``migrationplans``: on the first start it imports YurtHub's cache files
+(``cache.yurthubfiles``) into this hub's cache and writes ``migrationplans.MARKER`` beside its
+database, so a later start never imports again; it copies YurtHub's certificates when this hub
+has none under its own ``--root-dir``; then it waits for the listen ports to be free. YurtHub's
+files are only ever read: rolling back to YurtHub finds them byte for byte as they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import pathlib
+import socket
+import time
+from collections.abc import Callable
+
+import orjson
+
+from yurthub import migrationplans, settings
+from yurthub.cache import keysealing, store, yurthubfiles
+from yurthub.certs import layout
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.2
+
+
+class PortsBusy(OSError):
+    """A listen port still in use at the deadline: the hub does not start (exit 3)."""
+
+
+async def prepare(
+    hub: settings.HubSettings,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    poll: float = POLL_SECONDS,
+) -> None:
+    migration = hub.migration
+    if migration.mode is not settings.MigrationMode.OFF:
+        loop = asyncio.get_running_loop()
+        try:
+            await import_cache(hub.cache.disk_cache_path, migration, hub.cache.key_source)
+        except (store.StoreError, OSError) as e:
+            # The hub still starts: its components list afresh once the cloud is there.
+            log.warning("cannot import YurtHub's cache into %s: %s", hub.cache.disk_cache_path, e)
+        copied: list[str] = []
+        try:
+            if hub.certs.source.manages_certificates:  # else the identity is not in --root-dir
+                copied = await loop.run_in_executor(
+                    None, adopt_certificates, hub.certs.root_dir, migration
+                )
+        except OSError as e:
+            log.warning("cannot copy YurtHub's certificates to %s: %s", hub.certs.root_dir, e)
+        if copied:
+            log.info(
+                "adopted YurtHub's certificates: copied %s from %s to %s",
+                ", ".join(copied),
+                migration.yurthub_root_dir,
+                hub.certs.root_dir,
+            )
+        await wait_for_ports(
+            migrationplans.listen_addresses(hub.listen, hub.certs.source.manages_certificates),
+            migration.port_wait_timeout,
+            clock=clock,
+            poll=poll,
+        )
+
+
+async def import_cache(
+    path: pathlib.Path,
+    migration: settings.MigrationSettings,
+    key_source: keysealing.Source | None = None,
+) -> int:
+    """Import YurtHub's cache into the hub's at ``path`` if this is the first start; the number
+    of objects imported. Raises ``store.StoreError`` when the cache cannot be written."""
+    marker = path / migrationplans.MARKER
+    has_database = any((path / name).exists() for name in store.DB_FILES)
+    why_not = migrationplans.cache_import(migration.mode, has_database, marker.exists())
+    source = migration.yurthub_cache_dir
+    if why_not is not None:
+        log.debug("not importing YurtHub's cache: %s", why_not)
+        return 0
+    if not source.is_dir():
+        log.debug("not importing YurtHub's cache: no %s", source)
+        return 0
+    loop = asyncio.get_running_loop()
+    skip = frozenset((*store.DB_FILES, migrationplans.MARKER))
+    tree = await loop.run_in_executor(None, lambda: yurthubfiles.read(source, skip=skip))
+    objects = yurthubfiles.count(tree)
+    if not objects:
+        log.debug("not importing YurtHub's cache: no objects under %s", source)
+        return 0
+    await yurthubfiles.fill(path, tree, key_source)
+    record = {"from": str(source), "sha256": yurthubfiles.digest(tree), "objects": objects}
+    await loop.run_in_executor(None, _write_private, marker, orjson.dumps(record) + b"\n")
+    components = sorted({scope.component for scope in tree.objects})
+    log.info(
+        "imported YurtHub's cache: %d objects and %d lists of %s from %s into %s "
+        "(skipped %d files; YurtHub's files left as they were)",
+        objects,
+        len(tree.objects),
+        ", ".join(components),
+        source,
+        path,
+        len(tree.skipped),
+    )
+    return objects
+
+
+def adopt_certificates(root: pathlib.Path, migration: settings.MigrationSettings) -> list[str]:
+    """Copy YurtHub's certificate files into ``root`` when this hub has no client certificate
+    there; the relative names copied. A ``-current.pem`` symlink is copied as the file it names
+    plus the same symlink, as ``certs.layout`` keeps them."""
+    source = migration.yurthub_root_dir
+    own = layout.Layout(root)
+    same = _same_directory(root, source)
+    present = frozenset(
+        name for name in migrationplans.CERTIFICATE_FILES if (source / name).is_file()
+    )
+    copies = migrationplans.certificate_copies(
+        migration.mode,
+        same,
+        own.client_pair.exists() or own.client_pair.is_symlink(),
+        present,
+    )
+    copied: list[str] = []
+    for name in copies:
+        src, dst = source / name, root / name
+        if dst.exists() or dst.is_symlink():
+            continue  # never overwrite what this hub already has
+        dst.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if src.is_symlink():
+            target = src.resolve()
+            stamped = dst.parent / target.name
+            if not stamped.exists():
+                _write_private(stamped, target.read_bytes())
+            os.symlink(target.name, dst)
+        else:
+            _write_private(dst, src.read_bytes())
+        copied.append(name)
+    return copied
+
+
+async def wait_for_ports(
+    addresses: tuple[tuple[str, int], ...],
+    deadline_seconds: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    poll: float = POLL_SECONDS,
+) -> None:
+    """Return once every address can be bound; log one line when the busy ones change; raise
+    ``PortsBusy`` at the deadline."""
+    started = clock()
+    said = ""
+    while True:
+        busy = tuple(a for a in addresses if _in_use(a))
+        plan = migrationplans.port_wait(busy, started, clock(), deadline_seconds)
+        if plan.step is migrationplans.Step.BIND:
+            if said:
+                log.info("the listen ports are free: starting")
+            return
+        if plan.step is migrationplans.Step.GIVE_UP:
+            raise PortsBusy(plan.message)
+        if plan.message != said:
+            log.warning("%s", plan.message)
+            said = plan.message
+        await asyncio.sleep(poll)
+
+
+def _in_use(address: tuple[str, int]) -> bool:
+    """Whether binding ``address`` now fails because another socket holds it. An address this
+    host does not have (the dummy IP before its interface exists) is not "in use"."""
+    host, port = address
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the listeners bind
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+    return False
+
+
+def _same_directory(a: pathlib.Path, b: pathlib.Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return a == b
+
+
+def _write_private(path: pathlib.Path, data: bytes) -> None:
+    """Write ``path`` (0600) through a temporary file and a rename: a crash leaves none or all."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
