@@ -88,8 +88,9 @@ async def import_cache(
         log.debug("not importing YurtHub's cache: no %s", source)
         return 0
     loop = asyncio.get_running_loop()
-    skip = frozenset((*store.DB_FILES, migrationplans.MARKER))
-    tree = await loop.run_in_executor(None, lambda: yurthubfiles.read(source, skip=skip))
+    tree = await loop.run_in_executor(
+        None, lambda: yurthubfiles.read(source, skip=yurthubfiles.OWN_FILES)
+    )
     objects = yurthubfiles.count(tree)
     if not objects:
         log.debug("not importing YurtHub's cache: no objects under %s", source)

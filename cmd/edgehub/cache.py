@@ -21,7 +21,6 @@ import click
 import orjson
 
 from edgehub import cli
-from yurthub import migrationplans
 from yurthub.cache import entries, keys, keysealing, sealing, store, verifying, yurthubfiles
 from yurthub.kubeproto import converting
 
@@ -229,7 +228,7 @@ def import_yurthub(
 ) -> None:
     """Fill the cache from an OpenYurt node's YurtHub cache (run while the hub is stopped)."""
     # This hub's own files, when both share the directory (as on a migrated node).
-    tree = yurthubfiles.read(source, skip=frozenset((*store.DB_FILES, migrationplans.MARKER)))
+    tree = yurthubfiles.read(source, skip=yurthubfiles.OWN_FILES)
     objects = sum(len(members) for members in tree.objects.values())
     if not objects:
         click.echo(f"edgehub cache: no YurtHub objects under {source}", err=True)

@@ -30,7 +30,8 @@ from collections.abc import Iterator
 
 import orjson
 
-from yurthub.cache import keys, keysealing, store
+from yurthub import migrationplans
+from yurthub.cache import eventjournal, keys, keysealing, store, tpmsealing
 
 MAX_FILE_BYTES = 16 << 20
 SKIPPED_TOP = frozenset({"_internal"})
@@ -88,6 +89,20 @@ def walk(root: pathlib.Path) -> Iterator[tuple[pathlib.Path, tuple[str, ...]]]:
         for name in sorted(files):
             path = base / name
             yield path, path.relative_to(root).parts
+
+
+OWN_FILES = frozenset(
+    (
+        *store.DB_FILES,
+        *(eventjournal.FILE_NAME + suffix for suffix in ("", "-wal", "-shm", "-journal")),
+        keysealing.KEY_FILE,
+        tpmsealing.PUBLIC,
+        tpmsealing.PRIVATE,
+        migrationplans.MARKER,
+    )
+)
+"""The top-level names edgehub writes in its cache directory, which may be YurtHub's too (a
+migrated node shares ``/etc/kubernetes/cache``): never read as YurtHub's."""
 
 
 def read(root: pathlib.Path, *, skip: frozenset[str] = frozenset()) -> Tree:

@@ -18,6 +18,8 @@ from typing import Any
 
 import aiohttp
 
+from yurthub.cache import yurthubfiles
+
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 NODE = "edge-1"
 KUBELET = {"User-Agent": "kubelet/v1.30.2", "Accept": "application/json"}
@@ -39,11 +41,11 @@ def _pod(name: str, rv: int) -> dict[str, Any]:
 
 
 def _digest(root: pathlib.Path) -> dict[str, str]:
-    """YurtHub's files (not edgehub's database and marker beside them)."""
+    """YurtHub's files (not edgehub's own beside them: database, journal, keys, marker)."""
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and not p.name.startswith(("cache.db", ".imported-from-yurthub"))
+        if p.is_file() and p.relative_to(root).parts[0] not in yurthubfiles.OWN_FILES
     }
 
 
