@@ -2,8 +2,9 @@
 cluster-bins``): ``helm lint``, ``helm template`` with default and every optional value, objects
 strictly valid, the same objects as ``manifests/`` for a release "edgehub" in edgehub-system,
 Akri's value names doing what they do in Akri's chart, and the chart's copies of CRDs, RBAC
-rules, alerts and dashboard equal to the originals. The install into a real cluster is
-``tests/e2e/cluster/test_helm_real.py``."""
+rules, alerts and dashboard equal to the originals; the hub as a YurtStaticSet per pool. The
+install into a real cluster is ``tests/e2e/cluster/test_helm_real.py`` (in YurtStaticSet mode:
+``test_helm_yurtstaticset_real.py``)."""
 
 from __future__ import annotations
 
