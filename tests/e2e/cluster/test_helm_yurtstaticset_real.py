@@ -192,7 +192,7 @@ def test_helm_upgrade_rolls_the_hub_out_through_its_yurtstaticset(
         yss = _json(real_cluster, "yss", "-n", NS, YSS)
         assert yss["metadata"]["annotations"]["edgehub.io/owner"] == "edgehub"
         template = yss["spec"]["template"]
-        assert template["spec"]["nodeSelector"] == {"apps.openyurt.io/nodepool": POOL}
+        assert template["metadata"]["labels"]["apps.openyurt.io/nodepool"] == POOL
         old_image = template["spec"]["containers"][0]["image"]
         assert old_image == "ghcr.io/edgehub/edgehub:0.1.0"
         old = staticsetplanning.template_hash(template)
