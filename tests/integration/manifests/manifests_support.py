@@ -181,10 +181,9 @@ def unknown_fields(value: Any, schema: Mapping[str, Any], path: str = "") -> Ite
 
 
 def crd_schema(kind: str) -> dict[str, Any]:
-    for m in load(MANIFESTS / "crds" / "configurations.akri.sh.yaml") + load(
-        MANIFESTS / "crds" / "instances.akri.sh.yaml"
-    ):
-        if m.doc["spec"]["names"]["kind"] == kind:
-            (version,) = [v for v in m.doc["spec"]["versions"] if v["storage"]]
-            return dict(version["schema"]["openAPIV3Schema"])
+    for path in sorted((MANIFESTS / "crds").glob("*.yaml")):
+        for m in load(path):
+            if m.doc["spec"]["names"]["kind"] == kind:
+                (version,) = [v for v in m.doc["spec"]["versions"] if v["storage"]]
+                return dict(version["schema"]["openAPIV3Schema"])
     raise KeyError(kind)

@@ -2,8 +2,9 @@
 cluster-bins``): ``helm lint``, ``helm template`` with default and every optional value, objects
 strictly valid, the same objects as ``manifests/`` for a release "edgehub" in edgehub-system,
 Akri's value names doing what they do in Akri's chart, and the chart's copies of CRDs, RBAC
-rules, alerts and dashboard equal to the originals. The install into a real cluster is
-``tests/e2e/cluster/test_helm_real.py``."""
+rules, alerts and dashboard equal to the originals; the hub as a YurtStaticSet per pool. The
+install into a real cluster is ``tests/e2e/cluster/test_helm_real.py`` (in YurtStaticSet mode:
+``test_helm_yurtstaticset_real.py``)."""
 
 from __future__ import annotations
 
@@ -390,3 +391,121 @@ def test_every_value_a_template_names_is_in_the_schema() -> None:
         for key in path.strip(".").split("."):
             assert key in node.get("properties", {}), path
             node = node["properties"][key]
+
+
+# -- the hub as one YurtStaticSet per pool (hub.yurtStaticSet)
+
+POOLS = [
+    "--set", "hub.yurtStaticSet.enabled=true",
+    "--set", "hub.yurtStaticSet.pools[0].name=hangzhou",
+    "--set", "hub.yurtStaticSet.pools[1].name=beijing",
+    "--set", "hub.yurtStaticSet.pools[1].nodeSelector.site=bj",
+    "--set", "hub.yurtStaticSet.pools[1].upgradeStrategy.type=OTA",
+]  # fmt: skip
+
+
+def _static_sets(docs: list[Any]) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "YurtStaticSet"}
+
+
+def test_yurtstaticset_mode_renders_one_per_pool_with_the_static_pods_template() -> None:
+    docs = render(*POOLS, "--set", "image.tag=1.2.3")
+    sets = _static_sets(docs)
+    assert sorted(sets) == ["edgehub-hub-beijing", "edgehub-hub-hangzhou"]
+    static = yaml.safe_load(
+        find(render(), "ConfigMap", "edgehub-hub-static-pod")["data"]["edgehub-hub.yaml"]
+    )
+    for pool, selector, strategy in (
+        ("hangzhou", None, "AdvancedRollingUpdate"),
+        ("beijing", {"site": "bj"}, "OTA"),
+    ):
+        yss = sets[f"edgehub-hub-{pool}"]
+        schema = crd_schema("YurtStaticSet")["properties"]["spec"]
+        assert list(unknown_fields(yss["spec"], schema)) == [], yss
+        assert yss["metadata"]["namespace"] == "kube-system"
+        assert yss["metadata"]["annotations"]["edgehub.io/owner"] == "edgehub"
+        spec = yss["spec"]
+        assert spec["staticPodManifest"] == "edgehub-hub"
+        assert spec["upgradeStrategy"]["type"] == strategy
+        template = spec["template"]
+        # The mirror Pod <yss>-<node> is what the controller finds the pool's nodes by.
+        assert template["metadata"]["name"] == f"edgehub-hub-{pool}"
+        assert template["metadata"]["labels"]["apps.openyurt.io/nodepool"] == pool
+        # Only a pool's own nodeSelector: kubelet would refuse the hub on a node without it.
+        assert template["spec"].pop("nodeSelector", None) == selector
+        (hub,) = template["spec"]["containers"]
+        assert hub["image"] == "ghcr.io/edgehub/edgehub:1.2.3"
+        hub["image"] = static["spec"]["containers"][0]["image"]
+        assert template["spec"] == static["spec"]
+        assert lost_fields({"apiVersion": "v1", "kind": "Pod", **template}) == []
+    assert sets["edgehub-hub-hangzhou"]["spec"]["upgradeStrategy"]["maxUnavailable"] == 1
+    # The nodes' manifests come from the controller's ConfigMaps yurt-static-set-<yss> now.
+    assert not [d for d in docs if d["metadata"]["name"] == "edgehub-hub-static-pod"]
+    args = find(docs, "Deployment", "edgehub-manager")["spec"]["template"]["spec"]
+    command = args["containers"][0]["args"]
+    assert "--yurtstaticset-owner=edgehub" in command
+    assert "--static-pod-upgrade-image=ghcr.io/edgehub/edgehub:1.2.3" in command
+
+
+def test_helm_upgrade_with_a_new_tag_changes_only_the_templates_image() -> None:
+    before = _static_sets(render(*POOLS, "--set", "image.tag=1.0.0"))
+    after = _static_sets(render(*POOLS, "--set", "image.tag=1.1.0"))
+    for name, yss in after.items():
+        (hub,) = yss["spec"]["template"]["spec"]["containers"]
+        assert hub["image"] == "ghcr.io/edgehub/edgehub:1.1.0"
+        hub["image"] = "ghcr.io/edgehub/edgehub:1.0.0"
+        assert yss == before[name], name
+
+
+def test_the_static_pod_configmap_stays_the_default() -> None:
+    docs = render()
+    assert _static_sets(docs) == {}
+    assert find(docs, "ConfigMap", "edgehub-hub-static-pod")
+    command = find(docs, "Deployment", "edgehub-manager")["spec"]["template"]["spec"]
+    assert "--yurtstaticset-owner=yurt-manager" in command["containers"][0]["args"]
+
+
+def test_yurt_manager_may_roll_the_chart_yurtstaticsets_out_when_named_so() -> None:
+    docs = render(*POOLS, "--set", "hub.yurtStaticSet.owner=yurt-manager")
+    for yss in _static_sets(docs).values():
+        assert yss["metadata"]["annotations"]["edgehub.io/owner"] == "yurt-manager"
+    command = find(docs, "Deployment", "edgehub-manager")["spec"]["template"]["spec"]
+    assert "--yurtstaticset-owner=yurt-manager" in command["containers"][0]["args"]
+
+
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        (
+            ["--set", "hub.yurtStaticSet.upgradeStrategy.type=Recreate"],
+            "/hub/yurtStaticSet/upgradeStrategy/type",
+        ),
+        (
+            ["--set", "hub.yurtStaticSet.pools[1].upgradeStrategy.maxUnavailable=lots"],
+            "/hub/yurtStaticSet/pools/1/upgradeStrategy/maxUnavailable",
+        ),
+        (["--set", "hub.yurtStaticSet.pools[0].name=Bad_Pool"], "/hub/yurtStaticSet/pools/0/name"),
+        (["--set", "hub.yurtStaticSet.poolz[0].name=a"], "poolz"),
+    ],
+)
+def test_the_schema_refuses_a_bad_yurtstaticset_value(values: list[str], words: str) -> None:
+    assert words in refusal(*POOLS, *values)
+
+
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        (
+            ["--set", "controller.yurtStaticSetOwner=yurt-manager"],
+            "controller.yurtStaticSetOwner=yurt-manager but hub.yurtStaticSet.owner=edgehub",
+        ),
+        (
+            ["--set", "controller.controllers=csrapprover\\,brokers"],
+            "controller.controllers does not run yurtstaticset",
+        ),
+        (["--set", "hub.yurtStaticSet.pools=null"], "hub.yurtStaticSet.pools: name a pool"),
+        (["--set", "hub.yurtStaticSet.pools[1].name=hangzhou"], "pool hangzhou is named twice"),
+    ],
+)
+def test_yurtstaticset_mode_refuses_an_owner_nobody_runs(values: list[str], words: str) -> None:
+    assert words in refusal(*POOLS, *values)

@@ -69,3 +69,18 @@ agent.host.udev. */}}
 {{- $host := .Values.udev.discovery.host | default dict -}}
 {{ $host.udev | default .Values.agent.host.udev }}
 {{- end -}}
+
+{{/* --yurtstaticset-owner: in YurtStaticSet mode hub.yurtStaticSet.owner (an explicit
+controller.yurtStaticSetOwner must agree), else controller.yurtStaticSetOwner or yurt-manager. */}}
+{{- define "edgehub.yurtStaticSetOwner" -}}
+{{- $c := .Values.controller.yurtStaticSetOwner -}}
+{{- $y := .Values.hub.yurtStaticSet -}}
+{{- if and .Values.hub.enabled $y.enabled -}}
+{{- if and $c (ne $c $y.owner) -}}
+{{- fail (printf "controller.yurtStaticSetOwner=%s but hub.yurtStaticSet.owner=%s: the hub's YurtStaticSets would be rolled out by nobody (or twice); leave controller.yurtStaticSetOwner empty, or set hub.yurtStaticSet.owner=yurt-manager if OpenYurt's yurt-manager runs" $c $y.owner) -}}
+{{- end -}}
+{{ $y.owner }}
+{{- else -}}
+{{ $c | default "yurt-manager" }}
+{{- end -}}
+{{- end -}}
