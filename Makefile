@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench proto readme clean cluster-bins yurthub-bin akri-peer tpm-tools
+.PHONY: demo test lint bench proto readme clean cluster-bins yurthub-bin akri-peer tpm-tools prometheus-bin
 
 # The real Kubernetes parts of the test bed (etcd, kube-apiserver, controller-manager,
 # scheduler, kubemark, kubectl), built from tests/cluster/go.mod into
@@ -57,7 +57,18 @@ tpm-tools:
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
 	    swtpm swtpm-tools tpm2-tools; }
 
-test: lint cluster-bins yurthub-bin akri-peer tpm-tools
+# Prometheus (Debian's package) for tests/e2e/cluster/test_prometheus_real.py, which starts its
+# own server on loopback with a temporary config and storage (never the Debian service).
+prometheus-bin:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus && \
+	    { ! command -v systemctl >/dev/null 2>&1 || systemctl disable --now prometheus >/dev/null 2>&1 || true; }; \
+	  else \
+	    echo "make prometheus-bin: prometheus not found; install it (Debian: apt-get install prometheus) for tests/e2e/cluster/test_prometheus_real.py" >&2; exit 1; \
+	  fi; }
+
+test: lint cluster-bins yurthub-bin akri-peer tpm-tools prometheus-bin
 	EDGEHUB_AKRI_PEER=$(AKRI_PEER) EDGEHUB_K8S_BIN=$(K8S_BIN) EDGEHUB_KUBECTL=$(K8S_BIN)/kubectl $(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP) cluster-bins yurthub-bin

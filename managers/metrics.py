@@ -3,7 +3,9 @@ never the global one). Every name starts with ``edgehub_manager_``.
 
 * ``edgehub_manager_leader``: 1 while this replica leads (always 1 without election).
 * ``edgehub_manager_leader_transitions_total``: times this replica became leader.
-* ``edgehub_manager_reconciles_total{controller,outcome}``: ``success``, ``requeue``, ``error``.
+* ``edgehub_manager_reconciles_total{controller,outcome}``: ``success``, ``requeue``, ``error``;
+  every outcome of every followed controller is written from the start (0), so ``rate()`` and
+  ``increase()`` see a controller's first error (a series born at 1 has no increase).
 * ``edgehub_manager_reconcile_duration_seconds{controller}``.
 * ``edgehub_manager_workqueue_depth{controller}`` and ``edgehub_manager_cache_synced{controller}``,
   read from the controllers at scrape time.
@@ -26,6 +28,9 @@ import prometheus_client
 from prometheus_client import core
 
 from kubecontrol import controlling
+
+OUTCOMES = ("success", "requeue", "error")
+"""``controlling.Controller``'s reconcile outcomes."""
 
 
 class _ControllerCollector:
@@ -115,6 +120,9 @@ class Metrics:
 
     def follow(self, controllers: Sequence[controlling.Controller]) -> None:
         self.registry.register(_ControllerCollector(controllers))
+        for controller in controllers:
+            for outcome in OUTCOMES:
+                self.reconciles.labels(controller.name, outcome)
 
     def reconciled(self, controller: str, outcome: str, seconds: float) -> None:
         """``controlling.Observer``."""

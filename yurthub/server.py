@@ -12,6 +12,10 @@
   (``ota``: ``GET /pods``, ``POST /openyurt.io/v1/namespaces/{ns}/pods/{pod}/upgrade`` and
   ``.../imagepull``, loopback callers only). It names files and subjects, never a key or a
   token.
+- Metrics listener ``--metrics-bind-address:--metrics-port`` (10266), only when an address is
+  given: ``GET /metrics`` and nothing else (no probes, status, token or OTA), so a scraper off
+  the node (the chart's pod annotations) reaches the metrics without the hub server's other
+  endpoints. Its ``Host`` check accepts that address (any IP literal for 0.0.0.0) and loopback.
 - HTTPS proxy ``<dummy IP or --bind-proxy-address>:--proxy-secure-port`` (10268): the same
   router over TLS with the hub's serving certificate, started once the certificate manager has
   one (rotations swap it in place); callers must authenticate (``proxy/identifying``).
@@ -119,6 +123,7 @@ class Hub:
         self._proxy_runner: web.BaseRunner | None = None
         self._secure_runner: web.BaseRunner | None = None
         self._server_runner: web.AppRunner | None = None
+        self._metrics_runner: web.AppRunner | None = None
         self._own_runner: web.BaseRunner | None = None
         self._own_socket: listening.OwnSocket | None = None
         self.own_route = following.ProxyRoute("")
@@ -127,6 +132,8 @@ class Hub:
         self.secure_url = ""
         """``https://host:port`` once the secure proxy listens."""
         self.server_url = ""
+        self.metrics_url = ""
+        """The metrics-only listener's base URL; "" without ``--metrics-bind-address``."""
         self.certs = (
             manager.CertManager(hub_settings)
             if hub_settings.certs.source.manages_certificates and identity is None
@@ -437,6 +444,34 @@ class Hub:
         await web.TCPSite(self._server_runner, s.listen.bind_address, s.listen.serve_port).start()
         self.server_url = _url_of(self._server_runner)
         log.info("hub proxy listening on %s, hub server on %s", self.proxy_url, self.server_url)
+        if s.listen.metrics_bind_address:
+            await self._start_metrics_listener(s.listen)
+
+    async def _start_metrics_listener(self, listen: settings.ListenSettings) -> None:
+        accepted = hosts.AcceptedHosts([listen.metrics_bind_address])
+
+        @web.middleware
+        async def only_known_hosts(
+            request: web.Request,
+            handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+        ) -> web.StreamResponse:
+            refused = routing.refused_host(accepted, request)
+            return refused if refused is not None else await handler(request)
+
+        app = web.Application(middlewares=[only_known_hosts], client_max_size=4 << 10)
+        app.router.add_get("/metrics", self._metrics)
+        self._metrics_runner = web.AppRunner(
+            app,
+            access_log=None,
+            shutdown_timeout=0.5,
+            keepalive_timeout=self.settings.proxy.idle_timeout,
+        )
+        await self._metrics_runner.setup()
+        await web.TCPSite(
+            self._metrics_runner, listen.metrics_bind_address, listen.metrics_port
+        ).start()
+        self.metrics_url = _url_of(self._metrics_runner)
+        log.info("hub metrics alone on %s/metrics", self.metrics_url)
 
     async def _serve_secure(self) -> None:
         """Start the TLS proxy once the serving certificate exists (then return)."""
@@ -506,11 +541,18 @@ class Hub:
             task.cancel()
 
     async def _cleanup_runners(self) -> None:
-        runners = (self._proxy_runner, self._secure_runner, self._server_runner, self._own_runner)
+        runners = (
+            self._proxy_runner,
+            self._secure_runner,
+            self._server_runner,
+            self._own_runner,
+            self._metrics_runner,
+        )
         for runner in runners:
             if runner is not None:
                 await runner.cleanup()
         self._proxy_runner = self._secure_runner = self._server_runner = self._own_runner = None
+        self._metrics_runner = None
         if self._own_socket is not None:
             self._own_socket.remove()
             self._own_socket = None

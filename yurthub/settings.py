@@ -45,6 +45,12 @@ class ListenSettings:
     """Hub server host (``/v1/healthz``, ``/v1/readyz``, ``/metrics``)."""
     serve_port: int = 10267
     """Hub server port; 0 picks a free one (logged and printed)."""
+    metrics_bind_address: str = ""
+    """``--metrics-bind-address``: also serve ``/metrics`` alone (no probes, status, token or
+    OTA) on this host, for a scraper off the node; "" serves none (``/metrics`` stays on the
+    hub server only)."""
+    metrics_port: int = 10266
+    """Port of the metrics-only listener; 0 picks a free one (logged)."""
     bind_proxy_address: str = "127.0.0.1"
     """HTTP proxy host. Loopback by default: the proxy authenticates nobody."""
     proxy_port: int = 10261

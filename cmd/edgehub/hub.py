@@ -151,6 +151,18 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 )
 @click.option("--bind-address", default="127.0.0.1", help="Hub server host.")
 @click.option("--serve-port", default=10267, type=click.IntRange(0, 65535), help="Hub server port.")
+@click.option(
+    "--metrics-bind-address",
+    default="",
+    help="Also serve /metrics alone (no probes, status, token or OTA API) on this host, for a "
+    "scraper off the node (0.0.0.0: every address); empty: none.",
+)
+@click.option(
+    "--metrics-port",
+    default=10266,
+    type=click.IntRange(0, 65535),
+    help="Port of the --metrics-bind-address listener.",
+)
 @click.option("--bind-proxy-address", default="127.0.0.1", help="HTTP proxy host.")
 @click.option("--proxy-port", default=10261, type=click.IntRange(0, 65535), help="HTTP proxy port.")
 @click.option(
@@ -671,6 +683,8 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
         listen=settings.ListenSettings(
             bind_address=s("bind_address"),
             serve_port=i("serve_port"),
+            metrics_bind_address=s("metrics_bind_address").strip(),
+            metrics_port=i("metrics_port"),
             bind_proxy_address=s("bind_proxy_address"),
             proxy_port=i("proxy_port"),
             proxy_secure_port=i("proxy_secure_port"),

@@ -233,6 +233,35 @@ def test_the_charts_copies_are_the_originals() -> None:
     assert json.loads(board["data"]["edgehub.json"])["uid"] == "edgehub-overview"
 
 
+def test_prometheus_enabled_annotates_every_part_the_hub_included() -> None:
+    """A pod-annotation scraper finds the hub (its static Pod's mirror Pod: the node's IP, the
+    annotated port, served by the metrics-only listener), the agent and the manager."""
+    docs = render("--set", "prometheus.enabled=true,controller.enabled=true")
+    hub = yaml.safe_load(
+        find(docs, "ConfigMap", "edgehub-hub-static-pod")["data"]["edgehub-hub.yaml"]
+    )
+    templates = {
+        "hub": hub,
+        "agent": find(docs, "DaemonSet", "edgehub-agent")["spec"]["template"],
+        "manager": find(docs, "Deployment", "edgehub-manager")["spec"]["template"],
+    }
+    for part, pod in templates.items():
+        annotations = pod["metadata"].get("annotations", {})
+        assert annotations.get("prometheus.io/scrape") == "true", part
+        assert annotations.get("prometheus.io/path") == "/metrics", part
+        ports = {p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+        assert int(annotations["prometheus.io/port"]) in ports, part
+    (container,) = hub["spec"]["containers"]
+    assert "--metrics-bind-address=0.0.0.0" in container["command"]
+    assert "--metrics-port=10266" in container["command"]
+    assert hub["metadata"]["annotations"]["prometheus.io/port"] == "10266"
+    plain = yaml.safe_load(
+        find(render(), "ConfigMap", "edgehub-hub-static-pod")["data"]["edgehub-hub.yaml"]
+    )
+    assert "annotations" not in plain["metadata"]
+    assert not any("--metrics-bind" in a for a in plain["spec"]["containers"][0]["command"])
+
+
 def refusal(*values: str) -> str:
     done = helm(
         "template", "x", str(CHART), "--kube-version", KUBE_VERSION, *values, check=False

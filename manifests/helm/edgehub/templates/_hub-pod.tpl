@@ -13,6 +13,9 @@ metadata:
     {{- with .pool }}
     apps.openyurt.io/nodepool: {{ . }}
     {{- end }}
+  {{- with include "edgehub.scrape" (dict "root" .root "port" $p.metricsPort) | trim }}
+  {{- . | nindent 2 }}
+  {{- end }}
 spec:
   {{- with .nodeSelector }}
   nodeSelector:
@@ -44,6 +47,10 @@ spec:
         - --enable-dummy-if={{ $p.enableDummyIf }}
         - --lb-mode={{ $p.lbMode }}
         - --shutdown-grace-seconds=10
+        {{- if .root.Values.prometheus.enabled }}
+        - --metrics-bind-address=0.0.0.0
+        - --metrics-port={{ $p.metricsPort }}
+        {{- end }}
         {{- range $p.extraArgs }}
         - {{ . }}
         {{- end }}
@@ -58,6 +65,9 @@ spec:
         - {name: proxy, containerPort: 10261, protocol: TCP}
         - {name: hub-server, containerPort: 10267, protocol: TCP}
         - {name: proxy-secure, containerPort: 10268, protocol: TCP}
+        {{- if .root.Values.prometheus.enabled }}
+        - {name: metrics, containerPort: {{ $p.metricsPort }}, protocol: TCP}
+        {{- end }}
       livenessProbe:
         httpGet: {host: 127.0.0.1, path: /v1/healthz, port: 10267}
         initialDelaySeconds: 120
