@@ -111,6 +111,7 @@ async def running(
     during teardown, cuts the graceful phase short (a second signal).
     """
     cache: runtime.CacheRuntime | None = None
+    cache_problem = ""
     if hub_settings.working_mode is settings.WorkingMode.EDGE:
         try:
             cache = await runtime.open(hub_settings)
@@ -120,6 +121,7 @@ async def running(
                 hub_settings.cache.disk_cache_path,
                 e,
             )
+            cache_problem = f"{e}; running without offline answers"
     filters = filtering.Filters(hub_settings) if hub_settings.filters.enabled else None
     pool = (
         pooling.Pool(
@@ -137,7 +139,7 @@ async def running(
             hub.metrics.error_keys_persistency_status.set(0)
             if hub_settings.working_mode is settings.WorkingMode.EDGE:
                 # Online traffic needs no cache: only the probe says the node is not autonomous.
-                hub.readiness.add("disk-cache", lambda: False, gates_proxy=False)
+                hub.readiness.add("disk-cache", lambda: cache_problem, gates_proxy=False)
         else:
             hub = server.Hub(
                 hub_settings, tee=cache.tee, local=cache.local, filters=filters, pool=pool

@@ -205,11 +205,12 @@ class Hub:
         # unhealthy loses its requests in flight (reads go to the cache, watches re-watch).
         self.remote.on_slow = checker.report_slow
         checker.on_unhealthy.append(self.remote.abandon)
-        self.readiness.add("settings", lambda: True)
-        self.readiness.add("initial-health-probe", checker.initial_probe_done.is_set)
-        self.readiness.add("not-stopping", lambda: not self._stopping)
+        first_probe = f"probing {', '.join(s.upstream.servers)} for the first time"
+        probed = checker.initial_probe_done
+        self.readiness.add("initial-health-probe", lambda: "" if probed.is_set() else first_probe)
+        self.readiness.add("not-stopping", lambda: "shutting down" if self._stopping else "")
         if self._filters is not None:
-            self.readiness.add("filter-inputs", self._filters.ready)
+            self.readiness.add("filter-inputs", self._filters.not_read)
         if self.certs is not None:
             self.certs.on_client_pair.append(self._reload_identity)
             self.readiness.add("client-certificate", self.certs.client_readiness)
