@@ -174,6 +174,9 @@ async def running(
                     cache.cloud_healthy = checker.any_healthy
                 if filters is not None:
                     filters.cloud_healthy = checker.any_healthy
+                if pool is not None:
+                    pool.cloud_healthy = checker.any_healthy
+                    pool.cloud_last_seen = checker.last_success
                 # The followers start once the first probe has told the proxy where to go: asked
                 # before, they would all meet an empty cache's 404 first.
                 await checker.initial_probe_done.wait()

@@ -205,3 +205,19 @@ def test_failing_cache_writes_are_counted_and_warned() -> None:
     # An older hub's writeFailures counted keys.
     text = statustext.render({**HUB, "cache": {**HUB["cache"], "writeFailures": 3}}, "u", NOW)
     assert "3 keys whose last write failed" in text and "writes fail" not in text
+
+
+def test_a_pool_resource_read_while_the_cloud_is_away_is_stale_and_from_the_cache() -> None:
+    stale = {
+        "resource": "/v1/services",
+        "synced": False,
+        "staleSince": _iso(180),
+        "objects": 40,
+        "clients": 2,
+        "readFrom": "cache",
+        "lastError": "",
+    }
+    pool = {"nodePool": None, "role": "cloud", "resources": [stale]}
+    (row,) = [line for line in statustext.pool_lines(pool, NOW) if "/v1/services" in line]
+    assert row.split() == ["/v1/services", "no", "(stale", "since", "3m", "ago)", "40", "2",
+                           "cache", "-"]  # fmt: skip
