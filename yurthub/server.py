@@ -397,7 +397,11 @@ class Hub:
         )
         await self._own_runner.setup()
         await web.UnixSite(self._own_runner, own.path).start()
-        self.own_route = following.ProxyRoute("http://localhost", own.path)
+        checker = self.health
+        assert checker is not None  # made by start() before the listeners
+        self.own_route = following.ProxyRoute(
+            "http://localhost", own.path, cloud_healthy=checker.any_healthy
+        )
 
         app = web.Application(middlewares=[self._only_known_hosts], client_max_size=64 << 10)
         app.router.add_get("/v1/healthz", self._healthz)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import aiohttp
@@ -167,6 +167,7 @@ async def follow_configmap(
     namespace: str = "kube-system",
     max_backoff: float = 30.0,
     also: Sequence[ConfigTarget] = (),
+    cloud_healthy: Callable[[], bool] = lambda: True,
 ) -> None:
     """List+watch ``yurt-hub-cfg`` through the hub forever (until cancelled); its data goes to
     ``agent_set`` and to every one of ``also`` (the filters read their additions from it: one
@@ -180,6 +181,7 @@ async def follow_configmap(
         label_selector=f"{CONFIGMAP_LABEL}={CONFIGMAP_NAME}",
         max_backoff=max_backoff,
         max_item=MAX_LIST_BYTES,
+        cloud_healthy=cloud_healthy,
     )
 
 

@@ -105,6 +105,7 @@ class CacheRuntime:
                 route.url,
                 namespace=self.settings.cache.config_namespace,
                 also=also,
+                cloud_healthy=route.cloud_healthy,
             )
 
     def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:

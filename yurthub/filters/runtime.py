@@ -388,6 +388,7 @@ class Filters:
                         label_selector=labels,
                         field_selector=fields,
                         max_item=self._settings.cache.max_event_bytes,
+                        cloud_healthy=route.cloud_healthy,
                     ),
                     name=f"filter-input-{what}",
                 )
@@ -401,6 +402,7 @@ class Filters:
                 session,
                 route.url,
                 namespace=self._settings.cache.config_namespace,
+                cloud_healthy=route.cloud_healthy,
             )
 
     def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:

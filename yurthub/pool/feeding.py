@@ -25,7 +25,9 @@ source. A leader that answers anything but a good 200 (refused, 429 not synced y
 garbage, an event that does not parse, a list older than the store) or stays silent longer
 than ``leader_idle_timeout`` (a leader sends a BOOKMARK to followers every
 ``follower_bookmark_interval``) is penalised and the next attempt starts at once elsewhere.
-Failures of the hub's own proxy are retried with a capped back-off (0.5 s doubling to 30 s).
+Failures of the hub's own proxy are retried with a capped back-off (0.5 s doubling to 30 s),
+logged once per distinct cause, and only at debug while no apiserver is healthy (the health
+checker has said why; through the hub the offline cache then answers 404 or holds the watch).
 
 While the store is not synced, a definitive answer of the proxy (403, 404, 5xx: what a client
 would get without the multiplexer) is kept as ``failure``: the multiplexer then lets clients
@@ -227,6 +229,8 @@ class Feeder:
         self.failure: statuses.Status | None = None
         """A definitive answer while not synced (clients take the ordinary path)."""
         self.source: Source | None = None
+        self._said = ""
+        """The failure last logged above debug (one line per distinct cause)."""
         self.watching = False
         self._streaming = True
         """Sync with streaming lists (``sendInitialEvents``) while the upstream takes them."""
@@ -243,6 +247,7 @@ class Feeder:
             try:
                 relist = await self._attempt(source, relist)
                 backoff = FIRST_BACKOFF
+                self._said = ""
                 continue
             except _Switch:
                 log.info("%s: switching from %s", self.gvr, source.name)
@@ -261,7 +266,7 @@ class Feeder:
                     self.failure = e.status
                     self._on_advance()  # wakes requests waiting for the first list
                 log.log(
-                    logging.INFO if self.store.synced else logging.WARNING,
+                    self._level(str(e)),
                     "%s: reading through the hub failed (%s); retrying in %.1fs",
                     self.gvr,
                     e,
@@ -269,6 +274,16 @@ class Feeder:
                 )
             await asyncio.sleep(backoff * (1 + random.random() / 4))
             backoff = min(backoff * 2, MAX_BACKOFF)
+
+    def _level(self, cause: str) -> int:
+        """How loud a failure of the hub's own proxy is: debug while no apiserver is healthy
+        (the cloud's absence is the cause, logged once by the health checker; the offline
+        cache's 404 or a held watch follows from it) or for a cause already said; else a
+        warning before the first sync, info after (the store still serves)."""
+        if not self.sources.route().cloud_healthy() or cause == self._said:
+            return logging.DEBUG
+        self._said = cause
+        return logging.INFO if self.store.synced else logging.WARNING
 
     async def _attempt(self, source: Source, relist: bool) -> bool:
         """List (when needed) and watch ``source`` until the watch ends, or the source should

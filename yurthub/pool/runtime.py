@@ -231,6 +231,7 @@ class Pool:
                 what=f"ConfigMap {namespace}/{name}",
                 field_selector=f"metadata.name={name}",
                 max_item=MAX_CONFIGMAP_BYTES,
+                cloud_healthy=self.route.cloud_healthy,
             )
 
     def apply_configmap(self, data: Mapping[str, Any] | None) -> None:
