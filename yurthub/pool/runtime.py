@@ -146,11 +146,11 @@ class Pool:
         for gvr, resource in sorted(self.mux.resources.items()):
             store = resource.store
             feeder = resource.feeder
-            source = feeder.source if feeder else None
+            read_from = feeder.source if feeder else None
             resources.append(
                 {
                     "resource": str(gvr),
-                    **freshness(store.synced, source, cloud_healthy, last_seen),
+                    **freshness(store.synced, read_from, cloud_healthy, last_seen),
                     "objects": store.objects,
                     "bytes": store.bytes,
                     "clients": store.watchers,
