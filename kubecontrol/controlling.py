@@ -99,6 +99,8 @@ class Controller:
         )
         self.reflectors: list[watching.Reflector] = []
         self._primary: list[watching.Reflector] = []
+        self._said_hints: set[str] = set()
+        """Hints the reflectors have logged (a missing CRD is said once per controller)."""
 
     # -- wiring
 
@@ -112,12 +114,15 @@ class Controller:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        absent_hint: str = "",
     ) -> watching.Reflector:
         """Follow ``resource``; by default each event queues the object's own key.
 
         ``on_event`` maps events to keys itself (e.g. an owned object queues its owner); it
         runs on the event loop and must only enqueue. A ``primary`` resource's keys are the
         controller's keys: they are all queued when the workers start and on every resync.
+        ``absent_hint``: logged (once for the controller) when the list is 404: how to install
+        the resource's CRD.
         """
         reflector = watching.Reflector(
             api,
@@ -129,6 +134,8 @@ class Controller:
             namespace=namespace,
             label_selector=label_selector,
             field_selector=field_selector,
+            absent_hint=absent_hint,
+            said_hints=self._said_hints,
         )
         self.reflectors.append(reflector)
         if primary:

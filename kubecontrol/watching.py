@@ -4,9 +4,12 @@ selectors) into an in-memory store, forever.
 ``Reflector.run`` lists, then watches from the list's resourceVersion; a 410
 (``Gone``) relists at once, any other failure reconnects after a capped,
 doubling back-off, so an apiserver (or hub) that is away for a while is
-recovered from without a restart. After every relist the store is replaced
-and the differences are reported as ordinary events, so a consumer never
-misses a deletion that happened while the watch was down.
+recovered from without a restart. A failure is logged once per distinct cause
+(a warning), its repeats at debug; a 404 on the list of a resource with an
+``absent_hint`` (a custom resource whose CRD is not installed) logs that hint
+instead, once for every reflector sharing ``said_hints`` (a controller's).
+After every relist the store is replaced and the differences are reported as
+ordinary events, so a consumer never misses a deletion that happened while the watch was down.
 
 Consumers get ``(event type, object)`` through a synchronous callback (it
 must not block: the reconciler only enqueues a key) and read current objects
@@ -44,7 +47,12 @@ class Reflector:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        absent_hint: str = "",
+        said_hints: set[str] | None = None,
     ) -> None:
+        """``absent_hint``: what to tell the operator when the list is 404 (how to install
+        the CRD); ``said_hints``: hints already logged, shared by reflectors that should say
+        one only once (bounded: hints are constants of the code)."""
         self.api = api
         self.resource = resource
         self.on_event = on_event
@@ -56,6 +64,10 @@ class Reflector:
         self.backoff_cap = backoff_cap
         self.store: dict[Key, dict[str, Any]] = {}
         self.synced = asyncio.Event()
+        self.absent_hint = absent_hint
+        self._said_hints = said_hints if said_hints is not None else set()
+        self._said = ""
+        """The failure last logged as a warning ("" since the last list)."""
 
     def _apply_list(self, items: list[dict[str, Any]]) -> None:
         fresh = {kubeapi.key_of(obj): obj for obj in items}
@@ -95,6 +107,10 @@ class Reflector:
                     self._apply_list(listed.items)
                     resource_version = listed.resource_version
                     self.synced.set()
+                    if self._said:
+                        logger.info("listed %s again", what)
+                    self._said = ""
+                    self._said_hints.discard(self.absent_hint)
                     logger.debug("listed %d %s at %s", len(listed.items), what, resource_version)
                 opened = time.monotonic()
                 events = 0
@@ -119,8 +135,23 @@ class Reflector:
                 logger.info("watch of %s expired; relisting", what)
                 resource_version = None
             except kubeapi.KubeError as e:
-                logger.warning("list/watch of %s failed (%s); retrying in %.1fs", what, e, backoff)
+                self._log_failure(e, listing=resource_version is None, backoff=backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.backoff_cap)
                 # Relist after an outage: events may have been compacted meanwhile.
                 resource_version = None
+
+    def _log_failure(self, error: kubeapi.KubeError, *, listing: bool, backoff: float) -> None:
+        what = self.resource.plural
+        if listing and isinstance(error, kubeapi.NotFound) and self.absent_hint:
+            if self.absent_hint in self._said_hints:
+                logger.debug("list of %s: %s (%s)", what, error, self.absent_hint)
+                return
+            self._said_hints.add(self.absent_hint)
+            self._said = str(error)
+            logger.warning("%s (%s); retrying until they are", self.absent_hint, error)
+            return
+        cause = str(error)
+        level = logging.DEBUG if cause == self._said else logging.WARNING
+        self._said = cause
+        logger.log(level, "list/watch of %s failed (%s); retrying in %.1fs", what, error, backoff)

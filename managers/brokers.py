@@ -82,9 +82,14 @@ class Brokers:
             NAME, self.reconcile, own.timings, observer=ctx.metrics
         )
         watch = self.controller.watch
-        self.configurations = watch(ctx.api, resources.CONFIGURATIONS)
+        hint = resources.CRDS_MISSING
+        self.configurations = watch(ctx.api, resources.CONFIGURATIONS, absent_hint=hint)
         self.instances = watch(
-            ctx.api, resources.INSTANCES, self._queue_configuration_of, primary=False
+            ctx.api,
+            resources.INSTANCES,
+            self._queue_configuration_of,
+            primary=False,
+            absent_hint=hint,
         )
         self.pods = self._labelled(ctx.api, kubeapi.PODS)
         self.jobs = self._labelled(ctx.api, kubeapi.JOBS)

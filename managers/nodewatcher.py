@@ -62,11 +62,16 @@ class NodeWatcher:
             NAME, self.reconcile, own.timings, observer=ctx.metrics
         )
         self.nodes = self.controller.watch(ctx.api, kubeapi.NODES, self._node_event)
+        hint = resources.CRDS_MISSING
         self.instances = self.controller.watch(
-            ctx.api, resources.INSTANCES, self._queue_nodes_of, primary=False
+            ctx.api, resources.INSTANCES, self._queue_nodes_of, primary=False, absent_hint=hint
         )
         self.configurations = self.controller.watch(
-            ctx.api, resources.CONFIGURATIONS, lambda kind, obj: None, primary=False
+            ctx.api,
+            resources.CONFIGURATIONS,
+            lambda kind, obj: None,
+            primary=False,
+            absent_hint=hint,
         )
 
     def _node_event(self, kind: str, node: dict[str, Any]) -> None:

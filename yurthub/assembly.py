@@ -113,6 +113,7 @@ async def running(
     during teardown, cuts the graceful phase short (a second signal).
     """
     cache: runtime.CacheRuntime | None = None
+    cache_problem = ""
     if hub_settings.working_mode is settings.WorkingMode.EDGE:
         try:
             cache = await runtime.open(hub_settings)
@@ -122,6 +123,7 @@ async def running(
                 hub_settings.cache.disk_cache_path,
                 e,
             )
+            cache_problem = f"{e}; running without offline answers"
     filters = filtering.Filters(hub_settings) if hub_settings.filters.enabled else None
     # The filters' NodePools are the same for the whole pool: multiplexed like the pool-scoped
     # resources, a follower reads them from its leader (one upstream watch per pool, not per
@@ -152,7 +154,7 @@ async def running(
             hub.metrics.error_keys_persistency_status.set(0)
             if hub_settings.working_mode is settings.WorkingMode.EDGE:
                 # Online traffic needs no cache: only the probe says the node is not autonomous.
-                hub.readiness.add("disk-cache", lambda: False, gates_proxy=False)
+                hub.readiness.add("disk-cache", lambda: cache_problem, gates_proxy=False)
         else:
             hub = server.Hub(
                 hub_settings,
@@ -195,6 +197,9 @@ async def running(
                     cache.cloud_healthy = checker.any_healthy
                 if filters is not None:
                     filters.cloud_healthy = checker.any_healthy
+                if pool is not None:
+                    pool.cloud_healthy = checker.any_healthy
+                    pool.cloud_last_seen = checker.last_success
                 # The followers start once the first probe has told the proxy where to go: asked
                 # before, they would all meet an empty cache's 404 first.
                 await checker.initial_probe_done.wait()

@@ -29,7 +29,7 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import aiohttp
@@ -49,14 +49,23 @@ MAX_ITEM_BYTES = 16 << 20
 READ_SIZE = 1 << 16
 
 
+def _always() -> bool:
+    return True
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ProxyRoute:
     """How one of the hub's own clients reaches its proxy: requests go to ``url`` + path over
     ``socket_path`` (the hub's own Unix socket; its ``url`` only names the Host), or, without
-    one, over TCP to ``url`` (a test pointing a follower at an apiserver: ordinary requests)."""
+    one, over TCP to ``url`` (a test pointing a follower at an apiserver: ordinary requests).
+
+    ``cloud_healthy``: whether the proxy has a healthy apiserver behind it (the hub's health
+    checker). While it has none, what its clients meet (the empty cache's 404, a held watch) is
+    a consequence of the one cause the health checker has logged: they say it at debug."""
 
     url: str
     socket_path: str | None = None
+    cloud_healthy: Callable[[], bool] = _always
 
     def session(self, **kwargs: Any) -> aiohttp.ClientSession:
         """A client session that takes this route (the caller closes it)."""
@@ -113,8 +122,13 @@ async def follow(
     field_selector: str = "",
     max_backoff: float = 30.0,
     max_item: int = MAX_ITEM_BYTES,
+    cloud_healthy: Callable[[], bool] = _always,
 ) -> None:
-    """List+watch ``path`` (e.g. ``/api/v1/services``) through the hub until cancelled."""
+    """List+watch ``path`` (e.g. ``/api/v1/services``) through the hub until cancelled.
+
+    ``cloud_healthy`` (``ProxyRoute.cloud_healthy``): while False, a 404/403 is the offline
+    cache's (the cloud's absence, already logged by the health checker) and logged at debug;
+    the first one met with the cloud there (a CRD not installed, RBAC) is logged at INFO."""
     url = f"{proxy_url.rstrip('/')}{path}"
     params = {}
     if label_selector:
@@ -141,9 +155,10 @@ async def follow(
             # be empty for now, and asked again with the usual backoff, so a CRD installed
             # later or the cloud coming back is noticed within max_backoff.
             target.mark_absent()
-            log = logger.debug if absent_logged else logger.info
+            said = absent_logged or not cloud_healthy()
+            log = logger.debug if said else logger.info
             log("%s cannot be read (%s); treated as empty until it can", what, e)
-            absent_logged = True
+            absent_logged = absent_logged or not said
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
             logger.debug("following %s: %s", what, e)
         await asyncio.sleep(backoff * (1 + random.random() / 2))

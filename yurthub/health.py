@@ -250,6 +250,11 @@ class HealthChecker:
         """Whether some apiserver has answered a probe since the hub started."""
         return any(r.last_success_at is not None for r in self.reports.values())
 
+    def last_success(self) -> float | None:
+        """Wall-clock time of the last successful probe of any apiserver (None: never)."""
+        times = [r.last_success_at for r in self.reports.values() if r.last_success_at is not None]
+        return max(times, default=None)
+
     def unreachable_summary(self) -> str:
         """``https://a: connection refused; https://b: ...`` for every failing server."""
         return "; ".join(

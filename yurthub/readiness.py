@@ -12,22 +12,22 @@ must know; the serving certificate: only port 10268 needs it). ``warn`` adds a n
 ``add_warning`` one that shows while its check says so (the cache's writes fail: a hub that
 cannot write its cache still proxies online, but what it reads is not kept for offline use).
 
-A check returns a bool, or a string: "" when it holds, else what is missing, shown after the
-name (``client-certificate (waiting for CSR csr-x7k2p: ...)``).
+A check returns a string: "" when it holds, else what is missing, shown after the name
+(``client-certificate (waiting for CSR csr-x7k2p: ...)``) by ``/v1/readyz``, ``/v1/status``,
+``edgehub status`` and the proxy's 503. There is no bare "false": a condition that fails always
+says why (the operator must not have to find the reason in the log).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-Check = Callable[[], bool | str]
+Check = Callable[[], str]
 
 
 def _failing(name: str, check: Check) -> str | None:
-    result = check()
-    if result is True or result == "":
-        return None
-    return f"{name} ({result})" if isinstance(result, str) else name
+    why = check()
+    return f"{name} ({why})" if why else None
 
 
 class Readiness:
@@ -37,7 +37,8 @@ class Readiness:
         self._warning_checks: dict[str, Callable[[], str]] = {}
 
     def add(self, name: str, check: Check, *, gates_proxy: bool = True) -> None:
-        """Register a condition; ``check`` must be cheap and non-blocking (called per request)."""
+        """Register a condition; ``check`` must be cheap and non-blocking (called per request)
+        and return "" when it holds, else why not."""
         self._conditions[name] = (check, gates_proxy)
 
     def warn(self, name: str, text: str) -> None:
@@ -65,3 +66,7 @@ class Readiness:
             if text := check():
                 warnings.append(f"{name}: {text}")
         return [f for f in failing if f is not None], warnings
+
+    def ready(self) -> bool:
+        """Whether ``/v1/readyz`` answers 200 now (every condition holds, gating or not)."""
+        return not self.report()[0]

@@ -224,11 +224,12 @@ class Hub:
         # unhealthy loses its requests in flight (reads go to the cache, watches re-watch).
         self.remote.on_slow = checker.report_slow
         checker.on_unhealthy.append(self.remote.abandon)
-        self.readiness.add("settings", lambda: True)
-        self.readiness.add("initial-health-probe", checker.initial_probe_done.is_set)
-        self.readiness.add("not-stopping", lambda: not self._stopping)
+        first_probe = f"probing {', '.join(s.upstream.servers)} for the first time"
+        probed = checker.initial_probe_done
+        self.readiness.add("initial-health-probe", lambda: "" if probed.is_set() else first_probe)
+        self.readiness.add("not-stopping", lambda: "shutting down" if self._stopping else "")
         if self._filters is not None:
-            self.readiness.add("filter-inputs", self._filters.ready)
+            self.readiness.add("filter-inputs", self._filters.not_read)
         if self.certs is not None:
             self.certs.on_client_pair.append(self._reload_identity)
             self.readiness.add("client-certificate", self.certs.client_readiness)
@@ -423,7 +424,11 @@ class Hub:
         )
         await self._own_runner.setup()
         await web.UnixSite(self._own_runner, own.path).start()
-        self.own_route = following.ProxyRoute("http://localhost", own.path)
+        checker = self.health
+        assert checker is not None  # made by start() before the listeners
+        self.own_route = following.ProxyRoute(
+            "http://localhost", own.path, cloud_healthy=checker.any_healthy
+        )
 
         app = web.Application(middlewares=[self._only_known_hosts], client_max_size=64 << 10)
         app.router.add_get("/v1/healthz", self._healthz)

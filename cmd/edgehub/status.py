@@ -1,8 +1,10 @@
 """``edgehub status``: one screen for an operator on the node.
 
 Reads the hub's ``GET /v1/status`` on its serve port (``--server``, 127.0.0.1:10267) and the
-discovery agent's ``GET /status`` on its metrics port (``--agent``, 127.0.0.1:10270, the
-DaemonSet's; skipped when the hub runs the agent itself with ``--enable-discovery``), and shows
+discovery agent's ``GET /status`` on its metrics port (``--agent``: the first of
+127.0.0.1:10270, the DaemonSet's, and 127.0.0.1:8080, Akri's ``METRICS_PORT`` default that a
+hand-run ``edgehub agent`` keeps, that answers; skipped when the hub runs the agent itself with
+``--enable-discovery``), and shows
 each apiserver's health and last error, the cache's size and the age of each component's newest
 list, the certificates and their expiry, the response filters (and those kept off, with why),
 the pool leader, the discovery handlers and devices.
@@ -54,6 +56,19 @@ def _base(url: str) -> str:
     return url if "://" in url else f"http://{url}"
 
 
+def _first_agent(candidates: str) -> tuple[dict[str, Any] | None, str, str]:
+    """(document, source, "") from the first of the comma-separated agent URLs that answers,
+    else (None, source, each one's problem)."""
+    urls = [_base(url) for url in candidates.split(",") if url.strip()]
+    problems = []
+    for url in urls:
+        document, problem = _get(url + "/status")
+        if document is not None:
+            return document, f"agent {url}", ""
+        problems.append(f"{url}: {problem}" if len(urls) > 1 else problem)
+    return None, f"agent {' or '.join(urls)}", "; ".join(problems)
+
+
 def collect(server: str, agent: str) -> dict[str, Any]:
     """Both documents (blocking: two GETs with a timeout each)."""
     hub_url = _base(server)
@@ -63,9 +78,7 @@ def collect(server: str, agent: str) -> dict[str, Any]:
     if hub is not None and isinstance(hub.get("discovery"), dict):
         agent_doc, agent_source = hub["discovery"], "in the hub (--enable-discovery)"
     elif agent:
-        agent_url = _base(agent)
-        agent_source = f"agent {agent_url}"
-        agent_doc, agent_problem = _get(agent_url + "/status")
+        agent_doc, agent_source, agent_problem = _first_agent(agent)
     else:
         agent_source = "not asked (--agent '')"
     return {
@@ -98,8 +111,10 @@ def screen(found: dict[str, Any]) -> str:
 )
 @click.option(
     "--agent",
-    default="http://127.0.0.1:10270",
-    help="The discovery agent's metrics port (its --metrics-address:--metrics-port); '' skips it.",
+    default="http://127.0.0.1:10270,http://127.0.0.1:8080",
+    help="The discovery agent's metrics port (its --metrics-address:--metrics-port): the first "
+    "of these comma-separated URLs that answers (the DaemonSet's 10270, a hand-run agent's "
+    "8080); '' skips it.",
 )
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 def command(server: str, agent: str, output: str) -> None:

@@ -173,7 +173,7 @@ def hub_lines(hub: Mapping[str, Any], url: str, now: float) -> list[str]:
     lines += problems
 
     lines += filter_lines(hub.get("filters"))
-    lines += pool_lines(hub.get("pool") or {})
+    lines += pool_lines(hub.get("pool") or {}, now)
     return lines
 
 
@@ -202,7 +202,16 @@ _ROLES = {
 }
 
 
-def pool_lines(pool: Mapping[str, Any]) -> list[str]:
+def _synced(resource: Mapping[str, Any], now: float) -> str:
+    if resource.get("synced"):
+        return "yes"
+    stale = resource.get("staleSince")
+    return f"no (stale since {_ago(_seconds_since(stale, now))})" if stale else "no"
+
+
+def pool_lines(pool: Mapping[str, Any], now: float) -> list[str]:
+    """The pool section. A resource read through the hub while no apiserver is healthy is not
+    synced and read from the cache (the hub says so: ``staleSince``, ``readFrom: cache``)."""
     name = pool.get("nodePool")
     where = f" (pool {name})" if name else ""
     role = str(pool.get("role") or "off")
@@ -221,7 +230,7 @@ def pool_lines(pool: Mapping[str, Any]) -> list[str]:
             rows.append(
                 [
                     str(r.get("resource")),
-                    "yes" if r.get("synced") else "no",
+                    _synced(r, now),
                     str(r.get("objects", 0)),
                     str(r.get("clients", 0)),
                     str(r.get("readFrom") or "-"),

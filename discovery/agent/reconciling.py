@@ -183,11 +183,18 @@ class Reconciler:
         )
         self.queue = self.controller.queue
         self.configurations = self.controller.watch(
-            api, resources.CONFIGURATIONS, self._on_configuration
+            api,
+            resources.CONFIGURATIONS,
+            self._on_configuration,
+            absent_hint=resources.CRDS_MISSING,
         )
         self._on_instance_event = on_instance_event
         self.instances = self.controller.watch(
-            api, resources.INSTANCES, self._on_instance, primary=False
+            api,
+            resources.INSTANCES,
+            self._on_instance,
+            primary=False,
+            absent_hint=resources.CRDS_MISSING,
         )
         self.requests: discovering.Requests | None = None
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import aiohttp
@@ -215,6 +215,7 @@ async def follow_configmap(
     max_backoff: float = 30.0,
     also: Sequence[ConfigTarget] = (),
     others: Mapping[str, following.Target] | None = None,
+    cloud_healthy: Callable[[], bool] = lambda: True,
 ) -> None:
     """List+watch ``yurt-hub-cfg`` through the hub forever (until cancelled); its data goes to
     ``agent_set`` and to every one of ``also`` (the filters read their additions from it: one
@@ -232,6 +233,7 @@ async def follow_configmap(
         label_selector=label_selector(names),
         max_backoff=max_backoff,
         max_item=MAX_LIST_BYTES,
+        cloud_healthy=cloud_healthy,
     )
 
 

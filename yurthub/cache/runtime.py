@@ -146,6 +146,7 @@ class CacheRuntime:
                 namespace=self.settings.cache.config_namespace,
                 also=also,
                 others=others,
+                cloud_healthy=route.cloud_healthy,
             )
 
     def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:

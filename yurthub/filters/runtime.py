@@ -323,8 +323,18 @@ class Filters:
     def synced(self) -> bool:
         return self.approver.synced and all(c.synced for _, c, *_ in self.needed())
 
+    def not_read(self) -> str:
+        """The readiness condition ``filter-inputs``: "" when ready, else what is not read yet."""
+        if self.ready():
+            return ""
+        missing = [what for what, c, *_ in self.needed() if not c.synced]
+        if not self.approver.synced:
+            missing.append("yurt-hub-cfg")
+        timeout = self._settings.filters.inputs_sync_timeout
+        return f"reading {', '.join(missing) or 'the inputs'} (waits at most {timeout:g} s)"
+
     def ready(self) -> bool:
-        """The readiness condition ``filter-inputs``."""
+        """Whether the filters' inputs are read (or waiting for them is over)."""
         if not self.approver.active or self.synced() or not self.cloud_healthy():
             return True
         if self._gave_up_waiting:
@@ -383,6 +393,7 @@ class Filters:
                         label_selector=labels,
                         field_selector=fields,
                         max_item=self._settings.cache.max_event_bytes,
+                        cloud_healthy=route.cloud_healthy,
                     ),
                     name=f"filter-input-{what}",
                 )
@@ -402,6 +413,7 @@ class Filters:
                 route.url,
                 namespace=self._settings.cache.config_namespace,
                 others=others,
+                cloud_healthy=route.cloud_healthy,
             )
 
     def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:

@@ -30,7 +30,9 @@ answers anything else but a good 200 (refused, 5xx, garbage, an event that does 
 list older than the store) or stays silent longer than ``leader_idle_timeout`` (a leader sends
 a BOOKMARK to followers every ``follower_bookmark_interval``) is penalised for every feeder and
 the next attempt starts at once elsewhere.
-Failures of the hub's own proxy are retried with a capped back-off (0.5 s doubling to 30 s).
+Failures of the hub's own proxy are retried with a capped back-off (0.5 s doubling to 30 s),
+logged once per distinct cause, and only at debug while no apiserver is healthy (the health
+checker has said why; through the hub the offline cache then answers 404 or holds the watch).
 
 While the store is not synced, a definitive answer of the proxy (403, 404, 5xx: what a client
 would get without the multiplexer) is kept as ``failure``: the multiplexer then lets clients
@@ -253,6 +255,8 @@ class Feeder:
         self._avoid: dict[str, float] = {}
         """Leaders (node names) this feeder does not read from until then (loop time)."""
         self._avoid_timer: asyncio.TimerHandle | None = None
+        self._said = ""
+        """The failure last logged above debug (one line per distinct cause)."""
         self.watching = False
         self._streaming = True
         """Sync with streaming lists (``sendInitialEvents``) while the upstream takes them."""
@@ -275,6 +279,7 @@ class Feeder:
             try:
                 await self._attempt(source)
                 backoff = FIRST_BACKOFF
+                self._said = ""
                 continue
             except _Switch:
                 log.info("%s: switching from %s", self.gvr, source.name)
@@ -293,7 +298,7 @@ class Feeder:
                     self.failure = e.status
                     self._on_advance()  # wakes requests waiting for the first list
                 log.log(
-                    logging.INFO if self.store.synced else logging.WARNING,
+                    self._level(str(e)),
                     "%s: reading through the hub failed (%s); retrying in %.1fs",
                     self.gvr,
                     e,
@@ -348,6 +353,16 @@ class Feeder:
     def _leader_good(self, source: Source) -> None:
         if self._strikes and source.leader is not None:
             self._strikes.pop(source.leader.node, None)
+
+    def _level(self, cause: str) -> int:
+        """How loud a failure of the hub's own proxy is: debug while no apiserver is healthy
+        (the cloud's absence is the cause, logged once by the health checker; the offline
+        cache's 404 or a held watch follows from it) or for a cause already said; else a
+        warning before the first sync, info after (the store still serves)."""
+        if not self.sources.route().cloud_healthy() or cause == self._said:
+            return logging.DEBUG
+        self._said = cause
+        return logging.INFO if self.store.synced else logging.WARNING
 
     async def _attempt(self, source: Source) -> None:
         """List (when needed) and watch ``source`` until the watch ends, or the source should

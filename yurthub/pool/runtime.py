@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import ipaddress
 import logging
 import ssl
@@ -110,6 +111,11 @@ class Pool:
             resources=self.shared.union(p.resources),
             converter=converter,
         )
+        self.cloud_healthy: Callable[[], bool] = lambda: True
+        """Whether some apiserver is healthy (``health.HealthChecker.any_healthy``): without
+        one, what is read through the hub's own proxy comes from its disk cache."""
+        self.cloud_last_seen: Callable[[], float | None] = lambda: None
+        """Wall-clock time some apiserver last answered (``HealthChecker.last_success``)."""
         self._last_problem = ""
         self._runner: web.BaseRunner | None = None
         self._port_requests = 0
@@ -138,18 +144,20 @@ class Pool:
         else:
             role = "cloud"
         usable = self.leaders.healthy()
+        cloud_healthy = self.cloud_healthy()
+        last_seen = self.cloud_last_seen()
         resources = []
         for gvr, resource in sorted(self.mux.resources.items()):
             store = resource.store
             feeder = resource.feeder
+            read_from = feeder.source if feeder else None
             resources.append(
                 {
                     "resource": str(gvr),
-                    "synced": store.synced,
+                    **freshness(store.synced, read_from, cloud_healthy, last_seen),
                     "objects": store.objects,
                     "bytes": store.bytes,
                     "clients": store.watchers,
-                    "readFrom": feeder.source.name if feeder and feeder.source else None,
                     "lastError": feeder.failure["message"] if feeder and feeder.failure else "",
                 }
             )
@@ -236,6 +244,7 @@ class Pool:
                 what=f"ConfigMap {namespace}/{name}",
                 field_selector=f"metadata.name={name}",
                 max_item=MAX_CONFIGMAP_BYTES,
+                cloud_healthy=self.route.cloud_healthy,
             )
 
     def apply_configmap(self, data: Mapping[str, Any] | None) -> None:
@@ -380,6 +389,34 @@ class Pool:
                 503, f"{info.resource} is not served from this hub's memory now"
             )
         return answer
+
+
+def freshness(
+    synced: bool, source: feeding.Source | None, cloud_healthy: bool, last_seen: float | None
+) -> dict[str, Any]:
+    """``synced``, ``readFrom`` and ``staleSince`` of one pool-scoped resource for
+    ``/v1/status``. PURE.
+
+    Read through the hub's own proxy (``cloud``) while no apiserver is healthy, the feeder's
+    watch is held by the disk cache: nothing new arrives, so the store is not synced with the
+    cloud but stale since the cloud last answered, and it is read from the cache. (A follower
+    reading a leader trusts the leader's word: the leader's own status says whether it is cut.)
+    """
+    offline = source is not None and source.leader is None and not cloud_healthy
+    if not offline:
+        return {
+            "synced": synced,
+            "readFrom": source.name if source is not None else None,
+            "staleSince": None,
+        }
+    stale = None
+    if synced and last_seen is not None:
+        stale = datetime.datetime.fromtimestamp(last_seen, datetime.UTC)
+    return {
+        "synced": False,
+        "readFrom": "cache",
+        "staleSince": stale.strftime("%Y-%m-%dT%H:%M:%SZ") if stale is not None else None,
+    }
 
 
 class _ConfigMapTarget:

@@ -145,6 +145,9 @@ class ResponseFilter(Protocol):
     def ready(self) -> bool:
         """The filters' inputs are there (readiness gate; cheap, called per request)."""
 
+    def not_read(self) -> str:
+        """Empty when ``ready``, else which inputs are not read yet (the readiness reason)."""
+
 
 class PoolServer(Protocol):
     """The pool multiplexer (``yurthub.pool.runtime``): list/watch of pool-scoped resources."""

@@ -211,3 +211,27 @@ def terminate_popen(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+async def read_announcement(
+    stream: asyncio.StreamReader, prefix: str, within: float
+) -> dict[str, str]:
+    """The ``key=value`` fields of the first line of ``stream`` that starts with ``prefix``
+    (``edgehub hub``'s ``EDGEHUB_HUB_LISTENING`` or ``EDGEHUB_HUB_READY``), reading past the
+    others; ``ProcessError`` if the stream ends first, ``TimeoutError`` after ``within`` s."""
+    async with asyncio.timeout(within):
+        while True:
+            line = (await stream.readline()).decode()
+            if not line:
+                raise ProcessError(f"the output ended before a line starting with {prefix!r}")
+            if line.startswith(prefix + " "):
+                return dict(part.split("=", 1) for part in line.split()[1:])
+
+
+def read_announcement_sync(stream: Any, prefix: str) -> dict[str, str]:
+    """``read_announcement`` for a ``subprocess.Popen`` text stream (no timeout: the caller's
+    process must end, or print, for it to return)."""
+    for line in stream:
+        if line.startswith(prefix + " "):
+            return dict(part.split("=", 1) for part in line.split()[1:])
+    raise ProcessError(f"the output ended before a line starting with {prefix!r}")

@@ -36,7 +36,7 @@ from cluster_support import REPO, token_kubeconfig
 from cryptography import x509
 
 from yurthub.certs import pemfiles
-from yurthub.testing import joining, realcluster
+from yurthub.testing import joining, processes, realcluster
 
 pytestmark = pytest.mark.slow
 
@@ -84,10 +84,13 @@ class Hub:
                 EDGEHUB, "hub", *self.args, stdout=asyncio.subprocess.PIPE, stderr=err
             )
         assert self.proc.stdout is not None
-        async with asyncio.timeout(60):
-            line = (await self.proc.stdout.readline()).decode()
-        assert line.startswith("EDGEHUB_HUB_READY "), self.log.read_text()[-3000:]
-        self.proxy_url = dict(p.split("=", 1) for p in line.split()[1:])["proxy"]
+        try:
+            fields = await processes.read_announcement(
+                self.proc.stdout, "EDGEHUB_HUB_LISTENING", 60
+            )
+        except (TimeoutError, processes.ProcessError) as e:
+            raise AssertionError(self.log.read_text()[-3000:]) from e
+        self.proxy_url = fields["proxy"]
 
     async def kill(self) -> None:
         assert self.proc is not None

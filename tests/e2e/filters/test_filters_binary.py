@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from yurthub.testing import simapiserver
+from yurthub.testing import processes, simapiserver
 from yurthub.testing.fixtures import KUBECTL
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
@@ -94,9 +94,7 @@ def hub(tmp_path: pathlib.Path) -> Iterator[tuple[simapiserver.SimApiserverThrea
         )  # fmt: skip
         try:
             assert proc.stdout is not None
-            ready = proc.stdout.readline()
-            assert ready.startswith("EDGEHUB_HUB_READY"), ready
-            fields = dict(part.split("=", 1) for part in ready.split()[1:])
+            fields = processes.read_announcement_sync(proc.stdout, "EDGEHUB_HUB_READY")
             deadline = time.monotonic() + 15
             while True:
                 try:

@@ -13,6 +13,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from yurthub.testing import processes
+
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 
 
@@ -62,10 +64,7 @@ async def start_hub(server: str, *extra: str) -> tuple[asyncio.subprocess.Proces
         stderr=asyncio.subprocess.DEVNULL,
     )
     assert proc.stdout is not None
-    async with asyncio.timeout(15):
-        line = (await proc.stdout.readline()).decode()
-    assert line.startswith("EDGEHUB_HUB_READY "), line
-    fields = dict(part.split("=", 1) for part in line.split()[1:])
+    fields = await processes.read_announcement(proc.stdout, "EDGEHUB_HUB_LISTENING", 15)
     return proc, fields["proxy"], fields["server"]
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from yurthub.testing import simapiserver
+from yurthub.testing import processes, simapiserver
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 CRDS = pathlib.Path(__file__).resolve().parents[3] / "manifests" / "crds"
@@ -81,8 +81,7 @@ def test_agent_runs_inside_the_hub(workdir: pathlib.Path) -> None:
         )
         try:
             assert hub.stdout is not None
-            ready = hub.stdout.readline()
-            assert ready.startswith("EDGEHUB_HUB_READY"), ready
+            processes.read_announcement_sync(hub.stdout, "EDGEHUB_HUB_READY")
             (workdir / "config.yaml").write_text(CONFIG)
             kubectl(admin, "apply", "-f", str(workdir / "config.yaml"))
             deadline = time.monotonic() + 20

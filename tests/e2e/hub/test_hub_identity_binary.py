@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from yurthub.certs import pemfiles
-from yurthub.testing import joining, simapiserver
+from yurthub.testing import joining, processes, simapiserver
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 NODE = "edge-1"
@@ -37,10 +37,10 @@ async def start(args: list[str], log: pathlib.Path) -> tuple[asyncio.subprocess.
             EDGEHUB, "hub", *args, stdout=asyncio.subprocess.PIPE, stderr=err
         )
     assert proc.stdout is not None
-    async with asyncio.timeout(20):
-        line = (await proc.stdout.readline()).decode()
-    assert line.startswith("EDGEHUB_HUB_READY "), log.read_text()[-2000:]
-    fields = dict(part.split("=", 1) for part in line.split()[1:])
+    try:
+        fields = await processes.read_announcement(proc.stdout, "EDGEHUB_HUB_LISTENING", 20)
+    except (TimeoutError, processes.ProcessError) as e:
+        raise AssertionError(log.read_text()[-2000:]) from e
     return proc, fields["server"]
 
 

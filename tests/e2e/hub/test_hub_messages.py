@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from yurthub.testing import fixtures, partition, simapiserver
+from yurthub.testing import fixtures, partition, processes, simapiserver
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 pytestmark = pytest.mark.slow
@@ -64,10 +64,11 @@ async def _start(
             stderr=err,
         )
     assert proc.stdout is not None
-    async with asyncio.timeout(20):
-        line = (await proc.stdout.readline()).decode()
-    assert line.startswith("EDGEHUB_HUB_READY "), line + log.read_text()
-    return RunningHub(proc, log, dict(p.split("=", 1) for p in line.split()[1:]))
+    try:
+        fields = await processes.read_announcement(proc.stdout, "EDGEHUB_HUB_LISTENING", 20)
+    except (TimeoutError, processes.ProcessError) as e:
+        raise AssertionError(log.read_text()) from e
+    return RunningHub(proc, log, fields)
 
 
 @pytest.fixture
@@ -141,6 +142,29 @@ async def test_a_wrong_server_addr_is_named_at_info_and_in_readyz(
         text = await _readyz_until(hub, "cloud-or-cache")
         assert f"{server}: {why}" in text
         assert f"the disk cache {tmp_path / 'cache'} holds no list" in text
+
+
+async def test_the_ready_line_comes_only_once_readyz_is_200(
+    tmp_path: pathlib.Path, hubs: list[RunningHub]
+) -> None:
+    async with (
+        simapiserver.SimApiserver(workdir=tmp_path / "sim") as sim,
+        partition.Partition("127.0.0.1", sim.port) as link,
+    ):
+        await link.set_mode(partition.Mode.REFUSE)
+        server = f"https://{link.address}"
+        hub = await _start(tmp_path, server, sim.kubeconfig_path)
+        hubs.append(hub)
+        # Listening, but nothing to answer with: not ready, and no READY line yet (the next
+        # line on stdout is the READY one, read below: it must come after the cloud does).
+        await _readyz_until(hub, "cloud-or-cache")
+        await link.set_mode(partition.Mode.PASS)
+        assert hub.proc.stdout is not None
+        fields = await processes.read_announcement(hub.proc.stdout, "EDGEHUB_HUB_READY", 30)
+        assert fields == {"proxy": hub.proxy, "server": hub.server}
+        async with aiohttp.ClientSession() as s, s.get(hub.server + "/v1/readyz") as r:
+            assert r.status == 200, await r.text()
+        assert f"cannot reach {server}: connection refused" in hub.log_text()
 
 
 def _hub_kubeconfig(path: pathlib.Path, proxy: str) -> pathlib.Path:

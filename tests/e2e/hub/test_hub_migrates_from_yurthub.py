@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 
 from yurthub.cache import yurthubfiles
+from yurthub.testing import processes
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 NODE = "edge-1"
@@ -83,10 +84,8 @@ class Hub:
 
     async def ready(self) -> dict[str, str]:
         assert self.proc.stdout is not None
-        async with asyncio.timeout(20):
-            line = (await self.proc.stdout.readline()).decode()
-        assert line.startswith("EDGEHUB_HUB_READY "), (line, self.stderr)
-        return dict(p.split("=", 1) for p in line.split()[1:])
+        # Its addresses once it listens (ready waits for the cloud or a cached list).
+        return await processes.read_announcement(self.proc.stdout, "EDGEHUB_HUB_LISTENING", 20)
 
     async def stop(self) -> str:
         """Stop the hub; all it wrote on stderr."""

@@ -13,7 +13,7 @@ import sys
 import aiohttp
 import pytest
 
-from yurthub.testing import joining, simapiserver
+from yurthub.testing import joining, processes, simapiserver
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 NODE = "edge-1"
@@ -116,10 +116,12 @@ async def test_an_openyurt_static_pods_arguments_start_the_hub(tmp_path: pathlib
                 )
             try:
                 assert proc.stdout is not None
-                async with asyncio.timeout(30):
-                    line = (await proc.stdout.readline()).decode()
-                assert line.startswith("EDGEHUB_HUB_READY "), log.read_text()[-3000:]
-                fields = dict(part.split("=", 1) for part in line.split()[1:])
+                try:
+                    fields = await processes.read_announcement(
+                        proc.stdout, "EDGEHUB_HUB_LISTENING", 30
+                    )
+                except (TimeoutError, processes.ProcessError) as e:
+                    raise AssertionError(log.read_text()[-3000:]) from e
                 async with aiohttp.ClientSession() as s, asyncio.timeout(30):
                     while True:  # the client certificate is requested, approved, signed
                         async with s.get(fields["server"] + "/v1/readyz") as r:

@@ -131,6 +131,9 @@ class _Filters:
     def ready(self) -> bool:
         return True
 
+    def not_read(self) -> str:
+        return ""
+
 
 async def test_offline_protobuf_lists_go_through_the_filters(tmp_path: pathlib.Path) -> None:
     body = pods_pb()

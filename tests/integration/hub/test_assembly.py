@@ -75,7 +75,11 @@ async def test_unopenable_cache_degrades_to_plain_proxy(
             aiohttp.ClientSession() as http,
             http.get(f"{node.hub.server_url}/v1/readyz") as resp,
         ):
-            assert resp.status == 500 and "disk-cache" in await resp.text()
+            text = await resp.text()
+        # The reason the log has, not just the condition's name.
+        assert resp.status == 500, text
+        assert f"disk-cache (cannot open the cache at {blocker}: " in text, text
+        assert "running without offline answers" in text, text
         async with (
             aiohttp.ClientSession(headers=KUBELET) as http,
             http.get(f"{node.hub.proxy_url}/api/v1/namespaces/default/pods") as resp,

@@ -175,7 +175,7 @@ async def test_only_the_hubs_own_requests_pass_the_readiness_gate(
     apiserver: FakeApiserver, make_hub: MakeHub
 ) -> None:
     async with make_hub([apiserver.url]) as hub:
-        hub.readiness.add("held-for-the-test", lambda: False)
+        hub.readiness.add("held-for-the-test", lambda: "held")
         own = {"User-Agent": "yurthub/edgehub"}
         assert await status_of(hub.proxy_url + "/api/v1/pods", own) == 503
         route = hub.own_route

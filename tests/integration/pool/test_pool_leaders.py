@@ -7,6 +7,7 @@ import asyncio
 import logging
 import pathlib
 import time
+from typing import Any
 
 import pytest
 from pool_edge import (
@@ -244,3 +245,28 @@ async def test_the_multiplexer_port_serves_pool_scoped_reads_only(tmp_path: path
                     line = await resp.content.readline()
                     if b'"BOOKMARK"' in line:
                         break
+
+
+async def test_a_cut_hub_says_its_pool_resources_are_stale_and_read_from_the_cache(
+    tmp_path: pathlib.Path,
+) -> None:
+    async with pool_of(tmp_path, names=("edge-node-1",), leaders=()) as pool:
+        (hub,) = pool.hubs
+
+        async def services() -> dict[str, Any]:
+            status = await hub.status()
+            return next(r for r in status["pool"]["resources"] if r["resource"] == "/v1/services")
+
+        await eventually(lambda: hub.source() == "cloud" and hub.watching())
+        online = await services()
+        assert online["synced"] and online["readFrom"] == "cloud" and not online["staleSince"]
+        await hub.link.set_mode(partition.Mode.BLACKHOLE)
+        await eventually(lambda: not hub.node.hub.health.any_healthy())  # type: ignore[union-attr]
+        cut = await services()
+        assert not cut["synced"], cut
+        assert cut["readFrom"] == "cache", cut
+        assert cut["staleSince"], cut
+        await hub.link.set_mode(partition.Mode.PASS)
+        await eventually(lambda: hub.node.hub.health.any_healthy())  # type: ignore[union-attr]
+        back = await services()
+        assert back["synced"] and back["readFrom"] == "cloud" and not back["staleSince"], back

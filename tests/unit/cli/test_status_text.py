@@ -223,3 +223,19 @@ def test_what_seals_the_cache_is_shown() -> None:
     lines = statustext.render({**HUB, "cache": cache}, "u", NOW).splitlines()
     assert "  sealed: its data key by the key file /etc/edgehub/cache.kek" in lines
     assert not any("sealed:" in line for line in statustext.render(HUB, "u", NOW).splitlines())
+
+
+def test_a_pool_resource_read_while_the_cloud_is_away_is_stale_and_from_the_cache() -> None:
+    stale = {
+        "resource": "/v1/services",
+        "synced": False,
+        "staleSince": _iso(180),
+        "objects": 40,
+        "clients": 2,
+        "readFrom": "cache",
+        "lastError": "",
+    }
+    pool = {"nodePool": None, "role": "cloud", "resources": [stale]}
+    (row,) = [line for line in statustext.pool_lines(pool, NOW) if "/v1/services" in line]
+    assert row.split() == ["/v1/services", "no", "(stale", "since", "3m", "ago)", "40", "2",
+                           "cache", "-"]  # fmt: skip

@@ -231,7 +231,9 @@ def test_runtime_readiness_waits_for_inputs_but_not_offline_nor_forever() -> Non
     f.inputs.services.replace([])
     f.inputs.node.mark_absent()
     assert not f.ready()  # NodePools still missing
+    assert f.not_read() == "reading NodePools (waits at most 60 s)"  # the readyz reason
     f.cloud_healthy = lambda: False
+    assert f.not_read() == ""
     assert f.ready()  # offline: the cache answers, missing inputs leave objects unchanged
     f.cloud_healthy = lambda: True
     now[0] = 61.0

@@ -7,7 +7,7 @@ from yurthub import readiness
 
 def test_a_warning_check_shows_only_while_it_has_something_to_say() -> None:
     ready = readiness.Readiness()
-    ready.add("cloud", lambda: True)
+    ready.add("cloud", lambda: "")
     ready.warn("disk-cache", "started anew")
     said = [""]
     ready.add_warning("disk-cache", lambda: said[0])
@@ -33,3 +33,18 @@ def test_failing_conditions_and_warnings_are_reported_together() -> None:
         ["disk-cache: write failures: I/O error (EIO) since t"],
     )
     assert ready.not_ready() == []
+
+
+def test_a_failing_condition_always_says_why_and_ready_means_readyz_200() -> None:
+    ready = readiness.Readiness()
+    why = ["probing https://a:6443 for the first time"]
+    ready.add("initial-health-probe", lambda: why[0])
+    ready.add("disk-cache", lambda: "cannot open the cache at /c: EEXIST", gates_proxy=False)
+    assert ready.not_ready() == ["initial-health-probe (probing https://a:6443 for the first time)"]
+    assert ready.report()[0] == [
+        "initial-health-probe (probing https://a:6443 for the first time)",
+        "disk-cache (cannot open the cache at /c: EEXIST)",
+    ]
+    assert not ready.ready()
+    why[0] = ""
+    assert ready.not_ready() == [] and not ready.ready()  # readyz still 500: the disk cache
