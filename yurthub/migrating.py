@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import orjson
 
-from yurthub import migrationplans, settings
+from yurthub import atomicfiles, migrationplans, settings
 from yurthub.cache import keysealing, store, yurthubfiles
 from yurthub.certs import layout
 
@@ -97,7 +97,7 @@ async def import_cache(
         return 0
     await yurthubfiles.fill(path, tree, key_source)
     record = {"from": str(source), "sha256": yurthubfiles.digest(tree), "objects": objects}
-    await loop.run_in_executor(None, _write_private, marker, orjson.dumps(record) + b"\n")
+    await loop.run_in_executor(None, atomicfiles.write, marker, orjson.dumps(record) + b"\n")
     components = sorted({scope.component for scope in tree.objects})
     log.info(
         "imported YurtHub's cache: %d objects and %d lists of %s from %s into %s "
@@ -138,10 +138,10 @@ def adopt_certificates(root: pathlib.Path, migration: settings.MigrationSettings
             target = src.resolve()
             stamped = dst.parent / target.name
             if not stamped.exists():
-                _write_private(stamped, target.read_bytes())
+                atomicfiles.write(stamped, target.read_bytes())
             os.symlink(target.name, dst)
         else:
-            _write_private(dst, src.read_bytes())
+            atomicfiles.write(dst, src.read_bytes())
         copied.append(name)
     return copied
 
@@ -191,14 +191,3 @@ def _same_directory(a: pathlib.Path, b: pathlib.Path) -> bool:
         return a.resolve() == b.resolve()
     except OSError:
         return a == b
-
-
-def _write_private(path: pathlib.Path, data: bytes) -> None:
-    """Write ``path`` (0600) through a temporary file and a rename: a crash leaves none or all."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

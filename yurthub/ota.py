@@ -21,11 +21,9 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import datetime
 import logging
-import os
 import pathlib
 import stat
 import urllib.parse
@@ -36,7 +34,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from yurthub import balancing, health, otadecisions, settings
+from yurthub import atomicfiles, balancing, health, otadecisions, settings
 from yurthub.certs import apiclient
 from yurthub.proxy import responses, upstream
 
@@ -92,35 +90,11 @@ class ManifestWriter:
         except OSError as e:
             raise UpgradeError(f"cannot read {paths.live}: {e.strerror or e}") from e
         try:
-            _replace(paths.backup, f"{paths.backup}.writing", old, mode)
-            _replace(paths.live, paths.staging, manifest.text.encode(), mode)
+            atomicfiles.write(paths.backup, old, mode=mode, staging=f"{paths.backup}.writing")
+            atomicfiles.write(paths.live, manifest.text.encode(), mode=mode, staging=paths.staging)
         except OSError as e:
             raise UpgradeError(f"cannot write {paths.live}: {e.strerror or e}") from e
         log.info("OTA: installed static pod manifest %s (the old one is %s)", live, paths.backup)
-
-
-def _replace(target: str, temp: str, data: bytes, mode: int) -> None:
-    """``target`` holds ``data`` (mode ``mode``) or what it held: written to ``temp`` (same
-    directory), fsynced, renamed over it, the directory fsynced."""
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    os.close(fd)
-    os.replace(temp, target)
-    directory = os.open(os.path.dirname(target) or ".", os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 class _Failed(Exception):

@@ -22,7 +22,6 @@ Bad flags or unreadable files exit 3 with one line. Writes only in ``--static-po
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 import urllib.error
@@ -33,6 +32,7 @@ from typing import Any, NoReturn
 import click
 
 from edgehub import cli, staticpodupgrading
+from yurthub import atomicfiles
 
 EXIT_NOT_READY = 1
 PROBE_TIMEOUT = 2.0
@@ -57,30 +57,6 @@ def _read(path: Path) -> str | None:
     if len(data) > MAX_MANIFEST_BYTES:
         raise OSError(f"{path} is larger than {MAX_MANIFEST_BYTES} bytes")
     return data.decode("utf-8", errors="replace")
-
-
-def write_atomically(path: Path, data: bytes, staging: Path, mode: int = 0o600) -> None:
-    """``path`` holds ``data`` or what it held before, never a mix (temp, fsync, rename, fsync
-    of the directory); ``staging`` must be in the same directory."""
-    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(staging, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _probe(url: str) -> tuple[int | None, Any]:
@@ -205,9 +181,9 @@ def command(
         return
     try:
         if old is not None:
-            write_atomically(backup, old.encode(), staging)
+            atomicfiles.write(backup, old.encode(), staging=staging)
         written_at = time.time()
-        write_atomically(live, new.encode(), staging)
+        atomicfiles.write(live, new.encode(), staging=staging)
     except OSError as e:
         _fail(f"cannot write in {static_pod_path}: {e.strerror or e}")
     _say(f"{target}: {live} now has hash {want_hash} ({staticpodupgrading.MODES[mode.lower()]})")
@@ -216,10 +192,10 @@ def command(
         return
     try:
         if old is not None:
-            write_atomically(live, old.encode(), staging)
+            atomicfiles.write(live, old.encode(), staging=staging)
         else:
             live.unlink(missing_ok=True)
-            _fsync_dir(live.parent)
+            atomicfiles.fsync_dir(live.parent)
     except OSError as e:
         _fail(
             f"{target}: not ready within {seconds:g} s, and the old manifest could not be "

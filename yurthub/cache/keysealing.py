@@ -44,6 +44,7 @@ import orjson
 from cryptography import exceptions
 from cryptography.hazmat.primitives.ciphers import aead
 
+from yurthub import atomicfiles
 from yurthub.cache import sealing, tpmsealing
 
 logger = logging.getLogger(__name__)
@@ -212,7 +213,7 @@ def save_ring(
         "current": ring.current,
         "keys": {str(k): _wrap(kek.key, k, v, random) for k, v in sorted(ring.keys.items())},
     }
-    _write_atomic(directory / KEY_FILE, orjson.dumps(doc))
+    atomicfiles.write(directory / KEY_FILE, orjson.dumps(doc))
 
 
 def new_ring(random: Callable[[int], bytes]) -> Ring:
@@ -253,22 +254,3 @@ def remove_ring(directory: pathlib.Path, suffix: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         (directory / KEY_FILE).rename(directory / f"{KEY_FILE}{suffix}")
     tpmsealing.remove_blobs(directory, suffix)
-
-
-def _write_atomic(path: pathlib.Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # O_CREAT's mode is masked by the umask
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

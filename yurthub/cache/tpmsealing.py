@@ -30,6 +30,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
 
+from yurthub import atomicfiles
 from yurthub.cache import sealing
 
 PUBLIC = "cache.tpm.pub"
@@ -102,7 +103,7 @@ def kek(
         finally:
             tools.flush()
         for name, target in (("sealed.pub", public), ("sealed.priv", private)):
-            _write_private(target, (pathlib.Path(work) / name).read_bytes())
+            atomicfiles.write(target, (pathlib.Path(work) / name).read_bytes())
         return key
 
 
@@ -146,15 +147,3 @@ class _Tools:
 
     def flush(self) -> None:
         self.run("tpm2_flushcontext", "-t")
-
-
-def _write_private(path: pathlib.Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)

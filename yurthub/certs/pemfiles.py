@@ -30,6 +30,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from yurthub import atomicfiles
 from yurthub.certs import layout, renewal
 
 MAX_PAIR_BYTES = 1 << 20
@@ -138,11 +139,7 @@ def _key_block(data: bytes, path: pathlib.Path) -> bytes:
 
 
 def fsync_dir(directory: pathlib.Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    atomicfiles.fsync_dir(directory)
 
 
 def ensure_dir(directory: pathlib.Path, mode: int = 0o700) -> None:
@@ -176,20 +173,10 @@ def write_pair(pki: pathlib.Path, prefix: str, pem: bytes, now: datetime.datetim
 
 
 def write_atomic(path: pathlib.Path, data: bytes, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data`` in one ``rename`` (temp file synced first)."""
+    """Replace ``path`` with ``data`` in one ``rename`` (``atomicfiles``), its directory made
+    first."""
     ensure_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.chmod(tmp, mode)  # O_CREAT's mode is masked by the umask
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    atomicfiles.write(path, data, mode=mode)
 
 
 def remove_orphans(directory: pathlib.Path) -> None:

@@ -1,0 +1,44 @@
+"""yurthub.atomicfiles: the one atomic write of the hub and its commands."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import stat
+
+import pytest
+
+from yurthub import atomicfiles
+
+
+def test_a_write_replaces_whole_with_the_mode_asked_whatever_the_umask(
+    tmp_path: pathlib.Path,
+) -> None:
+    target = tmp_path / "key"
+    target.write_bytes(b"old")
+    old_umask = os.umask(0o077)
+    try:
+        atomicfiles.write(target, b"new", mode=0o644)
+    finally:
+        os.umask(old_umask)
+    assert target.read_bytes() == b"new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["key"]  # no staging file left
+
+
+def test_a_named_staging_file_is_used_and_gone_after(tmp_path: pathlib.Path) -> None:
+    target = tmp_path / "hub.yaml"
+    staging = tmp_path / ".hub.yaml.upgrading"
+    atomicfiles.write(target, b"kind: Pod\n", staging=staging)
+    assert target.read_bytes() == b"kind: Pod\n" and not staging.exists()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_a_failed_rename_leaves_the_old_file_and_no_staging_file(tmp_path: pathlib.Path) -> None:
+    target = tmp_path / "a-directory"
+    target.mkdir()
+    (target / "inside").write_bytes(b"kept")
+    with pytest.raises(OSError):
+        atomicfiles.write(target, b"new")  # a file cannot replace a non-empty directory
+    assert (target / "inside").read_bytes() == b"kept"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-directory"]

@@ -1,0 +1,60 @@
+"""Files replaced whole or not at all: the one atomic write of the hub and its commands.
+
+``write(path, data)`` puts ``data`` in a temporary file beside ``path`` (``staging``, or
+``.<name>.tmp-<pid>``), sets its mode (``O_CREAT``'s is masked by the umask), fsyncs it, renames
+it over ``path`` and fsyncs the directory: after a crash ``path`` holds the old bytes or the
+new, never a mix, and a failed write removes its temporary file. Used for the hub's keys and
+kubeconfigs (``certs.pemfiles``), the sealed cache's key files, a migration's copies, and the
+static-Pod manifests an OTA upgrade or ``edgehub static-pod-upgrade`` installs (whose staging
+names start with a dot, so kubelet never reads a half-written manifest).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+
+
+def write(
+    path: pathlib.Path | str,
+    data: bytes,
+    *,
+    mode: int = 0o600,
+    staging: pathlib.Path | str | None = None,
+) -> None:
+    """Replace ``path`` with ``data`` (mode ``mode``) in one rename; ``staging`` must be in the
+    same directory. Raises ``OSError``."""
+    target = pathlib.Path(path)
+    temp = pathlib.Path(staging) if staging is not None else temporary(target)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    fsync_dir(target.parent)
+
+
+def temporary(path: pathlib.Path) -> pathlib.Path:
+    """The default staging name: hidden, and naming the writer's pid (``pemfiles`` removes
+    those of dead writers)."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def fsync_dir(directory: pathlib.Path | str) -> None:
+    """Make a rename in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
