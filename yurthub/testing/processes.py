@@ -7,7 +7,11 @@ an unrelated program after a crash is never signalled.
 
 ``die_with_parent`` asks the kernel to SIGKILL the child when the starting *thread* exits
 (``PR_SET_PDEATHSIG``): use it only from a thread that lives as long as the child should
-(pytest's main thread), never from a worker thread.
+(pytest's main thread), never from a worker thread. It is set by util-linux's ``setpriv
+--pdeathsig``, which then execs the command (same pid), never by a ``preexec_fn``: Python code
+in the child of a process with other threads (gRPC's, the executor's) can deadlock or crash
+between fork and exec (a segfault in ``threading._after_fork`` was seen here, and looked like
+the component crashing with signal 11 and an empty log).
 
 Dangers: log files grow with the component's verbosity; keep ``--v`` low.
 """
@@ -16,17 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
-
-_PR_SET_PDEATHSIG = 1
 
 
 class ProcessError(RuntimeError):
@@ -78,9 +80,30 @@ def tail(path: pathlib.Path, lines: int = 15) -> str:
     return "\n".join(text) if text else "(empty log)"
 
 
-def _pdeathsig() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def _dying_with_parent(argv: Sequence[str]) -> list[str]:
+    """``argv`` run under ``setpriv --pdeathsig KILL`` (util-linux, on every Debian), which sets
+    ``PR_SET_PDEATHSIG`` and execs it; ``ProcessError`` where there is no setpriv."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise ProcessError(
+            "die_with_parent needs util-linux's setpriv (apt-get install util-linux)"
+        )
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv]
+
+
+def _await_exec(popen: subprocess.Popen[bytes], setpriv: str, within: float = 10.0) -> None:
+    """Return once ``setpriv`` has set the death signal and exec'd the command (the process's
+    executable is no longer setpriv): the starting thread may end only after that, or the
+    signal would be set with that thread already gone."""
+    deadline = time.monotonic() + within
+    wrapper = os.path.realpath(setpriv)
+    while popen.poll() is None and time.monotonic() < deadline:
+        try:
+            if os.readlink(f"/proc/{popen.pid}/exe") != wrapper:
+                return
+        except OSError:
+            return  # gone, or not ours to read: nothing to wait for
+        time.sleep(0.001)
 
 
 class Process:
@@ -106,18 +129,19 @@ class Process:
 
     def start(self) -> Record:
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        preexec: Callable[[], None] | None = _pdeathsig if self._die_with_parent else None
+        argv = _dying_with_parent(self.argv) if self._die_with_parent else self.argv
         with self.log.open("ab") as out:
             self._popen = subprocess.Popen(
-                self.argv,
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=self._env,
                 cwd=self._cwd,
                 start_new_session=True,
-                preexec_fn=preexec,  # prctl must run in the child
             )
+        if self._die_with_parent:
+            _await_exec(self._popen, argv[0])
         return self.record()
 
     def record(self) -> Record:
