@@ -23,13 +23,13 @@ manifest was written, so the old hub, still running for a moment, is never taken
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
+from kubecontrol import timestamps
 from yurthub import otadecisions
 
 HASH_ANNOTATION = "openyurt.io/static-pod-hash"
@@ -107,16 +107,7 @@ def started_at(status: Any) -> float | None:
     """``startedAt`` of the hub's ``/v1/status`` document, as epoch seconds."""
     if not isinstance(status, Mapping):
         return None
-    value = status.get("startedAt")
-    if not isinstance(value, str):
-        return None
-    try:
-        stamp = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=datetime.UTC)
-    return stamp.timestamp()
+    return timestamps.epoch(status.get("startedAt"))
 
 
 def ready(
