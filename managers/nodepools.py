@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from kubecontrol import kubeapi
+from kubecontrol import kubeapi, timestamps
 
 NODE_POOLS = kubeapi.Resource("apps.openyurt.io", "v1beta2", "nodepools")
 NODES = kubeapi.Resource("", "v1", "nodes")
@@ -149,7 +149,7 @@ def read_node(obj: Mapping[str, Any]) -> NodeFacts:
     for cond in status.get("conditions") or []:
         if isinstance(cond, Mapping) and cond.get("type") == "Ready":
             ready = cond.get("status") == "True"
-            changed = _timestamp(cond.get("lastTransitionTime"))
+            changed = timestamps.parse(cond.get("lastTransitionTime"))
     deleting = bool(meta.get("deletionTimestamp"))
     if deleting:
         ready = False
@@ -168,14 +168,3 @@ def read_node(obj: Mapping[str, Any]) -> NodeFacts:
         deleting=deleting,
         not_ready_since=None if ready else changed,
     )
-
-
-def _timestamp(value: object) -> datetime.datetime | None:
-    """An RFC 3339 time as the apiserver writes it (``2026-01-01T00:00:00Z``), else None."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)

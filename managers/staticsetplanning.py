@@ -39,7 +39,6 @@ Decisions (OpenYurt's, with the differences a careful user expects, each marked 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -48,7 +47,7 @@ from typing import Any
 import orjson
 import yaml
 
-from kubecontrol import kubeapi
+from kubecontrol import kubeapi, timestamps
 
 YURT_STATIC_SETS = kubeapi.Resource("apps.openyurt.io", "v1alpha1", "yurtstaticsets")
 KIND = "YurtStaticSet"
@@ -542,20 +541,8 @@ def lease_active(lease: Mapping[str, Any] | None, now: float) -> bool:
     spec = lease.get("spec") or {}
     if not spec.get("holderIdentity"):
         return False
-    renewed = _epoch(spec.get("renewTime") or spec.get("acquireTime"))
+    renewed = timestamps.epoch(spec.get("renewTime") or spec.get("acquireTime"))
     duration = spec.get("leaseDurationSeconds")
     if renewed is None or not isinstance(duration, int):
         return True  # held, but we cannot tell for how long: assume it is
     return now < renewed + duration
-
-
-def _epoch(value: Any) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        stamp = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=datetime.UTC)
-    return stamp.timestamp()

@@ -148,6 +148,20 @@ class StaticSets:
                 out.append(pod)
         return out
 
+    async def _warn_once(
+        self,
+        spec: staticsetplanning.Spec,
+        obj: dict[str, Any],
+        what: str,
+        reason: str,
+        message: str,
+    ) -> None:
+        """The first time ``what`` is seen for this YurtStaticSet: one warning log line and one
+        Warning Event ``reason`` (its message bounded) on the object."""
+        if self._once(spec, what):
+            logger.warning("YurtStaticSet %s/%s: %s", spec.namespace, spec.name, message)
+            await self.recorder.post(_typed(obj), "Warning", reason, message[:1024])
+
     def _once(self, spec: staticsetplanning.Spec, what: str) -> bool:
         mark = (spec.uid, what)
         if mark in self._reported:
@@ -179,9 +193,7 @@ class StaticSets:
             return None
         if spec.problems:
             message = "; ".join(spec.problems)
-            if self._once(spec, f"problems {spec.generation}"):
-                logger.warning("YurtStaticSet %s/%s: %s", spec.namespace, spec.name, message)
-                await self.recorder.post(_typed(obj), "Warning", "InvalidSpec", message[:1024])
+            await self._warn_once(spec, obj, f"problems {spec.generation}", "InvalidSpec", message)
             return None
         try:
             if not spec.owner:
@@ -231,21 +243,23 @@ class StaticSets:
                     worker.phase if worker.current else "old template",
                 )
             for worker in decided.failed:
-                if self._once(spec, f"failed {worker.name}"):
-                    message = (
-                        f"worker Pod {worker.name} on node {worker.node} failed; the rollout "
-                        "waits until it is deleted (its log says why)"
-                    )
-                    logger.warning("YurtStaticSet %s/%s: %s", ns, spec.name, message)
-                    await self.recorder.post(_typed(obj), "Warning", "UpgradeFailed", message)
+                await self._warn_once(
+                    spec,
+                    obj,
+                    f"failed {worker.name}",
+                    "UpgradeFailed",
+                    f"worker Pod {worker.name} on node {worker.node} failed; the rollout "
+                    "waits until it is deleted (its log says why)",
+                )
             for node in decided.too_long:
-                if self._once(spec, f"too long {node}"):
-                    message = (
-                        f"node {node[:64]}: the worker Pod name would pass 253 characters; "
-                        "that node is not upgraded (shorten the YurtStaticSet's name)"
-                    )
-                    logger.warning("YurtStaticSet %s/%s: %s", ns, spec.name, message)
-                    await self.recorder.post(_typed(obj), "Warning", "NameTooLong", message)
+                await self._warn_once(
+                    spec,
+                    obj,
+                    f"too long {node}",
+                    "NameTooLong",
+                    f"node {node[:64]}: the worker Pod name would pass 253 characters; "
+                    "that node is not upgraded (shorten the YurtStaticSet's name)",
+                )
             for node in decided.create:
                 body = staticsetplanning.worker_pod(spec, node, decided.digest, self.worker)
                 try:

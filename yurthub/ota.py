@@ -154,14 +154,10 @@ class OtaApi:
         return web.Response(body=otadecisions.pod_list(items), content_type=JSON)
 
     async def upgrade(self, request: web.Request) -> web.Response:
-        refused = self._refuse(request)
-        if refused is not None:
-            return refused
-        namespace, name = request.match_info["ns"], request.match_info["pod"]
-        try:
-            pod = await self._get_pod(namespace, name)
-        except _Failed as e:
-            return _failed(500, f"Get pod failed, {e.message}")
+        target = await self._target_pod(request)
+        if isinstance(target, web.Response):
+            return target
+        namespace, name, pod = target
         refusal = otadecisions.upgrade_refusal(pod, self._node)
         if refusal is None:
             kind = otadecisions.upgrade_kind(pod, self._node)
@@ -177,14 +173,10 @@ class OtaApi:
         return web.Response(body=otadecisions.started_message(namespace, name), content_type=JSON)
 
     async def imagepull(self, request: web.Request) -> web.Response:
-        refused = self._refuse(request)
-        if refused is not None:
-            return refused
-        namespace, name = request.match_info["ns"], request.match_info["pod"]
-        try:
-            pod = await self._get_pod(namespace, name)
-        except _Failed as e:
-            return _failed(500, f"Get pod failed, {e.message}")
+        target = await self._target_pod(request)
+        if isinstance(target, web.Response):
+            return target
+        namespace, name, pod = target
         refusal = otadecisions.imagepull_refusal(pod, self._node)
         if refusal is not None:
             return _failed(refusal.code, refusal.message)
@@ -203,6 +195,21 @@ class OtaApi:
         return web.Response(body=otadecisions.imagepull_message(namespace, name), content_type=JSON)
 
     # --- steps ---
+
+    async def _target_pod(
+        self, request: web.Request
+    ) -> web.Response | tuple[str, str, dict[str, Any]]:
+        """The pod an upgrade or image pull names (namespace, name, object), or the answer
+        refusing the request: from a peer, while offline, or when the pod cannot be read."""
+        refused = self._refuse(request)
+        if refused is not None:
+            return refused
+        namespace, name = request.match_info["ns"], request.match_info["pod"]
+        try:
+            pod = await self._get_pod(namespace, name)
+        except _Failed as e:
+            return _failed(500, f"Get pod failed, {e.message}")
+        return namespace, name, pod
 
     def _refuse(self, request: web.Request) -> web.Response | None:
         refused = _refuse_peer(request)

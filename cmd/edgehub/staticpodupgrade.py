@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 import click
 
 from edgehub import cli, staticpodupgrading
-from yurthub import atomicfiles
+from yurthub import atomicfiles, otadecisions
 
 EXIT_NOT_READY = 1
 PROBE_TIMEOUT = 2.0
@@ -162,7 +162,7 @@ def command(
         _fail(f"--timeout {timeout[:32]!r}: not a positive duration (120, 120s, 2m)")
     if not static_pod_path.is_dir():
         _fail(f"--static-pod-path {static_pod_path}: not a directory")
-    files = staticpodupgrading.paths(str(static_pod_path), manifest)
+    files = otadecisions.manifest_paths(str(static_pod_path), manifest)
     live, staging, backup = Path(files.live), Path(files.staging), Path(files.backup)
     source = configmap_dir / manifest
     try:

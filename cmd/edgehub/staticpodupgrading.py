@@ -2,8 +2,9 @@
 
 PURE: texts, numbers and clocks in, decisions out; nothing here touches a file or a socket.
 
-Files in kubelet's staticPodPath: kubelet reads every file there except those whose name
-starts with ``.``, so everything that is not the live manifest is a dot file:
+Files in kubelet's staticPodPath (``yurthub.otadecisions.manifest_paths`` names them, for the
+hub's OTA upgrade too): kubelet reads every file there except those whose name starts with
+``.``, so everything that is not the live manifest is a dot file:
 
 * ``<name>.yaml``             the live manifest kubelet runs;
 * ``.<name>.yaml.upgrading``  the new manifest while it is written (then renamed over the live
@@ -22,12 +23,14 @@ manifest was written, so the old hub, still running for a moment, is never taken
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
+
+from kubecontrol import timestamps
+from yurthub import otadecisions
 
 HASH_ANNOTATION = "openyurt.io/static-pod-hash"
 MODES = {"auto": "auto", "advancedrollingupdate": "auto", "ota": "ota"}
@@ -36,30 +39,11 @@ MODES = {"auto": "auto", "advancedrollingupdate": "auto", "ota": "ota"}
 _DURATION = re.compile(r"(?:([0-9.]+)h)?(?:([0-9.]+)m(?!s))?(?:([0-9.]+)s)?")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Paths:
-    live: str
-    staging: str
-    backup: str
-
-
-def paths(static_pod_path: str, manifest: str) -> Paths:
-    base = static_pod_path.rstrip("/") or "/"
-    name = f"{manifest}.yaml"
-    return Paths(
-        live=f"{base}/{name}",
-        staging=f"{base}/.{name}.upgrading",
-        backup=f"{base}/.{name}.bak",
-    )
-
-
 def manifest_problem(manifest: str) -> str:
-    """Why ``manifest`` cannot name a file in staticPodPath ("" when it can)."""
-    if not manifest or "/" in manifest or manifest.startswith(".") or "\x00" in manifest:
-        return (
-            f"--manifest {manifest[:64]!r}: must be a plain file name, without '/' or a leading '.'"
-        )
-    return ""
+    """Why ``manifest`` cannot name a file in staticPodPath ("" when it can): the hub's OTA
+    rule for static Pod manifest names, one rule for both writers of that directory."""
+    problem = otadecisions.file_name_problem(manifest)
+    return f"--manifest: {problem}" if problem else ""
 
 
 def parse_duration(text: str) -> float | None:
@@ -123,16 +107,7 @@ def started_at(status: Any) -> float | None:
     """``startedAt`` of the hub's ``/v1/status`` document, as epoch seconds."""
     if not isinstance(status, Mapping):
         return None
-    value = status.get("startedAt")
-    if not isinstance(value, str):
-        return None
-    try:
-        stamp = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=datetime.UTC)
-    return stamp.timestamp()
+    return timestamps.epoch(status.get("startedAt"))
 
 
 def ready(

@@ -26,7 +26,6 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import aiohttp
 import orjson
 
 from nodeautonomy import marking
@@ -152,34 +151,18 @@ class Reporter:
     async def _call(self, server: str, method: str, body: bytes | None) -> tuple[int, bytes]:
         path = f"/api/v1/nodes/{self._node_name}" + ("/status" if method == "PATCH" else "")
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
-        headers.update(self._client.identity_headers())
         if body is not None:
             headers["Content-Type"] = PATCH_TYPE
-        try:
-            # asyncio.timeout, not aiohttp's total timeout: when the hub stops us in the same
-            # loop iteration as aiohttp's own timer fires, aiohttp turns our cancellation into
-            # a TimeoutError (seen under load), and a reporter that swallowed it would keep the
-            # hub's TaskGroup from ever finishing. asyncio.timeout lets an outside cancel through.
-            async with (
-                asyncio.timeout(self._timeout),
-                self._client.session.request(
-                    method,
-                    server + path,
-                    data=body,
-                    headers=headers,
-                    ssl=self._client.ssl_for(server, own_identity=True),
-                    allow_redirects=False,
-                ) as resp,
-            ):
-                data = bytearray()
-                async for chunk in resp.content.iter_chunked(65536):
-                    data += chunk
-                    if len(data) > _MAX_NODE_BYTES:
-                        return 0, b""
-                return resp.status, bytes(data)
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            log.debug("%s %s via %s failed: %s", method, path, server, e or type(e).__name__)
-            return 0, b""
+        status, answer = await self._client.call_as_hub(
+            server,
+            method,
+            path,
+            data=body,
+            headers=headers,
+            within=self._timeout,
+            limit=_MAX_NODE_BYTES,
+        )
+        return (0, b"") if answer is None else (status, answer)
 
     def _problem(self, text: str) -> None:
         if text != self._last_problem and not text.endswith("HTTP 0"):

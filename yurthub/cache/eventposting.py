@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 import orjson
 
 from yurthub.cache import eventfolding, eventjournal
@@ -226,30 +225,16 @@ class Poster:
             "Content-Type": content_type,
             "User-Agent": USER_AGENT,
         }
-        headers.update(self._client.identity_headers())
-        try:
-            # asyncio.timeout, not aiohttp's: an outside cancel must get through (as the
-            # autonomy reporter does).
-            async with (
-                asyncio.timeout(self._timeout),
-                self._client.session.request(
-                    method,
-                    server + path,
-                    data=orjson.dumps(body),
-                    headers=headers,
-                    ssl=self._client.ssl_for(server, own_identity=True),
-                    allow_redirects=False,
-                ) as resp,
-            ):
-                data = bytearray()
-                async for chunk in resp.content.iter_chunked(65536):
-                    data += chunk
-                    if len(data) > _MAX_ANSWER:
-                        break
-                return resp.status, bytes(data)
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            log.debug("%s %s via %s failed: %s", method, path, server, e or type(e).__name__)
-            return 0, b""
+        status, answer = await self._client.call_as_hub(
+            server,
+            method,
+            path,
+            data=orjson.dumps(body),
+            headers=headers,
+            within=self._timeout,
+            limit=_MAX_ANSWER,
+        )
+        return status, answer or b""  # too large: the status alone
 
 
 def _reason(answer: bytes) -> str:

@@ -177,6 +177,47 @@ class Upstream:
     def identity_headers(self) -> dict[str, str]:
         return self.identity.auth_headers()
 
+    async def call_as_hub(
+        self,
+        server: str,
+        method: str,
+        path: str,
+        *,
+        data: bytes | None,
+        headers: Mapping[str, str],
+        within: float,
+        limit: int,
+    ) -> tuple[int, bytes | None]:
+        """One request of the hub's own (not proxied) to ``server`` with the hub's identity,
+        no redirects, within ``within`` seconds: ``(status, body)``, the body None when it is
+        larger than ``limit``; ``(0, b"")`` when no answer came (logged at DEBUG).
+
+        asyncio.timeout, not aiohttp's total timeout: when the hub stops a caller in the same
+        loop iteration as aiohttp's own timer fires, aiohttp turns the cancellation into a
+        TimeoutError (seen under load), and a caller that swallowed it would keep the hub's
+        TaskGroup from ever finishing. asyncio.timeout lets an outside cancel through."""
+        try:
+            async with (
+                asyncio.timeout(within),
+                self.session.request(
+                    method,
+                    server + path,
+                    data=data,
+                    headers={**headers, **self.identity_headers()},
+                    ssl=self.ssl_for(server, own_identity=True),
+                    allow_redirects=False,
+                ) as resp,
+            ):
+                body = bytearray()
+                async for chunk in resp.content.iter_chunked(65536):
+                    body += chunk
+                    if len(body) > limit:
+                        return resp.status, None
+                return resp.status, bytes(body)
+        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            log.debug("%s %s via %s failed: %s", method, path, server, e or type(e).__name__)
+            return 0, b""
+
     # --- identity rotation ---
 
     def recheck_soon(self, why: str) -> None:

@@ -134,6 +134,18 @@ def _create(client: Client, name: str, **spec: Any) -> Answer:
     return created
 
 
+def _merge_finalizers(client: Client, name: str, finalizers: list[str] | None) -> Answer:
+    """A merge patch of the Instance's finalizers (None: remove them all), answered as
+    PartialObjectMetadata (kube-rs ``patch_metadata``)."""
+    return client.request(
+        "PATCH",
+        f"{INSTANCES}/{name}",
+        {"metadata": {"finalizers": finalizers}},
+        content_type=MERGE,
+        accept=PARTIAL,
+    )
+
+
 def check_two_managers_conflict_on_a_slot(client: Client, name: str) -> None:
     """Akri's slot claim: node-b applying a slot node-a holds gets 409 naming node-a."""
     _create(client, name, deviceUsage={"slot-0": "", "slot-1": ""})
@@ -300,13 +312,7 @@ def check_metadata_patch_adds_a_finalizer(client: Client, name: str) -> None:
     PartialObjectMetadata; each node's ``<node>-fin`` manager owns only its finalizer."""
     _create(client, name)
     try:
-        merged = client.request(
-            "PATCH",
-            f"{INSTANCES}/{name}",
-            {"metadata": {"finalizers": ["merge.example/keep"]}},
-            content_type=MERGE,
-            accept=PARTIAL,
-        )
+        merged = _merge_finalizers(client, name, ["merge.example/keep"])
         assert merged.status == 200, merged.body
         assert merged.body["kind"] == "PartialObjectMetadata"
         assert merged.body["apiVersion"] == "meta.k8s.io/v1"
@@ -363,13 +369,7 @@ def check_write_verbs_answer_partial_metadata(client: Client, name: str) -> None
         held = client.request("DELETE", f"{INSTANCES}/{name}", accept=PARTIAL)
         assert held.status == 200 and held.body["kind"] == "PartialObjectMetadata", held.body
         assert held.body["metadata"]["deletionTimestamp"]
-        last = client.request(
-            "PATCH",
-            f"{INSTANCES}/{name}",
-            {"metadata": {"finalizers": None}},
-            content_type=MERGE,
-            accept=PARTIAL,
-        )
+        last = _merge_finalizers(client, name, None)
         assert last.status == 200 and last.body["kind"] == "PartialObjectMetadata", last.body
         assert client.request("GET", f"{INSTANCES}/{name}").status == 404
         client.request("POST", INSTANCES, instance(name))
@@ -416,13 +416,7 @@ def check_kubectl_delete_waits_for_the_finalizer(
     _create(client, name)
     proc: subprocess.Popen[str] | None = None
     try:
-        held = client.request(
-            "PATCH",
-            f"{INSTANCES}/{name}",
-            {"metadata": {"finalizers": ["node-a"]}},
-            content_type=MERGE,
-            accept=PARTIAL,
-        )
+        held = _merge_finalizers(client, name, ["node-a"])
         assert held.status == 200, held.body
         rv = held.body["metadata"]["resourceVersion"]
         proc = subprocess.Popen(
@@ -432,13 +426,7 @@ def check_kubectl_delete_waits_for_the_finalizer(
             text=True,
         )
         _wait_for_deletion_mark(client, name, rv)
-        released = client.request(
-            "PATCH",
-            f"{INSTANCES}/{name}",
-            {"metadata": {"finalizers": None}},
-            content_type=MERGE,
-            accept=PARTIAL,
-        )
+        released = _merge_finalizers(client, name, None)
         assert released.status == 200 and released.body["kind"] == "PartialObjectMetadata"
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err

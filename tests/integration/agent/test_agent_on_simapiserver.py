@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import agent_support
 import aiohttp
 import grpc
 import pytest
@@ -28,20 +28,7 @@ from discovery.handlers import debug_echo
 from discovery.testing import cluster
 from discovery.testing import kubelet as sim_kubelet
 
-REPO = Path(__file__).resolve().parents[3]
-CRDS = [
-    REPO / "manifests/crds/configurations.akri.sh.yaml",
-    REPO / "manifests/crds/instances.akri.sh.yaml",
-]
-
 pytestmark = pytest.mark.slow
-
-# The simulated apiserver lives in yurthub.testing (tests may use it; discovery may not).
-simapiserver = pytest.importorskip("yurthub.testing.simapiserver")
-
-
-def digest(device_id: str) -> str:
-    return hashlib.blake2b(device_id.encode(), digest_size=3).hexdigest()
 
 
 def configuration(name: str, handler: str, details: str, capacity: int = 2, **extra: Any) -> str:
@@ -60,71 +47,15 @@ def configuration(name: str, handler: str, details: str, capacity: int = 2, **ex
 
 @pytest.fixture
 async def sim(tmp_path: Path) -> AsyncIterator[Any]:
-    server = simapiserver.SimApiserver("127.0.0.1", port=0, seed="demo", workdir=tmp_path / "sim")
-    await server.start()
-    try:
-        for crd in CRDS:
-            await cluster.kubectl(server, "apply", "-f", str(crd))
-        await cluster.eventually(lambda: _served(server), within=10.0)
+    async with agent_support.akri_sim(tmp_path) as server:
         yield server
-    finally:
-        await server.stop()
-
-
-async def _served(server: Any) -> bool:
-    out = await cluster.kubectl(server, "get", "akric", "-A", check=False)
-    return "error" not in out.lower()
-
-
-def agent_settings(
-    sim: Any,
-    base: Path,
-    node: str,
-    *,
-    embedded: bool = True,
-    availability: Path | None = None,
-    **timings: Any,
-) -> settings.AgentSettings:
-    return settings.AgentSettings(
-        node_name=node,
-        kube=settings.KubeSettings(
-            kubeconfig=Path(sim.kubeconfig_path), user_agent="edgehub-agent/test"
-        ),
-        discovery_handlers_dir=base / "akri",
-        embedded_handlers=("debugEcho",) if embedded else (),
-        handler_environ={
-            "DEBUG_ECHO_INSTANCES_SHARED": "true",
-            "DEBUG_ECHO_AVAILABILITY_FILE": str(availability or base / "availability"),
-            "DEBUG_ECHO_POLL_SECONDS": "0.05",
-        },
-        device_plugins_dir=base / "dp",
-        pod_resources_socket=base / "pr.sock",
-        cdi_dir=base / "cdi",
-        metrics_address="127.0.0.1",
-        metrics_port=0,
-        timings=dataclasses.replace(
-            settings.Timings(
-                backoff_initial=0.1,
-                backoff_cap=1.0,
-                watch_backoff_initial=0.1,
-                watch_backoff_cap=0.5,
-                settle=0.3,
-                registration_window=0.3,
-                degraded_grace=1.0,
-                reclaim_interval=0.2,
-                reclaim_grace=0.6,
-                kubelet_poll=0.05,
-            ),
-            **timings,
-        ),
-    )
 
 
 @contextlib.asynccontextmanager
 async def node(
     sim: Any, base: Path, name: str, kube: settings.KubeSettings | None = None, **kw: Any
 ) -> AsyncIterator[tuple[running.Agent, sim_kubelet.SimKubelet, sim_kubelet.SimPodResources]]:
-    s = agent_settings(sim, base, name, **kw)
+    s = agent_support.agent_settings(sim, base, name, **kw)
     if kube is not None:
         s = dataclasses.replace(s, kube=kube)
     async with (
@@ -152,16 +83,16 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
             "-",
             stdin=configuration("cfg", "debugEcho", "descriptions: [foo0, foo1]"),
         )
-        names = {f"cfg-{digest('foo0')}", f"cfg-{digest('foo1')}"}
+        names = {f"cfg-{agent_support.digest('foo0')}", f"cfg-{agent_support.digest('foo1')}"}
 
         async def both() -> bool:
             return set(await cluster.instances(sim)) == names
 
         await cluster.eventually(both)
         found = await cluster.instances(sim)
-        inst = found[f"cfg-{digest('foo0')}"]
+        inst = found[f"cfg-{agent_support.digest('foo0')}"]
         assert inst["spec"]["nodes"] == ["node-a"]
-        assert inst["spec"]["cdiName"] == f"akri.sh/cfg={digest('foo0')}"
+        assert inst["spec"]["cdiName"] == f"akri.sh/cfg={agent_support.digest('foo0')}"
         assert inst["spec"]["brokerProperties"] == {
             "DEBUG_ECHO_DESCRIPTION": "foo0",
             "FROM_CONFIG": "yes",
@@ -178,7 +109,7 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
         spec = json.loads(cdi_file.read_text())
         assert spec["kind"] == "akri.sh/cfg"
         assert sorted(d["name"] for d in spec["devices"]) == sorted(
-            [digest("foo0"), digest("foo1")]
+            [agent_support.digest("foo0"), agent_support.digest("foo1")]
         )
         assert spec["containerEdits"] == {"env": ["FROM_CONFIG=yes"]}
 
@@ -186,7 +117,7 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
         assert count in agent.metrics.render().decode()
 
         # kubelet sees an Instance plugin and the Configuration plugin.
-        instance_name = f"cfg-{digest('foo0')}"
+        instance_name = f"cfg-{agent_support.digest('foo0')}"
         resource = f"akri.sh/{instance_name}"
         slots_seen = await kubelet.wait_for_devices(resource)
         assert slots_seen == {f"{instance_name}-0": "Healthy", f"{instance_name}-1": "Healthy"}
@@ -194,11 +125,13 @@ async def test_debug_echo_instances_plugins_allocate_reclaim_offline_delete(
 
         response = await kubelet.allocate(resource, [f"{instance_name}-0"])
         (container,) = response.container_responses
-        suffix = digest("foo0").upper()
+        suffix = agent_support.digest("foo0").upper()
         assert container.envs["DEBUG_ECHO_DESCRIPTION"] == "foo0"
         assert container.envs[f"DEBUG_ECHO_DESCRIPTION_{suffix}"] == "foo0"
         assert container.envs[f"FROM_CONFIG_{suffix}"] == "yes"
-        assert [c.name for c in container.cdi_devices] == [f"akri.sh/cfg={digest('foo0')}"]
+        assert [c.name for c in container.cdi_devices] == [
+            f"akri.sh/cfg={agent_support.digest('foo0')}"
+        ]
         usage = (await cluster.instances(sim))[instance_name]["spec"]["deviceUsage"]
         assert usage == {f"{instance_name}-0": "node-a"}
         await kubelet.wait_for_devices(resource, lambda d: d[f"{instance_name}-0"] == "Healthy")
@@ -343,7 +276,7 @@ async def test_late_handler_and_missing_configmap(sim: Any, sockdir: Path) -> No
             serving = tg.create_task(sdk.serve(handler, serve_settings), name="late handler")
 
             async def one() -> bool:
-                return list(await cluster.instances(sim)) == [f"cfg-{digest('x')}"]
+                return list(await cluster.instances(sim)) == [f"cfg-{agent_support.digest('x')}"]
 
             await cluster.eventually(one, within=15.0)
             serving.cancel()
@@ -358,7 +291,7 @@ async def test_two_nodes_share_one_instance_and_race_for_a_slot(sim: Any, sockdi
         "-",
         stdin=configuration("cfg", "debugEcho", "descriptions: [shared]", capacity=1),
     )
-    name = f"cfg-{digest('shared')}"
+    name = f"cfg-{agent_support.digest('shared')}"
     async with (
         node(sim, sockdir / "a", "node-a", availability=a_avail) as (_, kubelet_a, _),
         node(sim, sockdir / "b", "node-b", availability=b_avail) as (_, kubelet_b, _),
@@ -478,7 +411,7 @@ async def test_restart_waits_for_a_slow_first_list_then_trusts_it_at_once(
             # and the old 0.3 s settle: nothing may be removed yet.
             await asyncio.sleep(0.8)
             assert await versions(sim) == before
-            kept = f"cfg-{digest('kept')}"
+            kept = f"cfg-{agent_support.digest('kept')}"
 
             async def only_kept() -> bool:
                 return set(await cluster.instances(sim)) == {kept}
@@ -541,7 +474,7 @@ async def test_service_account_credentials_follow_token_rotation(sim: Any, sockd
         )
 
         async def created() -> bool:
-            return list(await cluster.instances(sim)) == [f"cfg-{digest('sa')}"]
+            return list(await cluster.instances(sim)) == [f"cfg-{agent_support.digest('sa')}"]
 
         await cluster.eventually(created)
 
@@ -617,7 +550,7 @@ async def test_debug_echo_details_are_read_as_akri_reads_them(sim: Any, sockdir:
         found = await cluster.instances(sim)
         assert {
             n: found[n]["spec"]["brokerProperties"]["DEBUG_ECHO_DESCRIPTION"] for n in names
-        } == {f"cfg-{digest(t)}": t for t in texts}
+        } == {f"cfg-{agent_support.digest(t)}": t for t in texts}
 
 
 # -- Instances adopted from Akri's agent: its node finalizer (reference §5.3) never leaves one
@@ -625,7 +558,7 @@ async def test_debug_echo_details_are_read_as_akri_reads_them(sim: Any, sockdir:
 # written here exactly as Akri's agent leaves them, before edgehub's agent starts.
 
 AKRI_NODE = "node-a"
-ADOPTED = f"cfg-{digest('foo0')}"
+ADOPTED = f"cfg-{agent_support.digest('foo0')}"
 
 
 async def akri_instance(server: Any) -> dict[str, Any]:
@@ -650,7 +583,7 @@ async def akri_instance(server: Any) -> dict[str, Any]:
         },
         "spec": {
             "configurationName": "cfg",
-            "cdiName": f"akri.sh/cfg={digest('foo0')}",
+            "cdiName": f"akri.sh/cfg={agent_support.digest('foo0')}",
             "capacity": 2,
             "brokerProperties": {"DEBUG_ECHO_DESCRIPTION": "foo0", "FROM_CONFIG": "yes"},
             "shared": True,

@@ -3,12 +3,46 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from yurthub.testing import kubelet
+
+
+@contextlib.asynccontextmanager
+async def kubelet_against(
+    path: str,
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    retry_backoff: float,
+) -> AsyncIterator[kubelet.KubeletClient]:
+    """A kubelet-like client (node ``n1``) running against a loopback server that answers
+    GET ``path`` with ``handler`` and 404 to anything else; cancelled, and the server gone, on
+    exit."""
+
+    async def elsewhere(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=404)
+
+    app = web.Application()
+    app.router.add_get(path, handler)
+    app.router.add_route("*", "/{tail:.*}", elsewhere)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        client = kubelet.KubeletClient(
+            f"http://127.0.0.1:{runner.addresses[0][1]}", "n1", retry_backoff=retry_backoff
+        )
+        async with asyncio.TaskGroup() as tg:
+            running = tg.create_task(client.run(), name="kubelet-like")
+            yield client
+            running.cancel()
+    finally:
+        await runner.cleanup()
 
 
 async def test_watches_that_end_at_once_back_off_and_relist() -> None:
@@ -27,29 +61,11 @@ async def test_watches_that_end_at_once_back_off_and_relist() -> None:
         body = b"" if watching else orjson.dumps(pods)
         return web.Response(body=body, content_type="application/json")
 
-    async def elsewhere(request: web.Request) -> web.StreamResponse:
-        return web.Response(status=404)
-
-    app = web.Application()
-    app.router.add_get("/api/v1/pods", handle)
-    app.router.add_route("*", "/{tail:.*}", elsewhere)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        client = kubelet.KubeletClient(
-            f"http://127.0.0.1:{runner.addresses[0][1]}", "n1", retry_backoff=0.2
-        )
-        async with asyncio.TaskGroup() as tg:
-            running = tg.create_task(client.run(), name="kubelet-like")
-            async with asyncio.timeout(10):
-                while served["watch"] < 2:
-                    await asyncio.sleep(0.02)
-            await asyncio.sleep(0.6)
-            running.cancel()
-    finally:
-        await runner.cleanup()
+    async with kubelet_against("/api/v1/pods", handle, 0.2) as client:
+        async with asyncio.timeout(10):
+            while served["watch"] < 2:
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(0.6)
     assert client.pods == {"d/p": pod}
     # Each short watch costs a back-off and a relist: a few in a second, not thousands.
     assert served["watch"] <= 8 and served["list"] >= served["watch"], served
@@ -65,34 +81,16 @@ async def test_a_request_is_in_flight_from_sending_until_its_answer() -> None:
         await release.wait()
         return web.Response(status=404)
 
-    async def elsewhere(request: web.Request) -> web.StreamResponse:
-        return web.Response(status=404)
-
-    app = web.Application()
-    app.router.add_get("/api/v1/nodes/n1", node)
-    app.router.add_route("*", "/{tail:.*}", elsewhere)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        client = kubelet.KubeletClient(
-            f"http://127.0.0.1:{runner.addresses[0][1]}", "n1", retry_backoff=0.2
-        )
-        async with asyncio.TaskGroup() as tg:
-            running = tg.create_task(client.run(), name="kubelet-like")
-            async with asyncio.timeout(10):
-                await asked.wait()
-            held = [s for s in client.in_flight.values() if s.what == "GET /api/v1/nodes/n1"]
-            assert len(held) == 1 and held[0].is_read, client.in_flight
-            (number,) = [n for n, s in client.in_flight.items() if s is held[0]]
-            release.set()
-            async with asyncio.timeout(10):
-                while number in client.in_flight:
-                    await asyncio.sleep(0.02)
-            running.cancel()
-    finally:
-        await runner.cleanup()
+    async with kubelet_against("/api/v1/nodes/n1", node, 0.2) as client:
+        async with asyncio.timeout(10):
+            await asked.wait()
+        held = [s for s in client.in_flight.values() if s.what == "GET /api/v1/nodes/n1"]
+        assert len(held) == 1 and held[0].is_read, client.in_flight
+        (number,) = [n for n, s in client.in_flight.items() if s is held[0]]
+        release.set()
+        async with asyncio.timeout(10):
+            while number in client.in_flight:
+                await asyncio.sleep(0.02)
     assert not client.in_flight  # cancelled with the client: nothing left behind
 
 
@@ -109,30 +107,12 @@ async def test_watching_names_the_watches_open_now() -> None:
         await end.wait()
         return resp
 
-    async def elsewhere(request: web.Request) -> web.StreamResponse:
-        return web.Response(status=404)
-
-    app = web.Application()
-    app.router.add_get("/api/v1/pods", handle)
-    app.router.add_route("*", "/{tail:.*}", elsewhere)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        client = kubelet.KubeletClient(
-            f"http://127.0.0.1:{runner.addresses[0][1]}", "n1", retry_backoff=5.0
-        )
-        async with asyncio.TaskGroup() as tg:
-            running = tg.create_task(client.run(), name="kubelet-like")
-            async with asyncio.timeout(10):
-                while "pods" not in client.watching:
-                    await asyncio.sleep(0.02)
-            assert "services" not in client.watching  # its list is a 404: no watch
-            end.set()  # the watch ends (no event: a short watch, then a 5 s back-off)
-            async with asyncio.timeout(10):
-                while "pods" in client.watching:
-                    await asyncio.sleep(0.02)
-            running.cancel()
-    finally:
-        await runner.cleanup()
+    async with kubelet_against("/api/v1/pods", handle, 5.0) as client:
+        async with asyncio.timeout(10):
+            while "pods" not in client.watching:
+                await asyncio.sleep(0.02)
+        assert "services" not in client.watching  # its list is a 404: no watch
+        end.set()  # the watch ends (no event: a short watch, then a 5 s back-off)
+        async with asyncio.timeout(10):
+            while "pods" in client.watching:
+                await asyncio.sleep(0.02)

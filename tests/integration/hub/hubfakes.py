@@ -290,3 +290,20 @@ async def running_hub(
         yield hub
     finally:
         await hub.stop()
+
+
+async def raw(url: str, head: bytes) -> tuple[int, bytes]:
+    """One HTTP/1.1 request written by hand (``head``: request line and headers, without the
+    blank line) to ``url`` (``http://host:port``), for what a client library would refuse to
+    send; the status code and the body of the answer."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+    try:
+        writer.write(head + b"Connection: close\r\n\r\n")
+        await writer.drain()
+        async with asyncio.timeout(3):
+            answer = await reader.read()
+    finally:
+        writer.close()
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]

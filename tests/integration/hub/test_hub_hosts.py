@@ -7,10 +7,10 @@ through the hub (the browser sends the page's name as ``Host``).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import hubfakes
 import orjson
 import pytest
 from hubfakes import FakeApiserver
@@ -22,18 +22,8 @@ MakeHub = Callable[..., Any]
 
 
 async def raw(url: str, head: bytes) -> tuple[int, Any]:
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
-    try:
-        writer.write(head + b"Connection: close\r\n\r\n")
-        await writer.drain()
-        async with asyncio.timeout(3):
-            answer = await reader.read()
-    finally:
-        writer.close()
-    status_line, _, rest = answer.partition(b"\r\n")
-    body = rest.partition(b"\r\n\r\n")[2]
-    return int(status_line.split()[1]), orjson.loads(body) if body else None
+    status, body = await hubfakes.raw(url, head)
+    return status, orjson.loads(body) if body else None
 
 
 @pytest.mark.parametrize(

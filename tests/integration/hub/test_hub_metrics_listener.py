@@ -7,27 +7,13 @@ so a Prometheus scraping Pods by their annotations never reached a hub.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import hubfakes
 from hubfakes import FakeApiserver
 
 MakeHub = Callable[..., Any]
-
-
-async def raw(url: str, head: bytes) -> tuple[int, bytes]:
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
-    try:
-        writer.write(head + b"Connection: close\r\n\r\n")
-        await writer.drain()
-        async with asyncio.timeout(3):
-            answer = await reader.read()
-    finally:
-        writer.close()
-    status_line, _, rest = answer.partition(b"\r\n")
-    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
 
 
 async def test_the_metrics_listener_serves_metrics_only(
@@ -38,18 +24,20 @@ async def test_the_metrics_listener_serves_metrics_only(
         assert hub.metrics_url.startswith("http://0.0.0.0:")
         url = hub.metrics_url.replace("0.0.0.0", "127.0.0.1")
         port = url.rsplit(":", 1)[1]
-        status, body = await raw(
+        status, body = await hubfakes.raw(
             url, f"GET /metrics HTTP/1.1\r\nHost: 10.1.2.3:{port}\r\n".encode()
         )
         assert status == 200
         assert b"node_yurthub_server_healthy_status" in body
         for path in ("/v1/healthz", "/v1/readyz", "/v1/status", "/pods", "/v1/token"):
-            status, _ = await raw(url, f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode())
+            status, _ = await hubfakes.raw(
+                url, f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+            )
             assert status == 404, path
-        status, _ = await raw(url, b"POST /v1/token HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        status, _ = await hubfakes.raw(url, b"POST /v1/token HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         assert status in (404, 405)
         # A DNS name is refused there too (DNS rebinding), as on the hub server.
-        status, _ = await raw(url, b"GET /metrics HTTP/1.1\r\nHost: evil.example\r\n")
+        status, _ = await hubfakes.raw(url, b"GET /metrics HTTP/1.1\r\nHost: evil.example\r\n")
         assert status == 403
 
 

@@ -97,6 +97,19 @@ class Bed:
         result: dict[str, Any] = await self.api("GET", path)
         return result
 
+    async def static_set_manifest(self, name: str, manifest: str) -> None:
+        """The ConfigMap a YurtStaticSet ``name``'s controller writes: its Pod manifest."""
+        await self.api(
+            "POST",
+            "/api/v1/namespaces/kube-system/configmaps",
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"yurt-static-set-{name}"},
+                "data": {name: manifest},
+            },
+        )
+
     async def owner(self, kind: str, path: str, name: str) -> dict[str, Any]:
         obj = await self.api("GET", path)
         return {
@@ -247,16 +260,7 @@ async def test_upgrade_of_a_yurtstaticset_pod_installs_its_manifest(tmp_path: pa
         live = b.manifests / "hub.yaml"
         live.write_text(OLD_MANIFEST)
         os.chmod(live, 0o600)
-        await b.api(
-            "POST",
-            "/api/v1/namespaces/kube-system/configmaps",
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "yurt-static-set-hub"},
-                "data": {"hub": NEW_MANIFEST},
-            },
-        )
+        await b.static_set_manifest("hub", NEW_MANIFEST)
         owner = await b.owner("Node", f"/api/v1/nodes/{NODE}", NODE)
         owner["apiVersion"] = "v1"
         await b.pod_with_condition(f"hub-{NODE}", owner, "True", namespace="kube-system")
@@ -267,16 +271,7 @@ async def test_upgrade_of_a_yurtstaticset_pod_installs_its_manifest(tmp_path: pa
         assert sorted(p.name for p in b.manifests.iterdir()) == [".hub.yaml.bak", "hub.yaml"]
         assert live.stat().st_mode & 0o777 == 0o600
         # A manifest kubelet does not run from --static-pod-path: nothing is written.
-        await b.api(
-            "POST",
-            "/api/v1/namespaces/kube-system/configmaps",
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "yurt-static-set-elsewhere"},
-                "data": {"elsewhere": NEW_MANIFEST},
-            },
-        )
+        await b.static_set_manifest("elsewhere", NEW_MANIFEST)
         await b.pod_with_condition(f"elsewhere-{NODE}", owner, "True", namespace="kube-system")
         code, body = await b.ota("upgrade", f"elsewhere-{NODE}", namespace="kube-system")
         assert code == 500 and "no manifest" in body["message"], body
