@@ -3,7 +3,9 @@
 ``write(path, data)`` puts ``data`` in a temporary file beside ``path`` (``staging``, or
 ``.<name>.tmp-<pid>``), sets its mode (``O_CREAT``'s is masked by the umask), fsyncs it, renames
 it over ``path`` and fsyncs the directory: after a crash ``path`` holds the old bytes or the
-new, never a mix, and a failed write removes its temporary file. Used for the hub's keys and
+new, never a mix, and a failed write removes its temporary file. The temporary file is always a
+new one: whatever is at its name (a crashed write's leftover, a link) is removed, never written
+through. Used for the hub's keys and
 kubeconfigs (``certs.pemfiles``), the sealed cache's key files, a migration's copies, and the
 static-Pod manifests an OTA upgrade or ``edgehub static-pod-upgrade`` installs (whose staging
 names start with a dot, so kubelet never reads a half-written manifest).
@@ -27,7 +29,13 @@ def write(
     same directory. Raises ``OSError``."""
     target = pathlib.Path(path)
     temp = pathlib.Path(staging) if staging is not None else temporary(target)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    # The staging name is made fresh: a leftover (a crashed write) or a link someone put there
+    # is removed, never opened, so the writer (root, for the static Pod path) cannot be made
+    # to write through a link; one put back in between makes O_EXCL fail.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temp)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temp, flags, 0o600)
     try:
         try:
             os.fchmod(fd, mode)

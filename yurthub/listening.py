@@ -82,7 +82,8 @@ class OwnSocket:
     socket); ``remove`` once the listener is closed. A fresh directory per hub, so two hubs in
     one process (tests) never meet. A hub killed with SIGKILL cannot remove its own: the next
     hub started removes those of processes that no longer run (by the pid in the name; only its
-    user's), so they never pile up. Blocking (a directory listing): create it off the loop."""
+    user's; not while their socket still listens: a hub in another PID namespace), so they never
+    pile up. Blocking (a directory listing): create it off the loop."""
 
     PREFIX = "edgehub-own-"
 
@@ -99,7 +100,8 @@ class OwnSocket:
 
 
 def _remove_stale(parent: pathlib.Path, prefix: str) -> None:
-    """Remove ``<prefix><pid>-*`` directories of this user whose process is gone."""
+    """Remove ``<prefix><pid>-*`` directories of this user whose process is gone (and whose
+    socket no longer listens)."""
     try:
         entries = list(os.scandir(parent))
     except OSError:
@@ -113,9 +115,22 @@ def _remove_stale(parent: pathlib.Path, prefix: str) -> None:
                 continue
             os.kill(int(pid_text), 0)
         except ProcessLookupError:
-            shutil.rmtree(entry.path, ignore_errors=True)
+            if not _listens(os.path.join(entry.path, "proxy.sock")):
+                shutil.rmtree(entry.path, ignore_errors=True)
         except OSError:
             continue  # alive under another user, or unreadable: not ours to judge
+
+
+def _listens(path: str) -> bool:
+    """Something accepts connections on Unix socket ``path``: a hub whose pid does not run
+    here may run in another PID namespace sharing the temporary directory."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+    return True
 
 
 class StatusRequestHandler(web_protocol.RequestHandler):

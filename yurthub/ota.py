@@ -15,6 +15,10 @@ Invariants:
   (``ManifestWriter``) keeps the running manifest as a dot file beside it and swaps in the new
   one atomically (written to a dot file, fsynced, renamed over it, the directory fsynced):
   kubelet, which skips dot files, sees the old manifest or the new one, never a torn one.
+  It replaces only the manifest of the static pod the mirror Pod is of (``metadata.name`` and
+  ``namespace`` of the live file and of the new one, ``otadecisions.manifest_pod_problem``):
+  a look-alike Pod (a Node owner is anyone's to set) and a ConfigMap beside it in another
+  namespace cannot choose another static pod's file.
 - Every answer but a success is a Kubernetes ``Status`` with YurtHub's code; one log line each.
 """
 
@@ -74,9 +78,10 @@ class ManifestWriter:
 
     async def upgrade(self, request: StaticPodUpgrade) -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self._install, request.manifest)
+        await loop.run_in_executor(None, self._install, request)
 
-    def _install(self, manifest: otadecisions.Manifest) -> None:
+    def _install(self, request: StaticPodUpgrade) -> None:
+        manifest = request.manifest
         paths = otadecisions.manifest_paths(str(self.static_pod_path), manifest.name)
         try:
             live = pathlib.Path(paths.live)
@@ -89,6 +94,15 @@ class ManifestWriter:
             ) from None
         except OSError as e:
             raise UpgradeError(f"cannot read {paths.live}: {e.strerror or e}") from e
+        for which, text in (
+            (paths.live, old.decode("utf-8", "replace")),
+            ("the new manifest", manifest.text),
+        ):
+            problem = otadecisions.manifest_pod_problem(
+                text, request.namespace, request.static_set, which
+            )
+            if problem:
+                raise UpgradeError(problem)
         try:
             atomicfiles.write(paths.backup, old, mode=mode, staging=f"{paths.backup}.writing")
             atomicfiles.write(paths.live, manifest.text.encode(), mode=mode, staging=paths.staging)

@@ -35,6 +35,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import yaml
+
 POD_NEED_UPGRADE = "PodNeedUpgrade"
 """The condition OpenYurt's daemonpodupdater and YurtStaticSet controllers set True on a Pod
 that has a newer template to move to."""
@@ -246,6 +248,26 @@ def file_name_problem(name: str) -> str:
         return (
             f"manifest name {name[:64]!r} must be a plain file name, without '/' or a leading '.'"
         )
+    return ""
+
+
+def manifest_pod_problem(text: str, namespace: str, name: str, which: str) -> str:
+    """Why the manifest ``text`` is not static pod ``namespace/name`` ("" when it is): its
+    ``metadata.name`` and ``metadata.namespace`` (kubelet's default ``default``). An upgrade
+    of mirror Pod ``<name>-<node>`` may only replace that pod's own manifest with another of
+    it: a Pod that merely looks like a mirror Pod (anyone who may create Pods can give one a
+    Node owner, and a ConfigMap beside it) must not choose a file of another static pod.
+    ``which``: how to name the manifest in the answer."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return f"{which} is not YAML"
+    meta = doc.get("metadata") if isinstance(doc, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return f"{which} is not a Pod manifest with metadata"
+    found = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+    if found != (namespace, name):
+        return f"{which} is of static pod {found[0]}/{found[1]}, not static pod {namespace}/{name}"
     return ""
 
 

@@ -152,7 +152,8 @@ def open_checked(
     key looked for); a damaged database, or a sealed one whose data key does not open here, is
     moved aside and a new one started (``Opened.reset`` says why). Raises ``StoreError`` for
     what a new database would not cure (permissions, a full disk, a database another process
-    holds locked, a key source that gives no key)."""
+    holds locked, a key source that gives no key, ``auto`` finding no key for a sealed
+    cache)."""
     try:
         _secure_dir(path)
     except OSError as e:
@@ -218,6 +219,15 @@ def _sealer(
             if key_source is None:
                 # A tool that was given no key source must not drop what it cannot read.
                 raise StoreError(f"the cache at {path} is sealed: give its --cache-key-source")
+            if key_source.kind is not keysealing.Kind.NONE:
+                # ``auto`` found none of the keys it tries (a systemd credential no longer
+                # passed): starting over would cache Secrets in plaintext from then on. Only
+                # ``none``, said explicitly, starts a sealed cache over unsealed.
+                raise StoreError(
+                    f"the cache at {path} is sealed, but --cache-key-source auto finds no key "
+                    "now (no TPM, no systemd credential, no --cache-key-file): give the source "
+                    "that sealed it, or --cache-key-source none to start over unsealed"
+                )
             raise keysealing.Unsealable("no --cache-key-source gives a key")
         return sealing.PLAIN, None
     try:

@@ -295,3 +295,32 @@ async def test_an_unsealed_cache_is_a_loud_warning_and_an_unsealable_one_a_plain
         async with http.get(node.hub.proxy_url + "/api/v1/namespaces") as resp:
             assert resp.status == 200  # still a proxy
     assert any("cannot seal the cache" in r.getMessage() for r in caplog.records)
+
+
+async def test_auto_finding_no_key_for_a_sealed_cache_never_starts_it_over_in_plaintext(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The systemd credential that sealed the cache is not passed this time (the unit was
+    changed): ``auto`` finds no key. Starting over unsealed would cache Secrets in plaintext
+    from then on; the cache is refused (the hub runs as a plain proxy) and left as it is."""
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (creds / sealing.DEFAULT_CREDENTIAL).write_bytes(os.urandom(32))
+    auto = sealing.Source()
+    sealed = await store.Store.open(
+        tmp_path / "cache", key_source=auto, environ={"CREDENTIALS_DIRECTORY": str(creds)}
+    )
+    assert sealed.sealed_by.startswith("systemd credential")
+    await sealed.close()
+    with pytest.raises(store.StoreError, match=r"is sealed.*auto finds no key"):
+        await store.Store.open(tmp_path / "cache", key_source=auto, environ={})
+    assert keysealing.has_ring(tmp_path / "cache")
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir() if ".damaged" in p.name) == []
+    # Saying so is the operator's way to start over unsealed.
+    plain = await store.Store.open(
+        tmp_path / "cache", key_source=sealing.Source(sealing.Kind.NONE), environ={}
+    )
+    try:
+        assert plain.sealed_by == "" and not plain.sealer.sealing
+    finally:
+        await plain.close()

@@ -23,8 +23,12 @@ from yurthub.testing import partition, simapiserver
 
 NODE = "edge-node-1"
 KUBELET = "kubelet/v1.32.4 (linux/amd64) kubernetes/abcdef0"
-OLD_MANIFEST = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: hub\n# old\n"
-NEW_MANIFEST = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: hub\n# new\n"
+OLD_MANIFEST = (
+    "apiVersion: v1\nkind: Pod\nmetadata:\n  name: hub\n  namespace: kube-system\n# old\n"
+)
+NEW_MANIFEST = (
+    "apiVersion: v1\nkind: Pod\nmetadata:\n  name: hub\n  namespace: kube-system\n# new\n"
+)
 
 
 @dataclasses.dataclass
@@ -280,6 +284,37 @@ async def test_upgrade_of_a_yurtstaticset_pod_installs_its_manifest(tmp_path: pa
         await b.pod_with_condition(f"other-{NODE}", owner, "True", namespace="kube-system")
         code, body = await b.ota("upgrade", f"other-{NODE}", namespace="kube-system")
         assert code == 403 and "Configmap for static pod does not exist" in body["message"]
+
+
+async def test_an_upgrade_replaces_only_the_manifest_of_the_static_pod_it_names(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Whoever may create Pods and ConfigMaps in some namespace can make a Pod that looks like
+    a mirror Pod (a Node owner, bound to this node, ``<name>-<node>``) and a ConfigMap
+    ``yurt-static-set-<name>`` there naming any manifest file: an upgrade of that Pod must not
+    replace the manifest of another static Pod (here the hub's own, in kube-system) with the
+    ConfigMap's (a privileged Pod no admission ever saw)."""
+    async with bed(tmp_path) as b:
+        live = b.manifests / "hub.yaml"
+        live.write_text(OLD_MANIFEST)
+        await b.api(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "yurt-static-set-hub"},
+                "data": {"hub": NEW_MANIFEST.replace("kube-system", "default")},
+            },
+        )
+        owner = await b.owner("Node", f"/api/v1/nodes/{NODE}", NODE)
+        owner["apiVersion"] = "v1"
+        await b.pod_with_condition(f"hub-{NODE}", owner, "True", namespace="default")
+        code, body = await b.ota("upgrade", f"hub-{NODE}", namespace="default")
+        assert code == 500 and "hub.yaml" in body["message"], body
+        assert "not static pod default/hub" in body["message"], body
+        assert live.read_text() == OLD_MANIFEST
+        assert sorted(p.name for p in b.manifests.iterdir()) == ["hub.yaml"]
 
 
 async def test_the_proxy_port_neither_serves_nor_forwards_ota_paths(

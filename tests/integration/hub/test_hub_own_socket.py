@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import tempfile
@@ -82,3 +83,26 @@ def test_what_a_killed_hub_left_is_removed(
     finally:
         own.remove()
     assert not own.directory.exists()
+
+
+def test_a_directory_whose_socket_still_listens_is_kept(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pid that does not run here may run in another PID namespace sharing the temporary
+    directory (a hub in a container with the host's /tmp): while its socket listens, its
+    directory is not stale."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    elsewhere = tmp_path / f"edgehub-own-{gone.stdout.strip()}-xyz"
+    elsewhere.mkdir(mode=0o700)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(elsewhere / "proxy.sock"))
+        listener.listen()
+        own = listening.OwnSocket()
+        try:
+            assert (elsewhere / "proxy.sock").is_socket()
+        finally:
+            own.remove()
+    listening.OwnSocket().remove()  # nothing listens any more: now it is stale
+    assert not elsewhere.exists()

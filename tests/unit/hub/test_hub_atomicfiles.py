@@ -42,3 +42,32 @@ def test_a_failed_rename_leaves_the_old_file_and_no_staging_file(tmp_path: pathl
         atomicfiles.write(target, b"new")  # a file cannot replace a non-empty directory
     assert (target / "inside").read_bytes() == b"kept"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-directory"]
+
+
+@pytest.mark.parametrize("staging_name", [None, ".hub.yaml.upgrading"])
+def test_a_link_planted_at_the_staging_name_is_never_written_through(
+    tmp_path: pathlib.Path, staging_name: str | None
+) -> None:
+    """Whoever can put a name in the directory cannot make the writer (root, for the static
+    Pod path) write elsewhere: the staging name is made fresh, never opened through a link."""
+    target = tmp_path / "hub.yaml"
+    target.write_bytes(b"old")
+    victim = tmp_path / "elsewhere" / "shadow"
+    victim.parent.mkdir()
+    victim.write_bytes(b"victim")
+    staging = tmp_path / staging_name if staging_name else atomicfiles.temporary(target)
+    staging.symlink_to(victim)
+    atomicfiles.write(target, b"new", staging=staging if staging_name else None)
+    assert victim.read_bytes() == b"victim"
+    assert not target.is_symlink() and target.read_bytes() == b"new"
+    assert not os.path.lexists(staging)
+
+
+def test_a_leftover_staging_file_is_replaced_not_reused(tmp_path: pathlib.Path) -> None:
+    target = tmp_path / "key"
+    staging = atomicfiles.temporary(target)
+    staging.write_bytes(b"a longer leftover of a crashed write")
+    staging.chmod(0o666)
+    atomicfiles.write(target, b"new")
+    assert target.read_bytes() == b"new" and stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert not staging.exists()

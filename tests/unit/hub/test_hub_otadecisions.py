@@ -189,3 +189,23 @@ def test_pod_list_is_a_v1_podlist() -> None:
     assert decoded["kind"] == "PodList" and decoded["apiVersion"] == "v1"
     assert [p["metadata"]["name"] for p in decoded["items"]] == ["a", "b"]
     assert orjson.loads(otadecisions.pod_list([]))["items"] == []
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("kind: Pod\nmetadata:\n  name: hub\n  namespace: kube-system\n", ""),
+        ("kind: Pod\nmetadata:\n  name: hub\n", "is of static pod default/hub, not"),
+        (
+            "kind: Pod\nmetadata:\n  name: apiserver\n  namespace: kube-system\n",
+            "kube-system/apiserver",
+        ),
+        ("kind: Pod\nmetadata: [1]\n", "is not a Pod manifest with metadata"),
+        ("- a\n- b\n", "is not a Pod manifest with metadata"),
+        ("a: [\n", "is not YAML"),
+        ("a: 1\n---\nb: 2\n", "is not YAML"),
+    ],
+)
+def test_a_manifest_is_of_the_static_pod_the_upgrade_names(text: str, problem: str) -> None:
+    found = otadecisions.manifest_pod_problem(text, "kube-system", "hub", "hub.yaml")
+    assert (found == "") if not problem else (problem in found and found.startswith("hub.yaml"))
