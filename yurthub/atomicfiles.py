@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import secrets
 
 
 def write(
@@ -54,9 +55,17 @@ def write(
 
 
 def temporary(path: pathlib.Path) -> pathlib.Path:
-    """The default staging name: hidden, and naming the writer's pid (``pemfiles`` removes
-    those of dead writers)."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    """The default staging name: hidden, naming the writer's pid (``pemfiles`` removes those of
+    dead writers), and unique to this write, so two writers of one file never share it."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def writer_pid(name: str) -> int | None:
+    """The pid in a default staging name (``temporary``), or None for any other name."""
+    if not name.startswith(".") or ".tmp-" not in name:
+        return None
+    pid = name.rsplit(".tmp-", 1)[1].split("-", 1)[0]
+    return int(pid) if pid.isdigit() else None
 
 
 def fsync_dir(directory: pathlib.Path | str) -> None:

@@ -183,11 +183,10 @@ def remove_orphans(directory: pathlib.Path) -> None:
     """Temporary files a killed ``write_atomic`` left behind (never one of a live process:
     their names carry the writer's pid, and only this process writes here)."""
     for name in os.listdir(directory):
-        if name.startswith(".") and ".tmp-" in name:
-            pid = name.rsplit(".tmp-", 1)[1]
-            if pid != str(os.getpid()):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(directory / name)
+        pid = atomicfiles.writer_pid(name)
+        if pid is not None and pid != os.getpid():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(directory / name)
 
 
 def read_small(path: pathlib.Path) -> bytes:

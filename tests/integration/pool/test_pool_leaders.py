@@ -179,7 +179,11 @@ async def test_a_malformed_configmap_keeps_the_last_good_one(
 ) -> None:
     async with pool_of(tmp_path) as pool:
         follower = pool.hub("cloud-node-1")
-        await eventually(lambda: follower.source() == "edge-node-1" and follower.watching())
+        # A deadline, not a bound: the leader's own feed syncs first (seen to take over 10 s
+        # in a full run on a loaded 2-core machine).
+        await eventually(
+            lambda: follower.source() == "edge-node-1" and follower.watching(), within=45
+        )
         pool.set_leaders("edge-node-2", leaders="edge-node-2")  # no address
 
         def malformed() -> list[logging.LogRecord]:

@@ -44,20 +44,21 @@ def test_a_failed_rename_leaves_the_old_file_and_no_staging_file(tmp_path: pathl
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-directory"]
 
 
-@pytest.mark.parametrize("staging_name", [None, ".hub.yaml.upgrading"])
+@pytest.mark.parametrize("staging_name", [".hub.yaml.tmp-1-0badf00d", ".hub.yaml.upgrading"])
 def test_a_link_planted_at_the_staging_name_is_never_written_through(
-    tmp_path: pathlib.Path, staging_name: str | None
+    tmp_path: pathlib.Path, staging_name: str
 ) -> None:
     """Whoever can put a name in the directory cannot make the writer (root, for the static
-    Pod path) write elsewhere: the staging name is made fresh, never opened through a link."""
+    Pod path) write elsewhere: the staging name is made fresh, never opened through a link
+    (default names are also unique to each write, so they cannot be guessed)."""
     target = tmp_path / "hub.yaml"
     target.write_bytes(b"old")
     victim = tmp_path / "elsewhere" / "shadow"
     victim.parent.mkdir()
     victim.write_bytes(b"victim")
-    staging = tmp_path / staging_name if staging_name else atomicfiles.temporary(target)
+    staging = tmp_path / staging_name
     staging.symlink_to(victim)
-    atomicfiles.write(target, b"new", staging=staging if staging_name else None)
+    atomicfiles.write(target, b"new", staging=staging)
     assert victim.read_bytes() == b"victim"
     assert not target.is_symlink() and target.read_bytes() == b"new"
     assert not os.path.lexists(staging)
@@ -65,9 +66,19 @@ def test_a_link_planted_at_the_staging_name_is_never_written_through(
 
 def test_a_leftover_staging_file_is_replaced_not_reused(tmp_path: pathlib.Path) -> None:
     target = tmp_path / "key"
-    staging = atomicfiles.temporary(target)
+    staging = tmp_path / ".key.upgrading"
     staging.write_bytes(b"a longer leftover of a crashed write")
     staging.chmod(0o666)
-    atomicfiles.write(target, b"new")
+    atomicfiles.write(target, b"new", staging=staging)
     assert target.read_bytes() == b"new" and stat.S_IMODE(target.stat().st_mode) == 0o600
     assert not staging.exists()
+
+
+def test_default_staging_names_are_unique_and_name_their_writer(tmp_path: pathlib.Path) -> None:
+    target = tmp_path / "kubeconfig"
+    first, second = atomicfiles.temporary(target), atomicfiles.temporary(target)
+    assert first != second and first.parent == tmp_path
+    assert atomicfiles.writer_pid(first.name) == os.getpid()
+    assert atomicfiles.writer_pid(".kubeconfig.tmp-123") == 123  # an older hub's name
+    assert atomicfiles.writer_pid("kubeconfig") is None
+    assert atomicfiles.writer_pid(".kubeconfig.tmp-x") is None
