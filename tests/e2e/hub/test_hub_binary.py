@@ -7,6 +7,7 @@ import os
 import pathlib
 import signal
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -51,6 +52,9 @@ async def upstream() -> AsyncIterator[str]:
 
 async def start_hub(server: str, *extra: str) -> tuple[asyncio.subprocess.Process, str, str]:
     env = dict(os.environ, EDGEHUB_NODE_NAME="n1", EDGEHUB_SERVER_ADDR=server)
+    # Never the host's /etc/kubernetes/cache or /var/lib/yurthub (a YurtHub node's, and what a
+    # later test's first-start import would read).
+    state = pathlib.Path(tempfile.mkdtemp(prefix="edgehub-hub-binary-"))
     proc = await asyncio.create_subprocess_exec(
         EDGEHUB,
         "hub",
@@ -58,6 +62,8 @@ async def start_hub(server: str, *extra: str) -> tuple[asyncio.subprocess.Proces
         "0",
         "--serve-port",
         "0",
+        f"--disk-cache-path={state / 'cache'}",
+        f"--root-dir={state / 'root'}",
         *extra,
         env=env,
         stdout=asyncio.subprocess.PIPE,
