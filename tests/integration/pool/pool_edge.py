@@ -216,7 +216,10 @@ def service(name: str, namespace: str = "default", **labels: str) -> dict[str, A
     }
 
 
-async def eventually(check: Callable[[], Any], within: float = 10.0, what: str = "") -> Any:
+async def eventually(check: Callable[[], Any], within: float = 45.0, what: str = "") -> Any:
+    """``check()`` until truthy. ``within`` is a deadline, never a measure: a pool's first
+    convergence (the leader's feed synced, then each follower's switch) took over 10 s in full
+    runs on a loaded 2-core machine."""
     deadline = time.monotonic() + within
     while True:
         value = check()
