@@ -22,13 +22,7 @@ SAMPLES = {"bool": "true", "int": "1", "uint64": "1", "duration": "1s", "stringS
 
 
 def _options() -> set[str]:
-    context = hub.command.context_settings or {}
-    names = {n[2:] for n in context.get("help_option_names", ["--help"]) if n.startswith("--")}
-    for param in hub.command.params:
-        for opt in (*param.opts, *getattr(param, "secondary_opts", ())):
-            if opt.startswith("--") and not opt.startswith("--no-"):
-                names.add(opt[2:])
-    return names
+    return yurthubflags_generate.built_flags()
 
 
 def test_the_table_parses_and_names_its_releases() -> None:
