@@ -81,7 +81,7 @@ proto: $(STAMP)
 	$(BIN)/python -m discovery.proto.generate
 	$(BIN)/python -m yurthub.kubeproto.generate
 
-# Regenerate the README's CLI reference from the commands' own --help.
+# Regenerate the CLI reference (docs/cli.md) from the commands' own --help.
 readme: $(STAMP)
 	$(BIN)/python -m edgehub.clidoc
 

@@ -17,7 +17,7 @@ a message naming them, so an accepted pattern matches the same values in both:
     inside ``[...]``): RE2 reads them as literal characters;
   * ``\\C`` (any byte: RE2 only) and ``\\u``/``\\U`` escapes (Rust only: write ``\\x{...}``).
 
-Other differences (documented in the README): ``\\d \\s \\w \\b`` are ASCII-only here and
+Other differences (documented in docs/discovery.md): ``\\d \\s \\w \\b`` are ASCII-only here and
 Unicode-aware in Rust; ``\\p{...}`` knows general categories and scripts only; a counted
 repetition is at most ``{1000}``; the ``x`` (verbose) flag does not exist. Such patterns fail
 to compile, with RE2's message; none changes meaning. Python-only syntax that the previous

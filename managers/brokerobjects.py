@@ -20,7 +20,7 @@ Akri's shapes (reference §7.2-§7.4), so tools and selectors written for Akri k
   Configuration.
 
 Where Akri misbehaves, these builders do what a user expects instead ([quirk] in the reference;
-README "Brokers" lists them):
+docs/brokers.md lists them):
 
 * Akri *appends* its node term to ``nodeSelectorTerms``, which Kubernetes ORs: a broker spec
   with its own required affinity could land on any node matching it. Here the node requirement

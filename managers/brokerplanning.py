@@ -6,7 +6,7 @@ controlling owner is an akri.sh Instance or Configuration: ``brokerobjects.contr
 and returns the creates, updates and deletes that close the gap. Objects that are not ours are
 never in an action, whatever their labels say.
 
-Rules (Akri's, reference §7.1, with the deviations README "Brokers" lists):
+Rules (Akri's, reference §7.1, with the deviations docs/brokers.md lists):
 
 * Pods: one per node in the Instance's ``nodes`` — at most ``capacity`` of them (nodes that
   already run one first, then by name; a broker beyond the capacity could never get a slot),

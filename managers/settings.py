@@ -126,7 +126,7 @@ class HubLeader:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StaticSets:
-    """The ``yurtstaticset`` controller (README "YurtStaticSet")."""
+    """The ``yurtstaticset`` controller (docs/rollout.md)."""
 
     owner: str = "yurt-manager"
     """``--yurtstaticset-owner``: ``edgehub`` runs the controller; ``yurt-manager`` (the

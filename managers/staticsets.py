@@ -2,7 +2,7 @@
 the nodes that run them, as OpenYurt's yurt-static-set-controller does, for the YurtStaticSets
 edgehub owns (``staticsetplanning`` decides; this module carries it out).
 
-Ownership, so that two controllers never act on one object (README "YurtStaticSet"):
+Ownership, so that two controllers never act on one object (docs/rollout.md):
 
 * ``--yurtstaticset-owner`` (``settings.StaticSets.owner``): ``yurt-manager`` (the default)
   leaves every YurtStaticSet to yurt-manager and this controller is not run at all;

@@ -298,7 +298,7 @@ class FilterSettings:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PoolSettings:
-    """Pool scope: the multiplexer and the leader hub (``yurthub.pool``, README "Pool scope")."""
+    """Pool scope: the multiplexer and the leader hub (``yurthub.pool``, docs/pool.md)."""
 
     resources: tuple[gvrs.Gvr, ...] = gvrs.DEFAULTS
     """``--pool-scope-resources``; the ``leader-hub-<pool>`` ConfigMap replaces them live."""

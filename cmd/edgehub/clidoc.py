@@ -1,7 +1,7 @@
-"""The README's CLI reference, generated from the commands' own ``--help``.
+"""The CLI reference (``docs/cli.md``), generated from the commands' own ``--help``.
 
-``python -m edgehub.clidoc`` rewrites the block between the two markers in README.md;
-``--check`` exits non-zero when the README is stale (a test runs it, so the reference cannot
+``python -m edgehub.clidoc`` rewrites the block between the two markers in docs/cli.md;
+``--check`` exits non-zero when the reference is stale (a test runs it, so the reference cannot
 drift from the flags). Width is fixed so the output does not depend on the terminal.
 """
 
@@ -54,7 +54,7 @@ def _walk(
 def render() -> str:
     parts = [BEGIN, ""]
     for title, text in _walk(cli.root, ["edgehub"], None):
-        parts += [f"### `{title}`", "", "```text", text.rstrip(), "```", ""]
+        parts += [f"## `{title}`", "", "```text", text.rstrip(), "```", ""]
     parts.append(END)
     return "\n".join(parts)
 
@@ -75,9 +75,9 @@ def update(readme: pathlib.Path, *, check: bool) -> bool:
 
 def main() -> None:
     check = "--check" in sys.argv[1:]
-    readme = pathlib.Path(__file__).resolve().parents[2] / "README.md"
-    if not update(readme, check=check) and check:
-        print("README.md CLI reference is stale: run `make readme`", file=sys.stderr)
+    reference = pathlib.Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+    if not update(reference, check=check) and check:
+        print("docs/cli.md is stale: run `make readme`", file=sys.stderr)
         sys.exit(1)
 
 

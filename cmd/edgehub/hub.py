@@ -300,7 +300,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.option(
     "--enable-resource-filter/--no-enable-resource-filter",
     default=True,
-    help="Rewrite what kubelet, kube-proxy, coredns... read (README: Response filters).",
+    help="Rewrite what kubelet, kube-proxy, coredns... read (docs/filters.md).",
 )
 @click.option(
     "--disabled-resource-filters",
