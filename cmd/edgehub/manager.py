@@ -207,6 +207,13 @@ def _comma_list(value: str) -> frozenset[str]:
     help="yurtstaticset: seconds a worker waits for the new static Pod to be ready before it "
     "puts the old manifest back.",
 )
+@click.option(
+    "--rollout-node-ready-timeout",
+    default=120.0,
+    type=click.FloatRange(min=1),
+    help="yurtstaticset: seconds a node's kubelet has, after its worker ended, to renew its Lease "
+    "through the new hub with the Node Ready; past it the rollout halts (docs/rollout.md).",
+)
 def command(
     kubeconfig: Path | None,
     service_account_dir: Path,
@@ -235,6 +242,7 @@ def command(
     static_pod_upgrade_image: str,
     static_pod_path: str,
     static_pod_upgrade_timeout: float,
+    rollout_node_ready_timeout: float,
 ) -> None:
     """Run the cloud-side controllers (CSR approver for hubs, Akri brokers, node watcher, pod
     tolerations of autonomous nodes, hub leaders) with Lease leader election, and the
@@ -313,6 +321,7 @@ def command(
             worker_image=static_pod_upgrade_image,
             static_pod_path=static_pod_path,
             worker_timeout=static_pod_upgrade_timeout,
+            node_ready_timeout=rollout_node_ready_timeout,
         ),
     )
     try:
