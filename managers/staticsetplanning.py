@@ -604,6 +604,8 @@ def worker_pod(spec: Spec, node: str, digest: str, template: WorkerTemplate) -> 
         "spec": {
             "nodeName": node,
             "restartPolicy": "Never",
+            # It writes a file on its node and reads its hub's readiness: no API credentials.
+            "automountServiceAccountToken": False,
             # The new hub's readiness is read on the node's loopback (127.0.0.1:10267).
             "hostNetwork": True,
             "tolerations": [{"operator": "Exists"}],

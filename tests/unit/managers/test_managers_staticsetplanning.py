@@ -359,7 +359,7 @@ def test_worker_pod_runs_static_pod_upgrade_on_its_node() -> None:
     assert pod["metadata"]["annotations"] == {staticsetplanning.HASH_ANNOTATION: LATEST}
     spec = pod["spec"]
     assert spec["nodeName"] == "edge-1" and spec["restartPolicy"] == "Never"
-    assert spec["hostNetwork"] is True
+    assert spec["hostNetwork"] is True and spec["automountServiceAccountToken"] is False
     container = spec["containers"][0]
     assert container["image"] == "mirror/edgehub:9"
     assert container["command"] == [

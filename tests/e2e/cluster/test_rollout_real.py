@@ -1,0 +1,454 @@
+"""A pool of three nodes moved from OpenYurt's real YurtHub v1.7.0 to edgehub, upgraded to a
+second edgehub build and rolled back (to the first build, then to YurtHub), with no hands on
+the nodes: only ``kubectl patch`` of the YurtStaticSet and ``edgehub rollout`` in the cloud.
+
+The nodes are hollow kubelets (kubemark: the real kubelet, a fake runtime) whose hub is the
+static Pod ``yurt-hub`` in their staticPodPath, run by ``staticpods.Runner``: the stand-in for
+the container runtime, which starts, replaces and stops the hub process when the manifest
+changes, as kubelet would, and runs the YurtStaticSet's worker Pods from what the Pod says
+(its command line, environment, ConfigMap and hostPath volumes), reporting their end through
+the node's hub. What stands in for what: ``podcommands`` (images, the node's network and
+filesystem) and ``rollout_support`` (the second build). Everything else is real: the control
+plane, kubelet's mirror Pods and Leases, the manager's yurtstaticset controller, the worker
+(``edgehub static-pod-upgrade``), the hub processes, YurtHub's files and the links.
+
+Checked: the pool is migrated with ``maxUnavailable: 1`` while one node is cut off (it is done
+after its link heals; ``edgehub rollout status`` shows it offline meanwhile, with the totals
+``kubectl get yss`` prints); each rollout reaches every node; every hub's cache answers offline
+after each switch (for edgehub: what YurtHub had cached, too: a component that only YurtHub
+ever saw); kubelet keeps every pod, none is evicted; no node is NotReady except around its own
+hub restart (and the cut node while cut); YurtHub's cache files are untouched by edgehub and
+YurtHub runs again on the rollback. The time per node and per pool is printed (no test
+asserts a time); run with ``-s`` to see it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import rollout_support as rs
+import yurthub_support
+
+from managers import staticsetplanning
+from yurthub.cache import yurthubfiles
+from yurthub.testing import edgenodes, processes, realcluster, staticpodnodes, yurthubs
+
+# Four rollouts of three nodes one at a time, a cut and twelve offline checks: minutes.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+
+EDGEHUB = str(pathlib.Path(sys.executable).with_name("edgehub"))
+POOL = "roll-pool"
+NODES = ("roll-a", "roll-b", "roll-c")
+CUT = "roll-c"
+APPS = "rollout-apps"
+NS = "kube-system"
+YSS = "yurt-hub"
+KUBELET_UA = {"User-Agent": "hollow-kubelet/v1.37.2 (linux/amd64) kubernetes/rollout"}
+"""What this node's kubelet calls itself (kubemark's): the component both hubs cache it as."""
+FLANNELD_UA = {"User-Agent": "flanneld/v0.22.0"}
+OPENYURT_HASH = "openyurt1"
+"""The hash yurt-manager wrote on the manifests before the hand-over (not edgehub's scheme)."""
+SLACK = 20.0
+"""Seconds a node may stay NotReady after its hub is back: kubelet renews its Lease every
+10 s and the node lifecycle controller looks every 5 s; this watch samples every second."""
+
+
+def _get(url: str, headers: dict[str, str]) -> tuple[int, Any]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, headers={**headers, "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return int(r.status), json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return int(e.code), None
+    except (OSError, ValueError):
+        return 0, None
+
+
+def node_pods(node: staticpodnodes.StaticPodNode) -> str:
+    """kubelet's list of its node's pods (the only pod list a node's identity may read)."""
+    return f"{node.proxy_url}/api/v1/pods?fieldSelector=spec.nodeName%3D{node.name}"
+
+
+def _metric_version(node: staticpodnodes.StaticPodNode) -> str | None:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{node.serve_url}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("openyurt_version_info{"):
+            for part in line[line.index("{") + 1 : line.rindex("}")].split(","):
+                key, _, value = part.partition("=")
+                if key == "git_version":
+                    return value.strip('"')
+    return None
+
+
+class Pool:
+    def __init__(
+        self, cluster: realcluster.RealCluster, nodes: list[staticpodnodes.StaticPodNode]
+    ) -> None:
+        self.cluster = cluster
+        self.api = rs.Api(cluster)
+        self.nodes = {n.name: n for n in nodes}
+        self.manager: processes.Process | None = None
+        self.watch: rs.RolloutWatch | None = None
+        self.times: list[str] = []
+
+    def kubectl(self, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+        return self.cluster.kubectl(*args, **kw)
+
+    def rollout(self, *args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [EDGEHUB, "rollout", *args, "--kubeconfig", str(self.cluster.admin_kubeconfig)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done
+
+    def alive(self) -> None:
+        for node in self.nodes.values():
+            node.check_alive()
+        if self.manager is not None and not self.manager.alive:
+            raise self.manager.failure("is not running")
+
+    def yss(self) -> dict[str, Any]:
+        return self.api.get(f"/apis/apps.openyurt.io/v1alpha1/namespaces/{NS}/yurtstaticsets/{YSS}")
+
+    def target(self) -> str:
+        return staticsetplanning.template_hash(self.yss()["spec"]["template"])
+
+    def follow(self, what: str, started: float, timeout: float = 600.0) -> dict[str, float]:
+        """Wait until every node runs the YurtStaticSet's template with no worker left; print
+        how long each node took from its worker's creation, its hub restart, and the pool's
+        time from ``started``."""
+        digest = self.target()
+        assert self.watch is not None
+        done = self.watch.wait(digest, started, timeout, self.alive)
+        status = self.yss()["status"]
+        assert (status["totalNumber"], status["upgradedNumber"]) == (3, 3), status
+        load = os.getloadavg()
+        lines = [f"{what}: whole pool {max(done.values()) - started:.1f} s "
+                 f"(load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})"]  # fmt: skip
+        for node in sorted(done):
+            runner = self.nodes[node].runner
+            assert runner is not None
+            swaps = [s for s in runner.snapshot()[0] if s.noticed >= started]
+            restart = swaps[-1].restart_seconds if swaps else None
+            hub = f"{restart:.1f}" if restart is not None else "?"
+            created = self.watch.created_after(digest, node, started)
+            took = f"{done[node] - created:.1f}" if created is not None else "?"
+            lines.append(f"  {node}: worker created -> node done {took} s (hub restart {hub} s)")
+        self.times += lines
+        print("\n".join(lines), flush=True)
+        return done
+
+    def answers_offline(self, node: staticpodnodes.StaticPodNode, *, edgehub: bool) -> None:
+        """Cut ``node`` (refused connections) and ask its hub what kubelet needs from the
+        cache (its Node, its pods with the apps among them); edgehub also as flanneld, a
+        component only YurtHub ever saw here: what the import brought."""
+        node.cut("refuse")
+        seen: list[Any] = []
+        try:
+
+            def answered() -> bool:
+                seen[:] = []
+                status, doc = _get(node_pods(node), KUBELET_UA)
+                names = {p["metadata"]["name"] for p in (doc or {}).get("items") or []}
+                seen.append(("kubelet pods", status, sorted(names)))
+                if status != 200 or not {f"app-{node.name}-0", f"app-{node.name}-1"} <= names:
+                    return False
+                status, doc = _get(f"{node.proxy_url}/api/v1/nodes/{node.name}", KUBELET_UA)
+                seen.append(("kubelet node", status))
+                if status != 200 or (doc or {}).get("metadata", {}).get("name") != node.name:
+                    return False
+                if not edgehub:
+                    return True
+                status, doc = _get(f"{node.proxy_url}/api/v1/nodes/{node.name}", FLANNELD_UA)
+                seen.append(("flanneld node", status))
+                if status != 200 or (doc or {}).get("metadata", {}).get("name") != node.name:
+                    return False
+                status, doc = _get(node_pods(node), FLANNELD_UA)
+                names = {p["metadata"]["name"] for p in (doc or {}).get("items") or []}
+                seen.append(("flanneld pods", status, sorted(names)))
+                return status == 200 and f"app-{node.name}-0" in names
+
+            try:
+                edgenodes.eventually(answered, 60, f"{node.name}'s hub answering offline",
+                                     alive=self.alive)  # fmt: skip
+            except TimeoutError as e:
+                raise AssertionError(f"{e}: last answers {seen}") from e
+        finally:
+            node.heal()
+
+
+def _cache_digest(node: staticpodnodes.StaticPodNode) -> dict[str, str]:
+    """YurtHub's cache files of the node (edgehub's own files beside them left out)."""
+    import hashlib
+
+    root = node.path("/etc/kubernetes/cache")
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.relative_to(root).parts[0] not in yurthubfiles.OWN_FILES
+    }
+
+
+@pytest.fixture
+def pool(
+    real_cluster: realcluster.RealCluster, hub_rbac: None, tmp_path: pathlib.Path
+) -> Iterator[Pool]:
+    cluster = real_cluster
+    for crd in ("nodepools", "nodebuckets", "yurtstaticsets"):
+        cluster.kubectl("apply", "-f", str(rs.REPO / f"manifests/crds/{crd}.apps.openyurt.io.yaml"))
+    cluster.kubectl(
+        "wait", "--for", "condition=established", "--timeout", "60s",
+        "crd/nodepools.apps.openyurt.io", "crd/nodebuckets.apps.openyurt.io",
+        "crd/yurtstaticsets.apps.openyurt.io",
+    )  # fmt: skip
+    # YurtHub caches kubemark's hollow kubelet as it caches a kubelet (its documented knob),
+    # so what it hands over on these nodes is what it would on real ones.
+    before = cluster.kubectl("get", "configmap", "yurt-hub-cfg", "-n", NS, "-o", "json",
+                             check=False)  # fmt: skip
+    agents = "hollow-kubelet,hollow-proxy"
+    if before.returncode == 0:
+        old_agents = json.loads(before.stdout).get("data", {}).get("cache_agents", "")
+        patch = {"data": {"cache_agents": ",".join(a for a in (old_agents, agents) if a)}}
+        cluster.kubectl("patch", "configmap", "yurt-hub-cfg", "-n", NS, "--type=merge",
+                        "-p", json.dumps(patch))  # fmt: skip
+    else:
+        cluster.kubectl("create", "configmap", "yurt-hub-cfg", "-n", NS,
+                        f"--from-literal=cache_agents={agents}")  # fmt: skip
+        # YurtHub reads it only with its label (reference: yurthub-behaviour.md §2).
+        cluster.kubectl("label", "configmap", "yurt-hub-cfg", "-n", NS,
+                        "openyurt.io/configmap-name=yurt-hub-cfg")  # fmt: skip
+    images = rs.images(yurthub_support.path(), tmp_path / "build2")
+    first = rs.manifest(rs.yurthub_template(POOL), OPENYURT_HASH)
+    nodes = []
+    try:
+        for name in NODES:
+            node = staticpodnodes.StaticPodNode(
+                cluster, name, workdir=tmp_path / name, images=images,
+                labels={"apps.openyurt.io/nodepool": POOL},
+            )  # fmt: skip
+            nodes.append(node)
+            yurthubs.lay_out_root(cluster, node.path("/var/lib/yurthub"), node.apiserver_url,
+                                  name, ("system:nodes", "openyurt:yurthub"))  # fmt: skip
+            node.path("/etc/kubernetes").mkdir(parents=True, exist_ok=True)
+            node.start({"yurthub.yaml": first})
+        yield Pool(cluster, nodes)
+    finally:
+        for node in nodes:
+            node.stop()
+        if before.returncode == 0:
+            restore = {"data": {"cache_agents": old_agents}}
+            cluster.kubectl("patch", "configmap", "yurt-hub-cfg", "-n", NS, "--type=merge",
+                            "-p", json.dumps(restore), check=False)  # fmt: skip
+        else:
+            cluster.kubectl("delete", "configmap", "yurt-hub-cfg", "-n", NS, check=False)
+        for name in NODES:
+            cluster.kubectl("delete", "node", name, "--wait=false", check=False)
+        cluster.kubectl("delete", "namespace", APPS, "--wait=false", check=False)
+        cluster.kubectl("delete", "yss", YSS, "-n", NS, "--wait=false", check=False)
+        cluster.kubectl("delete", "pods", "-n", NS, "--all", "--grace-period=0", "--force",
+                        "--wait=false", check=False)  # fmt: skip
+
+
+def _eventually(check: Callable[[], Any], timeout: float, what: str, pool: Pool) -> Any:
+    return edgenodes.eventually(check, timeout, what, alive=pool.alive)
+
+
+def test_a_pool_moves_from_yurthub_to_edgehub_and_back_with_no_hands_on_the_nodes(
+    pool: Pool, tmp_path: pathlib.Path
+) -> None:
+    nodes = pool.nodes
+    # What yurt-manager (OpenYurt >= 1.4) left: YurtStaticSet yurt-hub with YurtHub's
+    # template, its ConfigMap, and the manifests it wrote on the nodes (its own hash).
+    yurthub_tmpl = rs.yurthub_template(POOL)
+    pool.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "apps.openyurt.io/v1alpha1", "kind": "YurtStaticSet",
+        "metadata": {"name": YSS, "namespace": NS, "labels": {"apps.openyurt.io/nodepool": POOL}},
+        "spec": {"staticPodManifest": "yurthub", "template": yurthub_tmpl,
+                 "upgradeStrategy": {"type": "AdvancedRollingUpdate", "maxUnavailable": 1}},
+    }))  # fmt: skip
+    pool.kubectl("create", "configmap", f"yurt-static-set-{YSS}", "-n", NS,
+                 f"--from-literal=yurthub={rs.manifest(yurthub_tmpl, OPENYURT_HASH)}")  # fmt: skip
+
+    # Workloads kubelet must keep: two pods per node.
+    pool.kubectl("create", "namespace", APPS)
+    for name in NODES:
+        for i in range(2):
+            pool.kubectl("apply", "-f", "-", input=json.dumps({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"app-{name}-{i}", "namespace": APPS},
+                "spec": {"nodeName": name,
+                         "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
+            }))  # fmt: skip
+
+    def running_apps() -> dict[str, dict[str, str]] | None:
+        out = {}
+        for name, node in nodes.items():
+            pods = node.hollow.running_pods()
+            if pods is None:
+                return None
+            out[name] = {k: v for k, v in pods.items() if k.startswith(APPS + "/")}
+        return out if all(len(v) == 2 for v in out.values()) else None
+
+    kept = _eventually(running_apps, 120, "the apps running on every node", pool)
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"]
+            for p in pool.api.get(f"/api/v1/namespaces/{APPS}/pods")["items"]}  # fmt: skip
+    # What only YurtHub ever sees: flanneld's reads (a cached component that never runs here).
+    for node in nodes.values():
+        assert _get(f"{node.proxy_url}/api/v1/nodes/{node.name}", FLANNELD_UA)[0] == 200
+        status, doc = _get(node_pods(node), FLANNELD_UA)
+        names = {p["metadata"]["name"] for p in doc["items"]}
+        assert status == 200 and {f"app-{node.name}-0", f"app-{node.name}-1"} <= names, names
+    versions = {n: _metric_version(node) for n, node in nodes.items()}
+    yurthub_version = versions[NODES[0]]
+    assert yurthub_version and yurthub_version != "v0.1.0" and len(set(versions.values())) == 1
+
+    watch = rs.ReadinessWatch(pool.api, NODES)
+    watch.start()
+    pool.watch = rs.RolloutWatch(pool.api, NS, YSS, NODES)
+    pool.watch.start()
+    manager_log = tmp_path / "manager.log"
+    try:
+        # roll-c is cut off from the cloud before the rollout starts, and stays so while the
+        # others are migrated (it goes NotReady: a rollout must not wait for it).
+        cut_at = time.time()
+        nodes[CUT].cut()
+        _eventually(lambda: not rs.ready_of(pool.api.get(f"/api/v1/nodes/{CUT}")), 180,
+                    f"{CUT} NotReady", pool)  # fmt: skip
+
+        # The hand-over (docs/migrating.md): yurt-manager's YurtStaticSet controller stopped,
+        # one patch names edgehub the owner and sets edgehub's template; then the manager.
+        patch = {"metadata": {"annotations": {"edgehub.io/owner": "edgehub"}},
+                 "spec": {"template": rs.edgehub_template(POOL)}}  # fmt: skip
+        started = time.time()
+        pool.kubectl("patch", "yss", YSS, "-n", NS, "--type=merge", "-p", json.dumps(patch))
+        pool.manager = processes.Process(
+            "manager",
+            [EDGEHUB, "manager", "--kubeconfig", str(pool.cluster.admin_kubeconfig),
+             "--leader-elect=false", "--controllers=yurtstaticset", "--bind-address=127.0.0.1",
+             "--health-port=0", "--webhook-port=0", "--yurtstaticset-owner=edgehub",
+             f"--static-pod-upgrade-image={rs.EDGEHUB_1}"],
+            manager_log,
+            die_with_parent=True,
+        )  # fmt: skip
+        pool.manager.start()
+        digests = {}
+
+        def two_done() -> bool:
+            status = pool.yss().get("status") or {}
+            return status.get("upgradedNumber") == 2
+
+        _eventually(two_done, 300, "roll-a and roll-b migrated", pool)
+        for name in ("roll-a", "roll-b"):
+            assert pool.nodes[name].runner.running_image("yurthub.yaml") == rs.EDGEHUB_1  # type: ignore[union-attr]
+            digests[name] = _cache_digest(nodes[name])
+
+        # Where it stands, once roll-b's kubelet is seen back: roll-c offline, nothing else to
+        # do, and the totals those of `kubectl get yss`.
+        def standing() -> dict[str, Any] | None:
+            (row,) = json.loads(pool.rollout("status", "--pool", POOL, "-o", "json").stdout)[
+                "items"
+            ]
+            return row if row["state"] == "Waiting for offline nodes" else None
+
+        row = _eventually(standing, 120, "roll-a and roll-b done, roll-c offline", pool)
+        table = pool.kubectl("get", "yss", YSS, "-n", NS, "--no-headers").stdout.split()
+        assert [str(row["total"]), str(row["ready"]), str(row["upgraded"])] == table[2:5], (
+            row, table,
+        )  # fmt: skip
+        assert (row["total"], row["upgraded"], row["offline"], row["failed"]) == (3, 2, 1, 0)
+        assert row["nodes"] == {"roll-a": "upgraded", "roll-b": "upgraded", CUT: "offline"}
+        assert not any(w for w in pool.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]
+                       if w["spec"].get("nodeName") == CUT
+                       and w["metadata"]["name"].startswith("yss-upgrade-worker-"))  # fmt: skip
+
+        healed_at = time.time()
+        nodes[CUT].heal()
+        done = pool.follow("migration YurtHub v1.7.0 -> edgehub 0.1.0", started)
+        pool.times.append(f"  {CUT}: link healed -> done {done[CUT] - healed_at:.1f} s "
+                          f"(cut for {healed_at - cut_at:.0f} s)")  # fmt: skip
+        print(pool.times[-1], flush=True)
+        digests[CUT] = _cache_digest(nodes[CUT])
+        for name, node in nodes.items():
+            assert _metric_version(node) == "v0.1.0", name
+            pool.answers_offline(node, edgehub=True)
+        revisions = pool.rollout("history", YSS, "-n", NS).stdout
+        assert rs.YURTHUB_IMAGE in revisions and rs.EDGEHUB_1 in revisions, revisions
+
+        # The second edgehub build, rolled out the same way.
+        started = time.time()
+        upgrade = {"spec": {"template": rs.edgehub_template(POOL, rs.EDGEHUB_2)}}
+        pool.kubectl("patch", "yss", YSS, "-n", NS, "--type=merge", "-p", json.dumps(upgrade))
+        pool.follow("upgrade edgehub 0.1.0 -> 0.2.0", started)
+        for name, node in nodes.items():
+            assert _metric_version(node) == "v0.2.0", name
+            pool.answers_offline(node, edgehub=True)
+
+        # Rolled back: to the first build, then the whole pool to YurtHub.
+        started = time.time()
+        said = pool.rollout("undo", "--pool", POOL).stdout
+        assert f"{NS}/{YSS}: rolling back to revision 2" in said, said
+        pool.follow("rollback edgehub 0.2.0 -> 0.1.0", started)
+        for name, node in nodes.items():
+            assert _metric_version(node) == "v0.1.0", name
+            pool.answers_offline(node, edgehub=True)
+            # edgehub wrote nothing of YurtHub's (its own database and marker aside).
+            assert _cache_digest(node) == digests[name], name
+
+        started = time.time()
+        said = pool.rollout("undo", "--pool", POOL, "--to-revision", "1").stdout
+        assert "rolling back to revision 1" in said and rs.YURTHUB_IMAGE in said, said
+        pool.follow("rollback edgehub 0.1.0 -> YurtHub v1.7.0", started)
+        for name, node in nodes.items():
+            assert node.runner.running_image("yurthub.yaml") == rs.YURTHUB_IMAGE  # type: ignore[union-attr]
+            assert _metric_version(node) == yurthub_version, name
+            pool.answers_offline(node, edgehub=False)
+    finally:
+        watch.stop()
+        pool.watch.stop()
+        if pool.manager is not None:
+            pool.manager.stop()
+        (tmp_path / "rollout-times.txt").write_text("\n".join(pool.times) + "\n")
+        print("\n".join(pool.times), flush=True)
+
+    # kubelet kept every pod; none was evicted or replaced.
+    assert running_apps() == kept
+    after = {p["metadata"]["name"]: p["metadata"]["uid"]
+             for p in pool.api.get(f"/api/v1/namespaces/{APPS}/pods")["items"]}  # fmt: skip
+    assert after == uids
+    events = pool.api.get(f"/api/v1/namespaces/{APPS}/events")["items"]
+    assert not [e for e in events if e.get("reason") == "Evicted"]
+    # The cut node's pods were marked for deletion once its unreachable taint came (they
+    # tolerate it 300 s): every mark was cancelled when it came back, and no pod went.
+    taints = [e.get("message", "") for e in events if e.get("reason") == "TaintManagerEviction"]
+    marked = sorted(m.split("Pod ", 1)[-1] for m in taints if m.startswith("Marking for deletion"))
+    cancelled = sorted(m.split("Pod ", 1)[-1] for m in taints if m.startswith("Cancelling"))
+    assert marked == cancelled, taints
+    # No node NotReady but around its own hub restarts (and roll-c while it was cut).
+    assert watch.samples > 0
+    for name, periods in watch.periods.items():
+        swaps = nodes[name].runner.snapshot()[0]  # type: ignore[union-attr]
+        for start, end in periods:
+            end = end or time.time()
+            if name == CUT and start >= cut_at - 1 and end <= healed_at + 60:
+                continue
+            assert any(
+                start >= s.noticed - 1 and end <= (s.ready or s.noticed) + SLACK for s in swaps
+            ), (name, start, end, [(s.noticed, s.ready) for s in swaps])
