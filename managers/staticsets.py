@@ -10,7 +10,8 @@ Ownership, so that two controllers never act on one object (docs/rollout.md):
 * While yurt-manager's leader Lease (``kube-system/cloud-yurt-manager``) is held and renewed,
   this controller acts on nothing and says so in one log line; checked before its first
   reconcile (the workers start once the caches, the Lease's included, are synced) and again
-  whenever the Lease changes.
+  whenever the Lease changes. ``--yurt-manager-lease=''`` drops that check: the operator
+  vouches that the yurt-manager still running has its yurt-static-set-controller off.
 * It acts only on YurtStaticSets whose ``edgehub.io/owner`` annotation is absent (it then
   writes ``edgehub`` first) or ``edgehub``; any other value leaves the object alone.
 
@@ -75,14 +76,16 @@ class StaticSets:
         self.sets = self.controller.watch(ctx.api, staticsetplanning.YURT_STATIC_SETS)
         self.pods = self.controller.watch(ctx.api, kubeapi.PODS, self._pod_event, primary=False)
         self.nodes = self.controller.watch(ctx.api, kubeapi.NODES, self._node_event, primary=False)
-        self.leases = self.controller.watch(
-            ctx.api,
-            kubeapi.LEASES,
-            self._lease_event,
-            primary=False,
-            namespace=self.lease_key[0],
-            field_selector=f"metadata.name={self.lease_key[1]}",
-        )
+        self.leases = None
+        if self.lease_key is not None:  # None: the operator vouches yurt-manager runs no YSS
+            self.leases = self.controller.watch(
+                ctx.api,
+                kubeapi.LEASES,
+                self._lease_event,
+                primary=False,
+                namespace=self.lease_key[0],
+                field_selector=f"metadata.name={self.lease_key[1]}",
+            )
         self._pods_of: dict[controlling.Key, set[controlling.Key]] = {}
         self._set_of: dict[controlling.Key, controlling.Key] = {}
         self._ready: dict[str, bool] = {}
@@ -134,6 +137,8 @@ class StaticSets:
     # -- reconciling
 
     def yurt_manager_active(self) -> bool:
+        if self.leases is None or self.lease_key is None:
+            return False
         lease = self.leases.store.get(self.lease_key)
         active = staticsetplanning.lease_active(lease, time.time())
         if active != self._held_off:
@@ -143,8 +148,9 @@ class StaticSets:
                 logger.error(
                     "yurtstaticset: acting on no YurtStaticSet: yurt-manager holds Lease %s/%s "
                     "(%s); with --yurtstaticset-owner=edgehub, stop yurt-manager's "
-                    "yurt-static-set-controller and let that Lease expire, or set "
-                    "--yurtstaticset-owner=yurt-manager",
+                    "yurt-static-set-controller and let that Lease expire (or, when yurt-manager "
+                    "runs with --controllers=*,-yurt-static-set-controller, give "
+                    "--yurt-manager-lease=''), or set --yurtstaticset-owner=yurt-manager",
                     namespace,
                     name,
                     holder[:64],

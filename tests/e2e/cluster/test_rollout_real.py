@@ -435,12 +435,10 @@ def test_a_pool_moves_from_yurthub_to_edgehub_and_back_with_no_hands_on_the_node
     assert after == uids
     events = pool.api.get(f"/api/v1/namespaces/{APPS}/events")["items"]
     assert not [e for e in events if e.get("reason") == "Evicted"]
-    # The cut node's pods were marked for deletion once its unreachable taint came (they
-    # tolerate it 300 s): every mark was cancelled when it came back, and no pod went.
+    # The cut node's pods were scheduled for deletion when its unreachable taint came (they
+    # tolerate it 300 s); the taint manager says only that it cancelled that on its return.
     taints = [e.get("message", "") for e in events if e.get("reason") == "TaintManagerEviction"]
-    marked = sorted(m.split("Pod ", 1)[-1] for m in taints if m.startswith("Marking for deletion"))
-    cancelled = sorted(m.split("Pod ", 1)[-1] for m in taints if m.startswith("Cancelling"))
-    assert marked == cancelled, taints
+    assert all(m.startswith("Cancelling deletion of Pod ") for m in taints), taints
     # No node NotReady but around its own hub restarts (and roll-c while it was cut).
     assert watch.samples > 0
     for name, periods in watch.periods.items():

@@ -144,7 +144,10 @@ def finish(sim: simapiserver.SimApiserver, node_name: str) -> None:
 
 
 def yss_settings(
-    sim: simapiserver.SimApiserver, account: Path, node_ready_timeout: float = 120.0
+    sim: simapiserver.SimApiserver,
+    account: Path,
+    node_ready_timeout: float = 120.0,
+    lease: tuple[str, str] | None = ("kube-system", "cloud-yurt-manager"),
 ) -> settings.ManagerSettings:
     base = manager_settings(sim, account)
     return dataclasses.replace(
@@ -154,6 +157,7 @@ def yss_settings(
             owner="edgehub",
             worker_image="mirror/edgehub:9",
             node_ready_timeout=node_ready_timeout,
+            yurt_manager_lease=lease,
             timings=FAST,
         ),
     )

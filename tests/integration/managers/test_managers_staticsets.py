@@ -208,3 +208,27 @@ async def test_nothing_is_touched_while_yurt_manager_leads_or_owns(
         assert not sim.state.list(
             "configmaps", NS, field_selector="metadata.name=yurt-static-set-theirs"
         )
+
+
+async def test_without_the_lease_check_a_running_yurt_manager_does_not_hold_it_off(
+    sim_apiserver: simapiserver.SimApiserver, tmp_path: Path
+) -> None:
+    """--yurt-manager-lease='': yurt-manager runs (its other controllers), its YurtStaticSet
+    controller is off, the operator says so: edgehub acts although the Lease is held."""
+    sim = sim_apiserver
+    sim.state.create(yaml.safe_load(CRD.read_text()))
+    sim.state.create(node("a"))
+    mirror(sim, "a", "old")
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    sim.state.create(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "cloud-yurt-manager", "namespace": NS},
+            "spec": {"holderIdentity": "ym-0", "leaseDurationSeconds": 3600, "renewTime": now},
+        }
+    )
+    sim.state.create(yss())
+    account = service_account_dir(sim, tmp_path / "sa")
+    async with running.running(yss_settings(sim, account, lease=None)):
+        await eventually(lambda: list(workers(sim)) == ["a"])
