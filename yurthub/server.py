@@ -77,7 +77,7 @@ from yurthub import (
     settings,
 )
 from yurthub.authn import issuers, verifying
-from yurthub.certs import apiclient, jws, manager
+from yurthub.certs import apiclient, jws, manager, sealedkeys
 from yurthub.proxy import hosts, identifying, remote, routing, seams, upstream
 
 log = logging.getLogger(__name__)
@@ -94,9 +94,12 @@ class Hub:
         filters: seams.ResponseFilter | None = None,
         pool: seams.PoolServer | None = None,
         offline_writes: seams.OfflineWrites | None = None,
+        identity_seal: sealedkeys.Seal = sealedkeys.PLAIN,
     ) -> None:
         """``identity``: use this one (fixed) instead of loading ``--kubeconfig``.
         ``offline_writes``: posted after a heal by a hub task (``offline-events``).
+        ``identity_seal``: how the hub's private keys are kept (sealed under the node's data
+        key: ``certs.sealedkeys``; the assembly derives it from the cache's key ring).
         ``filters``: the response filters (``yurthub.filters.runtime``); their inputs join the
         readiness conditions (``filter-inputs``)."""
         self.settings = hub_settings
@@ -134,8 +137,9 @@ class Hub:
         self.server_url = ""
         self.metrics_url = ""
         """The metrics-only listener's base URL; "" without ``--metrics-bind-address``."""
+        self.identity_seal = identity_seal
         self.certs = (
-            manager.CertManager(hub_settings)
+            manager.CertManager(hub_settings, seal=identity_seal)
             if hub_settings.certs.source.manages_certificates and identity is None
             else None
         )
@@ -204,6 +208,7 @@ class Hub:
             identity,
             kubeconfig=followed,
             trust=policy,
+            key_passwords=self.identity_seal.candidates(),
             renewed_by_hub=self.certs is not None and self.certs.source.requests_client_certificate,
         )
         await client.start()
@@ -315,7 +320,10 @@ class Hub:
             return kubeconfigs.anonymous(s.upstream.servers, policy), None
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(None, kubeconfigs.load, path, policy), path
+            identity = await loop.run_in_executor(
+                None, kubeconfigs.load, path, policy, self.identity_seal.candidates()
+            )
+            return identity, path
         except kubeconfigs.KubeconfigError as e:
             if self.certs is None:
                 raise
