@@ -166,8 +166,9 @@ async def running(
     if hub_settings.working_mode is settings.WorkingMode.EDGE:
         try:
             if keys.keys is None:
-                raise store.StoreError(keys.problem)
-            cache = await runtime.open(hub_settings, keys.keys)
+                cache_problem = f"{keys.problem}; running without offline answers"
+            else:
+                cache = await runtime.open(hub_settings, keys.keys)
         except store.StoreError as e:
             log.error(
                 "disk cache %s cannot be opened, running WITHOUT offline answers: %s",

@@ -399,6 +399,7 @@ class CertManager:
     # --- one renewal -----------------------------------------------------------------------------
 
     async def _renew_client(self, pair: pemfiles.Pair | None) -> None:
+        self._check_seal()
         shape = csrs.client_shape(self._hub.node_name, self.settings.organizations)
         renewing = pair is not None and self._usable(pair)
         async with await self._client_credentials(pair if renewing else None) as client:
@@ -415,6 +416,7 @@ class CertManager:
             await listener()
 
     async def _renew_serving(self) -> None:
+        self._check_seal()
         async with await self._hub_identity_client() as client:
             if not self._cluster_ip:
                 service = await client.get(KUBERNETES_SERVICE_PATH)
@@ -428,13 +430,17 @@ class CertManager:
         self.rotations[csrs.Kind.SERVING] += 1
         log.info("serving certificate obtained: %s", new.describe())
 
-    async def _obtain(self, client: apiclient.Client, shape: csrs.Shape, kind: csrs.Kind) -> bytes:
+    def _check_seal(self) -> None:
+        """Before anything is asked of the cluster: no CSR whose key could not be kept (and
+        never a plaintext key instead)."""
         if self.seal.unavailable:
-            # No CSR whose key could not be kept (and never a plaintext key instead).
             raise NoCredentials(
                 f"the hub's private keys are sealed by --cache-key-source, which gives no key"
                 f" now: {self.seal.unavailable}"
             )
+
+    async def _obtain(self, client: apiclient.Client, shape: csrs.Shape, kind: csrs.Kind) -> bytes:
+        self._check_seal()
         key = csrs.new_key()
 
         def created(name: str) -> None:

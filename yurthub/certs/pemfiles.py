@@ -262,6 +262,28 @@ def reseal(
     return load_pair(current, seal)
 
 
+def unseal(
+    pki: pathlib.Path, prefix: str, seal: sealedkeys.Seal, now: datetime.datetime
+) -> Pair | None:
+    """Write the current pair of ``prefix`` again with a plaintext key (rolling back to YurtHub,
+    which reads only plain PEM); None when it is plaintext already. Raises ``PairError``
+    (``SealedKeyError`` when ``seal`` does not open it), ``FileNotFoundError``, ``OSError``."""
+    current = pki / layout.current_name(prefix)
+    pair = load_pair(current, seal)
+    if not pair.sealed:
+        return None
+    block = privatekeys.key_block(pair.pem)
+    assert block is not None  # load_pair opened it
+    key, _ = privatekeys.open_key(block, seal.candidates())
+    chain = b"".join(
+        c.public_bytes(serialization.Encoding.PEM)
+        for c in x509.load_pem_x509_certificates(pair.pem)
+    )
+    plain = sealedkeys.pair_pem(chain, key, sealedkeys.PLAIN)
+    write_pair(pki, prefix, plain, now, mtime=pair.written.timestamp())
+    return load_pair(current)
+
+
 def _holds_plaintext_key(path: pathlib.Path) -> bool:
     try:
         data = _read(path)
