@@ -274,6 +274,17 @@ class Store:
         ``CorruptRead``."""
         return await self._readers.bodies(object_keys, within=within, as_stored=as_stored)
 
+    def chosen_pages(
+        self,
+        object_keys: list[keys.ObjectKey],
+        within: keys.ObjectKey,
+        *,
+        as_stored: bool = False,
+    ) -> AsyncIterator[list[bytes]]:
+        """The stored bodies of ``object_keys`` a page at a time (gone ones left out), the
+        next page read ahead (``reading.Readers.chosen_pages``). Raises ``CorruptRead``."""
+        return self._readers.chosen_pages(object_keys, within, as_stored=as_stored)
+
     async def all_bodies(self, within: keys.ObjectKey) -> list[bytes]:
         """Every stored body of ``within``'s scope (and namespace, when set), in key order (all
         pages of ``pages`` at once: for small ranges and tests)."""
