@@ -216,7 +216,9 @@ class CertManager:
                     e,
                 )
             else:
-                self._once(f"{what}:{e}", logging.ERROR, "%s certificate not usable: %s", what, e)
+                # The key source gives no key: the line that said so is the error; readyz
+                # names it too (the renewal refuses to start, ``_check_seal``).
+                log.debug("%s certificate not usable: %s", what, e)
             return None
         except pemfiles.PairError as e:
             self._once(
@@ -387,6 +389,8 @@ class CertManager:
         else:
             self.serving_problem = problem
         level = logging.DEBUG if problem == previous else logging.ERROR
+        if level == logging.ERROR and self.seal.unavailable:
+            level = logging.WARNING  # the key source's error line came first
         log.log(
             level,
             "%s certificate: %s; retrying with back-off (next in %.1fs, at most %.0fs)",

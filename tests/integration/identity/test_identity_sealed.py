@@ -23,6 +23,7 @@ import pytest
 from identity_keys import leaks, needles
 from identity_support import NODE, hub_settings, readyz, until
 
+from tests.integration.cache.swtpms import swtpm
 from yurthub import assembly, privatekeys, settings
 from yurthub.cache import keysealing, sealing
 from yurthub.certs import layout, pemfiles, sealedkeys
@@ -195,3 +196,47 @@ async def test_a_key_source_that_gives_no_key_writes_no_key(
     assert not [p for p in node.root.rglob("*.pem")]
     asked = [r.path for r in node.sim.audit_log() if r.user != "kubernetes-admin"]
     assert asked == []  # no CSR, not even the join token's discovery
+
+
+async def test_under_a_tpm_a_copy_on_another_machine_starts_fresh(
+    node: Node, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The data key sealed to a TPM (``swtpm``): the hub restarts with its identity on its own
+    node; the directories on a machine with another TPM read nothing there, and the hub
+    there starts fresh with one error line; on a machine with no key source at all
+    (``auto`` finds nothing) nothing sealed is read or written, and one error line says
+    why."""
+    async with joining.approving(node.admin, node_name=NODE) as approver:
+        with swtpm(tmp_path / "tpm-a") as tcti:
+            source = sealing.Source(sealing.Kind.TPM, tcti=tcti)
+            first = await node.run_until_joined(source)
+            found = _needles(node.keys(node.seal(source)))
+            assert await node.run_until_joined(source) == first
+        assert len(approver.approved) == 2
+        assert leaks([node.root, node.cache], found) == []
+
+        elsewhere = Node(
+            node.sim, node.admin, node.token, tmp_path / "copy-root", tmp_path / "copy-cache"
+        )
+        shutil.copytree(node.root, elsewhere.root, symlinks=True)
+        shutil.copytree(node.cache, elsewhere.cache, symlinks=True)
+        bare = Node(node.sim, node.admin, node.token, tmp_path / "bare-root", tmp_path / "bare")
+        shutil.copytree(node.root, bare.root, symlinks=True)
+        shutil.copytree(node.cache, bare.cache, symlinks=True)
+        caplog.set_level(logging.INFO)
+        caplog.clear()
+        with swtpm(tmp_path / "tpm-b") as other:
+            fresh = await elsewhere.run_until_joined(sealing.Source(sealing.Kind.TPM, tcti=other))
+        assert len(approver.approved) == 4 and set(fresh.values()).isdisjoint(first.values())
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1 and "does not unseal on this node" in errors[0], errors
+
+        caplog.clear()
+        async with assembly.running(bare.settings(sealing.Source())) as running:
+            certs = running.hub.certs
+            assert certs is not None and running.cache is None
+            await until(lambda: "auto finds no key" in certs.client_problem)
+        assert len(approver.approved) == 4
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "auto finds no key" in errors[0], errors
+    assert leaks([elsewhere.root, elsewhere.cache, bare.root, bare.cache], found) == []
