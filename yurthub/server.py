@@ -622,7 +622,8 @@ class Hub:
 
     def certificates(self) -> list[dict[str, Any]]:
         """The hub's certificates: the ones it requests (client, serving), else the client
-        certificate of ``--kubeconfig``. Subjects, files and dates only."""
+        certificate of ``--kubeconfig``. Subjects, files, dates and which data key seals the
+        private key (``keySealedWith``; null: plain PEM) only."""
         now = time.time()
         out: list[dict[str, Any]] = []
         certs = self.certs
@@ -642,6 +643,7 @@ class Hub:
                         subject=pair.certificate.subject.rfc4514_string(),
                         notAfter=_iso(not_after),
                         expiresInSeconds=round(not_after - now),
+                        keySealedWith=pair.key_id,
                     )
                 out.append(entry)
         client = self.upstream

@@ -51,6 +51,8 @@ class Node:
     token: str
     root: pathlib.Path
     cache: pathlib.Path
+    sealed_with: dict[str, int | None] = dataclasses.field(default_factory=dict)
+    """What /v1/status said seals each private key, at the last run."""
 
     def settings(self, source: sealing.Source | None) -> settings.HubSettings:
         s = hub_settings(
@@ -73,6 +75,7 @@ class Node:
             assert status == 200 and text.startswith("OK"), text  # a reset is a warning
             certs = hub.certs
             assert certs is not None and certs.client_pair and certs.serving_pair
+            self.sealed_with = {c["name"]: c["keySealedWith"] for c in hub.certificates()}
             return {
                 "client": certs.client_pair.certificate.serial_number,
                 "serving": certs.serving_pair.certificate.serial_number,
@@ -111,6 +114,7 @@ async def test_sealed_keys_leave_no_plaintext_and_a_copy_elsewhere_starts_fresh(
     async with joining.approving(node.admin, node_name=NODE) as approver:
         first = await node.run_until_joined(source)
         assert len(approver.approved) == 2
+        assert node.sealed_with == {"client": 1, "serving": 1}
         for prefix in NAMES:
             pem = layout.Layout(node.root).current(prefix).read_bytes()
             assert privatekeys.ENCRYPTED in pem and b"BEGIN EC PRIVATE KEY" not in pem
@@ -145,6 +149,7 @@ async def test_the_scan_finds_plaintext_keys_and_they_are_sealed_in_place(
     a key file: the same identity, sealed in place, no plaintext left (its history too)."""
     async with joining.approving(node.admin, node_name=NODE) as approver:
         plain = await node.run_until_joined(sealing.Source(sealing.Kind.NONE))
+        assert node.sealed_with == {"client": None, "serving": None}
         for prefix in NAMES:
             assert b"BEGIN EC PRIVATE KEY" in layout.Layout(node.root).current(prefix).read_bytes()
         found = _needles(node.keys(sealedkeys.PLAIN))
