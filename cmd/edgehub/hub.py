@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from edgehub import cli, pflags
+from edgehub import cli, helpgroups, pflags
 from yurthub import assembly, dummyif, kubeconfigs, lifecycle, requestinfo, server, settings
 from yurthub.cache import keysealing
 from yurthub.certs import jws, layout, modes
@@ -48,8 +48,9 @@ def _duration(value: str) -> float:
     return seconds
 
 
-class PflagCommand(click.Command):
-    """A click command that first translates YurtHub's pflag spellings (``pflags``)."""
+class PflagCommand(helpgroups.Command):
+    """A click command that first translates YurtHub's pflag spellings (``pflags``); its options
+    are grouped by ``helpgroups.TOPICS["hub"]``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         bools, values, plain = [], [], []
@@ -131,7 +132,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
         ctx.exit(0)
 
 
-@click.command(cls=PflagCommand, context_settings=cli.COMMAND_CONTEXT)
+@click.command(cls=PflagCommand, topics="hub", context_settings=cli.COMMAND_CONTEXT)
 @click.option(
     "--version",
     is_flag=True,

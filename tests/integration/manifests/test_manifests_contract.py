@@ -378,7 +378,7 @@ def test_every_flag_exists_in_the_installed_binary() -> None:
     missing: list[str] = []
     for sub, wanted in sorted(needed.items()):
         shown = subprocess.run(
-            [EDGEHUB, *sub, "--help"], capture_output=True, text=True, timeout=60, check=True
+            [EDGEHUB, *sub, "--help-all"], capture_output=True, text=True, timeout=60, check=True
         ).stdout
         missing += [
             f"edgehub {' '.join(sub)} {flag}"
