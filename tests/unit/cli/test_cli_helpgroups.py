@@ -8,7 +8,6 @@ import re
 import click
 import pytest
 from click import testing
-
 from edgehub import cli, helpgroups, hub
 
 SCREEN = 60
