@@ -15,10 +15,14 @@ STAMP  := $(VENV)/.installed
 # source), and Helm from tests/cluster/helm/go.mod (~4 min).
 K8S_BIN = $(shell $(PYTHON) tests/cluster/build.py --print-dir)
 
+# pip prints what it fetches and installs as it goes (a first install takes about a minute);
+# the build backend prints nothing (tests/unit/test_packaging_build.py).
 $(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@test -x $(BIN)/python || { echo "== creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "== updating pip in $(VENV)"
+	@$(BIN)/python -m pip install --quiet --upgrade --disable-pip-version-check pip
+	@echo "== installing edgehub (editable) and its test tools into $(VENV)"
+	$(BIN)/python -m pip install --disable-pip-version-check -e '.[test]'
 	@touch $@
 
 demo: $(STAMP)
