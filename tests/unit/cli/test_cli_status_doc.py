@@ -87,9 +87,9 @@ def screen() -> str:
 
 def documented() -> str:
     text = DOC.read_text()
-    section = text.split("**`edgehub status`**", 1)[1]
+    section = text.split("## `edgehub status`", 1)[1]
     found = re.search(r"```text\n(.*?)```", section, re.S)
-    assert found is not None, "docs/operating.md: no ```text block after **`edgehub status`**"
+    assert found is not None, 'docs/operating.md: no ```text block under "## `edgehub status`"'
     return found.group(1)
 
 
