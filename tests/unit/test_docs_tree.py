@@ -256,10 +256,15 @@ def test_the_first_build_time_is_stated_once() -> None:
         for p in [*PAGES, REPO / "Makefile"]
         if FIRST_BUILD.search(p.read_text())
     }
-    assert stated == {"docs/testbed.md"}, "state the first build time in docs/testbed.md only"
+    assert stated == {"docs/testbed.md"}, (
+        "state first build times in docs/testbed.md ('The first build') only, and link to it"
+    )
     makefile = (REPO / "Makefile").read_text()
     assert "docs/testbed.md" in makefile
-    assert not re.search(r"\d+\s*min\b", makefile), "the Makefile refers to docs/testbed.md"
+    assert not re.search(r"\d+\s*min\b", makefile), (
+        "a build time in the Makefile: put it in docs/testbed.md's 'The first build' table "
+        "and refer to it from the Makefile"
+    )
     readme = re.findall(r"\[([^\]]*)\]\(docs/testbed\.md#the-first-build\)", README.read_text())
     assert readme, "the README links its first-build time to docs/testbed.md#the-first-build"
     for text in readme:
