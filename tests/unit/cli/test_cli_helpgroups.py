@@ -149,3 +149,12 @@ def test_help_all_takes_the_pflag_spelling() -> None:
     result = testing.CliRunner().invoke(hub.command, ["--help-all=true"], terminal_width=80)
     assert result.exit_code == 0, result.output
     assert "--heartbeat-interval-seconds" in result.output
+
+
+def test_every_commands_help_fits_on_a_screen() -> None:
+    long = []
+    for path, _ in commands():
+        lines = len(help_text([*path.split(), "--help"]).splitlines())
+        if lines > SCREEN:
+            long.append(f"edgehub {path} --help: {lines} lines (move options to `more`)")
+    assert long == []
