@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from edgehub import cli, statustext
+from edgehub import cli, helpgroups, statustext
 
 TIMEOUT = 5.0
 
@@ -103,7 +103,7 @@ def screen(found: dict[str, Any]) -> str:
     )
 
 
-@click.command(context_settings=cli.COMMAND_CONTEXT)
+@click.command(cls=helpgroups.Command, topics="status", context_settings=cli.COMMAND_CONTEXT)
 @click.option(
     "--server",
     default="http://127.0.0.1:10267",
