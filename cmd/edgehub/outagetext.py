@@ -112,7 +112,9 @@ def detail_lines(outage: Mapping[str, Any]) -> list[str]:
     if isinstance(sources, Mapping) and sources:
         lines.append("  answers by source: " + ", ".join(f"{s} {n}" for s, n in sources.items()))
     if outage.get("hubRestarts"):
-        lines.append(f"  the hub restarted {outage['hubRestarts']} times during it")
+        restarts = outage["hubRestarts"]
+        times = "once" if restarts == 1 else f"{restarts} times"
+        lines.append(f"  the hub restarted {times} during it")
     if outage.get("eventsRecorded") or outage.get("eventsDropped"):
         lines.append(
             f"  offline Events: {outage.get('eventsRecorded', 0)} recorded, "

@@ -118,6 +118,8 @@ class Recorder:
             )
             if outage.in_flight > 0:
                 self.settled.clear()
+            else:
+                self.settled.set()
             self._dirty[outage.id] = outage
             self._save_now.set()
             self.ended.set()
@@ -186,7 +188,7 @@ class Recorder:
         return conditions.LastOutage(
             records.timestamp(outage.began),
             records.lasted(outage.seconds(outage.ended)),
-            records.cause_words(outage),
+            causes.words(outage.cause),
         )
 
     async def outages(self) -> list[records.Outage]:

@@ -219,6 +219,11 @@ def cause_words(outage: Outage) -> str:
     return text
 
 
+def _n(count: int, thing: str) -> str:
+    """``1 token``, ``2 tokens``."""
+    return f"{count} {thing}" if count == 1 else f"{count} {thing}s"
+
+
 def _top(counts: Mapping[str, int], limit: int) -> str:
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     shown = [f"{name} {n}" for name, n in ranked[:limit] if n]
@@ -241,7 +246,7 @@ def summary(outage: Outage, node: str) -> str:
         for code, n in tally.codes.items():
             codes[code] = codes.get(code, 0) + n
     answered, refused = outage.answered_total, outage.refused_total
-    meanwhile = f"The hub answered {answered} requests locally"
+    meanwhile = f"The hub answered {_n(answered, 'request')} locally"
     if answered:
         meanwhile += f" ({_top(per_component, 4)})"
     meanwhile += f" and refused {refused}"
@@ -251,16 +256,17 @@ def summary(outage: Outage, node: str) -> str:
     if outage.tokens_issued:
         accounts = {f"{t.namespace}/{t.service_account}" for t in outage.tokens}
         parts.append(
-            f"It issued {outage.tokens_issued} ServiceAccount tokens offline "
+            f"It issued {_n(outage.tokens_issued, 'ServiceAccount token')} offline "
             f"({', '.join(sorted(accounts)[:3])}{', ...' if len(accounts) > 3 else ''})."
         )
     if outage.events_recorded or outage.events_dropped:
         parts.append(
-            f"{outage.events_recorded} Events were recorded offline, "
+            f"{_n(outage.events_recorded, 'Event')} recorded offline, "
             f"{outage.events_dropped} dropped over the journal's bounds."
         )
     if outage.restarts:
-        parts.append(f"The hub restarted {outage.restarts} times during it.")
+        times = "once" if outage.restarts == 1 else f"{outage.restarts} times"
+        parts.append(f"The hub restarted {times} during it.")
     parts.append("On the node: edgehub status --history.")
     return _cut(" ".join(parts), MAX_MESSAGE)
 

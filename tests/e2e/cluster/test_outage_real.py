@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from yurthub.outages import records
+from yurthub.outages import causes, records
 from yurthub.testing import edgenodes, realcluster
 
 pytestmark = pytest.mark.slow
@@ -100,4 +100,4 @@ def test_an_outage_is_an_event_on_the_node_and_named_by_its_autonomy_condition(
         return text if f"last outage: {began['began']} for " in text else None
 
     text = edgenodes.eventually(condition_names_it, 90, "the Autonomy condition naming it")
-    assert text.endswith(f"({outage['causeWords']})")
+    assert text.endswith(f"({causes.words(outage['cause'])})")

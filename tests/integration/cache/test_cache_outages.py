@@ -162,7 +162,7 @@ async def test_a_hub_restarted_during_an_outage_records_the_whole_outage_once(
     (event,) = await posted(edge, 1)
     assert event["metadata"]["name"] == records.event_name(NODE, began.id)
     assert "answered 5 requests locally" in event["message"]
-    assert "The hub restarted 1 times during it." in event["message"]
+    assert "The hub restarted once during it." in event["message"]
     (outage,) = (await outages_document(edge))["outages"]
     assert outage["hubRestarts"] == 1 and outage["answered"] == 5
     assert outage["began"] == records.timestamp(began.began)
@@ -271,7 +271,7 @@ async def test_offline_tokens_are_listed_without_the_token(tmp_path: pathlib.Pat
         assert outage.tallies[key].answered == 1
         await edge.heal()
         (event,) = await posted(edge, 1)
-        assert "issued 1 ServiceAccount tokens offline (default/default)" in event["message"]
+        assert "issued 1 ServiceAccount token offline (default/default)" in event["message"]
         (shown,) = (await outages_document(edge))["outages"]
         assert shown["tokens"][0]["pod"] == "app" and "token" not in shown["tokens"][0]
         await edge.stop_hub()

@@ -67,7 +67,7 @@ def test_the_history_is_a_table_newest_first_with_the_newest_in_detail() -> None
     ended_row = ["2026-01-01T00:00:00Z", "2026-01-01T00:05:12Z", "5m12s", "refused", "8", "1"]
     assert rows[1].split() == [*ended_row, "1", "posted"]
     assert "ONGOING OUTAGE  2026-01-01T01:00:00Z, 1m40s: no answer in time (a silent link)" in text
-    assert "the hub restarted 1 times during it" in text
+    assert "the hub restarted once during it" in text
     assert "answers by source: pool 1" in text
 
 

@@ -161,9 +161,9 @@ def test_the_event_summarises_the_outage_on_the_node() -> None:
     assert "connection refused (later also: no answer in time (a silent link))" in message
     assert "answered 42 requests locally (kubelet 41, kube-proxy 1" in message
     assert "refused 1 (404 1)" in message
-    assert "issued 1 ServiceAccount tokens offline (apps/sa-1)" in message
-    assert "1 Events were recorded offline, 0 dropped" in message
-    assert "restarted 1 times" in message
+    assert "issued 1 ServiceAccount token offline (apps/sa-1)" in message
+    assert "1 Event recorded offline, 0 dropped" in message
+    assert "The hub restarted once during it." in message
 
 
 def test_the_event_name_is_the_outages_and_fits_a_long_node_name() -> None:
