@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from cache_edge import KUBELET_UA, NODE, Edge, edge_node, edge_settings
+from cache_edge import FAST_HEARTBEAT, KUBELET_UA, NODE, Edge, edge_node, edge_settings
 from cryptography.hazmat.primitives import serialization
 
 from yurthub import labels
@@ -131,6 +131,21 @@ async def test_a_cut_is_one_outage_with_its_cause_and_one_event_after_the_heal(
     assert len((await outages_document(edge))["outages"]) == 2
 
 
+async def test_a_silent_kubelet_is_an_outage_of_its_own_cause(tmp_path: pathlib.Path) -> None:
+    heartbeat = dataclasses.replace(FAST_HEARTBEAT, kubelet_health_grace_period=2.0)
+    async with edge_node(tmp_path, heartbeat=heartbeat) as edge:
+        lease = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}"
+        await edge.get(lease, ua=KUBELET_UA)  # kubelet is alive: the gate opens
+        # ...and goes silent: the hub stops renewing the node lease itself, the link is fine.
+        await edge.wait_health(False, within=20)
+        current = edge.hub.outages.current
+        assert current is not None and current.cause == "kubelet"
+        await edge.get(lease, ua=KUBELET_UA)  # kubelet is back
+        await edge.wait_health(True, within=20)
+        (event,) = await posted(edge, 1)
+        assert "kubelet went silent" in event["message"]
+
+
 async def test_answers_are_counted_by_source_component_and_verb_in_the_metrics(
     edge: Edge,
 ) -> None:
@@ -166,6 +181,22 @@ async def test_a_hub_restarted_during_an_outage_records_the_whole_outage_once(
     (outage,) = (await outages_document(edge))["outages"]
     assert outage["hubRestarts"] == 1 and outage["answered"] == 5
     assert outage["began"] == records.timestamp(began.began)
+
+
+async def test_a_hub_stopped_offline_and_started_online_ends_the_outage_it_recorded(
+    edge: Edge,
+) -> None:
+    await edge.cut()
+    began = edge.hub.outages.current
+    assert began is not None
+    await edge.stop_hub()
+    await edge.link.set_mode(partition.Mode.PASS)  # the link came back while the hub was down
+    await edge.start_hub()
+    assert edge.hub.outages.current is None
+    last = edge.hub.outages.last
+    assert last is not None and last.id == began.id and last.restarts == 1
+    (event,) = await posted(edge, 1)
+    assert event["metadata"]["name"] == records.event_name(NODE, began.id)
 
 
 async def test_a_hub_restarted_after_the_heal_posts_nothing_twice(edge: Edge) -> None:
