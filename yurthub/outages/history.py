@@ -2,7 +2,7 @@
 
 Storage: one SQLite file, ``outages.sqlite`` in the cache directory (0600, WAL, synchronous
 NORMAL), apart from the cache's database and the offline Event journal: a row per outage (its
-record as JSON, a few tens of KiB at most: ``records``), and the state of its Event in a column
+record as JSON, at most about 150 KiB: ``records``), and the state of its Event in a column
 of its own, which only ``set_event`` writes (a record saved later with more counts never undoes
 "posted"). A hub restarted during an outage finds it here and goes on with it; a kill -9 loses
 what was counted since the last save (``recording`` saves every few seconds, and at once when

@@ -20,7 +20,8 @@ What a record holds:
   expiry (never the token), at most ``MAX_TOKENS`` listed and all counted;
 - how often the hub restarted during it, and how many offline Events the journal dropped.
 
-So a record is a few tens of KiB at most, after an hour or a month. Nothing in it is secret:
+So a record is a few KiB in practice and at most about 150 KiB (every name at its longest),
+after an hour or a month. Nothing in it is secret:
 names of components, resources, ServiceAccounts and pods, counts and times (the sealed cache
 keeps such names in its keys unencrypted too).
 """
