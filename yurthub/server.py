@@ -75,6 +75,7 @@ from yurthub import (
     listening,
     metrics,
     ota,
+    otadecisions,
     readiness,
     settings,
 )
@@ -618,7 +619,14 @@ class Hub:
     async def _token(self, request: web.Request) -> web.Response:
         """YurtHub's ``/v1/token``: ``{"jointoken": "<id>.<secret>"}``. 400 for a bad body or
         token, 409 when the hub does not bootstrap with tokens, 500 when the cluster refuses
-        it (wrong token, CA pin mismatch, unreachable)."""
+        it (wrong token, CA pin mismatch, unreachable), 403 for a caller not on this node (the
+        port may be bound beyond loopback for health checks; a join token is this node's)."""
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        host = peer[0] if isinstance(peer, tuple) and peer and isinstance(peer[0], str) else None
+        problem = otadecisions.peer_refusal(host, "/v1/token")
+        if problem:
+            log.warning("%s /v1/token refused: %s", request.method, problem)
+            return web.Response(status=403, text=problem)
         try:
             body = orjson.loads(await request.read())
             text = body["jointoken"] if isinstance(body, dict) else None

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import click
 import orjson
 
-from edgehub import cli
+from edgehub import cli, helpgroups
 from yurthub.cache import entries, keys, keysealing, sealing, store, verifying, yurthubfiles
 from yurthub.kubeproto import converting
 
@@ -70,12 +70,14 @@ def _opened(path: pathlib.Path) -> Iterator[sqlite3.Connection]:
         con.close()
 
 
-@click.group(context_settings=cli.COMMAND_CONTEXT)
+@click.group(cls=helpgroups.Group, topics="cache", context_settings=cli.COMMAND_CONTEXT)
 def command() -> None:
     """Inspect a hub's disk cache (read-only), or import YurtHub's."""
 
 
-@command.command(name="ls", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    name="ls", cls=helpgroups.Command, topics="cache ls", context_settings=cli.COMMAND_CONTEXT
+)
 @_PATH
 @_KEY_SOURCE
 @_KEY_FILE
@@ -104,7 +106,9 @@ def list_keys(
             click.echo(f"{row.kind:<8} {size:>9} {row.key} {detail}".rstrip())
 
 
-@command.command(name="get", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    name="get", cls=helpgroups.Command, topics="cache get", context_settings=cli.COMMAND_CONTEXT
+)
 @_PATH
 @_KEY_SOURCE
 @_KEY_FILE
@@ -146,7 +150,9 @@ def get_key(
         raise SystemExit(1) from e
 
 
-@command.command(name="stats", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    name="stats", cls=helpgroups.Command, topics="cache stats", context_settings=cli.COMMAND_CONTEXT
+)
 @_PATH
 def show_stats(disk_cache_path: pathlib.Path) -> None:
     """Counts per component and resource, lists, documents, sizes."""
@@ -165,7 +171,12 @@ def show_stats(disk_cache_path: pathlib.Path) -> None:
         click.echo(f"  {count:>8}  {prefix}")
 
 
-@command.command(name="verify", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    name="verify",
+    cls=helpgroups.Command,
+    topics="cache verify",
+    context_settings=cli.COMMAND_CONTEXT,
+)
 @_PATH
 @_KEY_SOURCE
 @_KEY_FILE
@@ -184,7 +195,12 @@ def verify(disk_cache_path: pathlib.Path, cache_key_source: str, cache_key_file:
         raise SystemExit(1)
 
 
-@command.command(name="rotate-key", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    name="rotate-key",
+    cls=helpgroups.Command,
+    topics="cache rotate-key",
+    context_settings=cli.COMMAND_CONTEXT,
+)
 @_PATH
 @_KEY_SOURCE
 @_KEY_FILE
@@ -212,7 +228,12 @@ def rotate_key(disk_cache_path: pathlib.Path, cache_key_source: str, cache_key_f
     )
 
 
-@command.command(name="import-yurthub", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    name="import-yurthub",
+    cls=helpgroups.Command,
+    topics="cache import-yurthub",
+    context_settings=cli.COMMAND_CONTEXT,
+)
 @_PATH
 @click.option(
     "--from",

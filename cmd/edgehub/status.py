@@ -29,7 +29,7 @@ from typing import Any
 
 import click
 
-from edgehub import cli, outagetext, statustext
+from edgehub import cli, helpgroups, outagetext, statustext
 
 TIMEOUT = 5.0
 
@@ -120,7 +120,7 @@ def show_history(server: str, output: str) -> None:
         raise SystemExit(1)
 
 
-@click.command(context_settings=cli.COMMAND_CONTEXT)
+@click.command(cls=helpgroups.Command, topics="status", context_settings=cli.COMMAND_CONTEXT)
 @click.option(
     "--server",
     default="http://127.0.0.1:10267",
