@@ -210,6 +210,35 @@ async def test_a_hub_restarted_after_the_heal_posts_nothing_twice(edge: Edge) ->
     assert [e["metadata"]["name"] for e in outage_events(edge.sim)] == [first["metadata"]["name"]]
 
 
+async def test_the_event_counts_the_offline_events_recorded_and_dropped(edge: Edge) -> None:
+    cache = dataclasses.replace(edge.hub_settings.cache, offline_events=2)
+    edge.hub_settings = dataclasses.replace(edge.hub_settings, cache=cache)
+    await edge.restart_hub()  # a journal of 2 Events at most
+    await edge.wait_health(True)
+    await edge.cut()
+    for i in range(3):
+        event = {
+            "kind": "Event",
+            "apiVersion": "v1",
+            "metadata": {"name": f"web-{i}.started", "namespace": "default"},
+            "involvedObject": {"kind": "Pod", "namespace": "default", "name": f"web-{i}"},
+            "reason": "Started",
+            "message": f"started container {i}",
+            "source": {"component": "kubelet", "host": NODE},
+            "count": 1,
+            "type": "Normal",
+        }
+        status, body, _ = await edge.request(
+            "POST", "/api/v1/namespaces/default/events", body=event
+        )
+        assert status == 201, body
+    await edge.heal()
+    (summary,) = await posted(edge, 1)
+    assert "3 Events recorded offline, 1 dropped over the journal's bounds." in summary["message"]
+    (outage,) = (await outages_document(edge))["outages"]
+    assert (outage["eventsRecorded"], outage["eventsDropped"]) == (3, 1)
+
+
 async def test_a_flood_of_distinct_requests_keeps_the_record_bounded(edge: Edge) -> None:
     components = sorted(labels.KNOWN_COMPONENTS)[:12]
     resources = sorted(labels.BUILTIN_RESOURCES)[:20]
