@@ -216,6 +216,7 @@ async def running(
                 filters=filters,
                 pool=pool,
                 offline_writes=cache,
+                outage_history=cache.outages,
                 identity_seal=seal,
             )
             hub.on_lease = cache.on_lease
@@ -365,6 +366,7 @@ def _reporter(
             reporting.first_healthy(hub.health),
             cached_node=None,
             cache_health=lambda: conditions.CacheHealth(available=False),
+            last_outage=hub.outages.last_outage,
         )
     return reporting.Reporter(
         hub_settings,
@@ -372,4 +374,5 @@ def _reporter(
         reporting.first_healthy(hub.health),
         cached_node=cache.kubelet_node,
         cache_health=lambda: conditions.CacheHealth(True, cache.failed_keys()),
+        last_outage=hub.outages.last_outage,
     )

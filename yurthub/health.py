@@ -32,6 +32,10 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
   ``header_deadline`` + ``timeout`` whenever traffic is in flight.
 - ``on_unhealthy`` callbacks run when a server turns unhealthy: the remote proxy then answers
   the reads in flight to it from the cache and ends its watches (``remote.RemoteProxy.abandon``).
+- Outages (``outages.recording``): ``on_cloud`` callbacks are told, after the first probe round
+  and then on every change, whether any server's probe state is healthy (suspects still
+  count: a blip the probe clears is no outage); ``on_failure`` callbacks get every failed
+  probe with its cause (``outages.causes``) and words.
 - What an operator sees: the first probe's outcome per server, every health transition and the
   first failure reason (and each new one) of a server are logged at INFO in words
   (``cannot reach https://10.0.0.1:6443: connection refused``, ``unreachable.describe``), not
@@ -58,6 +62,7 @@ import aiohttp
 import orjson
 
 from yurthub import metrics, settings, unreachable
+from yurthub.outages import causes
 from yurthub.proxy import seams, upstream
 
 log = logging.getLogger(__name__)
@@ -234,6 +239,12 @@ class HealthChecker:
         (not "the server's certificate is not trusted", which the placeholder would cause)."""
         self.on_unhealthy: list[Callable[[str], object]] = []
         """Called (on the loop, must not block) with a server that just turned unhealthy."""
+        self.on_failure: list[Callable[[str, causes.Cause, str], object]] = []
+        """Called (on the loop, must not block) with every failed probe: server, cause, words."""
+        self.on_cloud: list[Callable[[bool], object]] = []
+        """Called (on the loop, must not block) after the first probe round and whenever it
+        changes: whether any server's probe state is healthy."""
+        self._cloud_up: bool | None = None
         for server in self.servers:
             self._metrics.server_healthy_status.labels(server).set(0)
 
@@ -311,6 +322,7 @@ class HealthChecker:
             self._record(server, task.result())
         self._schedule_recovery()
         self.initial_probe_done.set()
+        self._tell_cloud()
         deadline = self._clock() + self._hb.interval
         while True:
             wake_at = deadline if self._recovery_at is None else min(deadline, self._recovery_at)
@@ -395,6 +407,8 @@ class HealthChecker:
         if changed:
             healthy = self._states[server].healthy
             log.info("server %s is now %s", server, "healthy" if healthy else "unhealthy")
+            if self.initial_probe_done.is_set():
+                self._tell_cloud()
             self._metrics.server_healthy_status.labels(server).set(1 if healthy else 0)
             if not healthy:
                 if self._recovery_at is None:
@@ -406,6 +420,13 @@ class HealthChecker:
                     except Exception:
                         # A bug there must not end the prober (and the hub's TaskGroup with it).
                         log.exception("unhealthy callback failed for %s", server)
+
+    def _tell_cloud(self) -> None:
+        up = any(state.healthy for state in self._states.values())
+        if up is self._cloud_up:
+            return
+        self._cloud_up = up
+        _call_each(self.on_cloud, up)
 
     # --- one probe ---
 
@@ -420,11 +441,16 @@ class HealthChecker:
                 server,
                 f"not renewing the node lease: kubelet silent for more than "
                 f"{self.kubelet.grace_period:g} s (--kubelet-health-grace-period)",
+                causes.Cause.KUBELET,
             )
             return False
         pending = self.identity_pending()
         if pending:
-            self._failure(server, f"not probed: the hub has no identity yet ({pending})")
+            self._failure(
+                server,
+                f"not probed: the hub has no identity yet ({pending})",
+                causes.Cause.NO_IDENTITY,
+            )
             return False
         rotated = False
         attempt = 0
@@ -452,7 +478,7 @@ class HealthChecker:
                     self._hb.failed_retry,
                     reason,
                 )
-                self._failure(server, reason)
+                self._failure(server, reason, causes.of_error(e))
                 if not isinstance(e, _ProbeFailed):
                     # No answer at all (refused, reset, timed out): retrying the same dead route
                     # only multiplies the detection time by --heartbeat-failed-retry. Retries are
@@ -465,14 +491,19 @@ class HealthChecker:
                 # A malformed answer or a bug must cost one failed probe, never the prober task
                 # (its death would take the hub's TaskGroup down with it).
                 log.exception("heartbeat via %s failed unexpectedly", server)
-                self._failure(server, "the heartbeat failed unexpectedly (see the hub's log)")
+                self._failure(
+                    server,
+                    "the heartbeat failed unexpectedly (see the hub's log)",
+                    causes.Cause.OTHER,
+                )
                 return False
         return False
 
-    def _failure(self, server: str, reason: str) -> None:
+    def _failure(self, server: str, reason: str, cause: causes.Cause) -> None:
         report = self.reports[server]
         report.last_error = reason
         report.last_error_at = self._wall()
+        _call_each(self.on_failure, server, cause, reason)
 
     async def _renew(self, server: str) -> None:
         node = self._settings.node_name
@@ -560,6 +591,15 @@ class HealthChecker:
             # would store it as kubelet's lease.
             raise _ProbeFailed(f"{method} {path}", resp.status, "the answer is not a JSON object")
         return resp.status, {}, raw
+
+
+def _call_each(callbacks: list[Callable[..., object]], *args: object) -> None:
+    for callback in callbacks:
+        try:
+            callback(*args)
+        except Exception:
+            # A bug there must not end the prober (and the hub's TaskGroup with it).
+            log.exception("health callback %r failed", callback)
 
 
 async def _read_whole(content: aiohttp.StreamReader, limit: int) -> bytes:

@@ -8,7 +8,8 @@
   what is not ready), ``/metrics`` (this hub's own registry), ``POST|PUT /v1/token`` (a new
   join token, YurtHub's body ``{"jointoken": "..."}``), ``GET /v1/status`` (JSON for ``edgehub
   status``: each apiserver's health and last error, certificates, readiness, and the sections
-  the assembly adds in ``status_sections``: the cache, discovery), and YurtHub's OTA API
+  the assembly adds in ``status_sections``: the cache, discovery, outages), ``GET /v1/outages``
+  (the outage history, ``outages.recording``: ``edgehub status --history``), and YurtHub's OTA API
   (``ota``: ``GET /pods``, ``POST /openyurt.io/v1/namespaces/{ns}/pods/{pod}/upgrade`` and
   ``.../imagepull``, loopback callers only). It names files and subjects, never a key or a
   token.
@@ -39,7 +40,8 @@ Usage (tests, the demo, the CLI)::
 ``start`` and ``stop`` must be awaited by the same task: it owns the hub's TaskGroup, whose tasks
 are the health checker, the identity follower (``Upstream.follow_identity``: rotated
 certificates and token files are picked up while running), the certificate manager
-(``certs.manager``) when the hub requests its own certificates, the ServiceAccount issuer keys
+(``certs.manager``) when the hub requests its own certificates, the outage record's saver and
+its Event poster (``outage-record``, ``outage-events``: ``outages``), the ServiceAccount issuer keys
 (``authn.issuers``), the dummy interface keeper and the secure listener's start.
 
 The cache plugs in through ``tee`` / ``local`` (``proxy/seams.py``) and ``hub.on_lease``, the
@@ -78,7 +80,8 @@ from yurthub import (
     settings,
 )
 from yurthub.authn import issuers, verifying
-from yurthub.certs import apiclient, jws, manager, sealedkeys
+from yurthub.certs import apiclient, jws, listing, manager, sealedkeys
+from yurthub.outages import history, posting, recording
 from yurthub.proxy import hosts, identifying, remote, routing, seams, upstream
 
 log = logging.getLogger(__name__)
@@ -95,10 +98,13 @@ class Hub:
         filters: seams.ResponseFilter | None = None,
         pool: seams.PoolServer | None = None,
         offline_writes: seams.OfflineWrites | None = None,
+        outage_history: history.History | None = None,
         identity_seal: sealedkeys.Seal = sealedkeys.PLAIN,
     ) -> None:
         """``identity``: use this one (fixed) instead of loading ``--kubeconfig``.
         ``offline_writes``: posted after a heal by a hub task (``offline-events``).
+        ``outage_history``: where outages are recorded (the cache directory's; None: in
+        memory, for as long as the hub runs).
         ``identity_seal``: how the hub's private keys are kept (sealed under the node's data
         key: ``certs.sealedkeys``; the assembly derives it from the cache's key ring).
         ``filters``: the response filters (``yurthub.filters.runtime``); their inputs join the
@@ -165,6 +171,11 @@ class Hub:
         the in-process discovery agent). One that fails shows its error, not a 500."""
         self.started_at = time.time()
         self.metrics.registry.register(metrics.CertificateExpiry(self.certificate_expiry))
+        self.outages = recording.Recorder(outage_history, self.metrics)
+        """The outage record (``outages``): ``GET /v1/outages``, the Node Event after each."""
+        self.metrics.registry.register(metrics.OngoingOutage(self.outages.ongoing_seconds))
+        self.verifier.offline.on_mint = self.outages.token
+        self.status_sections["outages"] = self.outages.status
         self.router: routing.Router | None = None
         self.remote: remote.RemoteProxy | None = None
         self.upstream: upstream.Upstream | None = None
@@ -219,6 +230,12 @@ class Hub:
             log.warning("%s", warning)
         self.health = health.HealthChecker(s, client, self.metrics)
         self.health.on_lease = self._pending_on_lease
+        await self.outages.open()
+        self._stack.push_async_callback(self.outages.close)
+        if self._offline_writes is not None:
+            self.outages.journal_dropped = self._offline_writes.dropped
+        self.health.on_failure.append(self.outages.failure)
+        self.health.on_cloud.append(self.outages.cloud)
         certs = self.certs
         if certs is not None and certs.source.requests_client_certificate:
             self.health.identity_pending = lambda: (
@@ -256,6 +273,7 @@ class Hub:
             local=self._local,
             identifier=identifying.Identifier(s.node_name, self.verifier),
             pool=self._pool,
+            outages=self.outages,
         )
         tg = await self._stack.enter_async_context(asyncio.TaskGroup())
 
@@ -263,12 +281,26 @@ class Hub:
             self._tasks.append(tg.create_task(coro, name=name))
 
         task(checker.run(), "health-checker")
+
+        def first_healthy() -> str | None:
+            return next((u for u in checker.servers if checker.is_healthy(u)), None)
+
+        task(self.outages.run(), "outage-record")
+        task(
+            posting.Poster(
+                self.outages,
+                client,
+                first_healthy,
+                node_name=s.node_name,
+                spread=s.cache.offline_event_spread,
+                timeout=max(s.heartbeat.timeout, 5.0),
+                poll=s.heartbeat.interval,
+            ).run(),
+            "outage-events",
+        )
         if self._offline_writes is not None:
             task(
-                self._offline_writes.replay(
-                    client,
-                    lambda: next((u for u in checker.servers if checker.is_healthy(u)), None),
-                ),
+                self._offline_writes.replay(client, first_healthy),
                 "offline-events",
             )
         task(client.follow_identity(), "identity-follower")
@@ -444,6 +476,7 @@ class Hub:
         app.router.add_get("/v1/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/v1/status", self._status)
+        app.router.add_get("/v1/outages", self._outages)
         app.router.add_route("POST", "/v1/token", self._token)
         app.router.add_route("PUT", "/v1/token", self._token)
         assert self.upstream is not None and self.health is not None
@@ -629,48 +662,12 @@ class Hub:
         return web.Response(text=f"update bootstrap token successfully: {message}")
 
     def certificates(self) -> list[dict[str, Any]]:
-        """The hub's certificates: the ones it requests (client, serving), else the client
-        certificate of ``--kubeconfig``. Subjects, files, dates and which data key seals the
-        private key (``keySealedWith``; null: plain PEM) only."""
-        now = time.time()
-        out: list[dict[str, Any]] = []
-        certs = self.certs
-        if certs is not None:
-            pairs = (
-                ("client", certs.client_pair, certs.client_problem),
-                ("serving", certs.serving_pair, certs.serving_problem),
-            )
-            for name, pair, problem in pairs:
-                if name == "client" and not certs.source.requests_client_certificate:
-                    continue
-                entry: dict[str, Any] = {"name": name, "problem": problem}
-                if pair is not None:
-                    not_after = pair.validity.not_after.timestamp()
-                    entry.update(
-                        file=str(pair.path),
-                        subject=pair.certificate.subject.rfc4514_string(),
-                        notAfter=_iso(not_after),
-                        expiresInSeconds=round(not_after - now),
-                        keySealedWith=pair.key_id,
-                    )
-                out.append(entry)
+        """The hub's certificates (``certs.listing``): subjects, files, dates and which data
+        key seals each private key only."""
         client = self.upstream
-        if (certs is None or not certs.source.requests_client_certificate) and client is not None:
-            identity = client.identity
-            if identity.has_client_cert and identity.not_after is not None:
-                not_after = identity.not_after.timestamp()
-                out.insert(
-                    0,
-                    {
-                        "name": "client",
-                        "problem": "",
-                        "file": str(identity.files[0].path) if identity.files else "",
-                        "subject": f"CN={identity.subject}",
-                        "notAfter": _iso(not_after),
-                        "expiresInSeconds": round(not_after - now),
-                    },
-                )
-        return out
+        return listing.certificates(
+            self.certs, client.identity if client is not None else None, time.time()
+        )
 
     def certificate_expiry(self) -> dict[str, float]:
         """certificate name -> notAfter (Unix seconds), for the expiry metric (read from the
@@ -725,6 +722,13 @@ class Hub:
     async def _status(self, request: web.Request) -> web.Response:
         return web.Response(
             body=orjson.dumps(await self.status(), option=orjson.OPT_INDENT_2),
+            content_type="application/json",
+        )
+
+    async def _outages(self, request: web.Request) -> web.Response:
+        document = {"node": self.settings.node_name, **(await self.outages.document())}
+        return web.Response(
+            body=orjson.dumps(document, option=orjson.OPT_INDENT_2),
             content_type="application/json",
         )
 

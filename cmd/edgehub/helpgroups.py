@@ -283,7 +283,7 @@ TOPICS: dict[str, tuple[Topic, ...]] = {
         ),
     ),
     "demo": (_all("Options", "--workdir", "--exit"),),
-    "status": (_all("Options", "--server", "--agent", "--output"),),
+    "status": (_all("Options", "--server", "--agent", "--output", "--history"),),
     "cache": (),
     "cache get": (_all("Options", "--disk-cache-path", "--cache-key-source", "--cache-key-file"),),
     "cache import-yurthub": (

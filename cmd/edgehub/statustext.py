@@ -12,6 +12,8 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from edgehub import outagetext
+
 
 def _ago(seconds: float | None) -> str:
     if seconds is None:
@@ -177,6 +179,7 @@ def hub_lines(hub: Mapping[str, Any], url: str, now: float) -> list[str]:
         lines += _table(rows)
     lines += problems
 
+    lines += outagetext.status_lines(hub.get("outages"))
     lines += filter_lines(hub.get("filters"))
     lines += pool_lines(hub.get("pool") or {}, now)
     return lines

@@ -40,6 +40,7 @@ from yurthub.cache import (
     store,
     teeing,
 )
+from yurthub.outages import history
 from yurthub.proxy import local, seams, upstream
 
 logger = logging.getLogger(__name__)
@@ -56,12 +57,16 @@ class CacheRuntime:
         hub_settings: settings.HubSettings,
         cache: store.Store,
         journal: eventjournal.Journal | None = None,
+        outages: history.History | None = None,
     ) -> None:
-        """``journal``: offline Events kept for the cloud (None: answered, not kept)."""
+        """``journal``: offline Events kept for the cloud (None: answered, not kept);
+        ``outages``: the outage history in the cache directory (None: it could not be opened;
+        the hub keeps one in memory)."""
         cfg = hub_settings.cache
         self.settings = hub_settings
         self.store = cache
         self.journal = journal
+        self.outages = outages
         self.poster: eventposting.Poster | None = None
         """Set while ``replay`` runs."""
         self.agents = agents.AgentSet(
@@ -205,6 +210,11 @@ class CacheRuntime:
             "components": sorted(components.values(), key=lambda c: str(c["component"])),
         }
 
+    def dropped(self) -> int:
+        """``seams.OfflineWrites``: offline Events dropped over the journal's bounds, not told
+        yet."""
+        return self.journal.dropped if self.journal is not None else 0
+
     def _journal_status(self) -> dict[str, int] | None:
         if self.journal is None:
             return None
@@ -239,6 +249,8 @@ class CacheRuntime:
         await self.store.close()
         if self.journal is not None:
             await self.journal.close()
+        if self.outages is not None:
+            await self.outages.close()
 
 
 def _write_error(found: failures.Failures, now: float) -> dict[str, Any] | None:
@@ -302,4 +314,12 @@ async def open(hub_settings: settings.HubSettings, keys: store.Keys | None = Non
         journal = None
     if journal is not None and journal.pending:
         logger.info("%d Events recorded offline wait for the cloud", journal.pending)
-    return CacheRuntime(hub_settings, cache, journal)
+    outages: history.History | None
+    try:
+        outages = await history.open_history(cfg.disk_cache_path)
+    except (OSError, sqlite3.Error) as e:
+        logger.error(
+            "the outage history cannot be opened: outages are recorded in memory only: %s", e
+        )
+        outages = None
+    return CacheRuntime(hub_settings, cache, journal, outages)

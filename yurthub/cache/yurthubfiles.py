@@ -32,6 +32,7 @@ import orjson
 
 from yurthub import migrationplans
 from yurthub.cache import eventjournal, keys, keysealing, store, tpmsealing
+from yurthub.outages import history
 
 MAX_FILE_BYTES = 16 << 20
 SKIPPED_TOP = frozenset({"_internal"})
@@ -95,6 +96,7 @@ OWN_FILES = frozenset(
     (
         *store.DB_FILES,
         *(eventjournal.FILE_NAME + suffix for suffix in ("", "-wal", "-shm", "-journal")),
+        *(history.FILE_NAME + suffix for suffix in ("", "-wal", "-shm", "-journal")),
         keysealing.KEY_FILE,
         tpmsealing.PUBLIC,
         tpmsealing.PRIVATE,

@@ -37,6 +37,7 @@ from yurthub import (
     requestinfo,
     settings,
 )
+from yurthub.outages import recording
 from yurthub.proxy import headers, hosts, identifying, remote, responses, seams, upgrading
 
 log = logging.getLogger(__name__)
@@ -69,10 +70,13 @@ class Router:
         local: seams.LocalAnswerer | None,
         identifier: identifying.Identifier | None = None,
         pool: seams.PoolServer | None = None,
+        outages: recording.Recorder | None = None,
     ) -> None:
         """``identifier``: who the caller is (``proxy/identifying``); None treats every request
-        as the node's own and caches Bearer answers under the component (tests only)."""
+        as the node's own and caches Bearer answers under the component (tests only).
+        ``outages``: told of every request answered during an outage."""
         self._settings = hub
+        self._outages = outages
         self.pool = pool
         self._balancer = balancer
         self._health = checker
@@ -156,6 +160,7 @@ class Router:
         collectors.in_flight_requests_total.inc()
         self.in_flight += 1
         self._idle.clear()
+        outage = self._outages.begin_request() if self._outages is not None else None
         code = 0
         source = "hub"
         try:
@@ -164,9 +169,14 @@ class Router:
             source = resp.get(SOURCE, "hub")
             return resp
         finally:
-            collectors.child(
-                collectors.answers, source, collectors.bounds.component(info.component)
-            ).inc()
+            bounds = collectors.bounds
+            component, verb = bounds.component(info.component), bounds.verb(info.verb)
+            collectors.child(collectors.answers, source, component, verb).inc()
+            if outage is not None and self._outages is not None:
+                resource = bounds.resource(info.resource)
+                if info.subresource:
+                    resource = f"{resource}/{bounds.subresource(info.subresource)}"
+                self._outages.answered(outage, (component, verb, resource), source, code)
             if counted:
                 self.admission.release(client, long_running)
             self.in_flight -= 1
@@ -227,6 +237,7 @@ class Router:
             # own upstream requests (and what it does not hold) take the ordinary path below.
             answer = await self.pool.answer(request, info)
             if answer is not None:
+                answer[SOURCE] = "pool"
                 return answer
 
         if info.component == "kubelet" and info.resource == "leases":

@@ -60,6 +60,7 @@ def test_a_flag_added_without_a_topic_is_named() -> None:
     @click.option("--server")
     @click.option("--agent")
     @click.option("-o", "--output")
+    @click.option("--history")
     @click.option("--brand-new-flag")
     def status(**_: object) -> None:
         pass
@@ -88,6 +89,7 @@ def test_a_topic_naming_a_flag_the_command_lacks_is_named() -> None:
     @click.command(cls=helpgroups.Command, topics="status")
     @click.option("--server")
     @click.option("-o", "--output")
+    @click.option("--history")
     def status(**_: object) -> None:
         pass
 
