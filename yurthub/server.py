@@ -80,7 +80,7 @@ from yurthub import (
     settings,
 )
 from yurthub.authn import issuers, verifying
-from yurthub.certs import apiclient, jws, listing, manager
+from yurthub.certs import apiclient, jws, listing, manager, sealedkeys
 from yurthub.outages import history, posting, recording
 from yurthub.proxy import hosts, identifying, remote, routing, seams, upstream
 
@@ -99,11 +99,14 @@ class Hub:
         pool: seams.PoolServer | None = None,
         offline_writes: seams.OfflineWrites | None = None,
         outage_history: history.History | None = None,
+        identity_seal: sealedkeys.Seal = sealedkeys.PLAIN,
     ) -> None:
         """``identity``: use this one (fixed) instead of loading ``--kubeconfig``.
         ``offline_writes``: posted after a heal by a hub task (``offline-events``).
         ``outage_history``: where outages are recorded (the cache directory's; None: in
         memory, for as long as the hub runs).
+        ``identity_seal``: how the hub's private keys are kept (sealed under the node's data
+        key: ``certs.sealedkeys``; the assembly derives it from the cache's key ring).
         ``filters``: the response filters (``yurthub.filters.runtime``); their inputs join the
         readiness conditions (``filter-inputs``)."""
         self.settings = hub_settings
@@ -141,8 +144,9 @@ class Hub:
         self.server_url = ""
         self.metrics_url = ""
         """The metrics-only listener's base URL; "" without ``--metrics-bind-address``."""
+        self.identity_seal = identity_seal
         self.certs = (
-            manager.CertManager(hub_settings)
+            manager.CertManager(hub_settings, seal=identity_seal)
             if hub_settings.certs.source.manages_certificates and identity is None
             else None
         )
@@ -216,6 +220,7 @@ class Hub:
             identity,
             kubeconfig=followed,
             trust=policy,
+            key_passwords=self.identity_seal.candidates(),
             renewed_by_hub=self.certs is not None and self.certs.source.requests_client_certificate,
         )
         await client.start()
@@ -348,7 +353,10 @@ class Hub:
             return kubeconfigs.anonymous(s.upstream.servers, policy), None
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(None, kubeconfigs.load, path, policy), path
+            identity = await loop.run_in_executor(
+                None, kubeconfigs.load, path, policy, self.identity_seal.candidates()
+            )
+            return identity, path
         except kubeconfigs.KubeconfigError as e:
             if self.certs is None:
                 raise
@@ -654,7 +662,8 @@ class Hub:
         return web.Response(text=f"update bootstrap token successfully: {message}")
 
     def certificates(self) -> list[dict[str, Any]]:
-        """The hub's certificates (``certs.listing``): subjects, files and dates only."""
+        """The hub's certificates (``certs.listing``): subjects, files, dates and which data
+        key seals each private key only."""
         client = self.upstream
         return listing.certificates(
             self.certs, client.identity if client is not None else None, time.time()

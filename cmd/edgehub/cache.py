@@ -1,8 +1,11 @@
 """``edgehub cache``: look into a hub's disk cache (``ls``, ``get KEY``, ``stats``, ``verify``),
-and fill it from an OpenYurt node's YurtHub cache (``import-yurthub``).
+fill it from an OpenYurt node's YurtHub cache (``import-yurthub``), rotate its data key
+(``rotate-key``) and write the hub's sealed private keys back as plain PEM for a rollback to
+YurtHub (``unseal-identity``).
 
 The looking is read-only and safe beside a running hub (``yurthub.cache.verifying`` opens SQLite
-read-only); ``import-yurthub`` writes, through the hub's own store, while the hub is stopped.
+read-only); ``import-yurthub`` writes, through the hub's own store, while the hub is stopped, as
+does ``unseal-identity``.
 ``verify`` exits 1 when it finds a problem, ``cli.EXIT_STARTUP_FAILURE`` when the path holds no
 cache; every command prints one clear line on bad input, never a traceback.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import os
 import pathlib
 import sqlite3
@@ -22,6 +26,7 @@ import orjson
 
 from edgehub import cli, helpgroups
 from yurthub.cache import entries, keys, keysealing, sealing, store, verifying, yurthubfiles
+from yurthub.certs import layout, pemfiles, sealedkeys
 from yurthub.kubeproto import converting
 
 _PATH = click.option(
@@ -72,7 +77,7 @@ def _opened(path: pathlib.Path) -> Iterator[sqlite3.Connection]:
 
 @click.group(cls=helpgroups.Group, topics="cache", context_settings=cli.COMMAND_CONTEXT)
 def command() -> None:
-    """Inspect a hub's disk cache (read-only), or import YurtHub's."""
+    """Inspect a hub's disk cache (read-only), import YurtHub's, manage its data key."""
 
 
 @command.command(
@@ -226,6 +231,53 @@ def rotate_key(disk_cache_path: pathlib.Path, cache_key_source: str, cache_key_f
         f"data key {rotated.current} is current; the hub re-encrypts the entries of "
         f"{', '.join(map(str, sorted(set(ring.keys))))} at its next start"
     )
+
+
+@command.command(
+    name="unseal-identity",
+    cls=helpgroups.Command,
+    topics="cache unseal-identity",
+    context_settings=cli.COMMAND_CONTEXT,
+)
+@_PATH
+@click.option(
+    "--root-dir",
+    default="/var/lib/yurthub",
+    type=click.Path(file_okay=False, exists=True, path_type=pathlib.Path),
+    help="The hub's --root-dir (pki/ holds its certificates and keys).",
+)
+@_KEY_SOURCE
+@_KEY_FILE
+def unseal_identity(
+    disk_cache_path: pathlib.Path,
+    root_dir: pathlib.Path,
+    cache_key_source: str,
+    cache_key_file: str,
+) -> None:
+    """Write the hub's sealed private keys back as plain PEM (run while the hub is stopped).
+
+    For rolling back to YurtHub, which reads only plain PEM, when both share --root-dir. The
+    keys are then readable by anyone who copies the directory; a hub started again seals
+    them anew."""
+    sealer = _sealer(disk_cache_path, cache_key_source, cache_key_file)
+    seal = sealedkeys.from_data_keys(sealer.keys, sealer.current)
+    now = datetime.datetime.now(datetime.UTC)
+    pki = layout.Layout(root_dir).pki
+    failed = False
+    for prefix in (layout.CLIENT_PREFIX, layout.SERVING_PREFIX):
+        name = layout.current_name(prefix)
+        try:
+            pair = pemfiles.unseal(pki, prefix, seal, now)
+        except FileNotFoundError:
+            click.echo(f"{name}: none")
+            continue
+        except (pemfiles.PairError, OSError) as e:
+            click.echo(f"edgehub cache: {e}", err=True)
+            failed = True
+            continue
+        click.echo(f"{name}: {'already plain PEM' if pair is None else 'now plain PEM'}")
+    if failed:
+        raise SystemExit(1)
 
 
 @command.command(

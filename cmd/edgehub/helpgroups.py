@@ -297,6 +297,11 @@ TOPICS: dict[str, tuple[Topic, ...]] = {
     "cache verify": (
         _all("Options", "--disk-cache-path", "--cache-key-source", "--cache-key-file"),
     ),
+    "cache unseal-identity": (
+        _all(
+            "Options", "--disk-cache-path", "--root-dir", "--cache-key-source", "--cache-key-file"
+        ),
+    ),
     "cluster": (),
     "cluster up": (_all("Options", "--dir", "--bin-dir", "--timeout"),),
     "cluster down": (_all("Options", "--dir"),),

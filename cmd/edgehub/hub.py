@@ -297,10 +297,10 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.option(
     "--cache-key-source",
     default="auto",
-    help="What seals the disk cache's data key: auto (the TPM at /dev/tpmrm0 or "
-    "$TPM2TOOLS_TCTI, else a systemd credential edgehub-cache-key, else --cache-key-file, "
-    "else none), tpm[:<tcti>], keyfile:<path>, systemd-creds:<name> or none (plaintext, "
-    "with a warning).",
+    help="What seals the node's data key (it encrypts the disk cache and the hub's private "
+    "keys): auto (the TPM at /dev/tpmrm0 or $TPM2TOOLS_TCTI, else a systemd credential "
+    "edgehub-cache-key, else --cache-key-file, else none), tpm[:<tcti>], keyfile:<path>, "
+    "systemd-creds:<name> or none (plaintext, with a warning).",
 )
 @click.option(
     "--cache-key-file",

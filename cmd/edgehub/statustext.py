@@ -152,17 +152,22 @@ def hub_lines(hub: Mapping[str, Any], url: str, now: float) -> list[str]:
             lines += _table(rows)
 
     lines += ["", "CERTIFICATES"]
-    rows = [["NAME", "SUBJECT", "EXPIRES", "FILE"]]
+    rows = [["NAME", "SUBJECT", "EXPIRES", "KEY", "FILE"]]
     problems = []
     for cert in hub.get("certificates") or []:
         expires = "-"
         if "expiresInSeconds" in cert:
             expires = f"{cert.get('notAfter', '-')} ({_span(cert['expiresInSeconds'])})"
+        key = "-"
+        if "keySealedWith" in cert:
+            sealed = cert["keySealedWith"]
+            key = "plain PEM" if sealed is None else f"sealed (data key {sealed})"
         rows.append(
             [
                 str(cert.get("name", "-")),
                 str(cert.get("subject", "none yet")),
                 expires,
+                key,
                 str(cert.get("file", "-")),
             ]
         )

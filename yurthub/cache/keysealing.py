@@ -53,7 +53,7 @@ KEY_FILE = "cache.key"
 _WRAP_AAD = b"edgehub cache data key "
 _MAX_KEK_FILE = 4096
 UNSEALED_WARNING = (
-    "the disk cache is not sealed: anyone who copies {path} reads every cached Secret"
+    "the disk cache is not sealed: anyone who copies {path} reads every cached Secret{also}"
     " (set --cache-key-source)"
 )
 
@@ -247,6 +247,14 @@ def read_sealer(
         return sealing.PLAIN
     ring = load_ring(directory, kek)
     return sealing.PLAIN if ring is None else ring.sealer(os.urandom)
+
+
+def copy_ring(directory: pathlib.Path, suffix: str) -> None:
+    """Copy ``cache.key`` (and the TPM's blobs) to ``<name><suffix>``, beside a damaged
+    database moved aside; the originals stay in use."""
+    for name in (KEY_FILE, tpmsealing.PUBLIC, tpmsealing.PRIVATE):
+        with contextlib.suppress(FileNotFoundError):
+            atomicfiles.write(directory / f"{name}{suffix}", (directory / name).read_bytes())
 
 
 def remove_ring(directory: pathlib.Path, suffix: str) -> None:

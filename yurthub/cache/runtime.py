@@ -271,14 +271,23 @@ def _iso(when: float) -> str:
 
 
 def unsealed_warning(hub_settings: settings.HubSettings) -> str:
-    return keysealing.UNSEALED_WARNING.format(path=hub_settings.cache.disk_cache_path)
+    also = ""
+    if hub_settings.certs.source.manages_certificates:
+        also = f", and the hub's private keys in {hub_settings.certs.root_dir / 'pki'}"
+    return keysealing.UNSEALED_WARNING.format(path=hub_settings.cache.disk_cache_path, also=also)
 
 
-async def open(hub_settings: settings.HubSettings) -> CacheRuntime:
-    """Open the cache directory of ``hub_settings.cache`` (0700, created if missing)."""
+async def open(hub_settings: settings.HubSettings, keys: store.Keys | None = None) -> CacheRuntime:
+    """Open the cache directory of ``hub_settings.cache`` (0700, created if missing), with the
+    node's data keys when already opened (``store.open_keys``: the older ones are then kept
+    until ``store.retire_old_keys``)."""
     cfg = hub_settings.cache
     cache = await store.Store.open(
-        cfg.disk_cache_path, max_pending_bytes=cfg.max_pending_bytes, key_source=cfg.key_source
+        cfg.disk_cache_path,
+        max_pending_bytes=cfg.max_pending_bytes,
+        key_source=cfg.key_source,
+        keys=keys,
+        retire=keys is None,
     )
     if cache.sealed_by:
         logger.info(

@@ -1,8 +1,9 @@
 """The hub's certificates as ``/v1/status`` lists them (and the expiry metric reads them).
 
 The ones the certificate manager requests (client, serving), else the client certificate of
-``--kubeconfig``: name, file, subject, notAfter and seconds to go, or the problem that keeps
-one from being there. Subjects, files and dates only, never a key. No I/O: what the manager and
+``--kubeconfig``: name, file, subject, notAfter and seconds to go, which data key seals the
+private key (``keySealedWith``; null: plain PEM), or the problem that keeps one from being
+there. Subjects, files and dates only, never a key. No I/O: what the manager and
 the loaded identity hold in memory; ``now`` passed in.
 """
 
@@ -39,6 +40,7 @@ def certificates(
                     subject=pair.certificate.subject.rfc4514_string(),
                     notAfter=_iso(not_after),
                     expiresInSeconds=round(not_after - now),
+                    keySealedWith=pair.key_id,
                 )
             out.append(entry)
     own_client = certs is not None and certs.source.requests_client_certificate

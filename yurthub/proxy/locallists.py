@@ -213,11 +213,9 @@ class Lists:
             async for page in self._reader.store.pages(bounds, as_stored=as_stored):
                 yield page
             return
-        keys_ = [k for k, _ in listing.chosen]
-        for start in range(0, len(keys_), store.PAGE_ROWS):
-            chunk = keys_[start : start + store.PAGE_ROWS]
-            found = await self._reader.store.bodies(chunk, within=bounds, as_stored=as_stored)
-            yield [b for b in found if b is not None]
+        chosen = [k for k, _ in listing.chosen]
+        async for page in self._reader.store.chosen_pages(chosen, bounds, as_stored=as_stored):
+            yield page
 
     async def filtered_pages(
         self, info: requestinfo.RequestInfo, pages: AsyncIterator[list[bytes]]
@@ -381,7 +379,9 @@ async def stream_items(
     row) cuts the answer: the client sees a broken body, never a shorter list.
     """
     first: list[bytes] = await anext(pages, [])
-    second = await anext(pages, None) if len(first) >= store.PAGE_ROWS else None
+    # Asked even after a short first page: a page of chosen keys is short when some of them
+    # went meanwhile, and more pages may follow (a range's short page is its last: free).
+    second = await anext(pages, None)
     if second is None:
         items = first if convert is None else [convert(b) for b in first]
         return localreplies.json(200, b"".join((head, b",".join(items), b"]}")))

@@ -39,7 +39,7 @@ import pathlib
 import ssl
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import aiohttp
 from aiohttp import client_proto, client_reqrep
@@ -117,11 +117,13 @@ class Upstream:
         trust: kubeconfigs.TrustPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
         renewed_by_hub: bool = False,
+        key_passwords: Sequence[bytes] = (),
     ) -> None:
         """``kubeconfig``: where ``identity`` came from; ``follow_identity`` reloads it from
         there. ``None``: the identity is fixed. ``renewed_by_hub``: the hub's certificate
         manager renews it (short-lived certificates are "expiring" all their life: that is
-        logged at DEBUG; an expired one still warns)."""
+        logged at DEBUG; an expired one still warns). ``key_passwords``: what opens the hub's
+        sealed client key (``certs.sealedkeys``) on each reload."""
         self.settings = upstream
         self.identity = identity
         self.reloads = 0
@@ -137,6 +139,7 @@ class Upstream:
         self.trust_policy = trust or kubeconfigs.TrustPolicy()
         """What a reloaded kubeconfig may use beyond its own CA: the rule it was loaded by."""
         self._renewed_by_hub = renewed_by_hub
+        self._key_passwords = tuple(key_passwords)
 
     async def start(self) -> None:
         connector = _RotatingConnector(self.settings)
@@ -267,7 +270,11 @@ class Upstream:
                 return False
             try:
                 candidate = await loop.run_in_executor(
-                    None, kubeconfigs.load, self._kubeconfig, self.trust_policy
+                    None,
+                    kubeconfigs.load,
+                    self._kubeconfig,
+                    self.trust_policy,
+                    self._key_passwords,
                 )
                 candidate = self._acceptable(current, candidate)
             except kubeconfigs.KubeconfigError as e:

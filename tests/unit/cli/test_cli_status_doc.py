@@ -38,10 +38,10 @@ HUB: dict[str, Any] = {
     "certificates": [
         {"name": "client", "subject": "CN=system:node:edge-1,O=system:nodes,O=openyurt:yurthub",
          "notAfter": "2027-06-16T10:00:00Z", "expiresInSeconds": 152 * 86400 + 3600,
-         "file": "/var/lib/yurthub/pki/yurthub-current.pem"},
+         "file": "/var/lib/yurthub/pki/yurthub-current.pem", "keySealedWith": 1},
         {"name": "serving", "subject": "CN=system:node:edge-1,O=system:nodes",
          "notAfter": "2027-06-16T10:00:00Z", "expiresInSeconds": 152 * 86400 + 3600,
-         "file": "/var/lib/yurthub/pki/yurthub-server-current.pem"},
+         "file": "/var/lib/yurthub/pki/yurthub-server-current.pem", "keySealedWith": 1},
     ],
     "filters": {
         "active": ["masterservice", "discardcloudservice", "nodeportisolation",
