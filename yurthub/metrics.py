@@ -237,6 +237,18 @@ class Metrics:
             registry=r,
         )
 
+        self.cloud_lists = Counter(
+            "cloud_lists",
+            "Lists the hub sent to an apiserver (not answered from its cache or its pool), by "
+            "component (yurthub: the hub's own loops; multiplexer-proxy: its pool feeders) and "
+            "resource: after an outage the apiserver could resume, only kubelet's and "
+            "kube-proxy's own relists should show here",
+            ["component", "resource"],
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+
     def child(self, collector: Any, *values: str) -> Any:
         """``collector.labels(*values)`` (values in the collector's label order), memoised:
         ``labels()`` takes a lock and builds its key on every call, too slow for the

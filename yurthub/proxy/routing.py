@@ -164,9 +164,12 @@ class Router:
             source = resp.get(SOURCE, "hub")
             return resp
         finally:
-            collectors.child(
-                collectors.answers, source, collectors.bounds.component(info.component)
-            ).inc()
+            component = collectors.bounds.component(info.component)
+            collectors.child(collectors.answers, source, component).inc()
+            if source == "cloud" and info.verb == "list":
+                collectors.child(
+                    collectors.cloud_lists, component, collectors.bounds.resource(info.resource)
+                ).inc()
             if counted:
                 self.admission.release(client, long_running)
             self.in_flight -= 1
