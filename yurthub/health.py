@@ -15,6 +15,9 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
 - A probe renews ``kube-node-lease/<node>`` through that server with the hub's identity: PUT on
   top of the last lease that server returned; a missing base is fetched (created if absent);
   a conflict drops the base and retries, up to ``failed_retry`` attempts with 0.2/0.4/0.8 s backoff.
+  A 429 (API Priority and Fairness pushing back) proves the server is up: the probe counts as a
+  success and is not retried (going offline under load, then back all at once, would feed the
+  storm the apiserver is refusing).
   The renewed Lease goes to ``on_lease`` (the cache stores it as kubelet's).
 - Kubelet liveness gate: the router calls ``renew_kubelet_lease`` on every kubelet lease request;
   once kubelet has been silent for ``kubelet_health_grace_period`` probes fail without contacting
@@ -57,7 +60,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from yurthub import metrics, settings, unreachable
+from yurthub import metrics, pacing, settings, unreachable
 from yurthub.proxy import seams, upstream
 
 log = logging.getLogger(__name__)
@@ -173,6 +176,15 @@ class _CredentialsRejected(_ProbeFailed):
     """HTTP 401: the apiserver did not accept the hub's identity."""
 
 
+class _PushedBack(_ProbeFailed):
+    """HTTP 429: the apiserver is up and asks to be left alone for a while (API Priority and
+    Fairness, an apiserver whose watch cache is still initialising)."""
+
+    def __init__(self, what: str, retry_after: float | None) -> None:
+        super().__init__(what, 429, "too many requests")
+        self.retry_after = retry_after
+
+
 def _status_message(body: Mapping[str, Any]) -> str:
     message = body.get("message")
     return message if isinstance(message, str) else ""
@@ -232,6 +244,9 @@ class HealthChecker:
         """Why the hub has no identity to probe with yet ("" when it has one): the certificate
         manager is still joining. Such a probe fails without contacting the server, saying so
         (not "the server's certificate is not trusted", which the placeholder would cause)."""
+        self.pushbacks = 0
+        """Heartbeats an apiserver answered 429 (counted as alive, never retried at once)."""
+        self._pushing_back: set[str] = set()
         self.on_unhealthy: list[Callable[[str], object]] = []
         """Called (on the loop, must not block) with a server that just turned unhealthy."""
         for server in self.servers:
@@ -435,6 +450,13 @@ class HealthChecker:
                 return True
             except asyncio.CancelledError:
                 raise
+            except _PushedBack as e:
+                # It answered: it is up, only busy. Declaring it unhealthy would send every
+                # client to the cache and, at the next success, all of them back at once,
+                # the storm it is pushing back against. No retry either: the next renewal is
+                # a heartbeat away, beyond the Retry-After an apiserver asks for (1 s).
+                self._pushed_back(server, e)
+                return True
             except (_ProbeFailed, aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
                 if not rotated and _rejected_credentials(e):
                     # Rejected credentials may just be rotated ones we have not loaded yet: one
@@ -468,6 +490,18 @@ class HealthChecker:
                 self._failure(server, "the heartbeat failed unexpectedly (see the hub's log)")
                 return False
         return False
+
+    def _pushed_back(self, server: str, e: _PushedBack) -> None:
+        self.pushbacks += 1
+        level = logging.DEBUG if server in self._pushing_back else logging.INFO
+        self._pushing_back.add(server)
+        log.log(
+            level,
+            "%s answered the heartbeat 429 (Retry-After %s): it is up but busy; the lease is "
+            "renewed at the next heartbeat",
+            server,
+            "none" if e.retry_after is None else f"{e.retry_after:g}s",
+        )
 
     def _failure(self, server: str, reason: str) -> None:
         report = self.reports[server]
@@ -504,6 +538,7 @@ class HealthChecker:
 
     async def _accept(self, server: str, lease: dict[str, Any], raw: bytes) -> None:
         self._leases[server] = lease
+        self._pushing_back.discard(server)
         if self.on_lease is not None:
             try:
                 await self.on_lease(server, lease, raw)
@@ -547,6 +582,10 @@ class HealthChecker:
             if resp.status == 401:
                 raise _CredentialsRejected(
                     f"{method} {path}", 401, "the apiserver did not accept the hub's credentials"
+                )
+            if resp.status == 429:
+                raise _PushedBack(
+                    f"{method} {path}", pacing.retry_after(resp.headers.get("Retry-After"))
                 )
             raw = await _read_whole(resp.content, _MAX_LEASE_BYTES)
         try:
