@@ -12,8 +12,11 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
   (``recovery_delay``: 1 s doubling to ``interval``, jittered), and a success of an unhealthy
   server is followed at once by the rest of the ``healthy_threshold`` probes (each a real lease
   round trip): a healed link is trusted again within seconds, not two heartbeats later.
-- A probe renews ``kube-node-lease/<node>`` through that server with the hub's identity: PUT on
-  top of the last lease that server returned; a missing base is fetched (created if absent);
+- A probe renews ``kube-node-lease/<node>`` through that server with the hub's identity, over
+  the upstream's heartbeat lane (``upstream.Upstream.lane``: its own connections, never queued
+  behind the proxy's, reset when abandoned): PUT on top of the last lease that server
+  returned, a base kept only while the last renewal was answered (an unanswered PUT may have
+  been applied); a missing base is fetched (created if absent);
   a conflict drops the base and retries, up to ``failed_retry`` attempts with 0.2/0.4/0.8 s backoff.
   A 429 (API Priority and Fairness pushing back) proves the server is up: the probe counts as a
   success and is not retried (going offline under load, then back all at once, would feed the
@@ -527,13 +530,17 @@ class HealthChecker:
             if status != 200:
                 raise _ProbeFailed("reading the node lease", status, _status_message(body))
             base = body
+        # Until this PUT is answered its base may be stale: one that got no answer may still
+        # have been applied (the lane's reset keeps a late delivery out, but the apiserver may
+        # have applied it before the answer was lost), and a renewal on top of that base would
+        # be a 409. Without a base the next renewal reads the lease first.
+        self._leases.pop(server, None)
         status, body, raw = await self._call(
             server, "PUT", path, renewed_lease(base, node, duration, now)
         )
         if status == 200:
             await self._accept(server, body, raw)
             return
-        self._leases.pop(server, None)
         raise _ProbeFailed("renewing the node lease", status, _status_message(body))
 
     async def _accept(self, server: str, lease: dict[str, Any], raw: bytes) -> None:
@@ -569,7 +576,7 @@ class HealthChecker:
         # and retries, so a shutdown could wait forever; asyncio.timeout lets it through.
         async with (
             asyncio.timeout(self._hb.timeout),
-            self._client.session.request(
+            self._client.lane.request(
                 method,
                 server + path,
                 data=data,

@@ -159,7 +159,7 @@ class Router:
         code = 0
         source = "hub"
         try:
-            resp = await self._route(request, info, own)
+            resp = await self._route(request, info, own, heartbeat=not counted and not own)
             code = resp.status
             source = resp.get(SOURCE, "hub")
             return resp
@@ -215,8 +215,10 @@ class Router:
         return busy
 
     async def _route(
-        self, request: web.Request, info: requestinfo.RequestInfo, own: bool
+        self, request: web.Request, info: requestinfo.RequestInfo, own: bool, *, heartbeat: bool
     ) -> web.StreamResponse:
+        """``heartbeat``: kubelet's own Lease or Node request (``fairness.exempt``): forwarded
+        over the upstream's heartbeat lane."""
         # The hub's own clients must get through before it is ready (they are what makes it
         # ready); everyone else, the embedded agent too, waits (before the first probe it got
         # 404s from an empty cache). A ``yurthub/...`` User-Agent is no way past it.
@@ -247,10 +249,10 @@ class Router:
             if answer is not None:
                 return answer
 
-        return await self._remote_or_local(request, info)
+        return await self._remote_or_local(request, info, heartbeat)
 
     async def _remote_or_local(
-        self, request: web.Request, info: requestinfo.RequestInfo
+        self, request: web.Request, info: requestinfo.RequestInfo, heartbeat: bool = False
     ) -> web.StreamResponse:
         tried: set[str] = set()
         last: remote.UpstreamUnavailable | None = None
@@ -271,7 +273,7 @@ class Router:
                 if info.is_upgrade:
                     answered = await upgrading.forward(self._remote, request, info, server)
                 else:
-                    answered = await self._remote.forward(request, info, server)
+                    answered = await self._remote.forward(request, info, server, lane=heartbeat)
                 answered[SOURCE] = "cloud"
                 return answered
             except remote.UpstreamUnavailable as e:
