@@ -9,9 +9,11 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
 - Every ``interval`` seconds servers are probed one by one from a rotating start and the round
   stops at the first success, as YurtHub does (normally one probe per tick, servers alternating).
 - Beyond YurtHub: while a server is unhealthy it is probed more often than that
-  (``recovery_delay``: 1 s doubling to ``interval``, jittered), and a success of an unhealthy
-  server is followed at once by the rest of the ``healthy_threshold`` probes (each a real lease
-  round trip): a healed link is trusted again within seconds, not two heartbeats later.
+  (``recovery_delay``: 1 s doubling to ``interval``, jittered; to ``RECOVERY_CAP``, 2 s, while
+  it gives no answer at all: a dead route costs a connect attempt, so however long the outage,
+  a healed link is seen within about 2 s), and a success of an unhealthy server is followed at
+  once by the rest of the ``healthy_threshold`` probes (each a real lease round trip): a
+  healed link is trusted again within seconds, not two heartbeats later.
 - A probe renews ``kube-node-lease/<node>`` through that server with the hub's identity, over
   the upstream's heartbeat lane (``upstream.Upstream.lane``: its own connections, never queued
   behind the proxy's, reset when abandoned): PUT on top of the last lease that server
@@ -106,14 +108,23 @@ class ProbeState:
         return before != self.healthy
 
 
-def recovery_delay(attempt: int, interval: float, jitter: float) -> float:
+RECOVERY_CAP = 2.0
+"""Seconds at most between probes of an unhealthy server that gave no answer at all (its link
+is down: a connect attempt costs nothing on a dead route), so a healed link is seen within
+about this, however long the outage lasted. One that answers with an error is up and busy or
+broken: it is probed at most every heartbeat ``interval``, not harder."""
+
+
+def recovery_delay(attempt: int, interval: float, jitter: float, *, silent: bool = False) -> float:
     """Seconds until the next probe of an unhealthy server: ``RECOVERY_FIRST`` doubling per
     ``attempt`` (0 first), stretched by up to a quarter (``jitter`` in [0, 1): hubs healed at
-    once do not probe in step), never more than the heartbeat ``interval``.
+    once do not probe in step), never more than the heartbeat ``interval``, nor than
+    ``RECOVERY_CAP`` when the server gave no answer (``silent``).
 
     PURE."""
     base = RECOVERY_FIRST * float(2 ** min(max(attempt, 0), 32))
-    return min(interval, base * (1 + jitter / 4))
+    limit = min(interval, RECOVERY_CAP) if silent else interval
+    return min(limit, base * (1 + jitter / 4))
 
 
 class KubeletGate:
@@ -247,6 +258,8 @@ class HealthChecker:
         """Why the hub has no identity to probe with yet ("" when it has one): the certificate
         manager is still joining. Such a probe fails without contacting the server, saying so
         (not "the server's certificate is not trusted", which the placeholder would cause)."""
+        self._silent: set[str] = set()
+        """Servers whose last probe got no answer at all (refused, reset, timed out)."""
         self.pushbacks = 0
         """Heartbeats an apiserver answered 429 (counted as alive, never retried at once)."""
         self._pushing_back: set[str] = set()
@@ -361,7 +374,12 @@ class HealthChecker:
             self._recovery_at = None
             self._recovery_attempt = 0
             return
-        delay = recovery_delay(self._recovery_attempt, self._hb.interval, self._random.random())
+        silent = all(
+            server in self._silent for server in self.servers if not self._states[server].healthy
+        )
+        delay = recovery_delay(
+            self._recovery_attempt, self._hb.interval, self._random.random(), silent=silent
+        )
         self._recovery_at = self._clock() + delay
 
     async def _probe_until_trusted(self, server: str) -> bool:
@@ -450,10 +468,12 @@ class HealthChecker:
             used = self._client.identity
             try:
                 await self._renew(server)
+                self._silent.discard(server)
                 return True
             except asyncio.CancelledError:
                 raise
             except _PushedBack as e:
+                self._silent.discard(server)
                 # It answered: it is up, only busy. Declaring it unhealthy would send every
                 # client to the cache and, at the next success, all of them back at once,
                 # the storm it is pushing back against. No retry either: the next renewal is
@@ -478,6 +498,10 @@ class HealthChecker:
                     reason,
                 )
                 self._failure(server, reason)
+                if isinstance(e, _ProbeFailed):
+                    self._silent.discard(server)
+                else:
+                    self._silent.add(server)
                 if not isinstance(e, _ProbeFailed):
                     # No answer at all (refused, reset, timed out): retrying the same dead route
                     # only multiplies the detection time by --heartbeat-failed-retry. Retries are
