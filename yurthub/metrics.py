@@ -239,10 +239,10 @@ class Metrics:
 
         self.cloud_lists = Counter(
             "cloud_lists",
-            "Lists the hub sent to an apiserver (not answered from its cache or its pool), by "
-            "component (yurthub: the hub's own loops; multiplexer-proxy: its pool feeders) and "
-            "resource: after an outage the apiserver could resume, only kubelet's and "
-            "kube-proxy's own relists should show here",
+            "Lists (and streaming lists: watches with sendInitialEvents) the hub sent to an "
+            "apiserver, not answered from its cache or its pool, by component (yurthub: the "
+            "hub's own loops; multiplexer-proxy-<node>: its pool feeders) and resource. After an "
+            "outage the apiserver can still resume, none should show here",
             ["component", "resource"],
             namespace=_NS,
             subsystem=_SUB,

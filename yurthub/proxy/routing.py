@@ -166,7 +166,7 @@ class Router:
         finally:
             component = collectors.bounds.component(info.component)
             collectors.child(collectors.answers, source, component).inc()
-            if source == "cloud" and info.verb == "list":
+            if source == "cloud" and (info.verb == "list" or info.send_initial_events):
                 collectors.child(
                     collectors.cloud_lists, component, collectors.bounds.resource(info.resource)
                 ).inc()
