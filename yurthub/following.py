@@ -72,11 +72,15 @@ class ProxyRoute:
 
     ``cloud_healthy``: whether the proxy has a healthy apiserver behind it (the hub's health
     checker). While it has none, what its clients meet (the empty cache's 404, a held watch) is
-    a consequence of the one cause the health checker has logged: they say it at debug."""
+    a consequence of the one cause the health checker has logged: they say it at debug.
+    ``pace``: the relist spread and Retry-After bound of the loops on it."""
 
     url: str
     socket_path: str | None = None
     cloud_healthy: Callable[[], bool] = _always
+    pace: pacing.Settings = dataclasses.field(default_factory=pacing.Settings)
+    """How the loops on this route pace themselves after a failure (``--relist-spread-seconds``,
+    ``--max-retry-after-seconds``)."""
 
     def session(self, **kwargs: Any) -> aiohttp.ClientSession:
         """A client session that takes this route (the caller closes it)."""
