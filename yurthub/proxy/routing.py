@@ -7,7 +7,10 @@
 
 The hub's own requests are the ones that came over its own socket (``own``: the listener, not
 anything in the request, says so; ``listening``): only they skip the readiness gate, and they
-are never counted by the in-flight limits (``fairness.exempt``).
+are never counted by the in-flight limits (``fairness.exempt``); those that are not
+long-running take turns, ``OWN_SHORT_SHARE`` at a time: the hub's background work has a
+bounded share of the upstream. kubelet's own Lease and Node requests go over the upstream's
+heartbeat lane.
 
 Every outcome is an HTTP answer; errors are Kubernetes ``Status`` objects. A backend that fails
 with a transport error is reported to health (suspect + immediate probe) and, when nothing
@@ -50,6 +53,12 @@ OTA_ELSEWHERE = (
     "the OTA API (upgrade, imagepull) is served on this node's hub server port "
     "(--bind-address:--serve-port, 127.0.0.1:10267), not on the proxy"
 )
+OWN_SHORT_SHARE = 8
+"""The hub's own requests that are not long-running (its loops' lists, the discovery documents,
+the offline Events posted after a heal) in flight at once; more wait their turn. Its loops never
+need more, and after a heal they never hold more of the upstream, or of the apiserver, than
+this while the node's own clients reconnect (kubelet's heartbeat has a lane of its own,
+``upstream.Upstream.lane``). Its watches (long-running) are not counted: a handful, held."""
 SOURCE = web.ResponseKey("source", str)
 """Key on a response (aiohttp responses are mappings) naming where its answer came from
 (``metrics.SOURCES``); unmarked answers are the hub's own. A typed key: aiohttp warns about a
@@ -98,6 +107,7 @@ class Router:
         )
         self.in_flight = 0
         """Every request in the handler, exempt ones too (shutdown waits for them)."""
+        self._own_short = asyncio.Semaphore(OWN_SHORT_SHARE)
         self._idle = asyncio.Event()
         self._idle.set()
         self._classified: memo.BoundedMemo[tuple[str, ...], requestinfo.RequestInfo] = (
@@ -159,7 +169,11 @@ class Router:
         code = 0
         source = "hub"
         try:
-            resp = await self._route(request, info, own, heartbeat=not counted and not own)
+            if own and not long_running:
+                async with self._own_short:
+                    resp = await self._route(request, info, own, heartbeat=False)
+            else:
+                resp = await self._route(request, info, own, heartbeat=not counted and not own)
             code = resp.status
             source = resp.get(SOURCE, "hub")
             return resp

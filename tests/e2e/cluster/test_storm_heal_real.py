@@ -16,8 +16,9 @@ What the apiserver sees after the heal:
   the next renewal on the stale base was a 409);
 - the pool stays whole: the apiserver never holds more Services/EndpointSlices watches than
   before the cut (one each for the pool), followers stay on their leader;
-- every node Ready again, quickly: the time from the heal to each hub's first forwarded
-  kubelet request and to NodeReady is printed (``bench/`` and the fleet bench measure it at
+- every node Ready again, quickly: the time from the heal until each hub trusts the cloud
+  again (and forwards: the watches it held end, kubelet's resume upstream) and to NodeReady
+  is printed (``bench/`` and the fleet bench measure it at
   size; no test asserts a time).
 """
 
@@ -36,7 +37,7 @@ import pytest
 
 from yurthub.testing import edgenodes, processes, realcluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]  # a 60 s cut, NotReady, the heal
 
 POOL = "pool-storm"
 NAMES = ("127.0.0.41", "127.0.0.42", "127.0.0.43")
@@ -244,10 +245,6 @@ def test_a_pool_healed_at_once_resumes_renews_and_stays_pooled(
         # Healed in the same second.
         before = api.page()
         lists_before = {n.name: hub_total(n, "node_yurthub_cloud_lists_total") for n in nodes}
-        forwarded_before = {
-            n.name: hub_total(n, "node_yurthub_answers_total", component="kubelet", source="cloud")
-            for n in nodes
-        }
         for node in nodes:
             node.heal()
         healed = time.monotonic()
@@ -258,14 +255,11 @@ def test_a_pool_healed_at_once_resumes_renews_and_stays_pooled(
         done = threading.Event()
 
         def watch_the_hubs() -> None:
+            # The moment each hub trusts the cloud again is the moment it forwards again: the
+            # watches it held end and kubelet's and kube-proxy's resume upstream at once.
             while not done.is_set():
                 for n in nodes:
-                    if n.name in forwarded:
-                        continue
-                    got = hub_total(
-                        n, "node_yurthub_answers_total", component="kubelet", source="cloud"
-                    )
-                    if got > forwarded_before[n.name]:
+                    if n.name not in forwarded and n.cloud_healthy():
                         forwarded[n.name] = time.monotonic() - healed
                 time.sleep(0.1)
 
@@ -292,32 +286,37 @@ def test_a_pool_healed_at_once_resumes_renews_and_stays_pooled(
             done.set()
             poller.join(5)
         after = api.page()
-        print(f"leader {leader_name}; heal -> first kubelet request forwarded (s):",
+        print(f"leader {leader_name}; heal -> the hub forwards again (s):",
               {k: round(v, 1) for k, v in sorted(forwarded.items())})  # fmt: skip
         print("heal -> NodeReady (s):", {k: round(v, 1) for k, v in sorted(ready.items())})
 
-        # No relist: nothing listed again, by the hubs or through them.
         relists_before, relists_after = api.relists(before), api.relists(after)
-        grown = {k: v - relists_before.get(k, 0) for k, v in relists_after.items()}
-        print("apiserver relists after the heal:", grown)
-        assert all(v == 0 for v in grown.values()), grown
-        for n in nodes:
-            assert hub_total(n, "node_yurthub_cloud_lists_total") == lists_before[n.name], n.name
-
-        # No failed lease renewal.
+        relisted = {k: v - relists_before.get(k, 0) for k, v in relists_after.items()}
+        hub_lists = {
+            n.name: hub_total(n, "node_yurthub_cloud_lists_total") - lists_before[n.name]
+            for n in nodes
+        }
         puts_before, puts_after = api.lease_puts(before), api.lease_puts(after)
         puts = {k: v - puts_before.get(k, 0) for k, v in puts_after.items()}
-        print("Lease PUTs after the heal by code:", puts)
-        assert puts.get("409", 0) == 0 and puts.get("504", 0) == 0, puts
-        assert puts.get("200", 0) >= len(nodes)
-
-        # The pool stayed whole: never more watches than before the cut, followers on their
-        # leader throughout.
-        print("Services+EndpointSlices watches after the heal:", max(watch_counts),
-              f"(steady {steady_watches})")  # fmt: skip
-        assert max(watch_counts) <= steady_watches, watch_counts
         followers = [i for i, n in enumerate(nodes) if n.name != leader_name]
         on_the_cloud = [seen for seen in source_seen if any("cloud" in seen[i] for i in followers)]
+        print("apiserver streaming lists after the heal:", relisted)
+        print("lists the hubs sent to the cloud after the heal:", hub_lists)
+        print("Lease PUTs after the heal by code:", puts)
+        print(
+            f"Services+EndpointSlices watches after the heal: {max(watch_counts)} (steady "
+            f"{steady_watches}); followers seen on the cloud {len(on_the_cloud)} times"
+        )
+
+        # No relist: nothing listed again, by the hubs or through them.
+        assert all(v == 0 for v in relisted.values()), relisted
+        assert all(v == 0 for v in hub_lists.values()), hub_lists
+        # No failed lease renewal.
+        assert puts.get("409", 0) == 0 and puts.get("504", 0) == 0, puts
+        assert puts.get("200", 0) >= len(nodes)
+        # The pool stayed whole: never more watches than before the cut, followers on their
+        # leader throughout.
+        assert max(watch_counts) <= steady_watches, watch_counts
         assert not on_the_cloud, on_the_cloud[:3]
         assert sorted(source_seen[-1]) == pooled, source_seen[-1]
     finally:
