@@ -369,12 +369,14 @@ class SimApiserver:
         users: Iterable[str] = (),
         count: int | None = None,
         retry_after: int = 1,
+        as_status: bool = False,
     ) -> throttling.Throttle:
         """Answer 429 Too Many Requests, as API Priority and Fairness does (``Retry-After``,
-        the ``X-Kubernetes-PF-*`` headers, a ``TooManyRequests`` Status), to the resource
-        requests matching every given filter (verbs, resource names, User-Agent prefixes,
-        user names; none given: any), ``count`` times or until ``unthrottle``. The returned
-        ``Throttle`` counts what it refused (``refused``)."""
+        the ``X-Kubernetes-PF-*`` headers, its plain-text body; ``as_status``: a
+        ``TooManyRequests`` Status instead, as a restarting apiserver's watch cache answers),
+        to the resource requests matching every given filter (verbs, resource names,
+        User-Agent prefixes, user names; none given: any), ``count`` times or until
+        ``unthrottle``. The returned ``Throttle`` counts what it refused (``refused``)."""
         rule = throttling.Throttle(
             verbs=frozenset(verbs),
             resources=frozenset(resources),
@@ -382,6 +384,7 @@ class SimApiserver:
             users=frozenset(users),
             count=count,
             retry_after=retry_after,
+            as_status=as_status,
         )
         self._ctx.throttles.append(rule)
         return rule

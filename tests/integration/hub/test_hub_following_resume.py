@@ -144,10 +144,14 @@ async def test_a_dropped_link_resumes_the_watch_without_a_list(tmp_path: Any) ->
         assert requests(bed.sim, "watch").count(200) >= 2
 
 
-async def test_a_429_is_waited_out_and_the_watch_resumed(tmp_path: Any) -> None:
+@pytest.mark.parametrize("as_status", [False, True], ids=["apf", "watch-cache-initialising"])
+async def test_a_429_is_waited_out_and_the_watch_resumed(tmp_path: Any, as_status: bool) -> None:
     async with following_through_a_link(tmp_path) as bed:
-        # APF refuses the next two watches (Retry-After: 1).
-        throttle = bed.sim.throttle(verbs=["watch"], resources=["configmaps"], count=2)
+        # APF refuses the next two watches (Retry-After: 1); or a restarted apiserver's watch
+        # cache, still initialising, with a Status.
+        throttle = bed.sim.throttle(
+            verbs=["watch"], resources=["configmaps"], count=2, as_status=as_status
+        )
         await bed.link.set_mode(partition.Mode.RESET)
         await bed.until_accepted(1)
         await bed.link.set_mode(partition.Mode.PASS)

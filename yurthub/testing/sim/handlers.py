@@ -185,8 +185,10 @@ async def throttle_middleware(request: web.Request, handler: Handler) -> web.Str
             for throttle in throttles:
                 if throttle.matches(verb, parsed.resource, agent, name):
                     throttle.take()
-                    refused = bodies.status_response(throttle.status())
+                    content_type, body = throttle.body()
+                    refused = web.Response(status=429, body=body)
                     refused.headers.update(throttle.headers())
+                    refused.headers["Content-Type"] = content_type
                     return refused
     return await handler(request)
 

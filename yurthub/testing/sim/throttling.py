@@ -1,9 +1,12 @@
 """429s on purpose: the simulated apiserver pushing back as API Priority and Fairness does.
 
 kube-apiserver answers a request whose priority level has no seat and no queue room with
-``429 Too Many Requests``: a ``Status`` (reason ``TooManyRequests``, ``details.retryAfterSeconds``),
-a ``Retry-After`` header, and APF's ``X-Kubernetes-PF-FlowSchema-UID`` /
-``X-Kubernetes-PF-PriorityLevel-UID`` naming the flow schema and priority level that matched.
+``429 Too Many Requests``: a plain-text body (``Too many requests, please try again later.``,
+no ``Status``: checked on the real apiserver), a ``Retry-After`` header, and APF's
+``X-Kubernetes-PF-FlowSchema-UID`` / ``X-Kubernetes-PF-PriorityLevel-UID`` naming the flow
+schema and priority level that matched. ``as_status`` answers the other 429 it sends, a
+``TooManyRequests`` Status with ``details.retryAfterSeconds`` (its watch cache still
+initialising after a restart).
 A test makes the sim do the same with ``SimApiserver.throttle(...)``: every request a
 ``Throttle`` matches (verbs, resources, User-Agent prefixes, users; empty means any) is
 refused so, ``count`` times or until ``SimApiserver.unthrottle``; ``refused`` counts them.
@@ -37,6 +40,8 @@ class Throttle:
     """How many requests to refuse (None: every one until lifted)."""
     retry_after: int = 1
     """Seconds the answer's ``Retry-After`` asks for (APF: 1)."""
+    as_status: bool = False
+    """Answer a ``Status`` (the watch cache initialising) instead of APF's plain text."""
     flow_schema_uid: str = dataclasses.field(default_factory=lambda: str(uuid.uuid4()))
     priority_level_uid: str = dataclasses.field(default_factory=lambda: str(uuid.uuid4()))
     refused: int = 0
@@ -64,7 +69,14 @@ class Throttle:
             "Retry-After": str(self.retry_after),
             FLOW_SCHEMA_HEADER: self.flow_schema_uid,
             PRIORITY_LEVEL_HEADER: self.priority_level_uid,
+            "X-Content-Type-Options": "nosniff",
         }
+
+    def body(self) -> tuple[str, bytes]:
+        """(Content-Type, body) of the refusal."""
+        if self.as_status:
+            return "application/json", statuses.encode(self.status())
+        return "text/plain; charset=utf-8", (MESSAGE + "\n").encode()
 
     def status(self) -> statuses.Status:
         return statuses.failure(
