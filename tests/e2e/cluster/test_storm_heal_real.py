@@ -116,6 +116,25 @@ def hub_total(node: edgenodes.EdgeNode, name: str, **match: str) -> float:
     )
 
 
+def lease_put_buckets(node: edgenodes.EdgeNode) -> dict[float, float]:
+    """kubelet's Lease PUTs the hub answered, by latency bucket (``le`` -> count so far)."""
+    return {
+        float(labels["le"]): value
+        for labels, value in samples(node.metrics(), "node_yurthub_request_duration_seconds_bucket")
+        if labels.get("component") == "kubelet"
+        and labels.get("resource") == "leases"
+        and labels.get("verb") == "update"
+    }
+
+
+def slowest(before: dict[float, float], after: dict[float, float]) -> tuple[int, float]:
+    """(how many, the bucket bound of the slowest) of the observations between two scrapes."""
+    grown = {le: after[le] - before.get(le, 0) for le in after}
+    count = int(max(grown.values(), default=0))
+    bound = min((le for le, n in grown.items() if n >= count), default=float("inf"))
+    return count, bound
+
+
 def source(node: edgenodes.EdgeNode, resource: str) -> str:
     for src in ("leader", "cloud"):
         if (
@@ -244,6 +263,7 @@ def test_a_pool_healed_at_once_resumes_renews_and_stays_pooled(
 
         # Healed in the same second.
         before = api.page()
+        leases_before = {n.name: lease_put_buckets(n) for n in nodes}
         lists_before = {n.name: hub_total(n, "node_yurthub_cloud_lists_total") for n in nodes}
         for node in nodes:
             node.heal()
@@ -286,6 +306,9 @@ def test_a_pool_healed_at_once_resumes_renews_and_stays_pooled(
             done.set()
             poller.join(5)
         after = api.page()
+        lease_latency = {
+            n.name: slowest(leases_before[n.name], lease_put_buckets(n)) for n in nodes
+        }
         print(f"leader {leader_name}; heal -> the hub forwards again (s):",
               {k: round(v, 1) for k, v in sorted(forwarded.items())})  # fmt: skip
         print("heal -> NodeReady (s):", {k: round(v, 1) for k, v in sorted(ready.items())})
@@ -303,6 +326,10 @@ def test_a_pool_healed_at_once_resumes_renews_and_stays_pooled(
         print("apiserver streaming lists after the heal:", relisted)
         print("lists the hubs sent to the cloud after the heal:", hub_lists)
         print("Lease PUTs after the heal by code:", puts)
+        print(
+            "kubelet's Lease PUTs through the hub after the heal (count, slowest <= s):",
+            lease_latency,
+        )
         print(
             f"Services+EndpointSlices watches after the heal: {max(watch_counts)} (steady "
             f"{steady_watches}); followers seen on the cloud {len(on_the_cloud)} times"
