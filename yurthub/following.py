@@ -301,6 +301,9 @@ async def _watch(
     async with session.get(url, params=query, headers=headers, timeout=None) as resp:
         if resp.status == 410:
             raise _Gone
+        if resp.status in (403, 404):
+            # The collection went (a CRD deleted, a right revoked): the list says which.
+            raise _Unreadable(f"watch: HTTP {resp.status}")
         if resp.status != 200:
             raise _refused(resp, "watch")
         async for chunk in resp.content.iter_chunked(READ_SIZE):

@@ -27,6 +27,7 @@ class Recorder:
         self.names: set[str] = set()
         self._listing: set[str] = set()
         self.lists = 0
+        self.absent = 0
         self.changed = asyncio.Event()
 
     def begin(self) -> None:
@@ -50,6 +51,7 @@ class Recorder:
 
     def mark_absent(self) -> None:
         self.names = set()
+        self.absent += 1
         self._wake()
 
     def _wake(self) -> None:
@@ -193,3 +195,55 @@ async def test_a_410_lists_again(tmp_path: Any) -> None:
         await bed.target.until(lambda: {f"c{i}" for i in range(6)} <= bed.target.names)
         assert bed.target.lists == 2
         assert requests(bed.sim, "list") == [200, 200]
+
+
+async def test_a_collection_that_goes_away_is_listed_again_and_marked_absent(
+    tmp_path: Any,
+) -> None:
+    # The watch is refused 404 (the CRD went): the loop lists again and learns it is absent,
+    # rather than resuming a watch that cannot succeed.
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object"}},
+                }
+            ],
+        },
+    }
+    sim = simapiserver.SimApiserver(seed="none", insecure_port=0, workdir=tmp_path / "sim")
+    await sim.start()
+    try:
+        sim.state.create(crd)
+        sim.state.create(
+            {"apiVersion": "example.com/v1", "kind": "Widget",
+             "metadata": {"name": "w", "namespace": "default"}}
+        )  # fmt: skip
+        target = Recorder()
+        async with aiohttp.ClientSession() as session, asyncio.TaskGroup() as tg:
+            task = tg.create_task(
+                following.follow(
+                    target,
+                    session,
+                    str(sim.insecure_url),
+                    "/apis/example.com/v1/namespaces/default/widgets",
+                    what="widgets",
+                    max_backoff=0.5,
+                ),
+                name="follower",
+            )
+            await target.until(lambda: target.names == {"w"})
+            sim.state.delete("customresourcedefinitions", None, "widgets.example.com")
+            await target.until(lambda: target.absent >= 1)
+            task.cancel()
+    finally:
+        await sim.stop()
