@@ -264,6 +264,18 @@ class Metrics:
             buckets=_OUTAGE_BUCKETS,
         )
 
+        self.cloud_lists = Counter(
+            "cloud_lists",
+            "Lists (and streaming lists: watches with sendInitialEvents) the hub sent to an "
+            "apiserver, not answered from its cache or its pool, by component (yurthub: the "
+            "hub's own loops; multiplexer-proxy-<node>: its pool feeders) and resource. After an "
+            "outage the apiserver can still resume, none should show here",
+            ["component", "resource"],
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+
     def child(self, collector: Any, *values: str) -> Any:
         """``collector.labels(*values)`` (values in the collector's label order), memoised:
         ``labels()`` takes a lock and builds its key on every call, too slow for the

@@ -468,7 +468,7 @@ class Hub:
         checker = self.health
         assert checker is not None  # made by start() before the listeners
         self.own_route = following.ProxyRoute(
-            "http://localhost", own.path, cloud_healthy=checker.any_healthy
+            "http://localhost", own.path, cloud_healthy=checker.any_healthy, pace=self.settings.pace
         )
 
         app = web.Application(middlewares=[self._only_known_hosts], client_max_size=64 << 10)

@@ -98,13 +98,15 @@ TOPICS: dict[str, tuple[Topic, ...]] = {
             ),
         ),
         Topic(
-            "Health checks",
+            "Health checks and storms",
             more=(
                 "--heartbeat-interval-seconds",
                 "--heartbeat-timeout-seconds",
                 "--heartbeat-healthy-threshold",
                 "--heartbeat-failed-retry",
                 "--kubelet-health-grace-period",
+                "--relist-spread-seconds",
+                "--max-retry-after-seconds",
             ),
         ),
         Topic(

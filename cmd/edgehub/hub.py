@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from edgehub import cli, helpgroups, hubdiscovery, pflags
-from yurthub import dummyif, kubeconfigs, lifecycle, requestinfo, server, settings
+from yurthub import dummyif, kubeconfigs, lifecycle, pacing, requestinfo, server, settings
 from yurthub.cache import keysealing
 from yurthub.certs import jws, layout, modes
 from yurthub.filters import registry
@@ -293,6 +293,20 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     default=5.0,
     type=click.FloatRange(min=0),
     help="Events recorded offline posted per second after the cloud is back (0: unpaced).",
+)
+@click.option(
+    "--relist-spread-seconds",
+    default=10.0,
+    type=click.FloatRange(min=0, max=600),
+    help="The hub's own lists after a 410 (a compaction, an apiserver restart) start at a random "
+    "moment within this many seconds, so a fleet's hubs do not relist in the same second.",
+)
+@click.option(
+    "--max-retry-after-seconds",
+    default=60.0,
+    type=click.FloatRange(min=1, max=3600),
+    help="The most seconds the hub's own loops honour an apiserver's Retry-After (429, API "
+    "Priority and Fairness) for.",
 )
 @click.option(
     "--cache-key-source",
@@ -701,6 +715,10 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             max_bytes=i("multiplexer_max_memory_mib") << 20,
         ),
         certs=certs,
+        pace=pacing.Settings(
+            relist_spread=f("relist_spread_seconds"),
+            max_retry_after=f("max_retry_after_seconds"),
+        ),
         migration=settings.MigrationSettings(
             mode=settings.MigrationMode(s("migrate_from_yurthub")),
             yurthub_cache_dir=pathlib.Path(s("yurthub_cache_dir")),

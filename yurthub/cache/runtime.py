@@ -152,6 +152,7 @@ class CacheRuntime:
                 also=also,
                 others=others,
                 cloud_healthy=route.cloud_healthy,
+                pace=route.pace,
             )
 
     def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:

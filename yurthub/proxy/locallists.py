@@ -81,7 +81,12 @@ class Lists:
                 return localreplies.not_found(info, "", lost=lost)
             # Named, and not cached: an empty list, as YurtHub answers (reference §3.7 step 3).
         scope, record = listing.scope, listing.record
-        rv = max(listing.rv, record.rv if record is not None else -1)
+        # The covering list's version, not a newer object's: an object stored from a get or a
+        # patch answer may be ahead of the events the cache saw for the list, and a client
+        # that resumes its watch after the heal from a version past events it never received
+        # would miss them (a pod deleted meanwhile would run on). From the list's version it
+        # gets them all (the newer object's change once more, which does no harm).
+        rv = record.rv if record is not None and record.rv >= 0 else listing.rv
         resource_version = "" if rv < 0 else str(rv)
         if record is not None and record.rv == rv:
             resource_version = record.resource_version
