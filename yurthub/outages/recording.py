@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
@@ -81,7 +82,13 @@ class Recorder:
         on when the hub stopped, and the last ended one."""
         if self._store is None:
             self._store = await history.open_history(None)
-        for outage in await self._store.newest(2):
+        try:
+            found = await self._store.newest(2)
+        except sqlite3.Error as e:
+            # Damaged since it opened: the hub starts all the same (its saves log their errors).
+            log.error("the outage history cannot be read: no outage is picked up: %s", e)
+            found = []
+        for outage in found:
             if outage.ended is None and self.current is None and self.last is None:
                 outage.restarts += 1
                 self.current = outage
