@@ -76,6 +76,9 @@ class Node:
             assert status == 200 and text.startswith("OK"), text  # a reset is a warning
             certs = hub.certs
             assert certs is not None and certs.client_pair and certs.serving_pair
+            # Joining (no identity yet) is no outage: no record, no Event, no condition words.
+            # Health told the recorder when it turned healthy, so this is not read too early.
+            assert hub.outages.current is None and hub.outages.last is None, hub.outages.last
             self.sealed_with = {c["name"]: c["keySealedWith"] for c in hub.certificates()}
             return {
                 "client": certs.client_pair.certificate.serial_number,
