@@ -71,9 +71,10 @@ class Unsealable(KeySourceError):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Kek:
-    """The key-encrypting key a source gave, and what to call it in logs (never the bytes)."""
+    """The key-encrypting key a source gave, and what to call it in logs (never the bytes: its
+    repr leaves them out)."""
 
-    key: bytes
+    key: bytes = dataclasses.field(repr=False)
     describe: str
 
 
@@ -153,10 +154,14 @@ def _read_kek(path: pathlib.Path, *, check_mode: bool) -> bytes:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Ring:
-    """The data keys of one cache (id -> key) and the current one."""
+    """The data keys of one cache (id -> key) and the current one (its repr shows the ids
+    only)."""
 
-    keys: Mapping[int, bytes]
+    keys: Mapping[int, bytes] = dataclasses.field(repr=False)
     current: int
+
+    def __repr__(self) -> str:
+        return f"Ring(ids={sorted(self.keys)}, current={self.current})"
 
     def sealer(self, random: Callable[[int], bytes]) -> sealing.Sealer:
         return sealing.Sealer(dict(self.keys), self.current, random)

@@ -69,14 +69,17 @@ def key_id_of(value: bytes) -> int:
 class Sealer:
     """Seals with the ``current`` data key, opens with any of ``keys`` (id -> 32 bytes).
 
-    No keys: plaintext (the ``none`` key source)."""
+    No keys: plaintext (the ``none`` key source). Its repr never shows a key."""
 
-    keys: Mapping[int, bytes]
+    keys: Mapping[int, bytes] = dataclasses.field(repr=False)
     current: int
     random: Callable[[int], bytes]
     _ciphers: dict[int, aead.AESGCM] = dataclasses.field(init=False, repr=False)
     read_body: Callable[[str, bytes], bytes] = dataclasses.field(init=False, repr=False)
     """``body`` as one closure (``_body_reader``): what the reader threads call per row."""
+
+    def __repr__(self) -> str:
+        return f"Sealer(ids={sorted(self.keys)}, current={self.current})"
 
     def __post_init__(self) -> None:
         for key_id, key in self.keys.items():

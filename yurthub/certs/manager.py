@@ -124,6 +124,8 @@ class CertManager:
         self._pins = jws.parse_pins(hub.certs.ca_cert_hashes)
         self._cluster_ip = ""
         self._said: set[str] = set()
+        self._swept: set[str] = set()
+        """Pairs (``client``, ``serving``) whose plaintext leftovers were looked for."""
         # What the operator allowed beyond a kubeconfig's own CA, as for the hub's identity.
         self._trust = kubeconfigs.TrustPolicy(
             allow_insecure=hub.upstream.allow_insecure_tls,
@@ -231,6 +233,8 @@ class CertManager:
             return None
         if sealedkeys.stale(pair.key_id, self.seal):
             pair = await self._reseal(pair, what)
+        elif pair.sealed and what not in self._swept:
+            await self._sweep(pair, what)
         standing = renewal.standing(pair.validity, self._renew_at(pair), self._clock())
         if standing is renewal.Standing.EXPIRED:
             self._once(
@@ -251,6 +255,33 @@ class CertManager:
                 f"{self._clock():%Y-%m-%dT%H:%M:%SZ}",
             )
         return pair
+
+    async def _sweep(self, pair: pemfiles.Pair, what: str) -> None:
+        """Once per start, with the pair sealed: remove the plaintext key files a re-seal
+        killed before its last step left behind (``pemfiles.remove_plaintext``)."""
+        self._swept.add(what)
+        prefix = layout.CLIENT_PREFIX if what == "client" else layout.SERVING_PREFIX
+        loop = asyncio.get_running_loop()
+        try:
+            removed = await loop.run_in_executor(
+                None, pemfiles.remove_plaintext, self.layout.pki, prefix, pair.target.name
+            )
+        except OSError as e:
+            self._once(
+                f"{what}-sweep:{e}",
+                logging.WARNING,
+                "cannot remove the plaintext %s key files left in %s: %s",
+                what,
+                self.layout.pki,
+                e,
+            )
+            return
+        if removed:
+            log.info(
+                "%s private key: %d plaintext file(s) an interrupted sealing left removed securely",
+                what,
+                len(removed),
+            )
 
     async def _reseal(self, pair: pemfiles.Pair, what: str) -> pemfiles.Pair:
         """``pair`` written again sealed under the current data key (its plaintext removed);

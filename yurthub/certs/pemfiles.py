@@ -23,7 +23,9 @@ the password ``ssl`` loads the file with (``Pair.password``). A key that is seal
 open is a ``SealedKeyError``. ``reseal`` writes a plaintext pair (an older hub's, or YurtHub's
 adopted files) or one under an older data key again, sealed under the current one, as a
 rotation does, and removes every plaintext key file of that pair with
-``atomicfiles.remove_securely`` (see there what a file system cannot promise).
+``atomicfiles.remove_securely`` (see there what a file system cannot promise). Killed between
+the two, the pair is sealed and its plaintext files are still there: ``remove_plaintext``
+(the certificate manager runs it once per start on a sealed pair) finishes the job.
 """
 
 from __future__ import annotations
@@ -255,11 +257,22 @@ def reseal(
     finally:
         if plain_fd is not None:
             os.close(plain_fd)
+    remove_plaintext(pki, prefix, keep=written.name)
+    return load_pair(current, seal)
+
+
+def remove_plaintext(pki: pathlib.Path, prefix: str, keep: str = "") -> list[str]:
+    """Remove securely every timestamped file of ``prefix`` (but ``keep``) that holds a
+    plaintext key; the names removed. ``reseal``'s last step, and what finishes it at the next
+    start when a crash came between its link swap and this (the sealed pair is current then,
+    the plaintext files are not, and nothing else would look at them). Raises ``OSError``."""
+    removed = []
     for name in layout.stamped_of(prefix, sorted(os.listdir(pki))):
-        if name != written.name and _holds_plaintext_key(pki / name):
+        if name != keep and _holds_plaintext_key(pki / name):
             with contextlib.suppress(FileNotFoundError):
                 atomicfiles.remove_securely(pki / name)
-    return load_pair(current, seal)
+                removed.append(name)
+    return removed
 
 
 def unseal(

@@ -20,7 +20,8 @@ bounded):
 - ``unreachable``: no route to the host or network;
 - ``kubelet``: the hub stopped renewing the node lease itself because kubelet went silent
   (``--kubelet-health-grace-period``): the link may be fine, the node is not;
-- ``no-identity``: the hub has no credentials yet (still joining);
+- ``no-identity``: the hub has no credentials yet (still joining): counted among an outage's
+  failed probes, never the cause one begins with (``recording``: a join is no outage);
 - ``other``: anything else.
 
 The exception's chain (``__cause__``, ``__context__``, aiohttp's ``os_error``) is searched,

@@ -6,8 +6,9 @@ record as JSON, at most about 150 KiB: ``records``), and the state of its Event 
 of its own, which only ``set_event`` writes (a record saved later with more counts never undoes
 "posted"). A hub restarted during an outage finds it here and goes on with it; a kill -9 loses
 what was counted since the last save (``recording`` saves every few seconds, and at once when
-an outage begins or ends). A file damaged at open is removed and started empty (a history is
-worth less than a hub that starts). ``path=None``: kept in memory (no cache directory: the
+an outage begins or ends). A file damaged at open (a header SQLite refuses, or pages
+``PRAGMA quick_check`` does not find "ok") is removed and started empty (a history is worth
+less than a hub that starts). ``path=None``: kept in memory (no cache directory: the
 history lasts as long as the process).
 
 Invariants: at most ``limit`` rows, oldest first out; every call one hop to the history's own
@@ -81,7 +82,12 @@ class _Db:
                 conn.execute("PRAGMA synchronous=NORMAL")
             for statement in _SCHEMA:
                 conn.execute(statement)
-            conn.execute("PRAGMA quick_check").fetchone()
+            # Damaged pages under a sound header open fine and fail every later query: the
+            # check's answer is what tells ("ok", else what it found).
+            check = conn.execute("PRAGMA quick_check").fetchone()
+            if check is None or check[0] != "ok":
+                found = " ".join(str(check[0] if check else "no answer").split())
+                raise sqlite3.DatabaseError(f"quick_check: {found[:200]}")
         except BaseException:
             conn.close()
             raise

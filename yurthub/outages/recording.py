@@ -3,7 +3,10 @@
 An outage, as the hub sees it, lasts from the moment its health checks declare the last usable
 apiserver unhealthy (``health.HealthChecker.on_cloud``: every server's probe state unhealthy,
 so everything is answered locally) until one is healthy again. A suspect server (one transport
-error, probed at once) does not begin one: a blip the probe clears is no outage. At start the
+error, probed at once) does not begin one: a blip the probe clears is no outage. Nor does a
+hub that has no identity yet (joining: its probes are not sent, ``causes.Cause.NO_IDENTITY``):
+it has not reached the cloud yet, so it has not lost it; should a probe then fail for a reason
+of the link, the outage begins with that probe. At start the
 first probe round decides: a hub that starts offline begins an outage then, or goes on with the
 one it was recording when it stopped (restarted during it: ``restarts`` counts it); a hub that
 starts online ends the one it was recording (the end is when it saw the cloud again).
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
@@ -61,6 +65,8 @@ class Recorder:
         """The last ended outage (its Event may still be pending)."""
         self._latest: tuple[str, str, str] | None = None
         """(server, cause, reason) of the last failed probe."""
+        self._down = False
+        """What health said last: no apiserver usable."""
         self._dirty: dict[str, records.Outage] = {}
         self._save_now = asyncio.Event()
         self.ended = asyncio.Event()
@@ -81,7 +87,13 @@ class Recorder:
         on when the hub stopped, and the last ended one."""
         if self._store is None:
             self._store = await history.open_history(None)
-        for outage in await self._store.newest(2):
+        try:
+            found = await self._store.newest(2)
+        except sqlite3.Error as e:
+            # Damaged since it opened: the hub starts all the same (its saves log their errors).
+            log.error("the outage history cannot be read: no outage is picked up: %s", e)
+            found = []
+        for outage in found:
             if outage.ended is None and self.current is None and self.last is None:
                 outage.restarts += 1
                 self.current = outage
@@ -100,8 +112,12 @@ class Recorder:
         if self.current is not None:
             self.current.failed(server, cause.value, reason)
             self._dirty[self.current.id] = self.current
+        elif self._down and cause is not causes.Cause.NO_IDENTITY:
+            # Down since the hub had no identity yet: this probe is the first that met the link.
+            self._begin()
 
     def cloud(self, up: bool) -> None:
+        self._down = not up
         now = self._clock()
         if up:
             outage, self.current = self.current, None
@@ -126,6 +142,14 @@ class Recorder:
             return
         if self.current is not None:
             return  # a restarted hub going on with the outage it recorded
+        if self._latest is not None and self._latest[1] == causes.Cause.NO_IDENTITY.value:
+            # A hub still joining has not reached the cloud yet: no outage (nor its Event, nor
+            # the condition's words) until a probe fails for a reason of the link.
+            return
+        self._begin()
+
+    def _begin(self) -> None:
+        now = self._clock()
         server, cause, reason = self._latest or ("", causes.Cause.OTHER.value, "")
         outage = records.begin(
             now, cause, f"{server}: {reason}" if server else reason, self.journal_dropped()

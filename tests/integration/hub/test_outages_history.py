@@ -3,11 +3,13 @@ state that a later save of the record never undoes; a damaged file started anew;
 
 from __future__ import annotations
 
+import os
 import pathlib
 import sqlite3
 import stat
 
-from yurthub.outages import history, records
+from yurthub import metrics
+from yurthub.outages import history, recording, records
 
 T0 = 1_767_225_600.0
 
@@ -71,6 +73,50 @@ async def test_a_damaged_history_is_started_anew(tmp_path: pathlib.Path) -> None
         assert len(await h.newest()) == 1
     finally:
         await h.close()
+
+
+async def test_a_history_with_damaged_pages_under_a_sound_header_is_started_anew(
+    tmp_path: pathlib.Path,
+) -> None:
+    """SQLite opens such a file and fails every query after: the hub must start all the same
+    (the restarted hub reads the history before it serves)."""
+    h = await history.open_history(tmp_path)
+    for i in range(20):
+        big = ended(i)
+        for k in range(records.MAX_KEYS):
+            big.answered(("kubelet", "get", f"r{k}"), "cache", 200)
+        await h.save(big)
+    await h.close()
+    path = tmp_path / history.FILE_NAME
+    pages = path.stat().st_size // 4096
+    assert pages > 8  # the header page stays whole, the table's pages do not
+    with path.open("r+b") as f:
+        for page in range(2, pages, 2):
+            f.seek(page * 4096 + 100)
+            f.write(os.urandom(2000))
+
+    recorder = recording.Recorder(await history.open_history(tmp_path), metrics.Metrics())
+    try:
+        await recorder.open()
+        assert recorder.current is None and recorder.last is None
+        assert await recorder.history.newest() == []
+        await recorder.history.save(ended(30))
+        assert [o.id for o in await recorder.history.newest()] == [ended(30).id]
+    finally:
+        await recorder.close()
+        await recorder.history.close()
+
+
+async def test_a_history_that_fails_to_read_does_not_stop_the_hub(
+    tmp_path: pathlib.Path,
+) -> None:
+    h = await history.open_history(tmp_path)
+    await h.save(records.begin(T0, "silent", "no answer"))  # an ongoing one to pick up
+    h._db._conn.close()  # every query now raises sqlite3.ProgrammingError
+    recorder = recording.Recorder(h, metrics.Metrics())
+    await recorder.open()
+    assert recorder.current is None and recorder.last is None
+    await h.close()
 
 
 async def test_a_row_that_is_no_record_is_skipped(tmp_path: pathlib.Path) -> None:

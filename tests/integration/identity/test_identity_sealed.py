@@ -13,6 +13,7 @@ that gives no key writes no key at all.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import logging
 import os
 import pathlib
@@ -25,7 +26,7 @@ from identity_support import NODE, hub_settings, readyz, until
 
 from tests.integration.cache.swtpms import swtpm
 from yurthub import assembly, privatekeys, settings
-from yurthub.cache import keysealing, sealing
+from yurthub.cache import keysealing, opening, sealing
 from yurthub.certs import layout, pemfiles, sealedkeys
 from yurthub.testing import joining, simapiserver
 
@@ -75,6 +76,9 @@ class Node:
             assert status == 200 and text.startswith("OK"), text  # a reset is a warning
             certs = hub.certs
             assert certs is not None and certs.client_pair and certs.serving_pair
+            # Joining (no identity yet) is no outage: no record, no Event, no condition words.
+            # Health told the recorder when it turned healthy, so this is not read too early.
+            assert hub.outages.current is None and hub.outages.last is None, hub.outages.last
             self.sealed_with = {c["name"]: c["keySealedWith"] for c in hub.certificates()}
             return {
                 "client": certs.client_pair.certificate.serial_number,
@@ -162,6 +166,35 @@ async def test_the_scan_finds_plaintext_keys_and_they_are_sealed_in_place(
     for prefix in NAMES:
         pair = pemfiles.load_pair(layout.Layout(node.root).current(prefix), node.seal(source))
         assert pair.key_id == 1
+
+
+async def test_a_sealing_killed_after_its_link_swap_is_finished_at_the_next_start(
+    node: Node, tmp_path: pathlib.Path
+) -> None:
+    """``pemfiles.reseal`` killed between writing the sealed pair (link swapped) and removing
+    the plaintext files: the pair is sealed and current, so nothing re-seals it again; the next
+    start still removes the plaintext files (they were kept as the pair's history before)."""
+    async with joining.approving(node.admin, node_name=NODE) as approver:
+        plain = await node.run_until_joined(sealing.Source(sealing.Kind.NONE))
+        found = _needles(node.keys(sealedkeys.PLAIN))
+        source = _key_file(tmp_path / "kek")
+        opening.open_keys(node.cache, source)  # the data key the next start finds
+        seal = node.seal(source)
+        pki = layout.Layout(node.root).pki
+        for prefix in NAMES:
+            pair = pemfiles.load_pair(pki / layout.current_name(prefix))
+            block = privatekeys.key_block(pair.pem)
+            assert block is not None and not pair.sealed
+            key, _ = privatekeys.open_key(block)
+            chain = pair.pem[: pair.pem.index(b"-----BEGIN EC PRIVATE KEY-----")]
+            later = pair.written + datetime.timedelta(seconds=1)
+            pemfiles.write_pair(pki, prefix, sealedkeys.pair_pem(chain, key, seal), later)
+        # The state the kill left: sealed pairs current, the plaintext ones beside them.
+        assert leaks([node.root], found)
+        assert await node.run_until_joined(source) == plain
+        assert len(approver.approved) == 2
+    assert node.sealed_with == {"client": 1, "serving": 1}
+    assert leaks([node.root, node.cache], found) == []
 
 
 async def test_a_rotated_data_key_reseals_the_keys_before_the_old_one_goes(
