@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
+import subprocess
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,13 +39,17 @@ WELL_KNOWN = (10261, 10267, 10268, 10269)
 """The hub's ports on a node: proxy, hub server, secure proxy, multiplexer."""
 APISERVER_PORT = 6443
 MANIFESTS = "/etc/kubernetes/manifests"
-WORKER_FLAGS = {
+IMPLICIT_FLAGS = {
     "static-pod-upgrade": (
         "--readyz-url=http://127.0.0.1:10267/v1/readyz",
         "--status-url=http://127.0.0.1:10267/v1/status",
-    )
+    ),
+    "status": ("--server=http://127.0.0.1:10267",),
 }
-"""The worker's defaults name the node's well-known hub server: made explicit, then remapped."""
+"""Commands whose defaults name the node's well-known hub server (the worker, ``edgehub
+status``): made explicit, then remapped to this node's port."""
+NODE_PATHS = ("/etc/kubernetes", "/var/lib/yurthub", "/root")
+"""What an operator's shell on the node sees of the node's filesystem (``sh``)."""
 
 
 class StaticPodNode:
@@ -132,12 +138,32 @@ class StaticPodNode:
                 proxy_url=self.proxy_url,
                 kubelet_url=f"http://127.0.0.1:{self.hollow.kubelet_port}",
                 serve_url=self.serve_url,
-                implicit_flags=WORKER_FLAGS,
+                implicit_flags=IMPLICIT_FLAGS,
             ),
             self.workdir / "pods",
         )
         self.runner.start()
         self.wait_ready(timeout)
+
+    def sh(self, line: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """``line`` run by ``sh`` as an operator on the node runs it: in a private mount
+        namespace where ``NODE_PATHS`` are the node's and ``/etc/kubernetes/manifests`` is
+        kubelet's staticPodPath."""
+        assert self.runner is not None
+        plan = [podcommands.Mount(p, self.path(p)) for p in NODE_PATHS]
+        plan.append(podcommands.Mount(MANIFESTS, self.runner.host.static_pod_path))
+        for m in plan:
+            m.source.mkdir(parents=True, exist_ok=True)
+        scratch = self.workdir / "scratch-sh"
+        scratch.mkdir(parents=True, exist_ok=True)
+        script, create = podcommands.mount_script(plan, scratch)
+        assert not create, create
+        unshare = shutil.which("unshare") or "unshare"
+        return subprocess.run(
+            [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script,
+             "sh", "/bin/sh", "-c", line],
+            capture_output=True, text=True, timeout=timeout, check=False, cwd="/",
+        )  # fmt: skip
 
     def check_alive(self) -> None:
         if self._partition is not None and not self._partition.alive:

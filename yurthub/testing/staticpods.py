@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import threading
 import time
 import urllib.error
@@ -329,6 +330,41 @@ class Runner:
             proc.start()
             procs.append(proc)
         return procs
+
+    def exec(self, manifest: str, words: Sequence[str], timeout: float = 60.0) -> tuple[int, str]:
+        """``crictl exec`` into the first container of static Pod ``manifest``: ``words`` run
+        as that image's program, with the node's ports and the container's volumes; (exit
+        code, output)."""
+        with self._lock:
+            static = self._static.get(manifest)
+        if static is None:
+            raise ValueError(f"no static Pod {manifest} runs on {self.host.node}")
+        pod = static.pod
+        (container, *_) = (pod.get("spec") or {}).get("containers") or [{}]
+        image = self.host.images[str(container.get("image") or "")]
+        execed = {**container, "command": list(words), "args": []}
+        argv = podcommands.host_argv(pod, execed, image, self.host.ports, self.host.implicit_flags)
+        scratch = self.workdir / "scratch" / f"exec-{manifest}"
+        scratch.mkdir(parents=True, exist_ok=True)
+        plan = podcommands.mounts(
+            pod, container, self.host.host_paths, self.host.root, {}, scratch / "empty"
+        )
+        script, create = podcommands.mount_script(plan, scratch)
+        if any(not p.exists() for p in create):
+            raise ValueError(f"exec in {manifest}: mount points missing on the host: {create}")
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": os.environ.get("HOME", "/root"),
+            **podcommands.container_env(pod, container),
+            **image.env,
+        }
+        unshare = shutil.which("unshare") or "unshare"
+        done = subprocess.run(
+            [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script,
+             "sh", *argv],
+            env=env, cwd="/", capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+        return done.returncode, done.stdout + done.stderr
 
     # -- run-once API Pods (the workers)
 

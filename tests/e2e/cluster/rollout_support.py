@@ -15,6 +15,7 @@ The images (``podcommands.Image``):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import ssl
@@ -23,7 +24,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import yaml
@@ -281,3 +282,103 @@ class RolloutWatch:
     def created_after(self, digest: str, node: str, after: float) -> float | None:
         times = [t for t in self.created.get((digest, node), []) if t >= after - 1]
         return times[0] if times else None
+
+
+def guide_blocks(path: pathlib.Path) -> dict[str, list[str]]:
+    """The ``sh`` blocks of a doc that follow a ``<!-- guide-test: NAME -->`` line, each as its
+    command lines (a trailing ``\\`` joins the next line)."""
+    blocks: dict[str, list[str]] = {}
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if not line.startswith("<!-- guide-test: "):
+            continue
+        name = line.removeprefix("<!-- guide-test: ").removesuffix(" -->").strip()
+        assert lines[i + 1] == "```sh", f"{path}: block {name} is not a ```sh block"
+        commands: list[str] = []
+        pending = ""
+        for text in lines[i + 2 :]:
+            if text == "```":
+                break
+            if text.endswith("\\"):
+                pending += text[:-1]
+                continue
+            commands.append(pending + text)
+            pending = ""
+        blocks[name] = commands
+    return blocks
+
+
+@contextlib.contextmanager
+def yurthub_caches_hollow_nodes(cluster: realcluster.RealCluster) -> Iterator[None]:
+    """``kube-system/yurt-hub-cfg`` with ``cache_agents`` naming kubemark's hollow kubelet and
+    kube-proxy (YurtHub's documented knob, read only with its label), so that YurtHub caches
+    them as it caches a kubelet and hands over on these nodes what it would on real ones; put
+    back as it was afterwards."""
+    ns = "kube-system"
+    before = cluster.kubectl("get", "configmap", "yurt-hub-cfg", "-n", ns, "-o", "json",
+                             check=False)  # fmt: skip
+    agents = "hollow-kubelet,hollow-proxy"
+    old_agents = ""
+    if before.returncode == 0:
+        old_agents = json.loads(before.stdout).get("data", {}).get("cache_agents", "")
+        patch = {"data": {"cache_agents": ",".join(a for a in (old_agents, agents) if a)}}
+        cluster.kubectl("patch", "configmap", "yurt-hub-cfg", "-n", ns, "--type=merge",
+                        "-p", json.dumps(patch))  # fmt: skip
+    else:
+        cluster.kubectl("create", "configmap", "yurt-hub-cfg", "-n", ns,
+                        f"--from-literal=cache_agents={agents}")  # fmt: skip
+        cluster.kubectl("label", "configmap", "yurt-hub-cfg", "-n", ns,
+                        "openyurt.io/configmap-name=yurt-hub-cfg")  # fmt: skip
+    try:
+        yield
+    finally:
+        if before.returncode == 0:
+            restore = {"data": {"cache_agents": old_agents}}
+            cluster.kubectl("patch", "configmap", "yurt-hub-cfg", "-n", ns, "--type=merge",
+                            "-p", json.dumps(restore), check=False)  # fmt: skip
+        else:
+            cluster.kubectl("delete", "configmap", "yurt-hub-cfg", "-n", ns, check=False)
+
+
+YURTADM_MANIFEST = """apiVersion: v1
+kind: Pod
+metadata:
+  labels:
+    k8s-app: yurt-hub
+  name: yurt-hub
+  namespace: kube-system
+spec:
+  volumes:
+  - name: hub-dir
+    hostPath:
+      path: /var/lib/yurthub
+      type: DirectoryOrCreate
+  - name: kubernetes
+    hostPath:
+      path: /etc/kubernetes
+      type: Directory
+  containers:
+  - name: yurt-hub
+    image: openyurt/yurthub:v1.7.0
+    imagePullPolicy: IfNotPresent
+    volumeMounts:
+    - name: hub-dir
+      mountPath: /var/lib/yurthub
+    - name: kubernetes
+      mountPath: /etc/kubernetes
+    command:
+    - yurthub
+{args}
+    env:
+    - name: NODE_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: spec.nodeName
+  hostNetwork: true
+  priorityClassName: system-node-critical
+"""
+"""A node's ``yurthub.yaml`` laid out as ``yurtadm join`` writes it (not as YAML dumps it)."""
+
+
+def yurtadm_manifest(pool: str) -> str:
+    return YURTADM_MANIFEST.format(args="\n".join(f"    - {a}" for a in hub_args(pool)))

@@ -1,6 +1,12 @@
 """A pool of three nodes moved from OpenYurt's real YurtHub v1.7.0 to edgehub, upgraded to a
 second edgehub build and rolled back (to the first build, then to YurtHub), with no hands on
-the nodes: only ``kubectl patch`` of the YurtStaticSet and ``edgehub rollout`` in the cloud.
+the nodes: the lines of docs/migrating.md's ``handover`` and ``rollback`` blocks and of
+docs/rollout.md's ``upgrade`` block, run by ``sh`` as written (KUBECONFIG set, this checkout's
+``edgehub`` on PATH), in the cloud only. yurt-manager is not run: the test leaves what it
+would have left (its Deployment, an expired leader Lease, YurtStaticSets ``yurt-hub`` and
+``yurt-hub-cloud``, ConfigMap ``yurt-static-set-yurt-hub``, the manifests with its hash).
+The manager line runs with this test's ports, no leader election and only its
+yurtstaticset controller added.
 
 The nodes are hollow kubelets (kubemark: the real kubelet, a fake runtime) whose hub is the
 static Pod ``yurt-hub`` in their staticPodPath, run by ``staticpods.Runner``: the stand-in for
@@ -27,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shlex
 import subprocess
 import sys
 import time
@@ -54,6 +61,9 @@ YSS = "yurt-hub"
 KUBELET_UA = {"User-Agent": "hollow-kubelet/v1.37.2 (linux/amd64) kubernetes/rollout"}
 """What this node's kubelet calls itself (kubemark's): the component both hubs cache it as."""
 FLANNELD_UA = {"User-Agent": "flanneld/v0.22.0"}
+GUIDE = rs.guide_blocks(rs.REPO / "docs" / "migrating.md")
+HANDOVER, ROLLBACK = GUIDE["handover"], GUIDE["rollback"]
+UPGRADE = rs.guide_blocks(rs.REPO / "docs" / "rollout.md")["upgrade"]
 OPENYURT_HASH = "openyurt1"
 """The hash yurt-manager wrote on the manifests before the hand-over (not edgehub's scheme)."""
 SLACK = 20.0
@@ -110,6 +120,32 @@ class Pool:
 
     def kubectl(self, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
         return self.cluster.kubectl(*args, **kw)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The guide's commands find the cluster as an operator's do: KUBECONFIG; ``edgehub``
+        is this checkout's, first on PATH."""
+        path = f"{pathlib.Path(EDGEHUB).parent}:{self.cluster.binaries.directory}:"
+        return {**os.environ, "KUBECONFIG": str(self.cluster.admin_kubeconfig),
+                "PATH": path + os.environ.get("PATH", "")}  # fmt: skip
+
+    @property
+    def hashes(self) -> dict[str, str]:
+        """Image -> hash of the hub template that runs it."""
+        return {
+            image: staticsetplanning.template_hash(
+                rs.yurthub_template(POOL) if image == rs.YURTHUB_IMAGE
+                else rs.edgehub_template(POOL, image)
+            )
+            for image in (rs.YURTHUB_IMAGE, rs.EDGEHUB_1, rs.EDGEHUB_2)
+        }  # fmt: skip
+
+    def sh(self, line: str) -> subprocess.CompletedProcess[str]:
+        """One line of the guide, run by ``sh`` as written."""
+        done = subprocess.run(["sh", "-c", line], env=self.env, capture_output=True, text=True,
+                              timeout=60, check=False)  # fmt: skip
+        assert done.returncode == 0, (line, done.stdout, done.stderr)
+        return done
 
     def rollout(self, *args: str) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
@@ -262,7 +298,11 @@ def pool(
         for name in NODES:
             cluster.kubectl("delete", "node", name, "--wait=false", check=False)
         cluster.kubectl("delete", "namespace", APPS, "--wait=false", check=False)
-        cluster.kubectl("delete", "yss", YSS, "-n", NS, "--wait=false", check=False)
+        cluster.kubectl("delete", "yss", YSS, "yurt-hub-cloud", "-n", NS, "--wait=false",
+                        check=False)  # fmt: skip
+        cluster.kubectl("delete", "deployment", "yurt-manager", "-n", NS, check=False)
+        cluster.kubectl("delete", "lease", "cloud-yurt-manager", "-n", NS, check=False)
+        cluster.kubectl("delete", "configmap", f"yurt-static-set-{YSS}", "-n", NS, check=False)
         cluster.kubectl("delete", "pods", "-n", NS, "--all", "--grace-period=0", "--force",
                         "--wait=false", check=False)  # fmt: skip
 
@@ -286,6 +326,22 @@ def test_a_pool_moves_from_yurthub_to_edgehub_and_back_with_no_hands_on_the_node
     }))  # fmt: skip
     pool.kubectl("create", "configmap", f"yurt-static-set-{YSS}", "-n", NS,
                  f"--from-literal=yurthub={rs.manifest(yurthub_tmpl, OPENYURT_HASH)}")  # fmt: skip
+    pool.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "apps.openyurt.io/v1alpha1", "kind": "YurtStaticSet",
+        "metadata": {"name": "yurt-hub-cloud", "namespace": NS},
+        "spec": {"staticPodManifest": "yurthub", "template": yurthub_tmpl,
+                 "upgradeStrategy": {"type": "AdvancedRollingUpdate", "maxUnavailable": 1}},
+    }))  # fmt: skip
+    # yurt-manager itself (its image never runs here) and its leader Lease, long expired.
+    pool.kubectl("create", "deployment", "yurt-manager", "-n", NS,
+                 "--image=openyurt/yurt-manager:v1.7.0")  # fmt: skip
+    stale = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(time.time() - 600))
+    pool.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "cloud-yurt-manager", "namespace": NS},
+        "spec": {"holderIdentity": "yurt-manager-0", "leaseDurationSeconds": 30,
+                 "renewTime": stale},
+    }))  # fmt: skip
 
     # Workloads kubelet must keep: two pods per node.
     pool.kubectl("create", "namespace", APPS)
@@ -333,19 +389,29 @@ def test_a_pool_moves_from_yurthub_to_edgehub_and_back_with_no_hands_on_the_node
         _eventually(lambda: not rs.ready_of(pool.api.get(f"/api/v1/nodes/{CUT}")), 180,
                     f"{CUT} NotReady", pool)  # fmt: skip
 
-        # The hand-over (docs/migrating.md): yurt-manager's YurtStaticSet controller stopped,
-        # one patch names edgehub the owner and sets edgehub's template; then the manager.
-        patch = {"metadata": {"annotations": {"edgehub.io/owner": "edgehub"}},
-                 "spec": {"template": rs.edgehub_template(POOL)}}  # fmt: skip
+        # The hand-over, as docs/migrating.md says it (its lines run as written).
         started = time.time()
-        pool.kubectl("patch", "yss", YSS, "-n", NS, "--type=merge", "-p", json.dumps(patch))
+        *kubectl_lines, manager_line, status_line = HANDOVER
+        for line in kubectl_lines:
+            pool.sh(line)
+        got = pool.yss()
+        assert got["spec"]["template"] == rs.edgehub_template(POOL)
+        assert got["metadata"]["annotations"]["edgehub.io/owner"] == "edgehub"
+        assert (
+            pool.api.get(f"/apis/apps/v1/namespaces/{NS}/deployments/yurt-manager")["spec"][
+                "replicas"
+            ]
+            == 0
+        )
+        # The manager with the line's flags, plus this test's own: its ports, no election, and
+        # the yurtstaticset controller alone (the others need what this cluster lacks).
         pool.manager = processes.Process(
             "manager",
-            [EDGEHUB, "manager", "--kubeconfig", str(pool.cluster.admin_kubeconfig),
-             "--leader-elect=false", "--controllers=yurtstaticset", "--bind-address=127.0.0.1",
-             "--health-port=0", "--webhook-port=0", "--yurtstaticset-owner=edgehub",
-             f"--static-pod-upgrade-image={rs.EDGEHUB_1}"],
+            [EDGEHUB, *shlex.split(manager_line)[1:], "--leader-elect=false",
+             "--controllers=yurtstaticset", "--bind-address=127.0.0.1", "--health-port=0",
+             "--webhook-port=0"],
             manager_log,
+            env=pool.env,
             die_with_parent=True,
         )  # fmt: skip
         pool.manager.start()
@@ -363,12 +429,15 @@ def test_a_pool_moves_from_yurthub_to_edgehub_and_back_with_no_hands_on_the_node
         # Where it stands, once roll-b's kubelet is seen back: roll-c offline, nothing else to
         # do, and the totals those of `kubectl get yss`.
         def standing() -> dict[str, Any] | None:
-            (row,) = json.loads(pool.rollout("status", "--pool", POOL, "-o", "json").stdout)[
-                "items"
-            ]
+            (row,) = json.loads(pool.sh(f"{status_line} --pool {POOL} -o json").stdout)["items"]
             return row if row["state"] == "Waiting for offline nodes" else None
 
         row = _eventually(standing, 120, "roll-a and roll-b done, roll-c offline", pool)
+        table = pool.sh(status_line).stdout.splitlines()
+        assert table[0].split()[:6] == ["NAMESPACE", "YURTSTATICSET", "POOL", "TOTAL",
+                                        "UPGRADED", "READY"], table  # fmt: skip
+        assert table[1].split()[:9] == [NS, YSS, POOL, "3", "2", str(row["ready"]), "0", "1",
+                                        "0"], table  # fmt: skip
         table = pool.kubectl("get", "yss", YSS, "-n", NS, "--no-headers").stdout.split()
         assert [str(row["total"]), str(row["ready"]), str(row["upgraded"])] == table[2:5], (
             row, table,
@@ -389,21 +458,21 @@ def test_a_pool_moves_from_yurthub_to_edgehub_and_back_with_no_hands_on_the_node
         for name, node in nodes.items():
             assert _metric_version(node) == "v0.1.0", name
             pool.answers_offline(node, edgehub=True)
-        revisions = pool.rollout("history", YSS, "-n", NS).stdout
-        assert rs.YURTHUB_IMAGE in revisions and rs.EDGEHUB_1 in revisions, revisions
 
-        # The second edgehub build, rolled out the same way.
+        # The second edgehub build, rolled out the same way (docs/rollout.md's lines).
         started = time.time()
-        upgrade = {"spec": {"template": rs.edgehub_template(POOL, rs.EDGEHUB_2)}}
-        pool.kubectl("patch", "yss", YSS, "-n", NS, "--type=merge", "-p", json.dumps(upgrade))
+        for line in UPGRADE:
+            pool.sh(line)
+        assert pool.yss()["spec"]["template"] == rs.edgehub_template(POOL, rs.EDGEHUB_2)
         pool.follow("upgrade edgehub 0.1.0 -> 0.2.0", started)
         for name, node in nodes.items():
             assert _metric_version(node) == "v0.2.0", name
             pool.answers_offline(node, edgehub=True)
 
         # Rolled back: to the first build, then the whole pool to YurtHub.
+        undo, history, undo_to_yurthub, hand_back, start_yurt_manager = ROLLBACK
         started = time.time()
-        said = pool.rollout("undo", "--pool", POOL).stdout
+        said = pool.sh(undo).stdout
         assert f"{NS}/{YSS}: rolling back to revision 2" in said, said
         pool.follow("rollback edgehub 0.2.0 -> 0.1.0", started)
         for name, node in nodes.items():
@@ -412,14 +481,28 @@ def test_a_pool_moves_from_yurthub_to_edgehub_and_back_with_no_hands_on_the_node
             # edgehub wrote nothing of YurtHub's (its own database and marker aside).
             assert _cache_digest(node) == digests[name], name
 
+        listed = pool.sh(history).stdout
+        assert [line.split()[:2] for line in listed.splitlines()[2:]] == [
+            ["1", pool.hashes[rs.YURTHUB_IMAGE]],
+            ["3", pool.hashes[rs.EDGEHUB_2]],
+            ["4", pool.hashes[rs.EDGEHUB_1]],
+        ], listed
         started = time.time()
-        said = pool.rollout("undo", "--pool", POOL, "--to-revision", "1").stdout
+        said = pool.sh(undo_to_yurthub).stdout
         assert "rolling back to revision 1" in said and rs.YURTHUB_IMAGE in said, said
         pool.follow("rollback edgehub 0.1.0 -> YurtHub v1.7.0", started)
         for name, node in nodes.items():
             assert node.runner.running_image("yurthub.yaml") == rs.YURTHUB_IMAGE  # type: ignore[union-attr]
             assert _metric_version(node) == yurthub_version, name
             pool.answers_offline(node, edgehub=False)
+        # Handed back to yurt-manager: edgehub leaves it alone from then on.
+        pool.sh(hand_back)
+        pool.sh(start_yurt_manager)
+        edgenodes.eventually(
+            lambda: "yurt-hub: edgehub.io/owner=yurt-manager, left to that owner"
+            in manager_log.read_text(),
+            60, "the manager leaving yurt-hub to yurt-manager", alive=pool.alive,
+        )  # fmt: skip
     finally:
         watch.stop()
         pool.watch.stop()
