@@ -183,14 +183,15 @@ def test_the_guides_node_commands_move_a_node_to_edgehub_and_back(
     assert "    - edgehub\n    - hub\n    - --v=2\n" in manifest.read_text()
     edgenodes.eventually(
         lambda: node.runner.running_image("yurthub.yaml") == rs.EDGEHUB_1  # type: ignore[union-attr]
-        and _get(f"{node.serve_url}/v1/readyz")[0] == 200,
+        and edgenodes.http("GET", f"{node.serve_url}/v1/readyz")[0] == 200,
         120, "edgehub ready", alive=node.check_alive,
     )  # fmt: skip
     node.wait_ready()
     assert status_line.startswith(CRICTL_EXEC), status_line
     code, said = node.runner.exec("yurthub.yaml", shlex.split(status_line[len(CRICTL_EXEC) :]))
     assert code == 0, said
-    assert "healthy" in said.lower(), said
+    assert "healthy" in said and "UNHEALTHY" not in said, said  # its apiserver
+    assert "kubelet" in said, said  # its cache, per component
     log = (node.workdir / "pods" / "logs" / "static-yurthub.yaml-yurt-hub.log").read_text()
     assert "imported YurtHub's cache" in log and "kubelet" in log
 
@@ -215,7 +216,7 @@ def test_the_guides_node_commands_move_a_node_to_edgehub_and_back(
     assert not list(cache.glob("cache.db*")) and not (cache / ".imported-from-yurthub").exists()
     edgenodes.eventually(
         lambda: node.runner.running_image("yurthub.yaml") == rs.YURTHUB_IMAGE  # type: ignore[union-attr]
-        and _get(f"{node.serve_url}/v1/readyz")[0] == 200,
+        and edgenodes.http("GET", f"{node.serve_url}/v1/readyz")[0] == 200,
         120, "YurtHub ready again", alive=node.check_alive,
     )  # fmt: skip
     node.wait_ready()
