@@ -18,11 +18,11 @@ the YurtStaticSet, a JSON ``Halt`` naming the template hash it applies to. While
 current template, no worker is created for the whole YurtStaticSet (running ones finish). The
 condition ``Halted`` in ``status.conditions`` and a Warning Event say the same (OpenYurt's
 YurtStaticSet status has no conditions: with OpenYurt's CRD the apiserver drops them, the
-annotation and the Event remain). The worker that halted it is annotated
-``edgehub.io/halted-rollout`` and kept (its log says why).
+annotation and the Event remain). The worker that halted it is kept (its log says why) and its
+uid recorded in ``edgehub.io/rollout-halted-by`` beside the halt.
 
 It resumes only when an operator says so: removing the annotation (``edgehub rollout resume``,
-or ``kubectl annotate yss/<name> edgehub.io/rollout-halted-``) deletes the annotated workers, so
+or ``kubectl annotate yss/<name> edgehub.io/rollout-halted-``) deletes the recorded workers, so
 a failed node is tried again and a node whose kubelet did not come back is left as it is; or
 changing the template (a fix, or ``edgehub rollout undo``): a halt of another hash no longer
 applies and is removed. An annotation that is not a ``Halt`` (say, ``edgehub rollout pause``
@@ -40,8 +40,10 @@ import orjson
 from kubecontrol import timestamps
 
 HALT_ANNOTATION = "edgehub.io/rollout-halted"
-MARK_ANNOTATION = "edgehub.io/halted-rollout"
-"""On a worker Pod: this worker halted the rollout (deleted when the rollout resumes)."""
+HALTED_BY_ANNOTATION = "edgehub.io/rollout-halted-by"
+"""On the YurtStaticSet: the uids of the workers that halted its rollout (kept while halted,
+deleted when it resumes). Written with the halt in one update; on the YurtStaticSet, so the
+controller needs no right to change Pods."""
 CONDITION = "Halted"
 
 WORKER_FAILED = "WorkerFailed"
@@ -103,15 +105,30 @@ def with_halt(obj: Mapping[str, Any], halt: Halt | None) -> dict[str, Any]:
     return {**obj, "metadata": meta}
 
 
-def marked(pod: Mapping[str, Any]) -> bool:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return isinstance(annotations, Mapping) and MARK_ANNOTATION in annotations
+MAX_HALTED_BY = 64
 
 
-def with_mark(pod: Mapping[str, Any], halt: Halt) -> dict[str, Any]:
-    meta = dict(pod.get("metadata") or {})
-    meta["annotations"] = {**(meta.get("annotations") or {}), MARK_ANNOTATION: halt.reason}
-    return {**pod, "metadata": meta}
+def halted_by(annotations: object) -> frozenset[str]:
+    """The uids of the workers that halted a rollout (``edgehub.io/rollout-halted-by``)."""
+    if not isinstance(annotations, Mapping):
+        return frozenset()
+    raw = annotations.get(HALTED_BY_ANNOTATION)
+    if not isinstance(raw, str):
+        return frozenset()
+    uids = [u.strip()[:64] for u in raw.split(",") if u.strip()]
+    return frozenset(uids[:MAX_HALTED_BY])
+
+
+def with_halted_by(obj: Mapping[str, Any], workers: frozenset[str]) -> dict[str, Any]:
+    """``obj`` with the halted-by annotation set to ``workers`` (removed when empty)."""
+    meta = dict(obj.get("metadata") or {})
+    annotations = dict(meta.get("annotations") or {})
+    if workers:
+        annotations[HALTED_BY_ANNOTATION] = ",".join(sorted(workers)[:MAX_HALTED_BY])
+    else:
+        annotations.pop(HALTED_BY_ANNOTATION, None)
+    meta["annotations"] = annotations
+    return {**obj, "metadata": meta}
 
 
 # -- what a worker Pod says about its end

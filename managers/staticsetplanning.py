@@ -32,8 +32,8 @@ Decisions (OpenYurt's, with the differences a careful user expects, each marked 
   the reconcile).
 * Halts (``staticsethalts``): a Failed worker of the current hash, or a node whose kubelet
   did not come back within ``ready_timeout``, halts the whole YurtStaticSet: no worker is
-  created until an operator resumes it (the halt annotation removed: the workers marked with
-  it are deleted, a failed node tried again) or changes the template.
+  created until an operator resumes it (the halt annotation removed: the workers recorded
+  with it are deleted, a failed node tried again) or changes the template.
 * OTA: no workers; every mirror Pod gets condition ``PodNeedUpgrade`` True when it needs the
   upgrade, False when it runs the latest template (the node's hub takes it when asked).
 * [quirk] The hash: OpenYurt's is FNV-32a over Go's ``spew`` dump of the PodTemplateSpec, which
@@ -283,7 +283,7 @@ class Worker:
     ended: float | None = None
     """When its container ended (``terminated.finishedAt``), epoch seconds."""
     marked: bool = False
-    """Annotated as the worker that halted the rollout."""
+    """Recorded as a worker that halted the rollout (``staticsethalts.halted_by``)."""
     message: str = ""
     """Why it failed (its termination message), for a Failed worker."""
 
@@ -301,6 +301,8 @@ class Facts:
     """worker name -> when it was first seen Succeeded, for a worker reporting no end time."""
     ready_timeout: float = 120.0
     """Seconds a node's kubelet has to come back after its worker ended."""
+    halted_by: frozenset[str] = frozenset()
+    """The uids the YurtStaticSet records as having halted its rollout."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -329,7 +331,9 @@ class Plan:
     clear_halt: bool = False
     """The recorded halt names another template: remove it."""
     mark: tuple[Worker, ...] = ()
-    """Workers to annotate as the ones that halted the rollout."""
+    """Workers found to halt the rollout now (their uids join ``halted_by``)."""
+    halted_by: frozenset[str] | None = None
+    """The uids to record as having halted the rollout, when they differ from the recorded."""
     resumed: tuple[Worker, ...] = ()
     """Marked workers deleted because the rollout was resumed (among ``delete``)."""
 
@@ -347,8 +351,10 @@ def gather(
     digest: str,
     node_of: Callable[[str], Mapping[str, Any] | None],
     pods: Sequence[Mapping[str, Any]],
+    halted_by: frozenset[str] = frozenset(),
 ) -> tuple[list[NodeState], list[Worker]]:
-    """The nodes running the static Pod and the workers of ``spec``, from the namespace's Pods."""
+    """The nodes running the static Pod and the workers of ``spec``, from the namespace's Pods
+    (``halted_by``: the uids recorded as having halted its rollout)."""
     states: list[NodeState] = []
     workers: list[Worker] = []
     worker_prefix = f"{WORKER_PREFIX}{spec.name}-"
@@ -386,7 +392,7 @@ def gather(
                     phase=phase,
                     current=(meta.get("annotations") or {}).get(HASH_ANNOTATION) == digest,
                     ended=staticsethalts.finished_at(pod),
-                    marked=staticsethalts.marked(pod),
+                    marked=str(meta.get("uid") or "") in halted_by,
                     message=staticsethalts.failure_message(pod) if phase == "Failed" else "",
                 )
             )
@@ -404,7 +410,7 @@ def plan(
     """What to do now for ``spec`` (which must have no problems); ``node_of`` finds a Node."""
     facts = facts or Facts()
     digest = template_hash(spec.template)
-    states, workers = gather(spec, digest, node_of, pods)
+    states, workers = gather(spec, digest, node_of, pods, facts.halted_by)
     status = {
         "totalNumber": len(states),
         "readyNumber": sum(s.pod_ready for s in states),
@@ -484,6 +490,11 @@ def plan(
         halted = new_halt
     mark = tuple(t[0] for t in troubles) if halted is not None else ()
     gone = {w.name for w in delete}
+    # What stays recorded: the recorded workers still there (and not deleted now), and the
+    # ones that halt it now; written only when that differs.
+    keep = frozenset(w.uid for w in workers if w.marked and w.name not in gone)
+    keep |= {w.uid for w in mark}
+    halted_by = keep if keep != facts.halted_by else None
     if halted is not None:
         return Plan(
             digest,
@@ -497,6 +508,7 @@ def plan(
             halt=new_halt,
             clear_halt=clear,
             mark=mark,
+            halted_by=halted_by,
             resumed=tuple(resumed),
         )
     # Every worker still running holds a slot, whatever its hash (one upgrade per node at a
@@ -528,6 +540,7 @@ def plan(
         verifying=tuple(verifying),
         recheck=recheck,
         clear_halt=clear,
+        halted_by=halted_by,
         resumed=tuple(resumed),
     )
 

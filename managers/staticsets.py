@@ -30,8 +30,8 @@ couple of seconds until its kubelet is seen back or the deadline passes: only th
 upgraded, never a watch of every node's Lease.
 
 RBAC (manifests/manager/staticset-rbac.yaml): yurtstaticsets get/list/watch/update,
-yurtstaticsets/status update, pods get/list/watch/create/update/delete (update: the mark on a
-worker that halted the rollout), pods/status update, nodes list/watch, configmaps
+yurtstaticsets/status update, pods get/list/watch/create/delete, pods/status update, nodes
+list/watch, configmaps
 get/create/update, controllerrevisions list/create/update/delete, leases get/list/watch
 (kube-system, yurt-manager's) and get (kube-node-lease), events create.
 """
@@ -237,13 +237,21 @@ class StaticSets:
                 return None  # its event brings the annotated object back here
             pods = self.pods_of(key)
             digest = staticsetplanning.template_hash(spec.template)
-            _, workers = staticsetplanning.gather(spec, digest, self._node, pods)
+            _, workers = staticsetplanning.gather(
+                spec,
+                digest,
+                self._node,
+                pods,
+                staticsethalts.halted_by((obj.get("metadata") or {}).get("annotations")),
+            )
             now = time.time()
             self._note_ended(workers, now)
             renewals = {n: await self._renewed(n) for n in staticsetplanning.awaiting(workers)}
+            annotations = (obj.get("metadata") or {}).get("annotations")
             facts = staticsetplanning.Facts(
                 now=now,
-                halt=staticsethalts.read((obj.get("metadata") or {}).get("annotations")),
+                halt=staticsethalts.read(annotations),
+                halted_by=staticsethalts.halted_by(annotations),
                 renewals=renewals,
                 seen_ended=self._seen_ended,
                 ready_timeout=self.ready_timeout,
@@ -285,7 +293,7 @@ class StaticSets:
         ns = spec.namespace
         try:
             if decided.clear_halt:
-                await self._write_halt(obj, spec, None)
+                await self._write_halt(obj, spec, None, decided.halted_by)
                 await self.recorder.post(
                     _typed(obj),
                     "Normal",
@@ -295,7 +303,7 @@ class StaticSets:
                 )
                 return None  # the updated object comes back here
             if decided.halt is not None:
-                await self._write_halt(obj, spec, decided.halt)
+                obj = await self._write_halt(obj, spec, decided.halt, decided.halted_by)
                 halt = decided.halt
                 where = f"node {halt.node}: " if halt.node else ""
                 logger.warning(
@@ -313,13 +321,12 @@ class StaticSets:
                     f"{where}{halt.reason}: {halt.message}; no node is started until resumed "
                     "(remove annotation edgehub.io/rollout-halted, or change the template)",
                 )
+            elif decided.halted_by is not None:  # the workers that halted it, recorded
+                obj = await self._write_halt(obj, spec, None, decided.halted_by, keep_halt=True)
             await self._record_revision(key, obj, spec, decided.digest)
             # Before workers mount it, the ConfigMap is read again (one deleted by hand is
             # written back); otherwise the hash last written is trusted.
             await self._sync_configmap(key, spec, decided.digest, verify=bool(decided.create))
-            if decided.halted is not None:
-                for worker in decided.mark:
-                    await self._mark(ns, worker, decided.halted)
             for worker in decided.delete:
                 try:
                     await self.api.delete(kubeapi.PODS, ns, worker.name, uid=worker.uid)
@@ -377,20 +384,23 @@ class StaticSets:
         return decided.recheck
 
     async def _write_halt(
-        self, obj: dict[str, Any], spec: staticsetplanning.Spec, halt: staticsethalts.Halt | None
-    ) -> None:
-        body = _typed(staticsethalts.with_halt(obj, halt))
-        await self.api.replace(staticsetplanning.YURT_STATIC_SETS, spec.namespace, spec.name, body)
-
-    async def _mark(
-        self, ns: str, worker: staticsetplanning.Worker, halt: staticsethalts.Halt
-    ) -> None:
-        """Annotate the worker that halted the rollout (kept for its log; deleted on resume)."""
-        pod = self.pods.store.get((ns, worker.name))
-        if pod is None or staticsethalts.marked(pod):
-            return
-        body = {**staticsethalts.with_mark(pod, halt), "apiVersion": "v1", "kind": "Pod"}
-        await self.api.replace(kubeapi.PODS, ns, worker.name, body)
+        self,
+        obj: dict[str, Any],
+        spec: staticsetplanning.Spec,
+        halt: staticsethalts.Halt | None,
+        workers: frozenset[str] | None,
+        *,
+        keep_halt: bool = False,
+    ) -> dict[str, Any]:
+        """Write the halt annotation (``halt``, None: removed; ``keep_halt``: left as it is)
+        and the workers that halted it (``workers``; None: left as they are) in one update;
+        the stored object."""
+        body = dict(obj) if keep_halt else staticsethalts.with_halt(obj, halt)
+        if workers is not None:
+            body = staticsethalts.with_halted_by(body, workers)
+        return await self.api.replace(
+            staticsetplanning.YURT_STATIC_SETS, spec.namespace, spec.name, _typed(body)
+        )
 
     async def _write_status(
         self, obj: dict[str, Any], spec: staticsetplanning.Spec, decided: staticsetplanning.Plan

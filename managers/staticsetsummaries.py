@@ -133,7 +133,8 @@ def summarize(
         return [dataclasses.replace(base, problems=spec.problems)]
     digest = staticsetplanning.template_hash(spec.template)
     halt = recorded if recorded is not None and recorded.applies_to(digest) else None
-    states, workers = staticsetplanning.gather(spec, digest, node_of, pods)
+    halted_by = staticsethalts.halted_by(meta.get("annotations"))
+    states, workers = staticsetplanning.gather(spec, digest, node_of, pods, halted_by)
     current = {w.node: w for w in workers if w.current}
     per_pool: dict[str, list[tuple[staticsetplanning.NodeState, str]]] = {}
     for s in states:

@@ -2,10 +2,11 @@
 simulated apiserver, and the operator's side through the installed ``edgehub rollout``
 command (a process, as an operator runs it):
 
-* a failed worker halts the whole YurtStaticSet: the annotation, the ``Halted`` condition, a
-  Warning Event, the worker kept and marked, no other node started; ``rollout status`` says so
-  and its totals are the YurtStaticSet's status (what ``kubectl get yss`` prints);
-* ``rollout resume`` deletes the marked worker and the node is tried again;
+* a failed worker halts the whole YurtStaticSet: the annotations (the halt, and the worker's
+  uid), the ``Halted`` condition, a Warning Event, the worker kept, no other node started;
+  ``rollout status`` says so and its totals are the YurtStaticSet's status (what ``kubectl
+  get yss`` prints);
+* ``rollout resume`` deletes the recorded worker and the node is tried again;
 * a node whose kubelet is not seen back after its worker succeeded halts it too;
 * changing the template lifts a halt of the old one; ``rollout undo --pool`` writes the
   previous template back (``history`` lists both) and it is rolled out the same way;
@@ -110,9 +111,8 @@ async def test_a_halted_rollout_waits_for_the_operator(
         condition = halted_condition(sim)
         assert condition is not None and condition["status"] == "True"
         assert condition["reason"] == "WorkerFailed" and "node a" in condition["message"]
-        await eventually(
-            lambda: staticsethalts.MARK_ANNOTATION in workers(sim)["a"]["metadata"]["annotations"]
-        )
+        recorded = sim.state.get("yurtstaticsets", NS, "hub")["metadata"]["annotations"]
+        assert staticsethalts.halted_by(recorded) == {first}  # written with the halt
         assert any("no node is started until resumed" in m for m in events(sim, "RolloutHalted"))
         assert list(workers(sim)) == ["a"] and workers(sim)["a"]["metadata"]["uid"] == first
         row = await rows(sim)
@@ -128,7 +128,7 @@ async def test_a_halted_rollout_waits_for_the_operator(
         table = await rollout(sim, "status")
         assert table.returncode == 0 and "Halted (WorkerFailed)" in table.stdout, table
 
-        # The operator resumes: the marked worker goes, a is tried again.
+        # The operator resumes: the recorded worker goes, a is tried again.
         done = await rollout(sim, "resume", "--pool", POOL)
         assert done.returncode == 0 and "kube-system/hub: resumed" in done.stdout, done
         await eventually(
@@ -145,7 +145,15 @@ async def test_a_halted_rollout_waits_for_the_operator(
         halt = halt_of(sim)
         assert halt is not None and halt.reason == "NodeNotReady" and halt.node == "a"
         assert "Lease was not renewed" in halt.message
-        assert list(workers(sim)) == ["a"]  # kept and marked, nothing new
+        assert list(workers(sim)) == ["a"]  # kept and recorded, nothing new
+        await eventually(
+            lambda: (
+                staticsethalts.halted_by(
+                    sim.state.get("yurtstaticsets", NS, "hub")["metadata"]["annotations"]
+                )
+                == {workers(sim)["a"]["metadata"]["uid"]}
+            )
+        )
         row = await rows(sim)
         assert (row["upgraded"], row["failed"], row["nodes"]["a"]) == (1, 1, "failed")
 

@@ -62,12 +62,8 @@ def mirror(name: str, digest: str = "old") -> dict[str, Any]:
     }
 
 
-def worker(
-    name: str, phase: str, *, ended: str | None = ENDED, marked: bool = False
-) -> dict[str, Any]:
+def worker(name: str, phase: str, *, ended: str | None = ENDED) -> dict[str, Any]:
     annotations = {staticsetplanning.HASH_ANNOTATION: LATEST}
-    if marked:
-        annotations[staticsethalts.MARK_ANNOTATION] = "WorkerFailed"
     status: dict[str, Any] = {"phase": phase}
     if ended is not None:
         status["containerStatuses"] = [
@@ -96,10 +92,12 @@ def plan(
     renewals: dict[str, float | None] | None = None,
     nodes: dict[str, dict[str, Any]] | None = None,
     seen: dict[str, float] | None = None,
+    halted_by: frozenset[str] = frozenset(),
 ) -> staticsetplanning.Plan:
     facts = staticsetplanning.Facts(
         now=NOW,
         halt=halt,
+        halted_by=halted_by,
         renewals=renewals or {},
         seen_ended=seen or {},
         ready_timeout=120.0,
@@ -145,6 +143,7 @@ def test_past_the_deadline_the_whole_yurtstaticset_halts() -> None:
     assert halt.worker == late["metadata"]["name"]
     assert "within 120 s" in halt.message and "Lease was not renewed" in halt.message
     assert decided.create == () and [w.node for w in decided.mark] == ["a"]
+    assert decided.halted_by == {"w-a"}  # recorded with the halt
     assert decided.delete == ()  # kept: its log says what it saw
 
 
@@ -160,22 +159,27 @@ def test_a_worker_without_an_end_time_is_timed_from_when_it_was_first_seen() -> 
 def test_a_recorded_halt_starts_nobody_and_marks_what_fails_meanwhile() -> None:
     halt = staticsethalts.Halt(hash=LATEST, node="a", reason="WorkerFailed", message="m")
     decided = plan(
-        [mirror("a"), mirror("b"), mirror("c"), worker("a", "Failed", marked=True),
-         worker("b", "Failed")],
+        [mirror("a"), mirror("b"), mirror("c"), worker("a", "Failed"), worker("b", "Failed")],
         halt=halt,
-    )  # fmt: skip
+        halted_by=frozenset({"w-a"}),
+    )
     assert decided.create == () and decided.delete == () and decided.halt is None
     assert decided.halted == halt and [w.node for w in decided.mark] == ["b"]
+    assert decided.halted_by == {"w-a", "w-b"}  # b recorded beside a
     assert decided.waiting == 3
+    again = plan([mirror("a"), worker("a", "Failed")], halt=halt, halted_by=frozenset({"w-a"}))
+    assert again.halted_by is None  # recorded already: nothing to write
 
 
 def test_removing_the_annotation_resumes_deleting_the_marked_workers() -> None:
     decided = plan(
-        [mirror("a"), mirror("b", LATEST), mirror("c"), worker("a", "Failed", marked=True),
-         worker("b", "Succeeded", marked=True)],
+        [mirror("a"), mirror("b", LATEST), mirror("c"), worker("a", "Failed"),
+         worker("b", "Succeeded")],
+        halted_by=frozenset({"w-a", "w-b"}),
     )  # fmt: skip
     assert sorted(w.node for w in decided.delete) == ["a", "b"]
     assert sorted(w.node for w in decided.resumed) == ["a", "b"]
+    assert decided.halted_by == frozenset()  # the record goes with them
     # a keeps its slot: it is tried again once its old worker (same name) is gone.
     assert decided.create == () and decided.halted is None
 
@@ -202,6 +206,18 @@ def test_several_failures_halt_once_naming_the_first() -> None:
     assert decided.halt is not None and decided.halt.node == "a"
     assert decided.halt.message.endswith("(also: b)")
     assert [w.node for w in decided.mark] == ["a", "b"]
+
+
+def test_the_workers_that_halted_it_are_recorded_on_the_yurtstaticset() -> None:
+    obj = staticsethalts.with_halted_by({"metadata": {"annotations": {"x": "y"}}},
+                                        frozenset({"u2", "u1"}))  # fmt: skip
+    annotations = obj["metadata"]["annotations"]
+    assert annotations == {"x": "y", staticsethalts.HALTED_BY_ANNOTATION: "u1,u2"}
+    assert staticsethalts.halted_by(annotations) == {"u1", "u2"}
+    cleared = staticsethalts.with_halted_by(obj, frozenset())
+    assert cleared["metadata"]["annotations"] == {"x": "y"}
+    many = {staticsethalts.HALTED_BY_ANNOTATION: ",".join(f"u{i}" for i in range(500))}
+    assert len(staticsethalts.halted_by(many)) == staticsethalts.MAX_HALTED_BY
 
 
 def test_the_halt_annotation_round_trips_and_is_bounded() -> None:
