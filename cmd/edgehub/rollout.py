@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 
 import click
 
-from edgehub import cli
+from edgehub import cli, helpgroups
 from kubecontrol import kubeapi
 from managers import staticsethalts, staticsetplanning, staticsetrevisions, staticsetsummaries
 
@@ -136,12 +136,16 @@ def _selection(func: Any) -> Any:
     return func
 
 
-@click.group("rollout", context_settings=cli.COMMAND_CONTEXT)
+@click.group(
+    "rollout", cls=helpgroups.Group, topics="rollout", context_settings=cli.COMMAND_CONTEXT
+)
 def command() -> None:
     """Where YurtStaticSet rollouts stand per pool; undo, resume, pause (docs/rollout.md)."""
 
 
-@command.command("status", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    "status", cls=helpgroups.Command, topics="rollout status", context_settings=cli.COMMAND_CONTEXT
+)
 @click.option("--pool", default=None, help="Only this pool's rows.")
 @click.option(
     "-n", "--namespace", default=None, help="Only this namespace (default: all namespaces)."
@@ -192,7 +196,12 @@ def status(pool: str | None, namespace: str | None, output: str, kubeconfig: Pat
         click.echo("   ".join([*cells, row[-1]]))
 
 
-@command.command("history", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    "history",
+    cls=helpgroups.Command,
+    topics="rollout history",
+    context_settings=cli.COMMAND_CONTEXT,
+)
 @_selection
 def history(
     name: str | None, namespace: str | None, pool: str | None, kubeconfig: Path | None
@@ -231,7 +240,9 @@ async def _revisions(
     return staticsetrevisions.owned(listed.items, uid)
 
 
-@command.command("undo", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    "undo", cls=helpgroups.Command, topics="rollout undo", context_settings=cli.COMMAND_CONTEXT
+)
 @_selection
 @click.option(
     "--to-revision",
@@ -273,7 +284,9 @@ def undo(
         click.echo(line)
 
 
-@command.command("resume", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    "resume", cls=helpgroups.Command, topics="rollout resume", context_settings=cli.COMMAND_CONTEXT
+)
 @_selection
 def resume(
     name: str | None, namespace: str | None, pool: str | None, kubeconfig: Path | None
@@ -299,7 +312,9 @@ def resume(
         click.echo(line)
 
 
-@command.command("pause", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    "pause", cls=helpgroups.Command, topics="rollout pause", context_settings=cli.COMMAND_CONTEXT
+)
 @_selection
 @click.option("--reason", default="paused by edgehub rollout pause", help="Why (shown in status).")
 def pause(
