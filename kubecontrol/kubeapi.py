@@ -46,6 +46,10 @@ MAX_EVENT_BYTES = 4 * 1024 * 1024
 JSONObject = dict[str, Any]
 
 
+# A paginated list longer than this many pages is refused (5 million objects at 500 a page):
+# an apiserver (or proxy) that hands out continue tokens for ever must not keep us listing.
+MAX_LIST_PAGES = 10_000
+
 # A Status message longer than this is cut: it ends up in Events and log lines.
 MAX_DETAIL_CHARS = 1024
 
@@ -250,6 +254,7 @@ class KubeApi:
         *,
         query: list[tuple[str, str]] | None = None,
         body: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
     ) -> JSONObject:
         what = f"{method} {path}"
         try:
@@ -257,7 +262,7 @@ class KubeApi:
                 path,
                 method,
                 query_params=query or [],
-                header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                header_params={"Accept": "application/json", "Content-Type": content_type},
                 body=dict(body) if body is not None else None,
                 response_types_map={200: "object", 201: "object", 202: "object"},
                 auth_settings=["BearerToken"],
@@ -284,6 +289,42 @@ class KubeApi:
         items = result.get("items") or []
         rv = str((result.get("metadata") or {}).get("resourceVersion") or "")
         return ObjectList([i for i in items if isinstance(i, dict)], rv)
+
+    async def list_pages(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+    ) -> AsyncIterator[ObjectList]:
+        """The same list as ``list``, in pages of at most ``limit`` objects (``limit`` and
+        ``continue``, as client-go's pager), so a caller that keeps less than whole objects
+        never holds the whole answer at once. Every page carries the list's resourceVersion
+        (the snapshot the first page pinned). ``Gone`` when the continue token expired
+        meanwhile (etcd compacted it): list again from the start."""
+        if limit < 1:
+            raise ValueError("a page holds at least one object")
+        selectors = _selectors(label_selector, field_selector)
+        token = ""
+        pages = 0
+        while True:
+            query = [*selectors, ("limit", str(limit))]
+            if token:
+                query.append(("continue", token))
+            result = await self._call("GET", resource.path(namespace), query=query)
+            meta = result.get("metadata") or {}
+            items = result.get("items") or []
+            rv = str(meta.get("resourceVersion") or "")
+            token = str(meta.get("continue") or "")
+            pages += 1
+            yield ObjectList([i for i in items if isinstance(i, dict)], rv)
+            del result, items
+            if not token:
+                return
+            if pages >= MAX_LIST_PAGES:
+                raise KubeError(f"list {resource.path(namespace)}: more than {pages} pages")
 
     async def get(self, resource: Resource, namespace: str, name: str) -> JSONObject:
         return await self._call("GET", resource.path(namespace, name))
@@ -324,6 +365,26 @@ class KubeApi:
         """PUT (of the object, or of ``subresource`` such as a CSR's ``approval``); a
         ``metadata.resourceVersion`` in ``body`` makes it conditional (409 on a race)."""
         return await self._call("PUT", resource.path(namespace, name, subresource), body=body)
+
+    async def patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
+    ) -> JSONObject:
+        """A JSON merge patch (RFC 7386) of the object or ``subresource``: only the fields
+        ``body`` names change (a list is replaced whole, ``None`` removes a key). A
+        ``metadata.resourceVersion`` in ``body`` makes it conditional: 409 when the object
+        changed since (the apiserver compares the patched object's resourceVersion)."""
+        return await self._call(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            body=body,
+            content_type="application/merge-patch+json",
+        )
 
     async def delete(
         self,

@@ -1,0 +1,227 @@
+"""Keeping only what the controllers read of an object, at ingest (pure, apart from a bounded
+memo the caller owns).
+
+A reflector's store holds every object its list+watch matches for as long as the process runs:
+at 50,000 Pods, a whole Pod (containers, env, volumes, status) costs several kilobytes of
+Python objects each, where the autonomy controller reads a name, a node name, two tolerations
+and two annotations. A ``Shape`` names what to keep; ``Shape.trimmer(sharing)`` is the function a
+reflector applies to every listed and watched object before it stores or hands it on:
+
+* ``Fields({...}, rest=None)``: a mapping keeping only the listed keys, each by its own spec
+  (``rest``: the spec of every other key; None drops them). A plain dict in a shape is read as
+  ``Fields`` of it.
+* ``KEEP``: the value as it came. ``DROP``: not kept (in ``Fields`` beside ``rest``).
+* ``INTERN``: strings through ``sys.intern`` (one object per distinct string while any holder
+  lives: namespaces, node names, label keys and values repeat across thousands of objects);
+  containers are copied with their strings interned.
+* ``Items(spec, where=...)``: a list whose items are trimmed by ``spec``; ``where`` keeps only
+  the items it accepts (a node's ``Ready`` condition, say).
+* ``Shared(spec)``: trimmed by ``spec``, then one object for every equal value (``Sharing``,
+  a memo bounded in entries): the two default tolerations of 50,000 pods, or their status
+  ``{"phase": "Running"}``, are one list and one dict. For values that repeat; a value that is
+  unique per object only costs a memo entry.
+
+An empty mapping or list that trimming leaves (annotations of which none is kept) is left out,
+so consumers read fields with ``.get(...) or {}`` as they already must. ``Shape.keep`` may refuse
+whole objects (the reflector then holds nothing of them).
+
+Danger: a shared value is one object for many stored objects: consumers must treat stored
+objects as read-only (copy before changing, as client-go asks of its caches). Every
+controller already builds new bodies for its writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+JSONObject = dict[str, Any]
+Trim = Callable[[JSONObject], JSONObject | None]
+
+
+class _Marker:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+KEEP = _Marker("KEEP")
+INTERN = _Marker("INTERN")
+DROP = _Marker("DROP")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Fields:
+    fields: Mapping[str, Spec]
+    rest: Spec | None = None
+    """The spec of keys not in ``fields`` (None: dropped)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Items:
+    item: Spec
+    where: Callable[[Any], bool] | None = None
+    """Items it refuses are left out (applied before ``item``)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Shared:
+    inner: Spec = KEEP
+
+
+Spec = _Marker | Fields | Items | Shared | Mapping[str, Any]
+
+_ABSENT = object()
+_IDENTITY = ("name", "namespace", "resourceVersion")
+
+
+class Sharing:
+    """The memo of ``Shared`` values: frozen value -> the one object stored for it. Bounded:
+    once it holds ``max_entries`` values it starts over (objects already trimmed keep theirs;
+    later equal values get a new shared object)."""
+
+    def __init__(self, max_entries: int = 16384) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be positive")
+        self.max_entries = max_entries
+        self._memo: dict[Any, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._memo)
+
+    def share(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return sys.intern(value)
+        if not isinstance(value, dict | list):
+            return value
+        try:
+            frozen = _frozen(value)
+        except TypeError:  # not JSON data: kept as it is
+            return value
+        found = self._memo.get(frozen, _ABSENT)
+        if found is not _ABSENT:
+            return found
+        if len(self._memo) >= self.max_entries:
+            self._memo.clear()
+        own = _interned(value)
+        self._memo[frozen] = own
+        return own
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable image of JSON data (dicts and lists tagged apart: {} != [])."""
+    if isinstance(value, dict):
+        return ("{", tuple(sorted((k, _frozen(v)) for k, v in value.items())))
+    if isinstance(value, list):
+        return ("[", tuple(_frozen(v) for v in value))
+    hash(value)
+    return value
+
+
+def _interned(value: Any) -> Any:
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, dict):
+        return {sys.intern(k) if isinstance(k, str) else k: _interned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interned(v) for v in value]
+    return value
+
+
+def _fields_of(spec: Spec) -> Fields | None:
+    if isinstance(spec, Fields):
+        return spec
+    if isinstance(spec, Mapping):
+        return Fields(spec)
+    return None
+
+
+def _trim(value: Any, spec: Spec, sharing: Sharing) -> Any:
+    """``value`` trimmed by ``spec``; ``_ABSENT`` when nothing of it is kept."""
+    if spec is KEEP:
+        return value
+    if spec is DROP:
+        return _ABSENT
+    if spec is INTERN:
+        return _interned(value)
+    if isinstance(spec, Shared):
+        inner = _trim(value, spec.inner, sharing)
+        return inner if inner is _ABSENT else sharing.share(inner)
+    if isinstance(spec, Items):
+        if not isinstance(value, list):
+            return _ABSENT
+        kept = []
+        for item in value:
+            if spec.where is not None and not spec.where(item):
+                continue
+            trimmed = _trim(item, spec.item, sharing)
+            if trimmed is not _ABSENT:
+                kept.append(trimmed)
+        return kept or _ABSENT
+    fields = _fields_of(spec)
+    if fields is None:
+        raise TypeError(f"not a trimming spec: {spec!r}")
+    if not isinstance(value, dict):
+        return _ABSENT
+    out: JSONObject = {}
+    for key, item in value.items():
+        sub = fields.fields.get(key, fields.rest)
+        if sub is None:
+            continue
+        trimmed = _trim(item, sub, sharing)
+        if trimmed is not _ABSENT:
+            # One key object for all stored objects (a decoded document has its own).
+            out[sys.intern(key) if type(key) is str else key] = trimmed
+    return out or _ABSENT
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Shape:
+    """What a reflector keeps of each object: ``fields`` (the root mapping's spec) of the
+    objects ``keep`` accepts (None: all)."""
+
+    fields: Mapping[str, Any] | Fields
+    keep: Callable[[JSONObject], bool] | None = None
+    name: str = ""
+    """For log lines and metrics (``pods:autonomy``)."""
+
+    def __post_init__(self) -> None:
+        root = _fields_of(self.fields)
+        if root is None:
+            raise TypeError("a shape's root is a mapping of fields")
+        meta = root.fields.get("metadata", root.rest)
+        meta_fields = _fields_of(meta) if meta is not None else None
+        if meta is not KEEP and meta_fields is None:
+            raise ValueError("a shape keeps metadata (name, namespace, resourceVersion)")
+        if meta_fields is not None and meta_fields.rest is not KEEP:
+            missing = [k for k in _IDENTITY if k not in meta_fields.fields]
+            if missing or any(meta_fields.fields[k] is DROP for k in _IDENTITY):
+                raise ValueError(f"a shape keeps metadata {', '.join(_IDENTITY)}")
+
+    def trim(self, obj: JSONObject, sharing: Sharing) -> JSONObject | None:
+        """The kept part of ``obj``; None when ``keep`` refuses it."""
+        if self.keep is not None and not self.keep(obj):
+            return None
+        trimmed = _trim(obj, self.fields, sharing)
+        return {} if trimmed is _ABSENT else trimmed
+
+    def trimmer(self, sharing: Sharing) -> Trim:
+        def trim(obj: JSONObject) -> JSONObject | None:
+            return self.trim(obj, sharing)
+
+        return trim
+
+
+WITHOUT_MANAGED_FIELDS = Shape(
+    Fields({"metadata": Fields({"managedFields": DROP}, rest=KEEP)}, rest=KEEP),
+    name="without-managedFields",
+)
+"""Everything but ``metadata.managedFields`` (server-side apply's bookkeeping, which no
+controller reads; often the largest part of a small object). A PUT of such an object keeps
+the apiserver's managedFields: an update that omits them leaves them as they are."""
