@@ -115,13 +115,16 @@ class Sharing:
 
 
 def _frozen(value: Any) -> Any:
-    """A hashable image of JSON data (dicts and lists tagged apart: {} != [])."""
+    """A hashable image of JSON data: dicts and lists tagged apart ({} != []), and scalars
+    other than strings with their type (True, 1 and 1.0 are equal in Python, not in JSON)."""
+    if isinstance(value, str):
+        return value
     if isinstance(value, dict):
         return ("{", tuple(sorted((k, _frozen(v)) for k, v in value.items())))
     if isinstance(value, list):
         return ("[", tuple(_frozen(v) for v in value))
     hash(value)
-    return value
+    return (type(value), value)
 
 
 def _interned(value: Any) -> Any:
