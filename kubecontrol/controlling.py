@@ -147,10 +147,8 @@ class Controller:
                 absent_hint=absent_hint,
             )
         else:
-            trim = None
             if shape is not None:
                 self._sharing = self._sharing or trimming.Sharing()
-                trim = shape.trimmer(self._sharing)
             reflector = watching.Reflector(
                 api,
                 resource,
@@ -163,7 +161,8 @@ class Controller:
                 field_selector=field_selector,
                 absent_hint=absent_hint,
                 said_hints=self._said_hints,
-                trim=trim,
+                shape=shape,
+                sharing=self._sharing,
             )
             self._own.append(reflector)
         self.reflectors.append(reflector)

@@ -84,7 +84,8 @@ class Informers:
             field_selector=field_selector,
             absent_hint=absent_hint,
             said_hints=self._said_hints,
-            trim=chosen.trimmer(self.sharing) if chosen is not None else None,
+            shape=chosen,
+            sharing=self.sharing,
             page_size=s.page_size,
         )
         self.reflectors[scope] = reflector

@@ -10,12 +10,14 @@ reflector applies to every listed and watched object before it stores or hands i
 * ``Fields({...}, rest=None)``: a mapping keeping only the listed keys, each by its own spec
   (``rest``: the spec of every other key; None drops them). A plain dict in a shape is read as
   ``Fields`` of it.
-* ``KEEP``: the value as it came. ``DROP``: not kept (in ``Fields`` beside ``rest``).
+* ``KEEP``: the value as it came, in objects of its own (strings copied, containers rebuilt:
+  nothing kept pins the decoded page in memory). ``DROP``: not kept (in ``Fields`` beside
+  ``rest``).
 * ``INTERN``: strings through ``sys.intern`` (one object per distinct string while any holder
   lives: namespaces, node names, label keys and values repeat across thousands of objects);
-  containers are copied with their strings interned.
+  containers are rebuilt with their strings interned.
 * ``Items(spec, where=...)``: a list whose items are trimmed by ``spec``; ``where`` keeps only
-  the items it accepts (a node's ``Ready`` condition, say).
+  the (trimmed) items it accepts (a node's ``Ready`` condition, say).
 * ``Shared(spec)``: trimmed by ``spec``, then one object for every equal value (``Sharing``,
   a memo bounded in entries): the two default tolerations of 50,000 pods, or their status
   ``{"phase": "Running"}``, are one list and one dict. For values that repeat; a value that is
@@ -23,7 +25,9 @@ reflector applies to every listed and watched object before it stores or hands i
 
 An empty mapping or list that trimming leaves (annotations of which none is kept) is left out,
 so consumers read fields with ``.get(...) or {}`` as they already must. ``Shape.keep`` may refuse
-whole objects (the reflector then holds nothing of them).
+whole objects, judged on what the shape keeps of them (the reflector then holds nothing of
+them). ``kubecontrol.decoding`` decodes JSON straight into a shape; this module is the
+reference it is held to, and its way for what that cannot decode.
 
 Danger: a shared value is one object for many stored objects: consumers must treat stored
 objects as read-only (copy before changing, as client-go asks of its caches). Every
@@ -67,7 +71,7 @@ class Fields:
 class Items:
     item: Spec
     where: Callable[[Any], bool] | None = None
-    """Items it refuses are left out (applied before ``item``)."""
+    """Items it refuses are left out (it sees each item as ``item`` trimmed it)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,7 +81,9 @@ class Shared:
 
 Spec = _Marker | Fields | Items | Shared | Mapping[str, Any]
 
-_ABSENT = object()
+ABSENT: Any = _Marker("ABSENT")
+"""What trimming returns for a value of which nothing is kept."""
+_ABSENT = ABSENT
 _IDENTITY = ("name", "namespace", "resourceVersion")
 
 
@@ -97,20 +103,19 @@ class Sharing:
 
     def share(self, value: Any) -> Any:
         if isinstance(value, str):
-            return sys.intern(value)
+            return _intern(value)
         if not isinstance(value, dict | list):
             return value
         try:
-            frozen = _frozen(value)
+            found = self._memo.get(_frozen(value), _ABSENT)
         except TypeError:  # not JSON data: kept as it is
             return value
-        found = self._memo.get(frozen, _ABSENT)
         if found is not _ABSENT:
             return found
         if len(self._memo) >= self.max_entries:
             self._memo.clear()
         own = _interned(value)
-        self._memo[frozen] = own
+        self._memo[_frozen(own)] = own  # our own strings in the key too (see ``_own``)
         return own
 
 
@@ -127,14 +132,55 @@ def _frozen(value: Any) -> Any:
     return (type(value), value)
 
 
+def _copy(text: str) -> str:
+    """A new string object equal to ``text`` (see ``_own``)."""
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+
+
+def _intern(text: str) -> str:
+    return sys.intern(_copy(text))
+
+
+def intern_key(key: str) -> str:
+    """The one object for a mapping key (a decoded document has its own per document)."""
+    return _intern(key)
+
+
+def _own(value: Any) -> Any:
+    """``value`` in objects of our own: strings copied, containers rebuilt.
+
+    Why: a decoded list page is thousands of small objects side by side in the allocator's
+    arenas; if the few strings kept of each object were the decoded ones, nearly every arena
+    would keep a live object and none could be returned when the page is dropped: the process
+    would hold a page's worth of memory (or more) for ever. Kept values made after decoding
+    sit together instead."""
+    if isinstance(value, str):
+        return _copy(value)
+    if isinstance(value, dict):
+        return {_intern(k) if isinstance(k, str) else k: _own(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_own(v) for v in value]
+    return value
+
+
+def interned(value: Any) -> Any:
+    """``value`` with every string (keys too) interned, containers rebuilt."""
+    return _interned(value)
+
+
 def _interned(value: Any) -> Any:
     if isinstance(value, str):
-        return sys.intern(value)
+        return _intern(value)
     if isinstance(value, dict):
-        return {sys.intern(k) if isinstance(k, str) else k: _interned(v) for k, v in value.items()}
+        return {_intern(k) if isinstance(k, str) else k: _interned(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_interned(v) for v in value]
     return value
+
+
+def fields_of(spec: Spec) -> Fields | None:
+    """``spec`` as ``Fields`` (a plain mapping is one), or None when it is no mapping spec."""
+    return _fields_of(spec)
 
 
 def _fields_of(spec: Spec) -> Fields | None:
@@ -145,10 +191,14 @@ def _fields_of(spec: Spec) -> Fields | None:
     return None
 
 
+def trim_value(value: Any, spec: Spec, sharing: Sharing) -> Any:
+    """``value`` trimmed by ``spec``; ``ABSENT`` when nothing of it is kept."""
+    return _trim(value, spec, sharing)
+
+
 def _trim(value: Any, spec: Spec, sharing: Sharing) -> Any:
-    """``value`` trimmed by ``spec``; ``_ABSENT`` when nothing of it is kept."""
     if spec is KEEP:
-        return value
+        return _own(value)
     if spec is DROP:
         return _ABSENT
     if spec is INTERN:
@@ -161,10 +211,8 @@ def _trim(value: Any, spec: Spec, sharing: Sharing) -> Any:
             return _ABSENT
         kept = []
         for item in value:
-            if spec.where is not None and not spec.where(item):
-                continue
             trimmed = _trim(item, spec.item, sharing)
-            if trimmed is not _ABSENT:
+            if trimmed is not _ABSENT and (spec.where is None or spec.where(trimmed)):
                 kept.append(trimmed)
         return kept or _ABSENT
     fields = _fields_of(spec)
@@ -180,7 +228,7 @@ def _trim(value: Any, spec: Spec, sharing: Sharing) -> Any:
         trimmed = _trim(item, sub, sharing)
         if trimmed is not _ABSENT:
             # One key object for all stored objects (a decoded document has its own).
-            out[sys.intern(key) if type(key) is str else key] = trimmed
+            out[_intern(key) if type(key) is str else key] = trimmed
     return out or _ABSENT
 
 
@@ -207,12 +255,19 @@ class Shape:
             if missing or any(meta_fields.fields[k] is DROP for k in _IDENTITY):
                 raise ValueError(f"a shape keeps metadata {', '.join(_IDENTITY)}")
 
+    def trim_fields(self, obj: JSONObject, sharing: Sharing) -> JSONObject:
+        """The kept part of ``obj`` (``keep`` not asked)."""
+        trimmed = _trim(obj, self.fields, sharing)
+        return trimmed if isinstance(trimmed, dict) else {}
+
+    def keeps(self, trimmed: JSONObject) -> bool:
+        """Whether a reflector holds the object ``trimmed`` is what this shape kept of."""
+        return self.keep is None or self.keep(trimmed)
+
     def trim(self, obj: JSONObject, sharing: Sharing) -> JSONObject | None:
         """The kept part of ``obj``; None when ``keep`` refuses it."""
-        if self.keep is not None and not self.keep(obj):
-            return None
-        trimmed = _trim(obj, self.fields, sharing)
-        return {} if trimmed is _ABSENT else trimmed
+        trimmed = self.trim_fields(obj, sharing)
+        return trimmed if self.keeps(trimmed) else None
 
     def trimmer(self, sharing: Sharing) -> Trim:
         def trim(obj: JSONObject) -> JSONObject | None:

@@ -16,10 +16,11 @@ must not block: the reconciler only enqueues a key) and read current objects
 from ``store`` (keyed ``(namespace, name)``; ``""`` for cluster-scoped objects). ``synced`` is
 set once the first list has been applied. Memory is bounded by the objects the scope
 matches: narrow it with ``namespace`` and selectors where a controller needs less, and keep
-less of each with ``trim`` (``trimming.Shape``): every listed and watched object goes through it
-before it is stored or handed on, and an object it refuses (None) is not held (one that was
-held is reported DELETED). Lists are read in pages of ``page_size`` objects, each trimmed
-before the next is read, so the whole answer of a large list is never in memory at once.
+less of each with ``shape`` (``trimming.Shape``): every listed and watched object is decoded
+into what it keeps (``decoding``: the rest is never built) before it is stored or handed on,
+and an object its ``keep`` refuses is not held (one that was held is reported DELETED). Lists
+are read in pages of ``page_size`` objects, so the whole answer of a large list is never in
+memory at once.
 
 Several consumers may share one reflector (``add_handler``; ``informing.Informers`` does):
 each event goes to every handler in turn. ``add_index(name, values)`` keeps, beside the store,
@@ -38,13 +39,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kubecontrol import kubeapi
+from kubecontrol import decoding, kubeapi, trimming
 
 logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 Handler = Callable[[str, dict[str, Any]], None]
-Trim = Callable[[dict[str, Any]], dict[str, Any] | None]
 IndexFunc = Callable[[dict[str, Any]], Iterable[str]]
 
 DEFAULT_PAGE_SIZE = 500
@@ -99,20 +99,25 @@ class Reflector:
         field_selector: str | None = None,
         absent_hint: str = "",
         said_hints: set[str] | None = None,
-        trim: Trim | None = None,
+        shape: trimming.Shape | None = None,
+        sharing: trimming.Sharing | None = None,
         page_size: int | None = DEFAULT_PAGE_SIZE,
     ) -> None:
         """``absent_hint``: what to tell the operator when the list is 404 (how to install
         the CRD); ``said_hints``: hints already logged, shared by reflectors that should say
-        one only once (bounded: hints are constants of the code). ``trim``: what of each
-        object to keep (None: all of it); ``page_size``: objects per list page (None: one
+        one only once (bounded: hints are constants of the code). ``shape``: what of each
+        object to keep (None: all of it), its shared values through ``sharing`` (one for the
+        process, or the reflector's own); ``page_size``: objects per list page (None: one
         request for the whole list)."""
         if page_size is not None and page_size < 1:
             raise ValueError("page_size must be positive (or None)")
         self.api = api
         self.resource = resource
         self.handlers: list[Handler] = [on_event]
-        self.trim = trim
+        self.shape = shape
+        self._decoder = (
+            decoding.Decoder(shape, sharing or trimming.Sharing()) if shape is not None else None
+        )
         self.page_size = page_size
         self.indexes: dict[str, Index] = {}
         self.namespace = namespace
@@ -155,13 +160,12 @@ class Reflector:
 
     # -- applying
 
-    def _kept(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        return obj if self.trim is None else self.trim(obj)
+    def _kept(self, obj: dict[str, Any]) -> bool:
+        return self.shape is None or self.shape.keeps(obj)
 
     def _take_page(self, fresh: dict[Key, dict[str, Any]], items: list[dict[str, Any]]) -> None:
-        for raw in items:
-            obj = self._kept(raw)
-            if obj is not None:
+        for obj in items:
+            if self._kept(obj):
                 fresh[kubeapi.key_of(obj)] = obj
 
     def _apply_list(self, fresh: dict[Key, dict[str, Any]]) -> None:
@@ -180,15 +184,16 @@ class Reflector:
                 self._emit("MODIFIED", obj)
 
     def _apply_event(self, event: kubeapi.WatchEvent) -> None:
-        obj = self._kept(event.object)
-        key = kubeapi.key_of(event.object if obj is None else obj)
+        obj = event.object  # what the shape keeps of it (decoded so)
+        kept = self._kept(obj)
+        key = kubeapi.key_of(obj)
         previous = self.store.get(key)
-        if event.type == "DELETED" or obj is None:
+        if event.type == "DELETED" or not kept:
             if previous is not None:
                 del self.store[key]
                 for index in self.indexes.values():
                     index.replace(key, previous, None)
-            if obj is not None:
+            if kept:
                 self._emit("DELETED", obj)
             elif previous is not None:  # no longer kept: gone, as far as consumers know
                 self._emit("DELETED", previous)
@@ -209,6 +214,14 @@ class Reflector:
                 label_selector=self.label_selector,
                 field_selector=self.field_selector,
             )
+            if self._decoder is not None:
+                listed = kubeapi.ObjectList(
+                    [
+                        self._decoder.shape.trim_fields(o, self._decoder.sharing)
+                        for o in listed.items
+                    ],
+                    listed.resource_version,
+                )
             self._take_page(fresh, listed.items)
             resource_version = listed.resource_version
         else:
@@ -219,6 +232,7 @@ class Reflector:
                 label_selector=self.label_selector,
                 field_selector=self.field_selector,
                 limit=self.page_size,
+                decode=self._decoder.page if self._decoder is not None else None,
             ):
                 self._take_page(fresh, page.items)
                 resource_version = page.resource_version or resource_version
@@ -248,6 +262,7 @@ class Reflector:
                     namespace=self.namespace,
                     label_selector=self.label_selector,
                     field_selector=self.field_selector,
+                    decode=self._decoder.event if self._decoder is not None else None,
                 ):
                     events += 1
                     backoff = self.backoff_initial

@@ -67,6 +67,40 @@ def binary() -> pathlib.Path:
     return root / f"yurthub-{version}" / "yurt-manager"
 
 
+def module_dir() -> pathlib.Path:
+    """The pinned openyurt module's source in the Go module cache (downloaded if missing)."""
+    env = dict(os.environ, GOFLAGS="-mod=readonly")
+    subprocess.run(["go", "mod", "download", "github.com/openyurtio/openyurt"], cwd=HERE, env=env,
+                   check=True, capture_output=True)  # fmt: skip
+    found = subprocess.run(
+        ["go", "list", "-m", "-f", "{{.Dir}}", "github.com/openyurtio/openyurt"],
+        cwd=HERE, env=env, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return pathlib.Path(found.stdout.strip())
+
+
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def rbac(namespace: str = "kube-system") -> str:
+    """yurt-manager's own RBAC as its Helm chart ships it (a ServiceAccount and a ClusterRole
+    per controller: it acts with each controller's ServiceAccount token, minted through the
+    TokenRequest API), rendered for ``namespace`` (the chart's only template variable). The
+    same file's webhook configurations are left out: with them every NodePool write would
+    call a webhook nobody serves here."""
+    chart = module_dir() / "charts" / "yurt-manager" / "templates"
+    text = (chart / "yurt-manager-auto-generated.yaml").read_text()
+    rendered = text.replace("{{ .Release.Namespace }}", namespace)
+    if "{{" in rendered:
+        raise SystemExit("yurt-manager's RBAC template has variables this renderer does not know")
+    kept = []
+    for doc in re.split(r"^---\s*$", rendered, flags=re.M):
+        kind = re.search(r"^kind:\s*(\S+)", doc, re.M)
+        if kind is not None and kind.group(1) in RBAC_KINDS:
+            kept.append(doc.strip("\n"))
+    return "\n---\n".join(kept) + "\n"
+
+
 def pin_digest() -> str:
     h = hashlib.sha256()
     for name in ("go.mod", "go.sum", "tools.go"):

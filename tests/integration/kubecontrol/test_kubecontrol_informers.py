@@ -82,7 +82,7 @@ async def test_a_paged_trimmed_list_and_an_index_follow_every_event(
             lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
             namespace=NS,
             label_selector="node",
-            trim=SMALL.trimmer(trimming.Sharing()),
+            shape=SMALL,
             page_size=10,
         )
         reflector.add_index("node", by_node)
@@ -210,6 +210,7 @@ async def test_controllers_share_one_list_and_watch(
             everything = {f"cm-{n}" for n in range(6)}
             await eventually(lambda: all(d == everything for d in done.values()))
             # Two reflectors (two scopes), each listed in pages of 4 and watched once.
+            await eventually(lambda: watches(sim) >= 2)
             assert lists(sim) == 4 and watches(sim) == 2
             assert "data" not in ra.store[(NS, "cm-0")] and "data" in rc.store[(NS, "cm-0")]
             sim.state.create(configmap("cm-new", "node-0"))

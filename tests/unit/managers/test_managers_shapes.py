@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kubecontrol import trimming
+from kubecontrol import decoding, trimming
 from managers import nodeleaving, nodepools, shapes, staticsetplanning, staticsets, tolerating
 from nodeautonomy import marking
 from yurthub.testing.sim import patching
@@ -216,3 +216,27 @@ def test_the_yurtstaticset_controller_holds_only_its_pods(pod: dict[str, Any], h
     assert kept is not None and "managedFields" not in kept["metadata"]
     whole = {k: v for k, v in pod["metadata"].items() if k != "managedFields"}
     assert kept == {**pod, "metadata": whole}
+
+
+@pytest.mark.parametrize(
+    ("shape", "objects"),
+    [
+        (shapes.AUTONOMY_POD, PODS),
+        (shapes.NODE, _node_variants()),
+        (staticsets.PODS, [*PODS, _static_pod("hub-n1", "n1")]),
+    ],
+    ids=["pods", "nodes", "static-pods"],
+)
+def test_the_informers_decode_exactly_the_trimmed_objects(
+    shape: trimming.Shape, objects: list[dict[str, Any]]
+) -> None:
+    """What the reflectors really store: lists and events decoded straight into the shape
+    (``kubecontrol.decoding``), equal to the trimmed objects the tests above hold to the
+    controllers' reads."""
+    decoder = decoding.Decoder(shape, trimming.Sharing())
+    body = json.dumps({"metadata": {"resourceVersion": "1"}, "items": objects}).encode()
+    expected = [shape.trim_fields(o, trimming.Sharing()) for o in objects]
+    assert decoder.page(body).items == expected
+    for obj, want in zip(objects, expected, strict=True):
+        event = decoder.event(json.dumps({"type": "ADDED", "object": obj}).encode(), "/p")
+        assert event is not None and event.object == want
