@@ -81,11 +81,11 @@ def _finish(value: Any, plan: _Plan, sharing: trimming.Sharing) -> Any:
     if spec is trimming.KEEP:
         return value  # decoded into objects of its own already
     if spec is trimming.INTERN:
-        return trimming.interned(value)
+        return trimming.interned(value, copy=False)
     if isinstance(spec, trimming.Shared):
         assert plan.item is not None
         inner = _finish(value, plan.item, sharing)
-        return inner if inner is _ABSENT else sharing.share(inner)
+        return inner if inner is _ABSENT else sharing.share(inner, copy=False)
     if isinstance(spec, trimming.Items):
         if not isinstance(value, list):
             return _ABSENT

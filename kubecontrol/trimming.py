@@ -41,6 +41,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import msgspec
+
 JSONObject = dict[str, Any]
 Trim = Callable[[JSONObject], JSONObject | None]
 
@@ -101,35 +103,29 @@ class Sharing:
     def __len__(self) -> int:
         return len(self._memo)
 
-    def share(self, value: Any) -> Any:
+    def share(self, value: Any, *, copy: bool = True) -> Any:
+        """The one object for ``value`` (built of its own strings when ``copy``: see
+        ``_own``; the decoder's values are its own already)."""
         if isinstance(value, str):
-            return _intern(value)
+            return _intern(value) if copy else sys.intern(value)
         if not isinstance(value, dict | list):
             return value
         try:
-            found = self._memo.get(_frozen(value), _ABSENT)
+            # JSON text is the value's identity: {} and [] apart, true and 1 apart, keys sorted.
+            frozen = _JSON.encode(value)
         except TypeError:  # not JSON data: kept as it is
             return value
+        found = self._memo.get(frozen, _ABSENT)
         if found is not _ABSENT:
             return found
         if len(self._memo) >= self.max_entries:
             self._memo.clear()
-        own = _interned(value)
-        self._memo[_frozen(own)] = own  # our own strings in the key too (see ``_own``)
+        own = _interned(value) if copy else _interned_in_place(value)
+        self._memo[frozen] = own
         return own
 
 
-def _frozen(value: Any) -> Any:
-    """A hashable image of JSON data: dicts and lists tagged apart ({} != []), and scalars
-    other than strings with their type (True, 1 and 1.0 are equal in Python, not in JSON)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        return ("{", tuple(sorted((k, _frozen(v)) for k, v in value.items())))
-    if isinstance(value, list):
-        return ("[", tuple(_frozen(v) for v in value))
-    hash(value)
-    return (type(value), value)
+_JSON = msgspec.json.Encoder(order="deterministic")
 
 
 def _copy(text: str) -> str:
@@ -163,9 +159,23 @@ def _own(value: Any) -> Any:
     return value
 
 
-def interned(value: Any) -> Any:
-    """``value`` with every string (keys too) interned, containers rebuilt."""
-    return _interned(value)
+def interned(value: Any, *, copy: bool = True) -> Any:
+    """``value`` with every string (keys too) interned, containers rebuilt; strings are copied
+    first when ``copy`` (see ``_own``)."""
+    return _interned(value) if copy else _interned_in_place(value)
+
+
+def _interned_in_place(value: Any) -> Any:
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, dict):
+        return {
+            sys.intern(k) if isinstance(k, str) else k: _interned_in_place(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_interned_in_place(v) for v in value]
+    return value
 
 
 def _interned(value: Any) -> Any:
