@@ -15,6 +15,7 @@ import ipaddress
 import pathlib
 import urllib.parse
 
+from yurthub import pacing
 from yurthub.cache import sealing
 from yurthub.certs import modes
 from yurthub.filters import registry
@@ -372,6 +373,9 @@ class HubSettings:
     authn: AuthnSettings = AuthnSettings()
     pool: PoolSettings = PoolSettings()
     migration: MigrationSettings = MigrationSettings()
+    pace: pacing.Settings = dataclasses.field(default_factory=pacing.Settings)
+    """How the hub's own list/watch loops pace themselves in a storm (``yurthub.pacing``):
+    ``--relist-spread-seconds``, ``--max-retry-after-seconds``."""
     static_pod_path: pathlib.Path = pathlib.Path("/etc/kubernetes/manifests")
     """``--static-pod-path``: kubelet's staticPodPath, where an OTA upgrade of a YurtStaticSet's
     static Pod installs its new manifest (``yurthub.ota``)."""

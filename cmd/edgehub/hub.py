@@ -9,20 +9,17 @@ with one warning naming them). Bad flags or an unreadable kubeconfig exit with
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import pathlib
 import re
 import socket
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import click
 
-from edgehub import cli, pflags
-from yurthub import assembly, dummyif, kubeconfigs, lifecycle, requestinfo, server, settings
+from edgehub import cli, helpgroups, hubdiscovery, pflags
+from yurthub import dummyif, kubeconfigs, lifecycle, pacing, requestinfo, server, settings
 from yurthub.cache import keysealing
 from yurthub.certs import jws, layout, modes
 from yurthub.filters import registry
@@ -48,8 +45,9 @@ def _duration(value: str) -> float:
     return seconds
 
 
-class PflagCommand(click.Command):
-    """A click command that first translates YurtHub's pflag spellings (``pflags``)."""
+class PflagCommand(helpgroups.Command):
+    """A click command that first translates YurtHub's pflag spellings (``pflags``); its options
+    are grouped by ``helpgroups.TOPICS["hub"]``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         bools, values, plain = [], [], []
@@ -131,7 +129,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
         ctx.exit(0)
 
 
-@click.command(cls=PflagCommand, context_settings=cli.COMMAND_CONTEXT)
+@click.command(cls=PflagCommand, topics="hub", context_settings=cli.COMMAND_CONTEXT)
 @click.option(
     "--version",
     is_flag=True,
@@ -234,14 +232,54 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     type=click.FloatRange(min=1),
     help="How long an apiserver may stay silent on a request that is not long-running.",
 )
-@click.option("--lb-mode", default="rr", type=click.Choice(["rr", "priority"]))
-@click.option("--heartbeat-interval-seconds", default=10, type=click.IntRange(min=1))
-@click.option("--heartbeat-timeout-seconds", default=2, type=click.IntRange(min=1))
-@click.option("--heartbeat-healthy-threshold", default=2, type=click.IntRange(min=1))
-@click.option("--heartbeat-failed-retry", default=3, type=click.IntRange(min=1))
-@click.option("--kubelet-health-grace-period", default="40s", help="Go duration.")
-@click.option("--min-request-timeout", default="1800s", help="Go duration.")
-@click.option("--disk-cache-path", default="/etc/kubernetes/cache/", type=click.Path())
+@click.option(
+    "--lb-mode",
+    default="rr",
+    type=click.Choice(["rr", "priority"]),
+    help="Healthy apiservers in turn (rr), or the first healthy one in --server-addr order.",
+)
+@click.option(
+    "--heartbeat-interval-seconds",
+    default=10,
+    type=click.IntRange(min=1),
+    help="Seconds between health checks: the node's Lease renewed through each apiserver.",
+)
+@click.option(
+    "--heartbeat-timeout-seconds",
+    default=2,
+    type=click.IntRange(min=1),
+    help="Seconds each call of a health check may take.",
+)
+@click.option(
+    "--heartbeat-healthy-threshold",
+    default=2,
+    type=click.IntRange(min=1),
+    help="Successful checks in a row that make an unhealthy apiserver healthy again.",
+)
+@click.option(
+    "--heartbeat-failed-retry",
+    default=3,
+    type=click.IntRange(min=1),
+    help="Lease updates tried per health check (a conflict retries).",
+)
+@click.option(
+    "--kubelet-health-grace-period",
+    default="40s",
+    help="Go duration: kubelet's silence after which health checks fail, so the node goes "
+    "NotReady in the cloud when kubelet dies.",
+)
+@click.option(
+    "--min-request-timeout",
+    default="1800s",
+    help="Go duration: how long an offline watch is held open (randomised up to 2x) unless "
+    "it asks for its own timeoutSeconds.",
+)
+@click.option(
+    "--disk-cache-path",
+    default="/etc/kubernetes/cache/",
+    type=click.Path(),
+    help="The disk cache's directory (YurtHub's).",
+)
 @click.option("--cache-agents", default="", help="Extra components to cache; '*' caches all.")
 @click.option(
     "--static-pod-path",
@@ -257,12 +295,26 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     help="Events recorded offline posted per second after the cloud is back (0: unpaced).",
 )
 @click.option(
+    "--relist-spread-seconds",
+    default=10.0,
+    type=click.FloatRange(min=0, max=600),
+    help="The hub's own lists after a 410 (a compaction, an apiserver restart) start at a random "
+    "moment within this many seconds, so a fleet's hubs do not relist in the same second.",
+)
+@click.option(
+    "--max-retry-after-seconds",
+    default=60.0,
+    type=click.FloatRange(min=1, max=3600),
+    help="The most seconds the hub's own loops honour an apiserver's Retry-After (429, API "
+    "Priority and Fairness) for.",
+)
+@click.option(
     "--cache-key-source",
     default="auto",
-    help="What seals the disk cache's data key: auto (the TPM at /dev/tpmrm0 or "
-    "$TPM2TOOLS_TCTI, else a systemd credential edgehub-cache-key, else --cache-key-file, "
-    "else none), tpm[:<tcti>], keyfile:<path>, systemd-creds:<name> or none (plaintext, "
-    "with a warning).",
+    help="What seals the node's data key (it encrypts the disk cache and the hub's private "
+    "keys): auto (the TPM at /dev/tpmrm0 or $TPM2TOOLS_TCTI, else a systemd credential "
+    "edgehub-cache-key, else --cache-key-file, else none), tpm[:<tcti>], keyfile:<path>, "
+    "systemd-creds:<name> or none (plaintext, with a warning).",
 )
 @click.option(
     "--cache-key-file",
@@ -289,7 +341,12 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     help="Accept a kubeconfig without a certificate-authority (or none over https), trusting "
     "the system's CAs (logged as a warning). Without it only the kubeconfig's CA is trusted.",
 )
-@click.option("--shutdown-grace-seconds", default=10.0, type=click.FloatRange(min=0))
+@click.option(
+    "--shutdown-grace-seconds",
+    default=10.0,
+    type=click.FloatRange(min=0),
+    help="On SIGTERM, seconds in-flight requests get to finish (open watches end at once).",
+)
 @click.option(
     "--working-mode",
     default="edge",
@@ -501,7 +558,11 @@ def command(**opts: object) -> None:
         hub_settings = build_settings(opts)
         companions: list[lifecycle.Companion] = []
         if opts["enable_discovery"]:
-            companions.append(_discovery_companion(opts, hub_settings))
+            companions.append(
+                hubdiscovery.companion(
+                    opts, hub_settings, user_agent=f"{AGENT_COMPONENT}/{_version()}"
+                )
+            )
         # Fail fast, with a clear message (also for a trust the flags do not allow) on a
         # kubeconfig the hub must read at start.
         policy = server.trust_policy(hub_settings.upstream)
@@ -535,101 +596,13 @@ def command(**opts: object) -> None:
         click.echo(f"edgehub hub: cannot start: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
     except BaseException as e:
-        failure = _startup_failure(e) if opts["enable_discovery"] else None
+        failure = hubdiscovery.startup_failure(e) if opts["enable_discovery"] else None
         if failure is None:
             raise
         click.echo(f"edgehub hub: cannot start discovery: {failure}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
     finally:
         sys.setswitchinterval(previous)  # the process's, when the command runs inside another
-
-
-def _startup_failure(error: BaseException) -> BaseException | None:
-    """The discovery agent's StartupError in ``error`` (the hub's TaskGroup may wrap it)."""
-    from discovery.agent import running as agent_running
-
-    if isinstance(error, agent_running.StartupError):
-        return error
-    if isinstance(error, BaseExceptionGroup):
-        for inner in error.exceptions:
-            found = _startup_failure(inner)
-            if found is not None:
-                return found
-    return None
-
-
-def _discovery_companion(
-    opts: dict[str, object], hub_settings: settings.HubSettings
-) -> lifecycle.Companion:
-    """The discovery agent, run beside the hub and talking to the cloud through it."""
-    # Imported here: a hub without discovery does not pay for grpc and the handlers.
-    from discovery.agent import running as agent_running
-    from discovery.agent import settings as agent_settings
-
-    handlers = tuple(h.strip() for h in str(opts["embedded_handlers"]).split(",") if h.strip())
-    unknown = sorted(set(handlers) - set(agent_settings.EMBEDDED_HANDLERS))
-    if unknown:
-        raise click.BadParameter(f"unknown embedded handlers: {', '.join(unknown)}")
-    try:
-        networks = agent_settings.parse_handler_networks(str(opts["handler_networks"]))
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--handler-networks") from e
-    try:
-        writable = agent_settings.parse_handler_names(str(opts["writable_mount_handlers"]))
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--writable-mount-handlers") from e
-    try:
-        protected = agent_settings.parse_protected_paths(str(opts["protected_mount_paths"]))
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--protected-mount-paths") from e
-    node_name = hub_settings.node_name
-    # The hub's keys, kubeconfigs and cache: wherever the flags put them.
-    hub_paths = (
-        hub_settings.certs.root_dir.absolute(),
-        hub_settings.cache.disk_cache_path.absolute(),
-    )
-
-    @contextlib.asynccontextmanager
-    async def companion(node: assembly.Node) -> AsyncIterator[object]:
-        async with _agent(node) as agent:
-            # ``edgehub status`` shows discovery from the hub's /v1/status.
-            async def section() -> dict[str, Any]:
-                found: dict[str, Any] = agent.status()
-                return found
-
-            node.hub.status_sections["discovery"] = section
-            try:
-                yield agent
-            finally:
-                node.hub.status_sections.pop("discovery", None)
-
-    def _agent(node: assembly.Node) -> contextlib.AbstractAsyncContextManager[Any]:
-        def path(key: str) -> pathlib.Path:
-            value = opts[key]
-            assert isinstance(value, pathlib.Path)
-            return value
-
-        return agent_running.running(
-            agent_settings.AgentSettings(
-                node_name=node_name,
-                kube=agent_settings.KubeSettings(
-                    url=node.hub.proxy_url, user_agent=f"{AGENT_COMPONENT}/{_version()}"
-                ),
-                discovery_handlers_dir=path("discovery_handlers_directory"),
-                embedded_handlers=handlers,
-                handler_environ=dict(os.environ),
-                device_plugins_dir=path("device_plugins_dir"),
-                pod_resources_socket=path("pod_resources_socket"),
-                cdi_dir=path("cdi_dir"),
-                handler_networks=networks,
-                writable_mount_handlers=writable,
-                protected_mount_paths=protected,
-                hub_paths=hub_paths,
-                metrics_port=None,
-            )
-        )
-
-    return companion
 
 
 def _version() -> str:
@@ -742,6 +715,10 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             max_bytes=i("multiplexer_max_memory_mib") << 20,
         ),
         certs=certs,
+        pace=pacing.Settings(
+            relist_spread=f("relist_spread_seconds"),
+            max_retry_after=f("max_retry_after_seconds"),
+        ),
         migration=settings.MigrationSettings(
             mode=settings.MigrationMode(s("migrate_from_yurthub")),
             yurthub_cache_dir=pathlib.Path(s("yurthub_cache_dir")),

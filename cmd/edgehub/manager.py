@@ -24,7 +24,7 @@ from typing import NoReturn
 import click
 
 from discovery import signalling
-from edgehub import cli
+from edgehub import cli, helpgroups
 from kubecontrol import credentials
 from managers import csrapproving, registry, running, settings
 
@@ -45,7 +45,9 @@ def _comma_list(value: str) -> frozenset[str]:
     return frozenset(o.strip() for o in value.split(",") if o.strip())
 
 
-@click.command("manager", context_settings=cli.COMMAND_CONTEXT)
+@click.command(
+    "manager", cls=helpgroups.Command, topics="manager", context_settings=cli.COMMAND_CONTEXT
+)
 @click.option(
     "--kubeconfig",
     type=click.Path(dir_okay=False, path_type=Path),

@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 
 import click
 
-from edgehub import cli, staticpodupgrading
+from edgehub import cli, helpgroups, staticpodupgrading
 from yurthub import atomicfiles, otadecisions
 
 EXIT_NOT_READY = 1
@@ -92,7 +92,12 @@ def wait_ready(
         time.sleep(interval)
 
 
-@click.command("static-pod-upgrade", context_settings=cli.COMMAND_CONTEXT)
+@click.command(
+    "static-pod-upgrade",
+    cls=helpgroups.Command,
+    topics="static-pod-upgrade",
+    context_settings=cli.COMMAND_CONTEXT,
+)
 @click.option("--name", required=True, help="The static Pod's mirror Pod name (<yss>-<node>).")
 @click.option("--namespace", required=True, help="The static Pod's namespace.")
 @click.option(

@@ -12,6 +12,8 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from edgehub import outagetext
+
 
 def _ago(seconds: float | None) -> str:
     if seconds is None:
@@ -150,17 +152,22 @@ def hub_lines(hub: Mapping[str, Any], url: str, now: float) -> list[str]:
             lines += _table(rows)
 
     lines += ["", "CERTIFICATES"]
-    rows = [["NAME", "SUBJECT", "EXPIRES", "FILE"]]
+    rows = [["NAME", "SUBJECT", "EXPIRES", "KEY", "FILE"]]
     problems = []
     for cert in hub.get("certificates") or []:
         expires = "-"
         if "expiresInSeconds" in cert:
             expires = f"{cert.get('notAfter', '-')} ({_span(cert['expiresInSeconds'])})"
+        key = "-"
+        if "keySealedWith" in cert:
+            sealed = cert["keySealedWith"]
+            key = "plain PEM" if sealed is None else f"sealed (data key {sealed})"
         rows.append(
             [
                 str(cert.get("name", "-")),
                 str(cert.get("subject", "none yet")),
                 expires,
+                key,
                 str(cert.get("file", "-")),
             ]
         )
@@ -172,6 +179,7 @@ def hub_lines(hub: Mapping[str, Any], url: str, now: float) -> list[str]:
         lines += _table(rows)
     lines += problems
 
+    lines += outagetext.status_lines(hub.get("outages"))
     lines += filter_lines(hub.get("filters"))
     lines += pool_lines(hub.get("pool") or {}, now)
     return lines

@@ -32,6 +32,7 @@ import orjson
 
 from yurthub import migrationplans
 from yurthub.cache import eventjournal, keys, keysealing, store, tpmsealing
+from yurthub.outages import history
 
 MAX_FILE_BYTES = 16 << 20
 SKIPPED_TOP = frozenset({"_internal"})
@@ -95,6 +96,7 @@ OWN_FILES = frozenset(
     (
         *store.DB_FILES,
         *(eventjournal.FILE_NAME + suffix for suffix in ("", "-wal", "-shm", "-journal")),
+        *(history.FILE_NAME + suffix for suffix in ("", "-wal", "-shm", "-journal")),
         keysealing.KEY_FILE,
         tpmsealing.PUBLIC,
         tpmsealing.PRIVATE,
@@ -185,11 +187,21 @@ def count(tree: Tree) -> int:
     return sum(len(members) for members in tree.objects.values())
 
 
-async def fill(path: pathlib.Path, tree: Tree, key_source: keysealing.Source | None = None) -> None:
+async def fill(
+    path: pathlib.Path,
+    tree: Tree,
+    key_source: keysealing.Source | None = None,
+    *,
+    data_keys: store.Keys | None = None,
+) -> None:
     """Write ``tree`` into the hub's cache at ``path`` (the hub not running on it): every object,
     a whole list per directory, ``/version``, sealed as ``key_source`` (as the hub will open
-    it: no plaintext is written where a sealed cache goes). Raises ``store.StoreError``."""
-    cache = await store.Store.open(path, key_source=key_source)
+    it: no plaintext is written where a sealed cache goes), or with ``data_keys`` already opened
+    (the hub's start: its data keys are then left for it to retire). Raises
+    ``store.StoreError``."""
+    cache = await store.Store.open(
+        path, key_source=key_source, keys=data_keys, retire=data_keys is None
+    )
 
     async def put(job: store.Job) -> None:
         # The write queue is bounded: wait for it to drain before giving up on a job.

@@ -81,7 +81,12 @@ class Lists:
                 return localreplies.not_found(info, "", lost=lost)
             # Named, and not cached: an empty list, as YurtHub answers (reference §3.7 step 3).
         scope, record = listing.scope, listing.record
-        rv = max(listing.rv, record.rv if record is not None else -1)
+        # The covering list's version, not a newer object's: an object stored from a get or a
+        # patch answer may be ahead of the events the cache saw for the list, and a client
+        # that resumes its watch after the heal from a version past events it never received
+        # would miss them (a pod deleted meanwhile would run on). From the list's version it
+        # gets them all (the newer object's change once more, which does no harm).
+        rv = record.rv if record is not None and record.rv >= 0 else listing.rv
         resource_version = "" if rv < 0 else str(rv)
         if record is not None and record.rv == rv:
             resource_version = record.resource_version
@@ -213,11 +218,9 @@ class Lists:
             async for page in self._reader.store.pages(bounds, as_stored=as_stored):
                 yield page
             return
-        keys_ = [k for k, _ in listing.chosen]
-        for start in range(0, len(keys_), store.PAGE_ROWS):
-            chunk = keys_[start : start + store.PAGE_ROWS]
-            found = await self._reader.store.bodies(chunk, within=bounds, as_stored=as_stored)
-            yield [b for b in found if b is not None]
+        chosen = [k for k, _ in listing.chosen]
+        async for page in self._reader.store.chosen_pages(chosen, bounds, as_stored=as_stored):
+            yield page
 
     async def filtered_pages(
         self, info: requestinfo.RequestInfo, pages: AsyncIterator[list[bytes]]
@@ -381,7 +384,9 @@ async def stream_items(
     row) cuts the answer: the client sees a broken body, never a shorter list.
     """
     first: list[bytes] = await anext(pages, [])
-    second = await anext(pages, None) if len(first) >= store.PAGE_ROWS else None
+    # Asked even after a short first page: a page of chosen keys is short when some of them
+    # went meanwhile, and more pages may follow (a range's short page is its last: free).
+    second = await anext(pages, None)
     if second is None:
         items = first if convert is None else [convert(b) for b in first]
         return localreplies.json(200, b"".join((head, b",".join(items), b"]}")))

@@ -7,7 +7,10 @@
 
 The hub's own requests are the ones that came over its own socket (``own``: the listener, not
 anything in the request, says so; ``listening``): only they skip the readiness gate, and they
-are never counted by the in-flight limits (``fairness.exempt``).
+are never counted by the in-flight limits (``fairness.exempt``); those that are not
+long-running take turns, ``OWN_SHORT_SHARE`` at a time: the hub's background work has a
+bounded share of the upstream. kubelet's own Lease and Node requests go over the upstream's
+heartbeat lane.
 
 Every outcome is an HTTP answer; errors are Kubernetes ``Status`` objects. A backend that fails
 with a transport error is reported to health (suspect + immediate probe) and, when nothing
@@ -37,6 +40,7 @@ from yurthub import (
     requestinfo,
     settings,
 )
+from yurthub.outages import recording
 from yurthub.proxy import headers, hosts, identifying, remote, responses, seams, upgrading
 
 log = logging.getLogger(__name__)
@@ -50,6 +54,12 @@ OTA_ELSEWHERE = (
     "the OTA API (upgrade, imagepull) is served on this node's hub server port "
     "(--bind-address:--serve-port, 127.0.0.1:10267), not on the proxy"
 )
+OWN_SHORT_SHARE = 8
+"""The hub's own requests that are not long-running (its loops' lists, the discovery documents,
+the offline Events posted after a heal) in flight at once; more wait their turn. Its loops never
+need more, and after a heal they never hold more of the upstream, or of the apiserver, than
+this while the node's own clients reconnect (kubelet's heartbeat has a lane of its own,
+``upstream.Upstream.lane``). Its watches (long-running) are not counted: a handful, held."""
 SOURCE = web.ResponseKey("source", str)
 """Key on a response (aiohttp responses are mappings) naming where its answer came from
 (``metrics.SOURCES``); unmarked answers are the hub's own. A typed key: aiohttp warns about a
@@ -69,10 +79,13 @@ class Router:
         local: seams.LocalAnswerer | None,
         identifier: identifying.Identifier | None = None,
         pool: seams.PoolServer | None = None,
+        outages: recording.Recorder | None = None,
     ) -> None:
         """``identifier``: who the caller is (``proxy/identifying``); None treats every request
-        as the node's own and caches Bearer answers under the component (tests only)."""
+        as the node's own and caches Bearer answers under the component (tests only).
+        ``outages``: told of every request answered during an outage."""
         self._settings = hub
+        self._outages = outages
         self.pool = pool
         self._balancer = balancer
         self._health = checker
@@ -98,6 +111,7 @@ class Router:
         )
         self.in_flight = 0
         """Every request in the handler, exempt ones too (shutdown waits for them)."""
+        self._own_short = asyncio.Semaphore(OWN_SHORT_SHARE)
         self._idle = asyncio.Event()
         self._idle.set()
         self._classified: memo.BoundedMemo[tuple[str, ...], requestinfo.RequestInfo] = (
@@ -156,17 +170,31 @@ class Router:
         collectors.in_flight_requests_total.inc()
         self.in_flight += 1
         self._idle.clear()
+        outage = self._outages.begin_request() if self._outages is not None else None
         code = 0
         source = "hub"
         try:
-            resp = await self._route(request, info, own)
+            if own and not long_running:
+                async with self._own_short:
+                    resp = await self._route(request, info, own, heartbeat=False)
+            else:
+                resp = await self._route(request, info, own, heartbeat=not counted and not own)
             code = resp.status
             source = resp.get(SOURCE, "hub")
             return resp
         finally:
-            collectors.child(
-                collectors.answers, source, collectors.bounds.component(info.component)
-            ).inc()
+            bounds = collectors.bounds
+            component, verb = bounds.component(info.component), bounds.verb(info.verb)
+            collectors.child(collectors.answers, source, component, verb).inc()
+            if outage is not None and self._outages is not None:
+                resource = bounds.resource(info.resource)
+                if info.subresource:
+                    resource = f"{resource}/{bounds.subresource(info.subresource)}"
+                self._outages.answered(outage, (component, verb, resource), source, code)
+            if source == "cloud" and (info.verb == "list" or info.send_initial_events):
+                collectors.child(
+                    collectors.cloud_lists, component, bounds.resource(info.resource)
+                ).inc()
             if counted:
                 self.admission.release(client, long_running)
             self.in_flight -= 1
@@ -212,8 +240,10 @@ class Router:
         return busy
 
     async def _route(
-        self, request: web.Request, info: requestinfo.RequestInfo, own: bool
+        self, request: web.Request, info: requestinfo.RequestInfo, own: bool, *, heartbeat: bool
     ) -> web.StreamResponse:
+        """``heartbeat``: kubelet's own Lease or Node request (``fairness.exempt``): forwarded
+        over the upstream's heartbeat lane."""
         # The hub's own clients must get through before it is ready (they are what makes it
         # ready); everyone else, the embedded agent too, waits (before the first probe it got
         # 404s from an empty cache). A ``yurthub/...`` User-Agent is no way past it.
@@ -227,6 +257,7 @@ class Router:
             # own upstream requests (and what it does not hold) take the ordinary path below.
             answer = await self.pool.answer(request, info)
             if answer is not None:
+                answer[SOURCE] = "pool"
                 return answer
 
         if info.component == "kubelet" and info.resource == "leases":
@@ -244,10 +275,10 @@ class Router:
             if answer is not None:
                 return answer
 
-        return await self._remote_or_local(request, info)
+        return await self._remote_or_local(request, info, heartbeat)
 
     async def _remote_or_local(
-        self, request: web.Request, info: requestinfo.RequestInfo
+        self, request: web.Request, info: requestinfo.RequestInfo, heartbeat: bool = False
     ) -> web.StreamResponse:
         tried: set[str] = set()
         last: remote.UpstreamUnavailable | None = None
@@ -268,7 +299,7 @@ class Router:
                 if info.is_upgrade:
                     answered = await upgrading.forward(self._remote, request, info, server)
                 else:
-                    answered = await self._remote.forward(request, info, server)
+                    answered = await self._remote.forward(request, info, server, lane=heartbeat)
                 answered[SOURCE] = "cloud"
                 return answered
             except remote.UpstreamUnavailable as e:

@@ -45,6 +45,9 @@ def test_dummy_interface_in_a_namespace(netns: str) -> None:
     assert found["secure_status"] == 200
     assert found["secure_anonymous"] == 401
     assert found["plain_status"] == 200
+    status, text = found["token_from_afar"]
+    assert status == 403 and "on this node only" in text and "169.254.2.1" in text
+    assert found["ota_from_afar"] == 403
     assert found["recreated"] is True
     assert found["after_stop"] == ""  # removed with the hub
 

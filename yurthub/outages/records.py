@@ -1,0 +1,448 @@
+"""One outage as the hub saw it, bounded however long it lasts; its summaries.
+
+PURE: values in, values out; the clock is passed in. ``recording`` feeds a record while the
+outage lasts, ``history`` stores it (``to_stored``/``from_stored``), ``posting`` sends
+``event`` after the heal, ``GET /v1/outages`` shows ``view``.
+
+What a record holds:
+
+- when it began and ended (wall-clock seconds), and an ``id`` made of the start (hex
+  milliseconds): the Event's name comes from it, so one outage is one Event however often the
+  hub restarts or retries;
+- its ``cause`` when it began (``causes.Cause``) and the failing server's words, each server's
+  last reason (at most ``MAX_SERVERS``), and the failed probes counted per cause (a closed set);
+- what the hub answered meanwhile, per (component, verb, resource): answered (a 2xx or 3xx from
+  the cache, the pool or the hub) and refused (any other status, per code). At most
+  ``MAX_KEYS`` keys; later new keys are counted under ``other``/``other``/``other``. At most
+  ``MAX_CODES`` codes per key, then ``other``. Label values arrive bounded (``labels.Bounds``);
+- answers per source (``cloud``, ``cache``, ``pool``, ``hub``; at most ``MAX_SOURCES``);
+- the ServiceAccount tokens the hub issued offline: namespace, account, pod, audiences and
+  expiry (never the token), at most ``MAX_TOKENS`` listed and all counted;
+- how often the hub restarted during it, and how many offline Events the journal dropped.
+
+So a record is a few KiB in practice and at most about 150 KiB (every name at its longest),
+after an hour or a month. Nothing in it is secret:
+names of components, resources, ServiceAccounts and pods, counts and times (the sealed cache
+keeps such names in its keys unencrypted too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from yurthub.outages import causes
+
+MAX_KEYS = 128
+MAX_CODES = 8
+MAX_SOURCES = 8
+MAX_TOKENS = 64
+MAX_SERVERS = 16
+MAX_AUDIENCES = 4
+MAX_TEXT = 300
+MAX_MESSAGE = 1024
+"""An Event's message at most (kubelet's recorder cuts its messages there too)."""
+OTHER = "other"
+ABORTED = "aborted"
+"""The code of a request that ended without an answer (the client went away)."""
+EVENT_REASON = "EdgeOutageEnded"
+EVENT_COMPONENT = "edgehub"
+POSTED = "posted"
+"""``Outage.event`` once the cloud holds the Event."""
+
+
+def _cut(text: str, limit: int = MAX_TEXT) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclasses.dataclass(slots=True)
+class Tally:
+    answered: int = 0
+    refused: int = 0
+    codes: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Refused answers per status code (``aborted``: no answer; ``other`` past the bound)."""
+
+    def add(self, code: int) -> None:
+        if 200 <= code < 400:
+            self.answered += 1
+            return
+        self.refused += 1
+        name = str(code) if code else ABORTED
+        if name not in self.codes and len(self.codes) >= MAX_CODES:
+            name = OTHER
+        self.codes[name] = self.codes.get(name, 0) + 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Token:
+    """A ServiceAccount token the hub issued offline (what it was for, never the token)."""
+
+    namespace: str
+    service_account: str
+    pod: str
+    audiences: tuple[str, ...]
+    issued: float
+    expires: float
+
+
+Key = tuple[str, str, str]
+"""(component, verb, resource[/subresource])."""
+OTHER_KEY: Key = (OTHER, OTHER, OTHER)
+
+
+@dataclasses.dataclass(slots=True)
+class Outage:
+    id: str
+    began: float
+    ended: float | None = None
+    cause: str = causes.Cause.OTHER.value
+    reason: str = ""
+    """The failing server and why, in words, when the outage began."""
+    causes: dict[str, int] = dataclasses.field(default_factory=dict)
+    servers: dict[str, str] = dataclasses.field(default_factory=dict)
+    tallies: dict[Key, Tally] = dataclasses.field(default_factory=dict)
+    sources: dict[str, int] = dataclasses.field(default_factory=dict)
+    tokens: list[Token] = dataclasses.field(default_factory=list)
+    tokens_issued: int = 0
+    restarts: int = 0
+    dropped_before: int = 0
+    """Offline Events the journal had dropped (and not told) when the outage began."""
+    events_dropped: int = 0
+    event: str = ""
+    """The Event's state: "" not posted yet, ``POSTED``, or why the cloud refused it."""
+    in_flight: int = dataclasses.field(default=0, compare=False)
+    """Requests begun during the outage and not answered yet (not stored: after a restart
+    there are none)."""
+
+    # --- while it lasts -------------------------------------------------------------------
+
+    def failed(self, server: str, cause: str, reason: str) -> None:
+        """A failed probe of ``server``."""
+        self.causes[cause] = self.causes.get(cause, 0) + 1
+        if server in self.servers or len(self.servers) < MAX_SERVERS:
+            self.servers[server] = _cut(reason)
+
+    def answered(self, key: Key, source: str, code: int) -> None:
+        tally = self.tallies.get(key)
+        if tally is None:
+            if len(self.tallies) >= MAX_KEYS:
+                key = OTHER_KEY
+                tally = self.tallies.get(key)
+            if tally is None:
+                tally = self.tallies[key] = Tally()
+        tally.add(code)
+        if source not in self.sources and len(self.sources) >= MAX_SOURCES:
+            source = OTHER
+        self.sources[source] = self.sources.get(source, 0) + 1
+
+    def issued(self, token: Token) -> None:
+        self.tokens_issued += 1
+        if len(self.tokens) < MAX_TOKENS:
+            self.tokens.append(
+                Token(
+                    _cut(token.namespace, 253),
+                    _cut(token.service_account, 253),
+                    _cut(token.pod, 253),
+                    tuple(_cut(a, 253) for a in token.audiences[:MAX_AUDIENCES]),
+                    token.issued,
+                    token.expires,
+                )
+            )
+
+    def end(self, now: float, dropped_now: int) -> None:
+        """The outage ended at ``now``; ``dropped_now``: the journal's untold drops then."""
+        self.ended = max(now, self.began)
+        self.events_dropped = max(0, dropped_now - self.dropped_before)
+
+    # --- reading it -----------------------------------------------------------------------
+
+    def seconds(self, now: float) -> float:
+        end = self.ended if self.ended is not None else now
+        return max(0.0, end - self.began)
+
+    @property
+    def answered_total(self) -> int:
+        return sum(t.answered for t in self.tallies.values())
+
+    @property
+    def refused_total(self) -> int:
+        return sum(t.refused for t in self.tallies.values())
+
+    @property
+    def events_recorded(self) -> int:
+        """Event creates and patches answered offline (the journal keeps them for the cloud)."""
+        return sum(
+            t.answered
+            for (_, verb, resource), t in self.tallies.items()
+            if resource == "events" and verb in ("create", "patch")
+        )
+
+
+def begin(now: float, cause: str, reason: str, dropped_before: int = 0) -> Outage:
+    return Outage(
+        id=f"{int(now * 1000):x}",
+        began=now,
+        cause=cause,
+        reason=_cut(reason),
+        dropped_before=dropped_before,
+    )
+
+
+# --- words --------------------------------------------------------------------------------
+
+
+def timestamp(when: float) -> str:
+    """RFC 3339, seconds, UTC (an Event's ``firstTimestamp``)."""
+    return datetime.datetime.fromtimestamp(when, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def lasted(seconds: float) -> str:
+    """``45s``, ``5m12s``, ``3h4m``, ``2d3h``."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def cause_words(outage: Outage) -> str:
+    """The cause when it began, and the others seen later (most frequent first)."""
+    text = causes.words(outage.cause)
+    later = sorted((c for c in outage.causes if c != outage.cause), key=lambda c: -outage.causes[c])
+    if later:
+        text += f" (later also: {', '.join(causes.words(c) for c in later[:3])})"
+    return text
+
+
+def _n(count: int, thing: str) -> str:
+    """``1 token``, ``2 tokens``."""
+    return f"{count} {thing}" if count == 1 else f"{count} {thing}s"
+
+
+def _top(counts: Mapping[str, int], limit: int) -> str:
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = [f"{name} {n}" for name, n in ranked[:limit] if n]
+    if len(ranked) > limit:
+        shown.append(f"{len(ranked) - limit} more")
+    return ", ".join(shown)
+
+
+def summary(outage: Outage, node: str) -> str:
+    """The Event's message (at most ``MAX_MESSAGE`` characters)."""
+    assert outage.ended is not None
+    parts = [
+        f"Node {node} could not reach the cloud for {lasted(outage.seconds(outage.ended))}, "
+        f"from {timestamp(outage.began)} to {timestamp(outage.ended)}: {cause_words(outage)}."
+    ]
+    per_component: dict[str, int] = {}
+    codes: dict[str, int] = {}
+    for (component, _, _), tally in outage.tallies.items():
+        per_component[component] = per_component.get(component, 0) + tally.answered
+        for code, n in tally.codes.items():
+            codes[code] = codes.get(code, 0) + n
+    answered, refused = outage.answered_total, outage.refused_total
+    meanwhile = f"The hub answered {_n(answered, 'request')} locally"
+    if answered:
+        meanwhile += f" ({_top(per_component, 4)})"
+    meanwhile += f" and refused {refused}"
+    if refused:
+        meanwhile += f" ({_top(codes, 4)})"
+    parts.append(meanwhile + ".")
+    if outage.tokens_issued:
+        accounts = {f"{t.namespace}/{t.service_account}" for t in outage.tokens}
+        parts.append(
+            f"It issued {_n(outage.tokens_issued, 'ServiceAccount token')} offline "
+            f"({', '.join(sorted(accounts)[:3])}{', ...' if len(accounts) > 3 else ''})."
+        )
+    if outage.events_recorded or outage.events_dropped:
+        parts.append(
+            f"{_n(outage.events_recorded, 'Event')} recorded offline, "
+            f"{outage.events_dropped} dropped over the journal's bounds."
+        )
+    if outage.restarts:
+        times = "once" if outage.restarts == 1 else f"{outage.restarts} times"
+        parts.append(f"The hub restarted {times} during it.")
+    parts.append("On the node: edgehub status --history.")
+    return _cut(" ".join(parts), MAX_MESSAGE)
+
+
+def event_name(node: str, outage_id: str) -> str:
+    """``<node>.edge-outage-<id>``: deterministic, so a retried or repeated post is a 409."""
+    suffix = f".edge-outage-{outage_id}"
+    return node[: 253 - len(suffix)] + suffix
+
+
+def event(outage: Outage, node: str) -> dict[str, Any]:
+    """The Node Event summarising an ended outage (in ``default``, as kubelet records Node
+    Events; the node's name as its uid, as kubelet does, which ``kubectl describe node``
+    finds)."""
+    assert outage.ended is not None
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": event_name(node, outage.id), "namespace": "default"},
+        "involvedObject": {"kind": "Node", "name": node, "uid": node, "apiVersion": "v1"},
+        "reason": EVENT_REASON,
+        "message": summary(outage, node),
+        "type": "Normal",
+        "source": {"component": EVENT_COMPONENT, "host": node},
+        "count": 1,
+        "firstTimestamp": timestamp(outage.began),
+        "lastTimestamp": timestamp(outage.ended),
+        "reportingComponent": EVENT_COMPONENT,
+        "reportingInstance": node,
+    }
+
+
+# --- stored and shown -----------------------------------------------------------------------
+
+
+def to_stored(outage: Outage) -> dict[str, Any]:
+    """What ``history`` keeps (JSON)."""
+    return {
+        "id": outage.id,
+        "began": outage.began,
+        "ended": outage.ended,
+        "cause": outage.cause,
+        "reason": outage.reason,
+        "causes": dict(outage.causes),
+        "servers": dict(outage.servers),
+        "answers": [
+            [c, v, r, t.answered, t.refused, dict(t.codes)]
+            for (c, v, r), t in outage.tallies.items()
+        ],
+        "sources": dict(outage.sources),
+        "tokens": [
+            [t.namespace, t.service_account, t.pod, list(t.audiences), t.issued, t.expires]
+            for t in outage.tokens
+        ],
+        "tokensIssued": outage.tokens_issued,
+        "restarts": outage.restarts,
+        "droppedBefore": outage.dropped_before,
+        "eventsDropped": outage.events_dropped,
+        "event": outage.event,
+    }
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"not an integer: {value!r}")
+    return value
+
+
+def _num(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"not a number: {value!r}")
+    return float(value)
+
+
+def _counts(value: Any, limit: int) -> dict[str, int]:
+    if not isinstance(value, dict):
+        raise ValueError("not a map of counts")
+    return {str(k): _int(v) for k, v in list(value.items())[:limit]}
+
+
+def _servers(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValueError("not a map of servers")
+    return {str(k): _cut(v) for k, v in list(value.items())[:MAX_SERVERS]}
+
+
+def from_stored(data: Any) -> Outage:
+    """A stored record read back; ``ValueError`` when it is not one (bounds re-applied)."""
+    if not isinstance(data, dict):
+        raise ValueError("an outage record must be a JSON object")
+    try:
+        ended = data.get("ended")
+        outage = Outage(
+            id=str(data["id"])[:32],
+            began=_num(data["began"]),
+            ended=None if ended is None else _num(ended),
+            cause=str(data.get("cause", causes.Cause.OTHER.value))[:32],
+            reason=_cut(data.get("reason", "")),
+            causes=_counts(data.get("causes", {}), len(causes.Cause) + 1),
+            servers=_servers(data.get("servers", {})),
+            sources=_counts(data.get("sources", {}), MAX_SOURCES + 1),
+            tokens_issued=_int(data.get("tokensIssued", 0)),
+            restarts=_int(data.get("restarts", 0)),
+            dropped_before=_int(data.get("droppedBefore", 0)),
+            events_dropped=_int(data.get("eventsDropped", 0)),
+            event=_cut(data.get("event", "")),
+        )
+        for row in list(data.get("answers", []))[: MAX_KEYS + 1]:
+            component, verb, resource, answered, refused, codes = row
+            outage.tallies[(str(component), str(verb), str(resource))] = Tally(
+                _int(answered), _int(refused), _counts(codes, MAX_CODES + 1)
+            )
+        for row in list(data.get("tokens", []))[:MAX_TOKENS]:
+            namespace, account, pod, audiences, issued, expires = row
+            outage.tokens.append(
+                Token(
+                    str(namespace),
+                    str(account),
+                    str(pod),
+                    tuple(str(a) for a in list(audiences)[:MAX_AUDIENCES]),
+                    _num(issued),
+                    _num(expires),
+                )
+            )
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"not an outage record: {e}") from e
+    return outage
+
+
+def view(outage: Outage, now: float) -> dict[str, Any]:
+    """What ``GET /v1/outages`` shows of one outage (``edgehub status --history``)."""
+    ranked = sorted(
+        outage.tallies.items(), key=lambda kv: (-(kv[1].answered + kv[1].refused), kv[0])
+    )
+    answers = [
+        {
+            "component": c,
+            "verb": v,
+            "resource": r,
+            "answered": t.answered,
+            "refused": t.refused,
+            "refusedByCode": dict(sorted(t.codes.items())),
+        }
+        for (c, v, r), t in ranked
+    ]
+    return {
+        "id": outage.id,
+        "began": timestamp(outage.began),
+        "ended": timestamp(outage.ended) if outage.ended is not None else None,
+        "ongoing": outage.ended is None,
+        "seconds": round(outage.seconds(now)),
+        "cause": outage.cause,
+        "causeWords": cause_words(outage),
+        "reason": outage.reason,
+        "failedProbes": dict(sorted(outage.causes.items())),
+        "servers": dict(outage.servers),
+        "answered": outage.answered_total,
+        "refused": outage.refused_total,
+        "bySource": dict(sorted(outage.sources.items())),
+        "answers": answers,
+        "tokensIssued": outage.tokens_issued,
+        "tokens": [
+            {
+                "namespace": t.namespace,
+                "serviceAccount": t.service_account,
+                "pod": t.pod,
+                "audiences": list(t.audiences),
+                "issued": timestamp(t.issued),
+                "expires": timestamp(t.expires),
+            }
+            for t in outage.tokens
+        ],
+        "tokensNotListed": outage.tokens_issued - len(outage.tokens),
+        "eventsRecorded": outage.events_recorded,
+        "eventsDropped": outage.events_dropped,
+        "hubRestarts": outage.restarts,
+        "event": outage.event or ("pending" if outage.ended is not None else ""),
+    }
