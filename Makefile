@@ -56,7 +56,7 @@ yurthub-bin:
 
 # OpenYurt's yurt-manager from the same OpenYurt pin (bench/yurtmanager/go.mod, checked equal to
 # bench/yurthub's), for bench/manager_scale.py: built beside YurtHub in
-# ~/.cache/edgehub/yurthub-<version>/ once per pin (~10 min on 2 cores the first time).
+# ~/.cache/edgehub/yurthub-<version>/ once per pin (its first build: docs/testbed.md).
 yurt-manager-bin:
 	$(PYTHON) bench/yurtmanager/build.py
 
