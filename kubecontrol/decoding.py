@@ -129,11 +129,18 @@ class Decoder:
         self.sharing = sharing
         names = itertools.count()
         kind, self._plan = _compile(shape.fields, names)
+        self._probe: msgspec.json.Decoder[Any] | None = None
+        if shape.probe is not None:
+            probe, self._probe_plan = _compile(shape.probe, names)
+            self._probe = msgspec.json.Decoder(probe)
+            item: Any = msgspec.Raw | None  # each item decoded twice at most: probe, then all
+        else:
+            item = kind
         page = msgspec.defstruct(
             "Page",
             [
                 ("metadata", _ListMeta | None | msgspec.UnsetType, _UNSET),
-                ("items", list[kind] | None | msgspec.UnsetType, _UNSET),  # type: ignore[valid-type]
+                ("items", list[item] | None | msgspec.UnsetType, _UNSET),
             ],
             kw_only=True,
         )
@@ -143,6 +150,17 @@ class Decoder:
 
     def _finish(self, value: Any) -> dict[str, Any]:
         done = _finish(value, self._plan, self.sharing)
+        return done if isinstance(done, dict) else {}
+
+    def _probed(self, raw: Any) -> dict[str, Any]:
+        """One item of a shape with a probe: its probe if ``keep`` refuses it, else all that
+        the shape keeps (``raw``: its JSON, undecoded)."""
+        assert self._probe is not None
+        probed = _finish(self._probe.decode(raw), self._probe_plan, self.sharing)
+        probed = probed if isinstance(probed, dict) else {}
+        if not self.shape.keeps(probed):
+            return probed
+        done = _finish(self._object.decode(raw), self._plan, self.sharing)
         return done if isinstance(done, dict) else {}
 
     def page(self, raw: bytes) -> kubeapi.ObjectList:
@@ -157,11 +175,19 @@ class Decoder:
         items = getattr(decoded, "items", None)
         if not isinstance(meta, _ListMeta):
             meta = _ListMeta()
+        finish = self._finish if self._probe is None else self._probed_or_slowly
         return kubeapi.ObjectList(
-            [self._finish(v) for v in (items if isinstance(items, list) else []) if v is not None],
+            [finish(v) for v in (items if isinstance(items, list) else []) if v is not None],
             _text(meta.rv),
             _text(meta.token),
         )
+
+    def _probed_or_slowly(self, raw: Any) -> dict[str, Any]:
+        try:
+            return self._probed(raw)
+        except msgspec.ValidationError:
+            plain = json.loads(bytes(raw))
+            return self._trim_slowly(plain) if isinstance(plain, dict) else {}
 
     def _page_slowly(self, raw: bytes) -> kubeapi.ObjectList:
         doc = json.loads(raw)
@@ -170,13 +196,21 @@ class Decoder:
         items = doc.get("items") if isinstance(doc, dict) else None
         return kubeapi.ObjectList(
             [
-                self.shape.trim_fields(item, self.sharing)
+                self._trim_slowly(item)
                 for item in (items if isinstance(items, list) else [])
                 if isinstance(item, dict)
             ],
             str(meta.get("resourceVersion") or ""),
             str(meta.get("continue") or ""),
         )
+
+    def _trim_slowly(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if self.shape.probe is not None:
+            probed = trimming.trim_value(obj, self.shape.probe, self.sharing)
+            probed = probed if isinstance(probed, dict) else {}
+            if not self.shape.keeps(probed):
+                return probed
+        return self.shape.trim_fields(obj, self.sharing)
 
     def event(self, line: bytes, path: str) -> kubeapi.WatchEvent | None:
         """One watch event line, its object trimmed; errors as ``kubeapi.parse_event``."""
@@ -188,15 +222,20 @@ class Decoder:
             return kubeapi.parse_event(line, path)  # ERROR (raises), or ignored
         raw = bytes(envelope.object)
         try:
-            decoded = self._object.decode(raw)
-            if decoded is None:
-                raise kubeapi.Unavailable(f"watch {path}: malformed event")
-            obj = self._finish(decoded)
+            if self._probe is not None:
+                if raw.strip() in (b"", b"null"):
+                    raise kubeapi.Unavailable(f"watch {path}: malformed event")
+                obj = self._probed(raw)
+            else:
+                decoded = self._object.decode(raw)
+                if decoded is None:
+                    raise kubeapi.Unavailable(f"watch {path}: malformed event")
+                obj = self._finish(decoded)
         except msgspec.ValidationError:
             plain = json.loads(raw)
             if not isinstance(plain, dict):
                 raise kubeapi.Unavailable(f"watch {path}: malformed event") from None
-            obj = self.shape.trim_fields(plain, self.sharing)
+            obj = self._trim_slowly(plain)
         except msgspec.DecodeError as e:
             raise kubeapi.Unavailable(f"watch {path}: malformed event") from e
         return kubeapi.WatchEvent(envelope.type, obj or {})

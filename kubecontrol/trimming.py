@@ -244,25 +244,26 @@ def _trim(value: Any, spec: Spec, sharing: Sharing) -> Any:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Shape:
     """What a reflector keeps of each object: ``fields`` (the root mapping's spec) of the
-    objects ``keep`` accepts (None: all)."""
+    objects ``keep`` accepts (None: all).
+
+    ``probe``: the few fields ``keep`` reads, when the shape keeps much of few objects (the
+    ``yurtstaticset`` controller's mirror Pods among all Pods). An object is then first
+    trimmed (decoded) to the probe, ``keep`` judges that, and only a kept object is trimmed
+    (decoded) by ``fields``; a refused one is handed on as its probe (its identity, for the
+    reflector to forget it). ``keep`` must read nothing the probe does not keep."""
 
     fields: Mapping[str, Any] | Fields
     keep: Callable[[JSONObject], bool] | None = None
     name: str = ""
     """For log lines and metrics (``pods:autonomy``)."""
+    probe: Mapping[str, Any] | Fields | None = None
 
     def __post_init__(self) -> None:
-        root = _fields_of(self.fields)
-        if root is None:
-            raise TypeError("a shape's root is a mapping of fields")
-        meta = root.fields.get("metadata", root.rest)
-        meta_fields = _fields_of(meta) if meta is not None else None
-        if meta is not KEEP and meta_fields is None:
-            raise ValueError("a shape keeps metadata (name, namespace, resourceVersion)")
-        if meta_fields is not None and meta_fields.rest is not KEEP:
-            missing = [k for k in _IDENTITY if k not in meta_fields.fields]
-            if missing or any(meta_fields.fields[k] is DROP for k in _IDENTITY):
-                raise ValueError(f"a shape keeps metadata {', '.join(_IDENTITY)}")
+        _check_identity(self.fields)
+        if self.probe is not None:
+            _check_identity(self.probe)
+            if self.keep is None:
+                raise ValueError("a probe is what keep reads: give keep too")
 
     def trim_fields(self, obj: JSONObject, sharing: Sharing) -> JSONObject:
         """The kept part of ``obj`` (``keep`` not asked)."""
@@ -270,13 +271,32 @@ class Shape:
         return trimmed if isinstance(trimmed, dict) else {}
 
     def keeps(self, trimmed: JSONObject) -> bool:
-        """Whether a reflector holds the object ``trimmed`` is what this shape kept of."""
+        """Whether a reflector holds the object ``trimmed`` is what this shape kept of (or
+        its probe)."""
         return self.keep is None or self.keep(trimmed)
 
     def trim(self, obj: JSONObject, sharing: Sharing) -> JSONObject | None:
         """The kept part of ``obj``; None when ``keep`` refuses it."""
+        if self.probe is not None:
+            probed = _trim(obj, self.probe, sharing)
+            if not self.keeps(probed if isinstance(probed, dict) else {}):
+                return None
         trimmed = self.trim_fields(obj, sharing)
         return trimmed if self.keeps(trimmed) else None
+
+
+def _check_identity(fields: Mapping[str, Any] | Fields) -> None:
+    root = _fields_of(fields)
+    if root is None:
+        raise TypeError("a shape's root is a mapping of fields")
+    meta = root.fields.get("metadata", root.rest)
+    meta_fields = _fields_of(meta) if meta is not None else None
+    if meta is not KEEP and meta_fields is None:
+        raise ValueError("a shape keeps metadata (name, namespace, resourceVersion)")
+    if meta_fields is not None and meta_fields.rest is not KEEP:
+        missing = [k for k in _IDENTITY if k not in meta_fields.fields]
+        if missing or any(meta_fields.fields[k] is DROP for k in _IDENTITY):
+            raise ValueError(f"a shape keeps metadata {', '.join(_IDENTITY)}")
 
 
 WITHOUT_MANAGED_FIELDS = Shape(

@@ -345,10 +345,23 @@ PODS = trimming.Shape(
     trimming.WITHOUT_MANAGED_FIELDS.fields,
     keep=lambda pod: _set_key(pod) is not None,
     name="pods:yurtstaticset",
+    probe={
+        "metadata": {
+            "name": trimming.KEEP,
+            "namespace": trimming.KEEP,
+            "resourceVersion": trimming.KEEP,
+            "annotations": trimming.Fields({staticsetplanning.MIRROR_ANNOTATION: trimming.KEEP}),
+            "ownerReferences": trimming.Items(
+                {"apiVersion": trimming.KEEP, "kind": trimming.KEEP, "name": trimming.KEEP}
+            ),
+        },
+        "spec": {"nodeName": trimming.KEEP},
+    },
 )
 """Of all Pods, only a YurtStaticSet's (its workers, mirror Pods named ``<yss>-<node>``) are
 held, whole but for managedFields (their spec is compared with the template and their status
-written back); the rest of a fleet's pods cost nothing but their watch events."""
+written back): each pod is first decoded to what ``_set_key`` reads (the probe), and only
+those are decoded whole; the rest of a fleet's pods cost nothing but their watch events."""
 
 
 def _typed(obj: dict[str, Any]) -> dict[str, Any]:

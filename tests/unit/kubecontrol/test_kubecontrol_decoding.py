@@ -146,3 +146,45 @@ def test_watch_errors_are_the_apiservers_errors() -> None:
     for bad in (b"{not json", b'{"type": "ADDED"}', b'{"type": "ADDED", "object": null}', b"[]"):
         with pytest.raises(kubeapi.Unavailable):
             decoder.event(bad, "/x")
+
+
+PROBED = trimming.Shape(
+    trimming.WITHOUT_MANAGED_FIELDS.fields,
+    keep=lambda o: ((o.get("metadata") or {}).get("labels") or {}).get("keep") == "yes",
+    probe={"metadata": {"name": KEEP, "namespace": KEEP, "resourceVersion": KEEP, "labels": KEEP}},
+)
+
+
+def test_a_probe_decodes_whole_only_the_objects_kept() -> None:
+    pods = json.loads((DATA / "pods.json").read_text())["items"]
+    for n, pod in enumerate(pods):
+        pod["metadata"].setdefault("labels", {})["keep"] = "yes" if n % 2 else "no"
+    odd = {"metadata": {"name": "odd", "labels": {"keep": "yes"}}, "spec": "not a mapping"}
+    items = [*pods, odd, {"metadata": "x"}]
+    decoder = decoding.Decoder(PROBED, trimming.Sharing())
+    page = decoder.page(page_bytes(items)).items
+    events = [
+        decoder.event(json.dumps({"type": "ADDED", "object": o}).encode(), "/x") for o in items
+    ]
+    for item, listed, event in zip(items, page, events, strict=True):
+        assert event is not None
+        want = PROBED.trim(item, trimming.Sharing())
+        for got in (listed, event.object):
+            if want is None:
+                assert not PROBED.keeps(got)
+                assert set(got) <= {"metadata"} and "managedFields" not in got.get("metadata", {})
+            else:
+                assert got == want
+    kept = [p for p in page if PROBED.keeps(p)]
+    assert [p["metadata"]["name"] for p in kept] == [
+        *(p["metadata"]["name"] for p in pods[1::2]),
+        "odd",
+    ]
+    assert all("spec" in p for p in kept)
+
+
+def test_a_probe_needs_keep_and_the_identity() -> None:
+    with pytest.raises(ValueError):
+        trimming.Shape({"metadata": META}, probe={"metadata": META})
+    with pytest.raises(ValueError):
+        trimming.Shape({"metadata": META}, keep=lambda o: True, probe={"metadata": {"name": KEEP}})
