@@ -32,10 +32,12 @@ module, applied for kube-system). The controllers both have, in pairs:
 (``yurtstaticset`` is left out: yurt-manager's needs its admission webhook served with
 certificates, and edgehub's is off by default.) What yurt-manager v1.7.0 needs on a plain
 apiserver: the NodePool CRD (apps.openyurt.io/v1beta2; a controller whose CRD is missing
-logs "will perform noops"), ``--disable-independent-webhooks=*`` and no controller that has a
-webhook (nodepool, yurtstaticset, yurtappset, platformadmin, gatewaypickup), else it wants
-certificates, its webhook configurations and a Service; ``--controllers`` naming the set; its
-metrics, health and webhook ports moved to free loopback ports.
+logs "will perform noops"); its chart's RBAC without the chart's webhook configurations (with
+them every NodePool write calls a webhook nobody serves); ``--disable-independent-webhooks=*``
+and no controller that has a webhook (nodepool, yurtstaticset, yurtappset, platformadmin,
+gatewaypickup), else it wants certificates, its webhook configurations and a Service;
+``--controllers`` naming the set; its metrics, health and webhook ports moved to free loopback
+ports.
 
 Measured for each, absolute and as edgehub / yurt-manager:
 
