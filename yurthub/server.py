@@ -171,7 +171,9 @@ class Hub:
         the in-process discovery agent). One that fails shows its error, not a 500."""
         self.started_at = time.time()
         self.metrics.registry.register(metrics.CertificateExpiry(self.certificate_expiry))
-        self.outages = recording.Recorder(outage_history, self.metrics)
+        self.outages = recording.Recorder(
+            outage_history, self.metrics, save_interval=hub_settings.outage_save_interval
+        )
         """The outage record (``outages``): ``GET /v1/outages``, the Node Event after each."""
         self.metrics.registry.register(metrics.OngoingOutage(self.outages.ongoing_seconds))
         self.verifier.offline.on_mint = self.outages.token

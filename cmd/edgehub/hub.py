@@ -229,6 +229,14 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     help="Events recorded offline posted per second after the cloud is back (0: unpaced).",
 )
 @click.option(
+    "--outage-save-interval-seconds",
+    default=30.0,
+    type=click.FloatRange(min=0.1, max=3600),
+    help="During an outage the record of what the hub did is written at most this often while "
+    "it changes (and at once when the outage begins or ends, and at shutdown): a kill -9 or a "
+    "power cut loses at most this many seconds of its counts; each write wears flash.",
+)
+@click.option(
     "--relist-spread-seconds",
     default=10.0,
     type=click.FloatRange(min=0, max=600),

@@ -166,6 +166,7 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
         static_pod_path=pathlib.Path(
             str(opts.get("static_pod_path") or "/etc/kubernetes/manifests")
         ),
+        outage_save_interval=f("outage_save_interval_seconds"),
         filters=settings.FilterSettings(
             enabled=bool(opts["enable_resource_filter"]),
             disabled=disabled,

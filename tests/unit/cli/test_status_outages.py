@@ -13,28 +13,33 @@ from yurthub.outages import records
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
+def at(seconds: float) -> records.Instant:
+    """``seconds`` after T0 on both clocks, in one boot."""
+    return records.Instant(T0 + seconds, "boot-1", 1000.0 + seconds)
+
+
 def ended() -> records.Outage:
-    o = records.begin(T0, "refused", "https://a:6443: connection refused")
+    o = records.begin(at(0), "1", "refused", "https://a:6443: connection refused")
     o.failed("https://a:6443", "refused", "connection refused")
     for _ in range(7):
         o.answered(("kubelet", "get", "nodes"), "cache", 200)
     o.answered(("kubectl", "list", "configmaps"), "cache", 404)
     o.answered(("kubelet", "create", "serviceaccounts/token"), "cache", 201)
     o.issued(records.Token("apps", "web", "web-0", ("api",), T0 + 5, T0 + 65))
-    o.end(T0 + 312, 0)
+    o.end(at(312), 0)
     o.event = records.POSTED
     return o
 
 
 def ongoing() -> records.Outage:
-    o = records.begin(T0 + 3600, "silent", "https://a:6443: no answer within 2 s")
+    o = records.begin(at(3600), "2", "silent", "https://a:6443: no answer within 2 s")
     o.answered(("kube-proxy", "watch", "services"), "pool", 200)
     o.restarts = 1
     return o
 
 
 def document() -> dict[str, Any]:
-    now = T0 + 3700
+    now = at(3700)
     return {
         "node": "edge-1",
         "ongoing": records.view(ongoing(), now),
@@ -72,7 +77,7 @@ def test_the_history_is_a_table_newest_first_with_the_newest_in_detail() -> None
 
 
 def test_the_detail_lists_answers_refusals_and_tokens() -> None:
-    lines = outagetext.detail_lines(records.view(ended(), T0 + 400))
+    lines = outagetext.detail_lines(records.view(ended(), at(400)))
     text = "\n".join(lines)
     assert "began with: https://a:6443: connection refused" in text
     assert "failed probes: refused 1" in text

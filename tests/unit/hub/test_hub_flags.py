@@ -8,6 +8,7 @@ import sys
 from collections.abc import Coroutine
 from typing import Any
 
+import click
 import pytest
 from click import testing
 from edgehub import cli, hub, hubsettings
@@ -80,6 +81,20 @@ def test_default_flags_are_the_settings_defaults() -> None:
     )
     assert built.upstream.header_deadline == settings.UpstreamSettings().header_deadline
     assert built.upstream.idle_timeout == settings.UpstreamSettings().idle_timeout
+    assert built.outage_save_interval == 30.0
+
+
+def test_the_outage_save_interval_reaches_the_settings_and_must_be_positive() -> None:
+    args = ["--node-name", "n1", "--server-addr", "http://127.0.0.1:1"]
+    ctx = hub.command.make_context("hub", [*args, "--outage-save-interval-seconds=5"])
+    assert hubsettings.build_settings(ctx.params).outage_save_interval == 5.0
+    with pytest.raises(click.BadParameter):
+        hub.command.make_context("hub", [*args, "--outage-save-interval-seconds=0"])
+    with pytest.raises(settings.ConfigError):
+        settings.HubSettings(
+            node_name="n1", upstream=settings.UpstreamSettings(servers=("https://a:6443",)),
+            outage_save_interval=0,
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize(
