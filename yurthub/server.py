@@ -5,14 +5,15 @@
   the connection-level hardening of ``listening`` (``Status`` answers to protocol errors, the
   header-read timeout, the connection cap).
 - Hub server ``--bind-address:--serve-port`` (10267): ``/v1/healthz``, ``/v1/readyz`` (names
-  what is not ready), ``/metrics`` (this hub's own registry), ``POST|PUT /v1/token`` (a new
-  join token, YurtHub's body ``{"jointoken": "..."}``), ``GET /v1/status`` (JSON for ``edgehub
-  status``: each apiserver's health and last error, certificates, readiness, and the sections
-  the assembly adds in ``status_sections``: the cache, discovery, outages), ``GET /v1/outages``
-  (the outage history, ``outages.recording``: ``edgehub status --history``), and YurtHub's OTA API
-  (``ota``: ``GET /pods``, ``POST /openyurt.io/v1/namespaces/{ns}/pods/{pod}/upgrade`` and
-  ``.../imagepull``, loopback callers only). It names files and subjects, never a key or a
-  token.
+  what is not ready), ``/metrics`` (this hub's own registry), and for loopback callers only
+  (403 for any other, whatever the bind address: ``otadecisions.peer_refusal``) ``POST|PUT
+  /v1/token`` (a new join token, YurtHub's body ``{"jointoken": "..."}``), ``GET /v1/status``
+  (JSON for ``edgehub status``: each apiserver's health and last error, certificates,
+  readiness, and the sections the assembly adds in ``status_sections``: the cache, discovery,
+  outages), ``GET /v1/outages`` (the outage history, ``outages.recording``: ``edgehub status
+  --history``), and YurtHub's OTA API (``ota``: ``GET /pods``, ``POST
+  /openyurt.io/v1/namespaces/{ns}/pods/{pod}/upgrade`` and ``.../imagepull``). It names files
+  and subjects, never a key or a token.
 - Metrics listener ``--metrics-bind-address:--metrics-port`` (10266), only when an address is
   given: ``GET /metrics`` and nothing else (no probes, status, token or OTA), so a scraper off
   the node (the chart's pod annotations) reaches the metrics without the hub server's other
@@ -188,6 +189,7 @@ class Hub:
         """How an OTA upgrade installs a YurtStaticSet's new manifest."""
         self.ota: ota.OtaApi | None = None
         self._stopping = False
+        self._afar_logged: set[tuple[str, str]] = set()
 
     # --- wiring for the cache engineer's runtime ---
 
@@ -631,12 +633,9 @@ class Hub:
         token, 409 when the hub does not bootstrap with tokens, 500 when the cluster refuses
         it (wrong token, CA pin mismatch, unreachable), 403 for a caller not on this node (the
         port may be bound beyond loopback for health checks; a join token is this node's)."""
-        peer = request.transport.get_extra_info("peername") if request.transport else None
-        host = peer[0] if isinstance(peer, tuple) and peer and isinstance(peer[0], str) else None
-        problem = otadecisions.peer_refusal(host, "/v1/token")
-        if problem:
-            log.warning("%s /v1/token refused: %s", request.method, problem)
-            return web.Response(status=403, text=problem)
+        refused = self._from_afar(request, "/v1/token")
+        if refused is not None:
+            return refused
         try:
             body = orjson.loads(await request.read())
             text = body["jointoken"] if isinstance(body, dict) else None
@@ -721,13 +720,37 @@ class Hub:
                 out[name] = {"error": f"{type(e).__name__}: {e}"}
         return out
 
+    def _from_afar(self, request: web.Request, api: str) -> web.Response | None:
+        """A 403 for a caller not on this node (``otadecisions.peer_refusal``), logged once per
+        address (at most ``_AFAR_LOGGED`` addresses); None for a loopback caller."""
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        host = peer[0] if isinstance(peer, tuple) and peer and isinstance(peer[0], str) else None
+        problem = otadecisions.peer_refusal(host, api)
+        if not problem:
+            return None
+        told = (api, host or "")
+        if told not in self._afar_logged and len(self._afar_logged) < _AFAR_LOGGED:
+            self._afar_logged.add(told)
+            log.warning("%s %s refused: %s", request.method, api, problem)
+        return web.Response(status=403, text=problem)
+
     async def _status(self, request: web.Request) -> web.Response:
+        """``GET /v1/status``: loopback callers only (it names the apiservers and their
+        errors, certificate files and subjects, the cache's path, the outages)."""
+        refused = self._from_afar(request, "/v1/status")
+        if refused is not None:
+            return refused
         return web.Response(
             body=orjson.dumps(await self.status(), option=orjson.OPT_INDENT_2),
             content_type="application/json",
         )
 
     async def _outages(self, request: web.Request) -> web.Response:
+        """``GET /v1/outages``: loopback callers only (it names the pods and ServiceAccounts
+        the hub issued tokens to offline)."""
+        refused = self._from_afar(request, "/v1/outages")
+        if refused is not None:
+            return refused
         document = {"node": self.settings.node_name, **(await self.outages.document())}
         return web.Response(
             body=orjson.dumps(document, option=orjson.OPT_INDENT_2),
@@ -748,6 +771,8 @@ class Hub:
 
 
 StatusSection = Callable[[], Awaitable[dict[str, Any]]]
+_AFAR_LOGGED = 64
+"""Distinct (endpoint, address) refusals logged as a warning; later ones are not logged."""
 
 
 def _iso(when: float | None) -> str | None:

@@ -2,13 +2,16 @@
 
 PURE: the hub's JSON in (``/v1/status``' ``outages`` section, ``GET /v1/outages``), text out
 (table-tested in ``tests/unit/cli/test_status_outages.py``). Every field may be missing (an
-older hub): shown as ``-``, never a crash.
+older hub): shown as ``-``, never a crash. Every string is shown through ``visible``: a
+server's reason or a refused Event's answer (an apiserver's words) cannot drive the terminal.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from edgehub import visible
 
 DETAIL_ROWS = 12
 """Rows of (component, verb, resource) shown for the newest outage."""
@@ -37,6 +40,7 @@ def lasted(seconds: Any) -> str:
 
 def status_lines(section: Any) -> list[str]:
     """The ``OUTAGES`` lines of ``edgehub status``: the one going on, and the last."""
+    section = visible.tree(section)
     if not isinstance(section, Mapping):
         return []
     ongoing, last = section.get("ongoing"), section.get("last")
@@ -65,6 +69,7 @@ def _event(outage: Mapping[str, Any]) -> str:
 
 def history(document: Mapping[str, Any] | None, url: str, problem: str = "") -> str:
     """The screen of ``edgehub status --history``."""
+    document, url, problem = visible.tree(document), visible.text(url), visible.text(problem)
     if document is None:
         return f"edgehub hub: no outage history from {url}: {problem}\n"
     outages = [o for o in document.get("outages") or [] if isinstance(o, Mapping)]
@@ -97,6 +102,7 @@ def history(document: Mapping[str, Any] | None, url: str, problem: str = "") -> 
 def detail_lines(outage: Mapping[str, Any]) -> list[str]:
     """The newest outage in detail: its causes, what was answered per component and verb, the
     tokens issued."""
+    outage = visible.tree(outage)
     what = "ONGOING" if outage.get("ongoing") else "NEWEST"
     lines = [
         "",
