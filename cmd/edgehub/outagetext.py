@@ -38,6 +38,12 @@ def lasted(seconds: Any) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
+def length(outage: Mapping[str, Any]) -> str:
+    """How long, ``at least`` when a reboot's gap is not counted (``atLeast``)."""
+    text = lasted(outage.get("seconds"))
+    return f"at least {text}" if outage.get("atLeast") is True else text
+
+
 def status_lines(section: Any) -> list[str]:
     """The ``OUTAGES`` lines of ``edgehub status``: the one going on, and the last."""
     section = visible.tree(section)
@@ -50,12 +56,12 @@ def status_lines(section: Any) -> list[str]:
     if isinstance(ongoing, Mapping):
         lines.append(
             f"  NOW: the cloud is unreachable since {ongoing.get('began', '-')} "
-            f"({lasted(ongoing.get('seconds'))}): {ongoing.get('causeWords', '-')}; "
+            f"({length(ongoing)}): {ongoing.get('causeWords', '-')}; "
             f"{ongoing.get('answered', 0)} answered locally, {ongoing.get('refused', 0)} refused"
         )
     if isinstance(last, Mapping):
         lines.append(
-            f"  last: {last.get('began', '-')} for {lasted(last.get('seconds'))}: "
+            f"  last: {last.get('began', '-')} for {length(last)}: "
             f"{last.get('causeWords', '-')} (Event: {last.get('event') or '-'})"
         )
     return lines
@@ -86,7 +92,7 @@ def history(document: Mapping[str, Any] | None, url: str, problem: str = "") -> 
             [
                 str(o.get("began", "-")),
                 "ongoing" if o.get("ongoing") else str(o.get("ended") or "-"),
-                lasted(o.get("seconds")),
+                lasted(o.get("seconds")) + ("+" if o.get("atLeast") is True else ""),
                 str(o.get("cause", "-")),
                 str(o.get("answered", 0)),
                 str(o.get("refused", 0)),
@@ -95,6 +101,8 @@ def history(document: Mapping[str, Any] | None, url: str, problem: str = "") -> 
             ]
         )
     lines += ["", *_table(rows)]
+    if any(o.get("atLeast") is True for o in outages):
+        lines.append("  +: at least (the node rebooted during it: its time off is not counted)")
     lines += detail_lines(outages[0])
     return "\n".join(lines) + "\n"
 
@@ -106,7 +114,7 @@ def detail_lines(outage: Mapping[str, Any]) -> list[str]:
     what = "ONGOING" if outage.get("ongoing") else "NEWEST"
     lines = [
         "",
-        f"{what} OUTAGE  {outage.get('began', '-')}, {lasted(outage.get('seconds'))}: "
+        f"{what} OUTAGE  {outage.get('began', '-')}, {length(outage)}: "
         f"{outage.get('causeWords', '-')}",
     ]
     if outage.get("reason"):

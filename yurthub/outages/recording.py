@@ -21,11 +21,12 @@ Fed by (all on the loop, none blocks, none raises):
   the cloud returns): the Event waits for those (``settled``, at most ``SETTLE`` seconds);
 - ``token(minted)``: the offline token issuer (``authn.offlinetokens``).
 
-Saved (``history``) at once when an outage begins or ends, at shutdown (``close``), and
-otherwise only when the record changed and at most every ``save_interval`` seconds
-(``--outage-save-interval-seconds``, ``SAVE_INTERVAL``): flash wears with every write, and a
-busy outage changes its counts all the time. A kill -9 (or a power cut) loses at most that much
-of the counts, never the outage. ``node_yurthub_outage_seconds`` observes each ended outage.
+Saved (``history``) at once when an outage begins or ends or a restarted hub picks it up, at
+shutdown (``close``), and otherwise only when the record changed and at most every
+``save_interval`` seconds (``--outage-save-interval-seconds``, ``SAVE_INTERVAL``): flash wears
+with every write, and a busy outage changes its counts all the time. A kill -9 (or a power cut)
+loses at most that much of the counts, never the outage. ``node_yurthub_outage_seconds``
+observes each ended outage.
 
 Clocks (``records.Instant``, from ``clock``: ``SystemClock`` on a hub): an outage's length is
 monotonic (``CLOCK_BOOTTIME`` within one boot id), its start and end wall-clock readings are
@@ -143,6 +144,7 @@ class Recorder:
             if self.current is None and outage.seq > newest_end:
                 outage.resume(self._clock())
                 self.current = outage
+                self._save_now.set()  # the restart (and a reboot's new segment) at once
                 log.info(
                     "an outage began %s and the hub restarted during it: recording goes on",
                     records.timestamp(outage.began),

@@ -133,3 +133,18 @@ def test_the_status_screen_names_the_ongoing_and_the_last_outage() -> None:
     assert "  last: 2026-01-01T00:00:00Z for 5m12s: connection refused (Event: posted)" in text
     quiet = statustext.render({**hub, "outages": {"ongoing": None, "last": None}}, "u", T0)
     assert "OUTAGES  none recorded" in quiet
+
+
+def test_a_length_missing_a_reboot_is_shown_as_at_least() -> None:
+    o = ended()
+    o.unmeasured = 1
+    doc = {**document(), "outages": [records.view(o, at(400))]}
+    text = outagetext.history(doc, "u")
+    row = next(line for line in text.splitlines() if line.startswith("  2026-01-01T00:00:00Z"))
+    assert row.split()[2] == "5m12s+"
+    assert "  +: at least (the node rebooted during it: its time off is not counted)" in text
+    assert "NEWEST OUTAGE  2026-01-01T00:00:00Z, at least 5m12s: connection refused" in text
+    section = {"ongoing": None, "last": records.view(o, at(400))}
+    assert "  last: 2026-01-01T00:00:00Z for at least 5m12s: " in "\n".join(
+        outagetext.status_lines(section)
+    )
