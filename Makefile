@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench proto readme clean cluster-bins yurthub-bin akri-peer tpm-tools prometheus-bin
+.PHONY: demo test lint bench proto readme clean cluster-bins yurthub-bin yurt-manager-bin akri-peer tpm-tools prometheus-bin
 
 # The real Kubernetes parts of the test bed (etcd, kube-apiserver, controller-manager,
 # scheduler, kubemark, kubectl), built from tests/cluster/go.mod into
@@ -54,6 +54,12 @@ akri-peer:
 yurthub-bin:
 	$(PYTHON) bench/yurthub/build.py
 
+# OpenYurt's yurt-manager from the same OpenYurt pin (bench/yurtmanager/go.mod, checked equal to
+# bench/yurthub's), for bench/manager_scale.py: built beside YurtHub in
+# ~/.cache/edgehub/yurthub-<version>/ once per pin (its first build: docs/testbed.md).
+yurt-manager-bin:
+	$(PYTHON) bench/yurtmanager/build.py
+
 # swtpm and tpm2-tools (Debian's packages) for the TPM-sealed cache tests: installed once per
 # machine when missing (CI runs as root on a fresh machine); a no-op where they are present.
 tpm-tools:
@@ -76,7 +82,7 @@ prometheus-bin:
 test: lint cluster-bins yurthub-bin akri-peer tpm-tools prometheus-bin
 	EDGEHUB_AKRI_PEER=$(AKRI_PEER) EDGEHUB_K8S_BIN=$(K8S_BIN) EDGEHUB_KUBECTL=$(K8S_BIN)/kubectl $(BIN)/python -m pytest -q -p no:cacheprovider
 
-bench: $(STAMP) cluster-bins yurthub-bin
+bench: $(STAMP) cluster-bins yurthub-bin yurt-manager-bin
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 # Regenerate the committed gRPC stubs from discovery/proto/*.proto, and the Kubernetes API

@@ -18,10 +18,13 @@ CSR_APPROVER_TIMINGS = controlling.Timings(workers=2, resync=600.0)
 BROKERS_TIMINGS = controlling.Timings(workers=2, resync=300.0)
 NODE_WATCHER_TIMINGS = controlling.Timings(workers=2, resync=300.0)
 WEBHOOK_PORT = 8443
-# Pods are decided on their events and their node's; the resync retries a lost write.
-AUTONOMY_TIMINGS = controlling.Timings(workers=4, resync=600.0)
-# Pools are decided on their events and their nodes'; the resync retries a lost write.
-HUB_LEADER_TIMINGS = controlling.Timings(workers=2, resync=300.0)
+# Pods are decided on their events and their node's; the resync retries a lost write. Eight
+# writes in flight: a node's change touches all its pods at once (up to 110 with kubelet's
+# default), and the workers only wait on the apiserver.
+AUTONOMY_TIMINGS = controlling.Timings(workers=8, resync=600.0)
+# Pools are decided on their events and their nodes'; the resync retries a lost write. Four in
+# flight: a hundred pools created at once are elected in about a quarter of the round trips.
+HUB_LEADER_TIMINGS = controlling.Timings(workers=4, resync=300.0)
 # YurtStaticSets follow their Pods' and Nodes' events; the resync retries a lost write.
 STATIC_SETS_TIMINGS = controlling.Timings(workers=2, resync=300.0)
 WORKER_IMAGE = "ghcr.io/edgehub/edgehub:0.1.0"

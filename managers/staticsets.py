@@ -23,11 +23,12 @@ ControllerRevision (``staticsetrevisions``, for ``edgehub rollout undo``); a hal
 reference, so deleting the YurtStaticSet deletes them (garbage collector). Writes are creates,
 deletes and conditional PUTs; 409 -> decided again from newer objects.
 
-It follows YurtStaticSets, Pods (mirror Pods ``<yss>-<node>`` and the workers; every namespace,
-as OpenYurt does), Nodes (a Ready change queues every YurtStaticSet) and yurt-manager's Lease.
-A node whose worker succeeded has its Lease (``kube-node-lease/<node>``) read on demand, every
-couple of seconds until its kubelet is seen back or the deadline passes: only the nodes being
-upgraded, never a watch of every node's Lease.
+It follows YurtStaticSets, Pods (every namespace, as OpenYurt does, but holding only mirror Pods
+``<yss>-<node>`` and the workers: ``PODS``), Nodes (a Ready change queues every YurtStaticSet;
+the shared ``shapes.NODE`` informer) and yurt-manager's Lease. A node whose worker succeeded
+has its Lease (``kube-node-lease/<node>``) read on demand, every couple of seconds until its
+kubelet is seen back or the deadline passes: only the nodes being upgraded, never a watch of
+every node's Lease.
 
 RBAC (manifests/manager/staticset-rbac.yaml): yurtstaticsets get/list/watch/update,
 yurtstaticsets/status update, pods get/list/watch/create/delete, pods/status update, nodes
@@ -43,8 +44,8 @@ import logging
 import time
 from typing import Any
 
-from kubecontrol import controlling, kubeapi, timestamps
-from managers import context, staticsethalts, staticsetplanning, staticsetrevisions
+from kubecontrol import controlling, kubeapi, timestamps, trimming
+from managers import context, shapes, staticsethalts, staticsetplanning, staticsetrevisions
 
 logger = logging.getLogger(__name__)
 
@@ -71,11 +72,15 @@ class StaticSets:
         self.lease_key = own.yurt_manager_lease
         self.ready_timeout = own.node_ready_timeout
         self.controller = controlling.Controller(
-            NAME, self.reconcile, own.timings, observer=ctx.metrics
+            NAME, self.reconcile, own.timings, observer=ctx.metrics, informers=ctx.informers
         )
         self.sets = self.controller.watch(ctx.api, staticsetplanning.YURT_STATIC_SETS)
-        self.pods = self.controller.watch(ctx.api, kubeapi.PODS, self._pod_event, primary=False)
-        self.nodes = self.controller.watch(ctx.api, kubeapi.NODES, self._node_event, primary=False)
+        self.pods = self.controller.watch(
+            ctx.api, kubeapi.PODS, self._pod_event, primary=False, shape=PODS
+        )
+        self.nodes = self.controller.watch(
+            ctx.api, kubeapi.NODES, self._node_event, primary=False, shape=shapes.NODE
+        )
         self.leases = None
         if self.lease_key is not None:  # None: the operator vouches yurt-manager runs no YSS
             self.leases = self.controller.watch(
@@ -523,6 +528,29 @@ def _set_key(pod: dict[str, Any]) -> controlling.Key | None:
     ):
         return (namespace, name[: -len(suffix)])
     return None
+
+
+PODS = trimming.Shape(
+    trimming.WITHOUT_MANAGED_FIELDS.fields,
+    keep=lambda pod: _set_key(pod) is not None,
+    name="pods:yurtstaticset",
+    probe={
+        "metadata": {
+            "name": trimming.KEEP,
+            "namespace": trimming.KEEP,
+            "resourceVersion": trimming.KEEP,
+            "annotations": trimming.Fields({staticsetplanning.MIRROR_ANNOTATION: trimming.KEEP}),
+            "ownerReferences": trimming.Items(
+                {"apiVersion": trimming.KEEP, "kind": trimming.KEEP, "name": trimming.KEEP}
+            ),
+        },
+        "spec": {"nodeName": trimming.KEEP},
+    },
+)
+"""Of all Pods, only a YurtStaticSet's (its workers, mirror Pods named ``<yss>-<node>``) are
+held, whole but for managedFields (their spec is compared with the template and their status
+written back): each pod is first decoded to what ``_set_key`` reads (the probe), and only
+those are decoded whole; the rest of a fleet's pods cost nothing but their watch events."""
 
 
 def _typed(obj: dict[str, Any]) -> dict[str, Any]:

@@ -4,15 +4,14 @@
   with one handler (``routing.Router.handle``), handler cancellation on client disconnect, and
   the connection-level hardening of ``listening`` (``Status`` answers to protocol errors, the
   header-read timeout, the connection cap).
-- Hub server ``--bind-address:--serve-port`` (10267): ``/v1/healthz``, ``/v1/readyz`` (names
-  what is not ready), ``/metrics`` (this hub's own registry), ``POST|PUT /v1/token`` (a new
-  join token, YurtHub's body ``{"jointoken": "..."}``), ``GET /v1/status`` (JSON for ``edgehub
-  status``: each apiserver's health and last error, certificates, readiness, and the sections
-  the assembly adds in ``status_sections``: the cache, discovery, outages), ``GET /v1/outages``
-  (the outage history, ``outages.recording``: ``edgehub status --history``), and YurtHub's OTA API
-  (``ota``: ``GET /pods``, ``POST /openyurt.io/v1/namespaces/{ns}/pods/{pod}/upgrade`` and
-  ``.../imagepull``, loopback callers only). It names files and subjects, never a key or a
-  token.
+- Hub server ``--bind-address:--serve-port`` (10267): ``serverapi`` (``/v1/healthz``,
+  ``/v1/readyz`` naming what is not ready, ``/metrics`` of this hub's own registry, and for
+  loopback callers only ``POST|PUT /v1/token``, ``GET /v1/status``: JSON for ``edgehub status``
+  from ``status`` with the sections the assembly adds in ``status_sections``: the cache,
+  discovery, outages; ``GET /v1/outages``: the outage history, ``outages.recording``) and
+  YurtHub's OTA API (``ota``: ``GET /pods``, ``POST
+  /openyurt.io/v1/namespaces/{ns}/pods/{pod}/upgrade`` and ``.../imagepull``, loopback callers
+  only). It names files and subjects, never a key or a token.
 - Metrics listener ``--metrics-bind-address:--metrics-port`` (10266), only when an address is
   given: ``GET /metrics`` and nothing else (no probes, status, token or OTA), so a scraper off
   the node (the chart's pod annotations) reaches the metrics without the hub server's other
@@ -51,7 +50,6 @@ response filters through ``filters``, the pool multiplexer through ``pool``.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import datetime
 import logging
@@ -75,12 +73,12 @@ from yurthub import (
     listening,
     metrics,
     ota,
-    otadecisions,
     readiness,
+    serverapi,
     settings,
 )
 from yurthub.authn import issuers, verifying
-from yurthub.certs import apiclient, jws, listing, manager, sealedkeys
+from yurthub.certs import apiclient, listing, manager, sealedkeys
 from yurthub.outages import history, posting, recording
 from yurthub.proxy import hosts, identifying, remote, routing, seams, upstream
 
@@ -115,12 +113,7 @@ class Hub:
             f"multiplexer-proxy-{hub_settings.node_name}",
         )
         self.metrics = metrics.Metrics(labels.Bounds(components))
-        # Scrapes run here, one at a time, never on the event loop (a scrape of a large registry
-        # or a slow /proc read would stall every proxied request); concurrent ones share it.
-        self._scrape_pool = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="metrics-scrape"
-        )
-        self._scraping: asyncio.Future[bytes] | None = None
+        self._api = serverapi.ServerApi(self)
         self.readiness = readiness.Readiness()
         self._tee = tee
         self._local = local
@@ -171,7 +164,9 @@ class Hub:
         the in-process discovery agent). One that fails shows its error, not a 500."""
         self.started_at = time.time()
         self.metrics.registry.register(metrics.CertificateExpiry(self.certificate_expiry))
-        self.outages = recording.Recorder(outage_history, self.metrics)
+        self.outages = recording.Recorder(
+            outage_history, self.metrics, save_interval=hub_settings.outage_save_interval
+        )
         """The outage record (``outages``): ``GET /v1/outages``, the Node Event after each."""
         self.metrics.registry.register(metrics.OngoingOutage(self.outages.ongoing_seconds))
         self.verifier.offline.on_mint = self.outages.token
@@ -417,7 +412,7 @@ class Hub:
         self._cancel_tasks()
         await self._cleanup_runners()
         await self._stack.aclose()
-        self._scrape_pool.shutdown(wait=False, cancel_futures=True)
+        self._api.close()
 
     def _proxy_server(self, *, secure: bool, own: bool = False) -> listening.ProxyServer:
         s = self.settings
@@ -471,14 +466,8 @@ class Hub:
             "http://localhost", own.path, cloud_healthy=checker.any_healthy, pace=self.settings.pace
         )
 
-        app = web.Application(middlewares=[self._only_known_hosts], client_max_size=64 << 10)
-        app.router.add_get("/v1/healthz", self._healthz)
-        app.router.add_get("/v1/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/v1/status", self._status)
-        app.router.add_get("/v1/outages", self._outages)
-        app.router.add_route("POST", "/v1/token", self._token)
-        app.router.add_route("PUT", "/v1/token", self._token)
+        app = web.Application(middlewares=[self._api.only_known_hosts], client_max_size=64 << 10)
+        self._api.add_routes(app.router)
         assert self.upstream is not None and self.health is not None
         self.ota = ota.OtaApi(
             s, self.upstream, self.health, pods=self.cached_pods, upgrader=self.static_pods
@@ -506,7 +495,7 @@ class Hub:
             return refused if refused is not None else await handler(request)
 
         app = web.Application(middlewares=[only_known_hosts], client_max_size=4 << 10)
-        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/metrics", self._api.metrics)
         self._metrics_runner = web.AppRunner(
             app,
             access_log=None,
@@ -581,7 +570,7 @@ class Hub:
         await self._cleanup_runners()
         self._cancel_tasks()
         await self._stack.aclose()
-        self._scrape_pool.shutdown(wait=False, cancel_futures=True)
+        self._api.close()
 
     def _cancel_tasks(self) -> None:
         for task in self._tasks:
@@ -603,63 +592,6 @@ class Hub:
         if self._own_socket is not None:
             self._own_socket.remove()
             self._own_socket = None
-
-    # --- hub server endpoints ---
-
-    @web.middleware
-    async def _only_known_hosts(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        assert self.router is not None
-        refused = routing.refused_host(self.router.hosts, request)
-        return refused if refused is not None else await handler(request)
-
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="OK")
-
-    async def _readyz(self, request: web.Request) -> web.Response:
-        missing, warnings = self.readiness.report()
-        notes = "".join(f"\nwarning: {w}" for w in warnings)
-        if missing:
-            return web.Response(status=500, text=f"not ready: {', '.join(missing)}{notes}")
-        return web.Response(text=f"OK{notes}")
-
-    async def _token(self, request: web.Request) -> web.Response:
-        """YurtHub's ``/v1/token``: ``{"jointoken": "<id>.<secret>"}``. 400 for a bad body or
-        token, 409 when the hub does not bootstrap with tokens, 500 when the cluster refuses
-        it (wrong token, CA pin mismatch, unreachable), 403 for a caller not on this node (the
-        port may be bound beyond loopback for health checks; a join token is this node's)."""
-        peer = request.transport.get_extra_info("peername") if request.transport else None
-        host = peer[0] if isinstance(peer, tuple) and peer and isinstance(peer[0], str) else None
-        problem = otadecisions.peer_refusal(host, "/v1/token")
-        if problem:
-            log.warning("%s /v1/token refused: %s", request.method, problem)
-            return web.Response(status=403, text=problem)
-        try:
-            body = orjson.loads(await request.read())
-            text = body["jointoken"] if isinstance(body, dict) else None
-        except (orjson.JSONDecodeError, KeyError):
-            text = None
-        if not isinstance(text, str) or not text:
-            return web.Response(status=400, text='the body must be {"jointoken": "<id>.<secret>"}')
-        certs = self.certs
-        if certs is None or not certs.source.requests_client_certificate:
-            return web.Response(
-                status=409,
-                text="this hub does not bootstrap with join tokens (--kubeconfig or "
-                "kubeletcertificate mode)",
-            )
-        try:
-            message = await certs.use_join_token(text)
-        except jws.DiscoveryError as e:
-            status = 400 if "is not of the form" in str(e) else 500
-            log.error("POST /v1/token: %s", e)
-            return web.Response(status=status, text=f"join token refused: {e}")
-        except (apiclient.Unreachable, apiclient.ApiError) as e:
-            log.error("POST /v1/token: %s", e)
-            return web.Response(status=500, text=f"cannot verify the join token: {e}")
-        log.info("POST /v1/token: %s", message)
-        return web.Response(text=f"update bootstrap token successfully: {message}")
 
     def certificates(self) -> list[dict[str, Any]]:
         """The hub's certificates (``certs.listing``): subjects, files, dates and which data
@@ -718,31 +650,6 @@ class Hub:
                 log.exception("status section %s failed", name)
                 out[name] = {"error": f"{type(e).__name__}: {e}"}
         return out
-
-    async def _status(self, request: web.Request) -> web.Response:
-        return web.Response(
-            body=orjson.dumps(await self.status(), option=orjson.OPT_INDENT_2),
-            content_type="application/json",
-        )
-
-    async def _outages(self, request: web.Request) -> web.Response:
-        document = {"node": self.settings.node_name, **(await self.outages.document())}
-        return web.Response(
-            body=orjson.dumps(document, option=orjson.OPT_INDENT_2),
-            content_type="application/json",
-        )
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        scraping = self._scraping
-        if scraping is None or scraping.done():
-            loop = asyncio.get_running_loop()
-            scraping = loop.run_in_executor(self._scrape_pool, self.metrics.exposition)
-            self._scraping = scraping
-        # shield: a scraper going away must not cancel the scrape the others wait for.
-        body = await asyncio.shield(scraping)
-        return web.Response(
-            body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
-        )
 
 
 StatusSection = Callable[[], Awaitable[dict[str, Any]]]

@@ -79,7 +79,12 @@ TOPICS: dict[str, tuple[Topic, ...]] = {
         Topic(
             "Cache (docs/cache.md)",
             common=("--disk-cache-path", "--cache-agents"),
-            more=("--cache-key-source", "--cache-key-file", "--offline-event-qps"),
+            more=(
+                "--cache-key-source",
+                "--cache-key-file",
+                "--offline-event-qps",
+                "--outage-save-interval-seconds",
+            ),
         ),
         Topic(
             "Listening",

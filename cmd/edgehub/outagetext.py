@@ -2,13 +2,16 @@
 
 PURE: the hub's JSON in (``/v1/status``' ``outages`` section, ``GET /v1/outages``), text out
 (table-tested in ``tests/unit/cli/test_status_outages.py``). Every field may be missing (an
-older hub): shown as ``-``, never a crash.
+older hub): shown as ``-``, never a crash. Every string is shown through ``visible``: a
+server's reason or a refused Event's answer (an apiserver's words) cannot drive the terminal.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from edgehub import visible
 
 DETAIL_ROWS = 12
 """Rows of (component, verb, resource) shown for the newest outage."""
@@ -35,8 +38,15 @@ def lasted(seconds: Any) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
+def length(outage: Mapping[str, Any]) -> str:
+    """How long, ``at least`` when a reboot's gap is not counted (``atLeast``)."""
+    text = lasted(outage.get("seconds"))
+    return f"at least {text}" if outage.get("atLeast") is True else text
+
+
 def status_lines(section: Any) -> list[str]:
     """The ``OUTAGES`` lines of ``edgehub status``: the one going on, and the last."""
+    section = visible.tree(section)
     if not isinstance(section, Mapping):
         return []
     ongoing, last = section.get("ongoing"), section.get("last")
@@ -46,12 +56,12 @@ def status_lines(section: Any) -> list[str]:
     if isinstance(ongoing, Mapping):
         lines.append(
             f"  NOW: the cloud is unreachable since {ongoing.get('began', '-')} "
-            f"({lasted(ongoing.get('seconds'))}): {ongoing.get('causeWords', '-')}; "
+            f"({length(ongoing)}): {ongoing.get('causeWords', '-')}; "
             f"{ongoing.get('answered', 0)} answered locally, {ongoing.get('refused', 0)} refused"
         )
     if isinstance(last, Mapping):
         lines.append(
-            f"  last: {last.get('began', '-')} for {lasted(last.get('seconds'))}: "
+            f"  last: {last.get('began', '-')} for {length(last)}: "
             f"{last.get('causeWords', '-')} (Event: {last.get('event') or '-'})"
         )
     return lines
@@ -65,6 +75,7 @@ def _event(outage: Mapping[str, Any]) -> str:
 
 def history(document: Mapping[str, Any] | None, url: str, problem: str = "") -> str:
     """The screen of ``edgehub status --history``."""
+    document, url, problem = visible.tree(document), visible.text(url), visible.text(problem)
     if document is None:
         return f"edgehub hub: no outage history from {url}: {problem}\n"
     outages = [o for o in document.get("outages") or [] if isinstance(o, Mapping)]
@@ -81,7 +92,7 @@ def history(document: Mapping[str, Any] | None, url: str, problem: str = "") -> 
             [
                 str(o.get("began", "-")),
                 "ongoing" if o.get("ongoing") else str(o.get("ended") or "-"),
-                lasted(o.get("seconds")),
+                lasted(o.get("seconds")) + ("+" if o.get("atLeast") is True else ""),
                 str(o.get("cause", "-")),
                 str(o.get("answered", 0)),
                 str(o.get("refused", 0)),
@@ -90,6 +101,8 @@ def history(document: Mapping[str, Any] | None, url: str, problem: str = "") -> 
             ]
         )
     lines += ["", *_table(rows)]
+    if any(o.get("atLeast") is True for o in outages):
+        lines.append("  +: at least (the node rebooted during it: its time off is not counted)")
     lines += detail_lines(outages[0])
     return "\n".join(lines) + "\n"
 
@@ -97,10 +110,11 @@ def history(document: Mapping[str, Any] | None, url: str, problem: str = "") -> 
 def detail_lines(outage: Mapping[str, Any]) -> list[str]:
     """The newest outage in detail: its causes, what was answered per component and verb, the
     tokens issued."""
+    outage = visible.tree(outage)
     what = "ONGOING" if outage.get("ongoing") else "NEWEST"
     lines = [
         "",
-        f"{what} OUTAGE  {outage.get('began', '-')}, {lasted(outage.get('seconds'))}: "
+        f"{what} OUTAGE  {outage.get('began', '-')}, {length(outage)}: "
         f"{outage.get('causeWords', '-')}",
     ]
     if outage.get("reason"):

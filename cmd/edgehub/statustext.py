@@ -3,7 +3,9 @@ agent's ``/status`` JSON.
 
 PURE: dicts in, text out (table-tested in ``tests/unit/test_status_text.py``). Every field may
 be missing (an older hub, a section that failed): what is not there is shown as ``-``, never a
-crash. Nothing here contacts anything.
+crash. Every string from the documents is shown through ``visible`` (``render`` passes them
+through ``visible.tree`` first): an escape sequence in an apiserver's error shows as text.
+Nothing here contacts anything.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from edgehub import outagetext
+from edgehub import outagetext, visible
 
 
 def _ago(seconds: float | None) -> str:
@@ -297,6 +299,9 @@ def render(
     agent_source: str = "",
     agent_problem: str = "",
 ) -> str:
+    hub, agent = visible.tree(hub), visible.tree(agent)
+    hub_url, hub_problem = visible.text(hub_url), visible.text(hub_problem)
+    agent_source, agent_problem = visible.text(agent_source), visible.text(agent_problem)
     if hub is None:
         lines = [f"edgehub hub: no answer from {hub_url}: {hub_problem}"]
     else:

@@ -21,15 +21,25 @@ Fed by (all on the loop, none blocks, none raises):
   the cloud returns): the Event waits for those (``settled``, at most ``SETTLE`` seconds);
 - ``token(minted)``: the offline token issuer (``authn.offlinetokens``).
 
-Saved (``history``) at once when an outage begins or ends, and every ``SAVE_INTERVAL`` seconds
-while counts change: a kill -9 loses at most that much of the counts, never the outage.
-``node_yurthub_outage_seconds`` observes each ended outage.
+Saved (``history``) at once when an outage begins or ends or a restarted hub picks it up, at
+shutdown (``close``), and otherwise only when the record changed and at most every
+``save_interval`` seconds (``--outage-save-interval-seconds``, ``SAVE_INTERVAL``): flash wears
+with every write, and a busy outage changes its counts all the time. A kill -9 (or a power cut)
+loses at most that much of the counts, never the outage. ``node_yurthub_outage_seconds``
+observes each ended outage.
+
+Clocks (``records.Instant``, from ``clock``: ``SystemClock`` on a hub): an outage's length is
+monotonic (``CLOCK_BOOTTIME`` within one boot id), its start and end wall-clock readings are
+for display; a restarted hub picks up the ongoing outage by its stored state (the newest row
+not ended), never by comparing times; a new outage's id is random (``new_id``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import pathlib
+import secrets
 import sqlite3
 import time
 from collections.abc import Callable
@@ -42,9 +52,37 @@ from yurthub.outages import causes, history, records
 
 log = logging.getLogger(__name__)
 
-SAVE_INTERVAL = 5.0
+SAVE_INTERVAL = 30.0
+"""Seconds between two saves of a changing record at most (the default of
+``--outage-save-interval-seconds``)."""
 SETTLE = 10.0
 """Seconds the Event waits, after the heal, for requests begun during the outage to end."""
+BOOT_ID = pathlib.Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id(path: pathlib.Path = BOOT_ID) -> str:
+    """This boot's id (Linux); elsewhere a random one for this process (so a restart counts as
+    a reboot: its gap is not measured)."""
+    try:
+        found = path.read_text().strip()
+    except OSError:
+        found = ""
+    return found[:64] or f"process-{secrets.token_hex(8)}"
+
+
+class SystemClock:
+    """The hub's clocks: wall (display), and ``CLOCK_BOOTTIME`` under this boot's id."""
+
+    def __init__(self, boot: str | None = None) -> None:
+        self.boot = boot_id() if boot is None else boot
+
+    def __call__(self) -> records.Instant:
+        return records.Instant(time.time(), self.boot, time.clock_gettime(time.CLOCK_BOOTTIME))
+
+
+def new_id() -> str:
+    """An outage's id: 64 random bits in hex (a DNS label, so part of the Event's name)."""
+    return secrets.token_hex(8)
 
 
 class Recorder:
@@ -53,13 +91,19 @@ class Recorder:
         store: history.History | None,
         collectors: metrics.Metrics,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], records.Instant] | None = None,
+        make_id: Callable[[], str] = new_id,
+        save_interval: float = SAVE_INTERVAL,
     ) -> None:
-        """``store``: the history on disk (None: ``open`` makes one in memory)."""
+        """``store``: the history on disk (None: ``open`` makes one in memory); ``clock``:
+        ``SystemClock()`` unless given; ``save_interval``: seconds between two saves of a
+        changing record at most."""
         self._given = store
         self._store = store
         self._metrics = collectors
-        self._clock = clock
+        self._clock: Callable[[], records.Instant] = clock if clock is not None else SystemClock()
+        self._make_id = make_id
+        self.save_interval = save_interval
         self.current: records.Outage | None = None
         self.last: records.Outage | None = None
         """The last ended outage (its Event may still be pending)."""
@@ -83,27 +127,31 @@ class Recorder:
         return self._store
 
     async def open(self) -> None:
-        """Open the history (in memory unless given one) and pick up an outage that was going
-        on when the hub stopped, and the last ended one."""
+        """Open the history (in memory unless given one) and pick up, by its stored state, the
+        outage that was going on when the hub stopped (the newest record not ended, unless an
+        ended one was inserted after it), and the last ended one."""
         if self._store is None:
             self._store = await history.open_history(None)
         try:
-            found = await self._store.newest(2)
+            ongoing = await self._store.ongoing()
+            self.last = await self._store.last_ended()
         except sqlite3.Error as e:
             # Damaged since it opened: the hub starts all the same (its saves log their errors).
             log.error("the outage history cannot be read: no outage is picked up: %s", e)
-            found = []
-        for outage in found:
-            if outage.ended is None and self.current is None and self.last is None:
-                outage.restarts += 1
+            ongoing, self.last = [], None
+        newest_end = self.last.seq if self.last is not None else 0
+        for outage in ongoing:
+            if self.current is None and outage.seq > newest_end:
+                outage.resume(self._clock())
                 self.current = outage
-                self._dirty[outage.id] = outage
+                self._save_now.set()  # the restart (and a reboot's new segment) at once
                 log.info(
                     "an outage began %s and the hub restarted during it: recording goes on",
                     records.timestamp(outage.began),
                 )
-            elif outage.ended is not None and self.last is None:
-                self.last = outage
+            else:  # left behind a newer one (its end was never saved): ended as far as it got
+                outage.abandon()
+            self._dirty[outage.id] = outage
 
     # --- fed by health, the router and the token issuer ---------------------------------
 
@@ -128,7 +176,7 @@ class Recorder:
             self._metrics.outage_seconds.observe(outage.seconds(now))
             log.info(
                 "the cloud is back after %s (outage began %s: %s)",
-                records.lasted(outage.seconds(now)),
+                records.length(outage, now),
                 records.timestamp(outage.began),
                 records.cause_words(outage),
             )
@@ -152,7 +200,11 @@ class Recorder:
         now = self._clock()
         server, cause, reason = self._latest or ("", causes.Cause.OTHER.value, "")
         outage = records.begin(
-            now, cause, f"{server}: {reason}" if server else reason, self.journal_dropped()
+            now,
+            self._make_id(),
+            cause,
+            f"{server}: {reason}" if server else reason,
+            self.journal_dropped(),
         )
         if self._latest is not None:
             outage.failed(*self._latest)
@@ -211,18 +263,17 @@ class Recorder:
             return None
         return conditions.LastOutage(
             records.timestamp(outage.began),
-            records.lasted(outage.seconds(outage.ended)),
+            records.length(outage, self._clock()),
             causes.words(outage.cause),
         )
 
     async def outages(self) -> list[records.Outage]:
-        """The history, newest first, with what is in memory (fresher than its last save)."""
+        """The history, newest (last inserted) first, with what is in memory (fresher than its
+        last save; one not saved yet is newer than every stored one)."""
         stored = await self.history.newest()
         fresh = {o.id: o for o in (self.current, self.last) if o is not None}
         out = [fresh.pop(o.id, o) for o in stored]
-        out.extend(fresh.values())  # not saved yet
-        out.sort(key=lambda o: -o.began)
-        return out[: self.history.limit]
+        return [*fresh.values(), *out][: self.history.limit]
 
     async def document(self) -> dict[str, Any]:
         """``GET /v1/outages``."""
@@ -235,7 +286,7 @@ class Recorder:
             "bounds": {
                 "keys": records.MAX_KEYS,
                 "tokens": records.MAX_TOKENS,
-                "saveIntervalSeconds": SAVE_INTERVAL,
+                "saveIntervalSeconds": self.save_interval,
             },
         }
 
@@ -250,6 +301,7 @@ class Recorder:
                 "began": records.timestamp(outage.began),
                 "ended": records.timestamp(outage.ended) if outage.ended is not None else None,
                 "seconds": round(outage.seconds(now)),
+                "atLeast": outage.at_least,
                 "cause": outage.cause,
                 "causeWords": records.cause_words(outage),
                 "answered": outage.answered_total,
@@ -286,10 +338,11 @@ class Recorder:
     # --- saving -------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Save what changed, at once for a beginning or an end, else every SAVE_INTERVAL."""
+        """Save what changed: at once for a beginning or an end, else at most every
+        ``save_interval`` seconds (nothing is written while nothing changed)."""
         while True:
             try:
-                async with asyncio.timeout(SAVE_INTERVAL):
+                async with asyncio.timeout(self.save_interval):
                     await self._save_now.wait()
             except TimeoutError:
                 pass
@@ -298,7 +351,10 @@ class Recorder:
 
     async def save(self) -> None:
         dirty, self._dirty = self._dirty, {}
-        for outage in sorted(dirty.values(), key=lambda o: o.began):
+        now = self._clock()
+        # An ended outage is older than the ongoing one: inserted first, it keeps its place.
+        for outage in sorted(dirty.values(), key=lambda o: o.ended is None):
+            outage.touch(now)
             try:
                 await self.history.save(outage)
             except asyncio.CancelledError:

@@ -1,20 +1,34 @@
 """One outage as the hub saw it, bounded however long it lasts; its summaries.
 
-PURE: values in, values out; the clock is passed in. ``recording`` feeds a record while the
-outage lasts, ``history`` stores it (``to_stored``/``from_stored``), ``posting`` sends
-``event`` after the heal, ``GET /v1/outages`` shows ``view``.
+PURE: values in, values out; the time is passed in (``Instant``). ``recording`` feeds a record
+while the outage lasts, ``history`` stores it (``to_stored``/``from_stored``), ``posting``
+sends ``event`` after the heal, ``GET /v1/outages`` shows ``view``.
+
+Two clocks, each for what it can do:
+
+- **how long** comes from the monotonic clock (``CLOCK_BOOTTIME``: it counts a suspend too and
+  never steps): within one boot a record keeps the moment its current segment began, so a hub
+  restarted during the outage (same boot id) counts the time it was away exactly. A reboot
+  starts that clock anew: the record then adds what it had counted up to its last save and
+  goes on from the new boot; the time the node was off is not counted (``unmeasured``, shown as
+  "at least");
+- **when** (``began``, ``ended``, a token's issue and expiry) is the wall clock's reading at
+  that moment, for display only: nothing is ordered, capped, named or resumed by it (a node
+  without a battery-backed clock boots in 1970, NTP steps the clock).
 
 What a record holds:
 
-- when it began and ended (wall-clock seconds), and an ``id`` made of the start (hex
-  milliseconds): the Event's name comes from it, so one outage is one Event however often the
-  hub restarts or retries;
+- its ``id``: random, given by the caller (the Event's name comes from it, so one outage is one
+  Event however often the hub restarts or retries; never the start time, which repeats on a
+  node whose clock restarts at the same moment every boot);
+- when it began and ended (wall), how long it lasted (monotonic);
 - its ``cause`` when it began (``causes.Cause``) and the failing server's words, each server's
   last reason (at most ``MAX_SERVERS``), and the failed probes counted per cause (a closed set);
-- what the hub answered meanwhile, per (component, verb, resource): answered (a 2xx or 3xx from
-  the cache, the pool or the hub) and refused (any other status, per code). At most
-  ``MAX_KEYS`` keys; later new keys are counted under ``other``/``other``/``other``. At most
-  ``MAX_CODES`` codes per key, then ``other``. Label values arrive bounded (``labels.Bounds``);
+- every answer the hub gave meanwhile, per (component, verb, resource): answered (a 2xx or 3xx
+  from the cache, the pool or the hub) and refused (any other status, per code, the hub's own
+  refusals too: 429, 400, 403, ...). At most ``MAX_KEYS`` keys; later new keys are counted
+  under ``other``/``other``/``other``. At most ``MAX_CODES`` codes per key, then ``other``.
+  Label values arrive bounded (``labels.Bounds``);
 - answers per source (``cloud``, ``cache``, ``pool``, ``hub``; at most ``MAX_SOURCES``);
 - the ServiceAccount tokens the hub issued offline: namespace, account, pod, audiences and
   expiry (never the token), at most ``MAX_TOKENS`` listed and all counted;
@@ -33,6 +47,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
+from yurthub import eventnames
 from yurthub.outages import causes
 
 MAX_KEYS = 128
@@ -56,6 +71,19 @@ POSTED = "posted"
 def _cut(text: str, limit: int = MAX_TEXT) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Instant:
+    """One moment as the hub reads its clocks (``recording.SystemClock``; tests pass their
+    own, stepping each as they like)."""
+
+    wall: float
+    """Unix seconds (``time.time``): shown, never compared."""
+    boot: str
+    """The kernel's boot id: ``mono`` readings compare only within one boot."""
+    mono: float
+    """``CLOCK_BOOTTIME`` seconds: monotonic within ``boot``."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -97,7 +125,23 @@ OTHER_KEY: Key = (OTHER, OTHER, OTHER)
 class Outage:
     id: str
     began: float
+    """Wall clock when it began (display only)."""
     ended: float | None = None
+    """Wall clock when it ended (display only); None while it lasts."""
+    boot: str = ""
+    """The boot the current segment runs in ("": unknown, a record from an older hub)."""
+    since: float = 0.0
+    """``Instant.mono`` when the current segment began (in ``boot``)."""
+    seen: float = 0.0
+    """``Instant.mono`` when the record was last saved (in ``boot``): how far it got, should
+    the node reboot."""
+    prior: float = 0.0
+    """Seconds counted in segments of earlier boots."""
+    lasted: float | None = None
+    """How long it lasted, once ended (seconds, monotonic)."""
+    unmeasured: int = 0
+    """Gaps not counted in its length: a reboot during it (the time the node was off), or a
+    record from a hub that kept no monotonic time. Its length is then "at least"."""
     cause: str = causes.Cause.OTHER.value
     reason: str = ""
     """The failing server and why, in words, when the outage began."""
@@ -113,6 +157,9 @@ class Outage:
     events_dropped: int = 0
     event: str = ""
     """The Event's state: "" not posted yet, ``POSTED``, or why the cloud refused it."""
+    seq: int = dataclasses.field(default=0, compare=False)
+    """Its place in the history (``history``'s insertion sequence; 0: not stored yet). Not in
+    the record: the row holds it."""
     in_flight: int = dataclasses.field(default=0, compare=False)
     """Requests begun during the outage and not answered yet (not stored: after a restart
     there are none)."""
@@ -152,16 +199,50 @@ class Outage:
                 )
             )
 
-    def end(self, now: float, dropped_now: int) -> None:
+    def touch(self, now: Instant) -> None:
+        """Note how far the outage got (before a save): what a reboot keeps of its length."""
+        if self.lasted is None and now.boot == self.boot and now.mono >= self.since:
+            self.seen = now.mono
+
+    def resume(self, now: Instant) -> None:
+        """A restarted hub goes on with this outage (its stored state says it is ongoing).
+        Restarted within the same boot, the time the hub was away is counted (monotonic);
+        across a reboot (or from a record without monotonic time) what was counted up to the
+        last save is kept and counting goes on from ``now``."""
+        self.restarts += 1
+        if now.boot == self.boot and self.boot and now.mono >= self.seen >= self.since:
+            return
+        self.prior += max(0.0, self.seen - self.since) if self.boot else 0.0
+        self.unmeasured += 1
+        self.boot, self.since, self.seen = now.boot, now.mono, now.mono
+
+    def end(self, now: Instant, dropped_now: int) -> None:
         """The outage ended at ``now``; ``dropped_now``: the journal's untold drops then."""
-        self.ended = max(now, self.began)
+        self.lasted = self.seconds(now)
+        self.ended = max(now.wall, self.began)  # shown: a clock stepped back shows no end first
         self.events_dropped = max(0, dropped_now - self.dropped_before)
+
+    def abandon(self) -> None:
+        """End a stale ongoing record (one a hub left behind a newer one: a failed save) as
+        far as it got."""
+        if self.lasted is None:
+            self.lasted = self.prior + max(0.0, self.seen - self.since)
+            self.ended = self.began + self.lasted
 
     # --- reading it -----------------------------------------------------------------------
 
-    def seconds(self, now: float) -> float:
-        end = self.ended if self.ended is not None else now
-        return max(0.0, end - self.began)
+    def seconds(self, now: Instant) -> float:
+        """How long it lasted, or has lasted by ``now`` (monotonic; never negative)."""
+        if self.lasted is not None:
+            return self.lasted
+        if now.boot == self.boot and now.mono >= self.since:
+            return self.prior + (now.mono - self.since)
+        return self.prior + max(0.0, self.seen - self.since)
+
+    @property
+    def at_least(self) -> bool:
+        """Its length misses a gap (``unmeasured``): shown as "at least"."""
+        return self.unmeasured > 0
 
     @property
     def answered_total(self) -> int:
@@ -181,10 +262,14 @@ class Outage:
         )
 
 
-def begin(now: float, cause: str, reason: str, dropped_before: int = 0) -> Outage:
+def begin(now: Instant, outage_id: str, cause: str, reason: str, dropped_before: int = 0) -> Outage:
+    """A new outage at ``now``; ``outage_id``: unique (random: ``new_id``)."""
     return Outage(
-        id=f"{int(now * 1000):x}",
-        began=now,
+        id=outage_id,
+        began=now.wall,
+        boot=now.boot,
+        since=now.mono,
+        seen=now.mono,
         cause=cause,
         reason=_cut(reason),
         dropped_before=dropped_before,
@@ -194,13 +279,18 @@ def begin(now: float, cause: str, reason: str, dropped_before: int = 0) -> Outag
 # --- words --------------------------------------------------------------------------------
 
 
+_LATEST = 253402300799.0  # 9999-12-31T23:59:59Z
+
+
 def timestamp(when: float) -> str:
-    """RFC 3339, seconds, UTC (an Event's ``firstTimestamp``)."""
+    """RFC 3339, seconds, UTC (an Event's ``firstTimestamp``); a reading outside years
+    1970-9999 (a clock gone wrong, a damaged record) is shown at the nearest end."""
+    when = min(max(when, 0.0), _LATEST) if when == when else 0.0
     return datetime.datetime.fromtimestamp(when, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def lasted(seconds: float) -> str:
-    """``45s``, ``5m12s``, ``3h4m``, ``2d3h``."""
+    """``45s``, ``5m12s``, ``3h04m``, ``2d03h``."""
     s = max(0, round(seconds))
     if s < 60:
         return f"{s}s"
@@ -209,6 +299,12 @@ def lasted(seconds: float) -> str:
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def length(outage: Outage, now: Instant) -> str:
+    """How long, in words: ``3h12m``, ``at least 3h12m`` (a gap not counted)."""
+    text = lasted(outage.seconds(now))
+    return f"at least {text}" if outage.at_least else text
 
 
 def cause_words(outage: Outage) -> str:
@@ -235,11 +331,13 @@ def _top(counts: Mapping[str, int], limit: int) -> str:
 
 def summary(outage: Outage, node: str) -> str:
     """The Event's message (at most ``MAX_MESSAGE`` characters)."""
-    assert outage.ended is not None
+    assert outage.ended is not None and outage.lasted is not None
     parts = [
-        f"Node {node} could not reach the cloud for {lasted(outage.seconds(outage.ended))}, "
+        f"Node {node} could not reach the cloud for {length(outage, _ENDED)}, "
         f"from {timestamp(outage.began)} to {timestamp(outage.ended)}: {cause_words(outage)}."
     ]
+    if outage.at_least:
+        parts.append("The node rebooted during it: the time it was off is not counted.")
     per_component: dict[str, int] = {}
     codes: dict[str, int] = {}
     for (component, _, _), tally in outage.tallies.items():
@@ -272,10 +370,14 @@ def summary(outage: Outage, node: str) -> str:
     return _cut(" ".join(parts), MAX_MESSAGE)
 
 
+_ENDED = Instant(0.0, "", 0.0)
+"""Any instant: an ended outage's length is its own."""
+
+
 def event_name(node: str, outage_id: str) -> str:
-    """``<node>.edge-outage-<id>``: deterministic, so a retried or repeated post is a 409."""
-    suffix = f".edge-outage-{outage_id}"
-    return node[: 253 - len(suffix)] + suffix
+    """``<node>.edge-outage-<id>`` (``eventnames.on_node``: a valid name whatever the node's
+    length): deterministic, so a retried or repeated post is a 409."""
+    return eventnames.on_node(node, f"edge-outage-{outage_id}")
 
 
 def event(outage: Outage, node: str) -> dict[str, Any]:
@@ -309,6 +411,12 @@ def to_stored(outage: Outage) -> dict[str, Any]:
         "id": outage.id,
         "began": outage.began,
         "ended": outage.ended,
+        "boot": outage.boot,
+        "since": outage.since,
+        "seen": outage.seen,
+        "prior": outage.prior,
+        "lasted": outage.lasted,
+        "unmeasured": outage.unmeasured,
         "cause": outage.cause,
         "reason": outage.reason,
         "causes": dict(outage.causes),
@@ -360,10 +468,22 @@ def from_stored(data: Any) -> Outage:
         raise ValueError("an outage record must be a JSON object")
     try:
         ended = data.get("ended")
+        began = _num(data["began"])
+        lasted = data.get("lasted")
+        if lasted is not None:
+            lasted = max(0.0, _num(lasted))
+        elif ended is not None:  # an older hub's record: its wall-clock length
+            lasted = max(0.0, _num(ended) - began)
         outage = Outage(
             id=str(data["id"])[:32],
-            began=_num(data["began"]),
+            began=began,
             ended=None if ended is None else _num(ended),
+            boot=str(data.get("boot", ""))[:64],
+            since=_num(data.get("since", 0.0)),
+            seen=_num(data.get("seen", 0.0)),
+            prior=max(0.0, _num(data.get("prior", 0.0))),
+            lasted=lasted,
+            unmeasured=_int(data.get("unmeasured", 0)),
             cause=str(data.get("cause", causes.Cause.OTHER.value))[:32],
             reason=_cut(data.get("reason", "")),
             causes=_counts(data.get("causes", {}), len(causes.Cause) + 1),
@@ -397,7 +517,7 @@ def from_stored(data: Any) -> Outage:
     return outage
 
 
-def view(outage: Outage, now: float) -> dict[str, Any]:
+def view(outage: Outage, now: Instant) -> dict[str, Any]:
     """What ``GET /v1/outages`` shows of one outage (``edgehub status --history``)."""
     ranked = sorted(
         outage.tallies.items(), key=lambda kv: (-(kv[1].answered + kv[1].refused), kv[0])
@@ -419,6 +539,7 @@ def view(outage: Outage, now: float) -> dict[str, Any]:
         "ended": timestamp(outage.ended) if outage.ended is not None else None,
         "ongoing": outage.ended is None,
         "seconds": round(outage.seconds(now)),
+        "atLeast": outage.at_least,
         "cause": outage.cause,
         "causeWords": cause_words(outage),
         "reason": outage.reason,

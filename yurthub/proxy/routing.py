@@ -125,7 +125,45 @@ class Router:
         self, request: web.Request, *, secure: bool = False, own: bool = False
     ) -> web.StreamResponse:
         """One proxied request; ``secure``: it came in on the TLS port (10268), where callers
-        must authenticate; ``own``: over the hub's own socket, from the hub's own clients."""
+        must authenticate; ``own``: over the hub's own socket, from the hub's own clients.
+
+        During an outage every answer is counted in its record, the hub's own refusals too
+        (a foreign host's 403, a bad request's 400, 405, the TLS port's 401 and 403, a 429 over
+        the in-flight limits); one that ended without an answer is ``aborted``."""
+        outages = self._outages
+        outage = outages.begin_request() if outages is not None else None
+        if outage is None or outages is None:
+            return await self._handle(request, secure, own, None)
+        seen = _Seen()
+        code = 0
+        source = "hub"
+        try:
+            resp = await self._handle(request, secure, own, seen)
+            code = resp.status
+            source = resp.get(SOURCE, "hub")
+            return resp
+        finally:
+            outages.answered(outage, self._outage_key(request, seen.info), source, code)
+
+    def _outage_key(
+        self, request: web.BaseRequest, info: requestinfo.RequestInfo | None
+    ) -> tuple[str, str, str]:
+        """(component, verb, resource[/subresource]) of a request, bounded as the metrics'
+        labels; one refused before it was classified: its User-Agent's component, its method
+        and no resource."""
+        bounds = self._metrics.bounds
+        if info is None:
+            component = requestinfo.component_of(request.headers.get("User-Agent", ""))
+            return bounds.component(component), bounds.verb(request.method.lower()), ""
+        resource = bounds.resource(info.resource)
+        if info.subresource:
+            resource = f"{resource}/{bounds.subresource(info.subresource)}"
+        return bounds.component(info.component), bounds.verb(info.verb), resource
+
+    async def _handle(
+        self, request: web.Request, secure: bool, own: bool, seen: _Seen | None
+    ) -> web.StreamResponse:
+        """``handle``; ``seen``: told what the request was, once classified (an outage's)."""
         started = time.perf_counter()
         # The DNS-rebinding guard is for the plain port, which authenticates nobody. The TLS
         # port's callers prove who they are, and pods name it as kubernetes.default.svc, the
@@ -140,6 +178,8 @@ class Router:
             info = self._classify(request)
         except requestinfo.BadRequestError as e:
             return responses.status(400, str(e))
+        if seen is not None:
+            seen.info = info
         if not info.is_known_verb:
             return responses.status(
                 405,
@@ -151,6 +191,8 @@ class Router:
             if isinstance(identified, web.Response):
                 return identified
             info = identified
+            if seen is not None:
+                seen.info = info
         long_running = info.is_long_running
         client = fairness.client_key(
             info, headers.bearer_token(request.headers.get("Authorization", ""))
@@ -170,7 +212,6 @@ class Router:
         collectors.in_flight_requests_total.inc()
         self.in_flight += 1
         self._idle.clear()
-        outage = self._outages.begin_request() if self._outages is not None else None
         code = 0
         source = "hub"
         try:
@@ -186,11 +227,6 @@ class Router:
             bounds = collectors.bounds
             component, verb = bounds.component(info.component), bounds.verb(info.verb)
             collectors.child(collectors.answers, source, component, verb).inc()
-            if outage is not None and self._outages is not None:
-                resource = bounds.resource(info.resource)
-                if info.subresource:
-                    resource = f"{resource}/{bounds.subresource(info.subresource)}"
-                self._outages.answered(outage, (component, verb, resource), source, code)
             if source == "cloud" and (info.verb == "list" or info.send_initial_events):
                 collectors.child(
                     collectors.cloud_lists, component, bounds.resource(info.resource)
@@ -341,6 +377,15 @@ class Router:
         if answer is not None:
             answer[SOURCE] = "cache"
         return answer
+
+
+class _Seen:
+    """What ``Router._handle`` found a request to be (for the outage record's key)."""
+
+    __slots__ = ("info",)
+
+    def __init__(self) -> None:
+        self.info: requestinfo.RequestInfo | None = None
 
 
 def refused_host(accepted: hosts.AcceptedHosts, request: web.BaseRequest) -> web.Response | None:

@@ -108,7 +108,12 @@ class Manager:
 
     def refusals(self) -> list[str]:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return [line for line in text.splitlines() if "403" in line or "refused" in line]
+        # kubeapi says "HTTP 403 Forbidden"; a bare "403" also matched log timestamps (",403").
+        return [
+            line
+            for line in text.splitlines()
+            if "HTTP 403" in line or "forbidden" in line.lower() or "refused" in line
+        ]
 
 
 def edgehub_argv_manager(kubeconfig: Path, port: int) -> list[str]:

@@ -106,6 +106,15 @@ async def main() -> dict[str, object]:
                         found["token_from_afar"] = [r.status, await r.text()]
                     async with s.get(hub.server_url + "/pods") as r:
                         found["ota_from_afar"] = r.status
+                    for path in ("/v1/outages", "/v1/status"):
+                        async with s.get(hub.server_url + path) as r:
+                            found[f"{path}_from_afar"] = [r.status, await r.text()]
+                    async with s.get(hub.server_url + "/v1/healthz") as r:
+                        found["healthz_from_afar"] = r.status  # a probe: open to all
+                async with aiohttp.ClientSession() as s:  # from loopback: answered
+                    for path in ("/v1/outages", "/v1/status"):
+                        async with s.get(hub.server_url + path) as r:
+                            found[f"{path}_from_loopback"] = r.status
                 subprocess.run(["ip", "link", "del", "hub-dummy0"], check=True)
                 await until(lambda: "169.254.2.1/32" in addresses("hub-dummy0"))
                 found["recreated"] = True

@@ -55,6 +55,7 @@ async def hub_process(
             "--heartbeat-timeout-seconds=1",
             "--heartbeat-healthy-threshold=1",
             "--heartbeat-failed-retry=1",
+            "--outage-save-interval-seconds=1",  # what a kill -9 may lose of the counts
             env=dict(os.environ, EDGEHUB_LOG_LEVEL="info"),
             stdout=asyncio.subprocess.PIPE,
             stderr=err,
@@ -97,7 +98,7 @@ def saved_answers(cache: pathlib.Path) -> int:
         row = con.execute("SELECT record FROM outages WHERE ended IS NULL").fetchone()
     if row is None:
         return 0
-    tally = records.from_stored(json.loads(row[0])).tallies.get(KEY)
+    tally = history.decode(row[0]).tallies.get(KEY)
     return tally.answered if tally is not None else 0
 
 

@@ -413,3 +413,39 @@ async def test_an_untrusted_server_is_a_tls_outage_until_the_ca_is_fixed(
             assert "TLS handshake failed" in event["message"]
         finally:
             await edge.stop_hub()
+
+
+async def test_every_answer_the_hub_gives_during_an_outage_is_counted_its_refusals_too(
+    edge: Edge,
+) -> None:
+    """A foreign Host's 403, a bad request's 400, an unknown method's 405 and a 429 over the
+    per-client limit are answers too: each is counted under its code, as docs/outages.md says."""
+    proxy = dataclasses.replace(edge.hub_settings.proxy, max_long_running_per_client=1)
+    edge.hub_settings = dataclasses.replace(edge.hub_settings, proxy=proxy)
+    await edge.restart_hub()
+    await edge.wait_health(True)
+    assert (await edge.get(NAMESPACES, ua=KUBECTL_UA))[0] == 200  # cached for offline
+    await edge.flush()
+    await edge.cut(partition.Mode.REFUSE)
+    headers = {"User-Agent": KUBECTL_UA, "Accept": "application/json"}
+    url = edge.url + NAMESPACES
+    answered: list[int] = []
+    async with edge.session.get(url, params={"watch": "1"}, headers=headers) as held:
+        assert held.status == 200  # an offline watch from the cache, held open
+        async with edge.session.get(url, params={"watch": "1"}, headers=headers) as resp:
+            answered.append(resp.status)  # one long-running request per client: 429
+    async with edge.session.get(url, headers={**headers, "Host": "evil.example"}) as resp:
+        answered.append(resp.status)
+    async with edge.session.get(url, params={"limit": "many"}, headers=headers) as resp:
+        answered.append(resp.status)
+    async with edge.session.request("PROPFIND", url, headers=headers) as resp:
+        answered.append(resp.status)
+    assert answered == [429, 403, 400, 405]
+    outage = edge.hub.outages.current
+    assert outage is not None
+    kubectl = {key: tally for key, tally in outage.tallies.items() if key[0] == "kubectl"}
+    # (the held watch, closed by the client mid-stream, counts as "aborted", as before)
+    assert kubectl[("kubectl", "watch", "namespaces")].codes["429"] == 1
+    # refused before they were classified: the User-Agent's component, the method
+    assert kubectl[("kubectl", "get", "")].codes == {"403": 1, "400": 1}
+    assert kubectl[("kubectl", "other", "namespaces")].codes == {"405": 1}

@@ -257,7 +257,7 @@ async def test_the_condition_names_the_last_outage_once_it_ended(
             assert condition is not None
             assert condition["message"] == (
                 f"{disabled['message']}; last outage: {records.timestamp(outage.began)} for "
-                f"{records.lasted(outage.seconds(outage.ended or 0))} (connection refused)"
+                f"{records.lasted(outage.lasted or 0)} (connection refused)"
             )
             # One more write for the outage; the status, and its transition time, did not move.
             assert condition_writes(sim) == writes + 1

@@ -27,6 +27,7 @@ import yaml
 from edgehub import agent as agent_command
 from edgehub import handler as handler_command
 from edgehub import hub as hub_command
+from edgehub import hubsettings
 from edgehub import manager as manager_command
 from manifests_support import (
     HANDLERS,
@@ -211,7 +212,7 @@ def test_static_pod_command_builds_the_settings_it_promises(
     assert command_line(hub)[:2] == ["edgehub", "hub"]
     assert "--node-name=$(NODE_NAME)" in hub["command"]
     _, params = parse(hub, monkeypatch)
-    built = hub_command.build_settings(params)
+    built = hubsettings.build_settings(params)
     assert built.node_name == NODE
     assert built.upstream.servers == ("https://apiserver_host:6443",)  # the placeholder
     liveness = probe(hub, "livenessProbe")

@@ -13,28 +13,33 @@ from yurthub.outages import records
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
+def at(seconds: float) -> records.Instant:
+    """``seconds`` after T0 on both clocks, in one boot."""
+    return records.Instant(T0 + seconds, "boot-1", 1000.0 + seconds)
+
+
 def ended() -> records.Outage:
-    o = records.begin(T0, "refused", "https://a:6443: connection refused")
+    o = records.begin(at(0), "1", "refused", "https://a:6443: connection refused")
     o.failed("https://a:6443", "refused", "connection refused")
     for _ in range(7):
         o.answered(("kubelet", "get", "nodes"), "cache", 200)
     o.answered(("kubectl", "list", "configmaps"), "cache", 404)
     o.answered(("kubelet", "create", "serviceaccounts/token"), "cache", 201)
     o.issued(records.Token("apps", "web", "web-0", ("api",), T0 + 5, T0 + 65))
-    o.end(T0 + 312, 0)
+    o.end(at(312), 0)
     o.event = records.POSTED
     return o
 
 
 def ongoing() -> records.Outage:
-    o = records.begin(T0 + 3600, "silent", "https://a:6443: no answer within 2 s")
+    o = records.begin(at(3600), "2", "silent", "https://a:6443: no answer within 2 s")
     o.answered(("kube-proxy", "watch", "services"), "pool", 200)
     o.restarts = 1
     return o
 
 
 def document() -> dict[str, Any]:
-    now = T0 + 3700
+    now = at(3700)
     return {
         "node": "edge-1",
         "ongoing": records.view(ongoing(), now),
@@ -72,7 +77,7 @@ def test_the_history_is_a_table_newest_first_with_the_newest_in_detail() -> None
 
 
 def test_the_detail_lists_answers_refusals_and_tokens() -> None:
-    lines = outagetext.detail_lines(records.view(ended(), T0 + 400))
+    lines = outagetext.detail_lines(records.view(ended(), at(400)))
     text = "\n".join(lines)
     assert "began with: https://a:6443: connection refused" in text
     assert "failed probes: refused 1" in text
@@ -128,3 +133,18 @@ def test_the_status_screen_names_the_ongoing_and_the_last_outage() -> None:
     assert "  last: 2026-01-01T00:00:00Z for 5m12s: connection refused (Event: posted)" in text
     quiet = statustext.render({**hub, "outages": {"ongoing": None, "last": None}}, "u", T0)
     assert "OUTAGES  none recorded" in quiet
+
+
+def test_a_length_missing_a_reboot_is_shown_as_at_least() -> None:
+    o = ended()
+    o.unmeasured = 1
+    doc = {**document(), "outages": [records.view(o, at(400))]}
+    text = outagetext.history(doc, "u")
+    row = next(line for line in text.splitlines() if line.startswith("  2026-01-01T00:00:00Z"))
+    assert row.split()[2] == "5m12s+"
+    assert "  +: at least (the node rebooted during it: its time off is not counted)" in text
+    assert "NEWEST OUTAGE  2026-01-01T00:00:00Z, at least 5m12s: connection refused" in text
+    section = {"ongoing": None, "last": records.view(o, at(400))}
+    assert "  last: 2026-01-01T00:00:00Z for at least 5m12s: " in "\n".join(
+        outagetext.status_lines(section)
+    )

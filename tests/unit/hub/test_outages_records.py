@@ -13,8 +13,14 @@ from yurthub.outages import records
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
+def at(seconds: float) -> records.Instant:
+    """``seconds`` after T0 on both clocks, in one boot."""
+    return records.Instant(T0 + seconds, "boot-1", 1000.0 + seconds)
+
+
 def outage(**kwargs: Any) -> records.Outage:
-    return records.begin(T0, "refused", "https://10.0.0.1:6443: connection refused", **kwargs)
+    reason = "https://10.0.0.1:6443: connection refused"
+    return records.begin(at(0), "19b76daa800", "refused", reason, **kwargs)
 
 
 def token(i: int, pod: str = "web-0") -> records.Token:
@@ -62,7 +68,7 @@ def test_tokens_are_listed_up_to_the_bound_and_all_counted_and_never_hold_the_to
     assert o.tokens_issued == 500
     assert len(o.tokens) == records.MAX_TOKENS
     assert all(len(t.pod) <= 253 for t in o.tokens)
-    view = records.view(o, T0 + 10)
+    view = records.view(o, at(10))
     assert view["tokensNotListed"] == 500 - records.MAX_TOKENS
     assert set(view["tokens"][0]) == {
         "namespace",
@@ -92,7 +98,7 @@ def test_a_record_reads_back_as_it_was_stored() -> None:
     o.answered(("kubectl", "get", "configmaps"), "cache", 404)
     o.issued(token(1))
     o.restarts = 2
-    o.end(T0 + 312, dropped_now=10)
+    o.end(at(312), dropped_now=10)
     back = records.from_stored(orjson.loads(orjson.dumps(records.to_stored(o))))
     assert back == o
     assert back.events_dropped == 7
@@ -144,7 +150,7 @@ def test_the_event_summarises_the_outage_on_the_node() -> None:
     o.answered(("kubectl", "get", "secrets"), "cache", 404)
     o.issued(token(1))
     o.restarts = 1
-    o.end(T0 + 312, dropped_now=0)
+    o.end(at(312), dropped_now=0)
     event = records.event(o, "edge-1")
     assert event["metadata"] == {"name": "edge-1.edge-outage-19b76daa800", "namespace": "default"}
     assert event["involvedObject"] == {
@@ -168,7 +174,7 @@ def test_the_event_summarises_the_outage_on_the_node() -> None:
 
 def test_the_event_name_is_the_outages_and_fits_a_long_node_name() -> None:
     o = outage()
-    o.end(T0 + 1, 0)
+    o.end(at(1), 0)
     assert records.event(o, "n")["metadata"]["name"] == records.event_name("n", o.id)
     name = records.event_name("n" * 253, o.id)
     assert len(name) == 253 and name.endswith(f".edge-outage-{o.id}")
@@ -180,18 +186,18 @@ def test_the_message_stays_within_bounds_whatever_the_names() -> None:
         o.answered((f"component-{i}" * 20, "get", "pods"), "cache", 500 + i % 99)
     for i in range(records.MAX_TOKENS):
         o.issued(token(i, pod="p" * 253))
-    o.end(T0 + 10**7, 0)
+    o.end(at(10**7), 0)
     assert len(records.summary(o, "n" * 253)) <= records.MAX_MESSAGE
 
 
 def test_an_ongoing_outage_is_viewed_as_ongoing() -> None:
     o = outage()
-    view = records.view(o, T0 + 90)
+    view = records.view(o, at(90))
     assert (view["ongoing"], view["ended"], view["seconds"], view["event"]) == (
         True,
         None,
         90,
         "",
     )
-    o.end(T0 + 100, 0)
-    assert records.view(o, T0 + 500)["event"] == "pending"
+    o.end(at(100), 0)
+    assert records.view(o, at(500))["event"] == "pending"
