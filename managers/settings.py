@@ -140,8 +140,12 @@ class StaticSets:
     """kubelet's staticPodPath on the nodes (mounted into the workers)."""
     worker_timeout: float = 120.0
     """Seconds a worker waits for the new static Pod to be ready before restoring the old."""
-    yurt_manager_lease: tuple[str, str] = ("kube-system", "cloud-yurt-manager")
-    """yurt-manager's leader Lease: while it is held, the controller acts on nothing."""
+    node_ready_timeout: float = 120.0
+    """Seconds a node's kubelet has, after its worker ended, to be seen back (Lease renewed,
+    Node Ready, mirror Pod on the new hash) before the rollout halts."""
+    yurt_manager_lease: tuple[str, str] | None = ("kube-system", "cloud-yurt-manager")
+    """yurt-manager's leader Lease: while it is held, the controller acts on nothing (None:
+    not looked at; ``--yurt-manager-lease=''``)."""
     timings: controlling.Timings = STATIC_SETS_TIMINGS
 
 

@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "hub": "edgehub.hub:command",
     "manager": "edgehub.manager:command",
     "partition": "edgehub.partition:command",
+    "rollout": "edgehub.rollout:command",
     "sim-apiserver": "edgehub.sim_apiserver:command",
     "static-pod-upgrade": "edgehub.staticpodupgrade:command",
     "status": "edgehub.status:command",

@@ -238,9 +238,17 @@ TOPICS: dict[str, tuple[Topic, ...]] = {
                 "--static-pod-upgrade-image",
                 "--static-pod-path",
                 "--static-pod-upgrade-timeout",
+                "--rollout-node-ready-timeout",
+                "--yurt-manager-lease",
             ),
         ),
     ),
+    "rollout": (),
+    "rollout status": (_all("Options", "--pool", "--namespace", "--output", "--kubeconfig"),),
+    "rollout history": (_all("Options", "--namespace", "--pool", "--kubeconfig"),),
+    "rollout undo": (_all("Options", "--namespace", "--pool", "--to-revision", "--kubeconfig"),),
+    "rollout resume": (_all("Options", "--namespace", "--pool", "--kubeconfig"),),
+    "rollout pause": (_all("Options", "--namespace", "--pool", "--reason", "--kubeconfig"),),
     "static-pod-upgrade": (
         _all(
             "The static Pod",

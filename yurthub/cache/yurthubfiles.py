@@ -6,7 +6,9 @@ one JSON object per file, and answers offline lists with whatever files a direct
 tree so a node switched from YurtHub to edgehub keeps its offline answers from the first
 second, before its components have listed through the new hub:
 
-- every object file becomes the object (``store.PutObject``), under the same component;
+- every object file becomes the object (``store.PutObject``), under the same component (as
+  this hub names it: kubemark's ``hollow-kubelet`` directory is kubelet's,
+  ``requestinfo.COMPONENT_ALIASES``, so a hollow node's YurtHub cache answers its kubelet);
 - every ``<component>/<resource>`` directory becomes one whole list of what it holds
   (``store.PutList``, all namespaces, no selector): offline it answers what YurtHub would have
   answered (for kubelet: its node's pods), filtered by the request's selectors as usual. The
@@ -30,7 +32,7 @@ from collections.abc import Iterator
 
 import orjson
 
-from yurthub import migrationplans
+from yurthub import migrationplans, requestinfo
 from yurthub.cache import eventjournal, keys, keysealing, store, tpmsealing
 from yurthub.outages import history
 
@@ -53,7 +55,7 @@ def parse(parts: tuple[str, ...]) -> Located | None:
     this hub imports. Pure."""
     if len(parts) not in (3, 4) or parts[0] in SKIPPED_TOP or parts[0].startswith("."):
         return None
-    component, gvr = parts[0], parts[1]
+    component, gvr = requestinfo.COMPONENT_ALIASES.get(parts[0], parts[0]), parts[1]
     if gvr == PARTIAL:
         return None
     resource, dot, rest = gvr.partition(".")
@@ -111,6 +113,7 @@ def read(root: pathlib.Path, *, skip: frozenset[str] = frozenset()) -> Tree:
     """Read YurtHub's tree at ``root``; ``skip``: top-level names to leave alone (this hub's own
     database files when both share the directory)."""
     tree = Tree()
+    seen: set[Located] = set()
     for path, parts in walk(root):
         if parts[0] in skip:
             continue
@@ -133,6 +136,10 @@ def read(root: pathlib.Path, *, skip: frozenset[str] = frozenset()) -> Tree:
         if problem:
             tree.skipped.append(f"{shown}: {problem}")
             continue
+        if located in seen:
+            tree.skipped.append(f"{shown}: the same object under another name of its component")
+            continue
+        seen.add(located)
         tree.objects.setdefault(located.scope, []).append((located, body))
     return tree
 
