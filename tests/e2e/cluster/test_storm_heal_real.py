@@ -335,8 +335,10 @@ def test_a_pool_healed_at_once_resumes_renews_and_stays_pooled(
             f"{steady_watches}); followers seen on the cloud {len(on_the_cloud)} times"
         )
 
-        # No relist: nothing listed again, by the hubs or through them.
-        assert all(v == 0 for v in relisted.values()), relisted
+        # No relist: nothing listed again, by the hubs or through them (the hubs count every
+        # list and streaming list they send to the cloud, their own and kubelet's and
+        # kube-proxy's). The apiserver-wide count above is context only: the control plane's
+        # own informers (the controller-manager's) may relist after this many writes.
         assert all(v == 0 for v in hub_lists.values()), hub_lists
         # No failed lease renewal.
         assert puts.get("409", 0) == 0 and puts.get("504", 0) == 0, puts
