@@ -15,10 +15,11 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
   once by the rest of the ``healthy_threshold`` probes (each a real lease round trip): a
   healed link is trusted again within seconds, not two heartbeats later.
 - A probe renews ``kube-node-lease/<node>`` through that server with the hub's identity, over
-  the upstream's heartbeat lane (``upstream.Upstream.lane``: its own connections, never queued
-  behind the proxy's, reset when abandoned): PUT on top of the last lease that server
-  returned, a base kept only while the last renewal was answered (an unanswered PUT may have
-  been applied); a missing base is fetched (created if absent);
+  the upstream's lane for probes (``upstream.Upstream.probes``: its own connections, never
+  queued behind the proxy's, kubelet's heartbeat requests included, reset when abandoned):
+  PUT on top of the last lease that server returned, a base kept only while the last renewal
+  was answered (an unanswered PUT may have been applied); a missing base is fetched (created
+  if absent);
   a conflict drops the base and retries, up to ``failed_retry`` attempts with 0.2/0.4/0.8 s backoff.
   A 429 (API Priority and Fairness pushing back) proves the server is up: the probe counts as a
   success and is not retried (going offline under load, then back all at once, would feed the
@@ -631,7 +632,7 @@ class HealthChecker:
         # and retries, so a shutdown could wait forever; asyncio.timeout lets it through.
         async with (
             asyncio.timeout(self._hb.timeout),
-            self._client.lane.request(
+            self._client.probes.request(
                 method,
                 server + path,
                 data=data,
