@@ -230,9 +230,7 @@ async def follow(
         retry_after: float | None = None
         try:
             if not at.rv:
-                at.rv = await _list(
-                    target, session, url, params, headers, max_item, not_older_than
-                )
+                at.rv = await _list(target, session, url, params, headers, max_item, not_older_than)
                 not_older_than = ""
                 pacer.succeeded()
                 absent_logged = False

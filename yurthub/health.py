@@ -564,6 +564,7 @@ class HealthChecker:
 
     def _pushed_back(self, server: str, e: _PushedBack) -> None:
         self.pushbacks += 1
+        self._metrics.heartbeat_pushbacks.labels(server).inc()
         level = logging.DEBUG if server in self._pushing_back else logging.INFO
         self._pushing_back.add(server)
         log.log(

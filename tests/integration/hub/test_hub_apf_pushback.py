@@ -94,6 +94,10 @@ async def test_a_heartbeat_answered_429_keeps_the_apiserver_healthy(
                 await asyncio.sleep(0.05)
         assert seen_unhealthy == []
         assert hub.health.pushbacks >= 6
+        # Nothing else says the node's lease is not being renewed: the metric does.
+        family = "node_yurthub_heartbeat_pushbacks_total"
+        counted = [hub.metrics.registry.get_sample_value(family, {"server": s.url}) for s in (a, b)]
+        assert sum(c or 0 for c in counted) == hub.health.pushbacks
         for sim in (a, b):
             # Each was asked once per heartbeat: no retries of a 429 in the same probe.
             leases = [r for r in sim.audit_log() if r.resource == "leases" and r.code == 429]
