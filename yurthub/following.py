@@ -24,9 +24,13 @@ cut short), is opened again from that version, after ``pacing``'s delay: an apis
 has it sends only what changed. Only a 410 Gone (the version was compacted away, an apiserver
 restarted) lists again, at a random moment within ``relist_spread`` (a fleet's hubs do not all
 list in the same second; the target keeps what it holds meanwhile), and asks for a state not
-older than the one held. A 429 (or a 503 with ``Retry-After``) waits what ``Retry-After`` says,
-bounded. A list or an event whose body cannot be read lists again after the backoff (resuming
-would meet the same bytes).
+older than the one held (``resourceVersionMatch=NotOlderThan``: the apiserver's watch cache
+answers it, where a list without a version is a quorum read, from etcd on older apiservers);
+if the apiserver does not have that version yet (504 ``ResourceVersionTooLarge``: its watch
+cache lags the one that said 410, or etcd was restored and the versions went back) the loop
+lists the current state at once, as client-go's reflector does. A 429 (or a 503 with
+``Retry-After``) waits what ``Retry-After`` says, bounded. A list or an event whose body cannot
+be read lists again after the backoff (resuming would meet the same bytes).
 
 Dangers: the loop runs for the hub's lifetime and must never spin or die: every failure (a
 transport error, a 5xx, a body of the wrong shape, an event over the bound) waits with a capped
@@ -139,6 +143,33 @@ class _Absent(Exception):
     """404/403 on the list."""
 
 
+class _TooLarge(Exception):
+    """A list not older than a version the apiserver does not have (yet): 504 with the cause
+    ``ResourceVersionTooLarge`` (kube-apiserver's answer after waiting 3 s for its watch cache
+    to reach it)."""
+
+
+TOO_LARGE_CAUSE = "ResourceVersionTooLarge"
+
+
+async def _too_large(resp: aiohttp.ClientResponse) -> bool:
+    """Whether a 504 is kube-apiserver's "Too large resource version" (its Status names the
+    cause; an old apiserver's only says so in the message)."""
+    try:
+        status = orjson.loads(await resp.content.read(READ_SIZE))
+    except (aiohttp.ClientError, orjson.JSONDecodeError, ValueError):
+        return False
+    if not isinstance(status, dict):
+        return False
+    details = status.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    for cause in causes if isinstance(causes, list) else ():
+        if isinstance(cause, dict) and cause.get("reason") == TOO_LARGE_CAUSE:
+            return True
+    message = status.get("message")
+    return isinstance(message, str) and message.startswith("Too large resource version")
+
+
 def _refused(resp: aiohttp.ClientResponse, what: str) -> Exception:
     """What a non-200 answer is for the loop: busy (429, 503 with Retry-After) or a failure."""
     after = pacing.retry_after(resp.headers.get("Retry-After"))
@@ -193,11 +224,14 @@ async def follow(
     pacer = pacing.Pacer(settings)
     absent_logged = False
     at = _Position()
+    not_older_than = ""
+    """After a 410: the version held, which the relist's state must not be older than."""
     while True:
         retry_after: float | None = None
         try:
             if not at.rv:
-                at.rv = await _list(target, session, url, params, headers, max_item)
+                at.rv = await _list(target, session, url, params, headers, max_item, not_older_than)
+                not_older_than = ""
                 pacer.succeeded()
                 absent_logged = False
             if await _watch(target, session, url, params, headers, at, max_item):
@@ -208,8 +242,17 @@ async def follow(
             raise
         except _Gone:
             logger.debug("following %s: the version held is too old; listing again", what)
+            not_older_than = at.rv or not_older_than
             at.rv = ""
             cause = pacing.Cause.GONE
+        except _TooLarge:
+            logger.debug(
+                "following %s: the apiserver has no state at %s yet; listing its current one",
+                what,
+                not_older_than,
+            )
+            not_older_than = ""
+            continue
         except _Busy as e:
             logger.debug("following %s: %s (Retry-After %s)", what, e, e.retry_after)
             cause = pacing.Cause.BUSY
@@ -218,7 +261,7 @@ async def follow(
             # Not installed, not allowed, or (through the hub, offline) not cached: known to
             # be empty for now, and asked again with the usual backoff, so a CRD installed
             # later or the cloud coming back is noticed within max_backoff.
-            at.rv = ""
+            at.rv = not_older_than = ""
             target.mark_absent()
             said = absent_logged or not cloud_healthy()
             log = logger.debug if said else logger.info
@@ -244,10 +287,18 @@ async def _list(
     params: Mapping[str, str],
     headers: Mapping[str, str],
     max_item: int,
+    not_older_than: str = "",
 ) -> str:
-    async with session.get(url, params=params, headers=headers) as resp:
+    """The list, into ``target``; its resourceVersion. ``not_older_than``: a version the state
+    listed must not be older than (a relist after 410)."""
+    query = dict(params)
+    if not_older_than:
+        query |= {"resourceVersion": not_older_than, "resourceVersionMatch": "NotOlderThan"}
+    async with session.get(url, params=query, headers=headers) as resp:
         if resp.status in (403, 404):
             raise _Absent(f"HTTP {resp.status}{await _status_message(resp)}")
+        if resp.status == 504 and not_older_than and await _too_large(resp):
+            raise _TooLarge
         if resp.status != 200:
             raise _refused(resp, "list")
         reader = jsonlists.ListReader(max_item)

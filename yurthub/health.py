@@ -15,14 +15,18 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
   once by the rest of the ``healthy_threshold`` probes (each a real lease round trip): a
   healed link is trusted again within seconds, not two heartbeats later.
 - A probe renews ``kube-node-lease/<node>`` through that server with the hub's identity, over
-  the upstream's heartbeat lane (``upstream.Upstream.lane``: its own connections, never queued
-  behind the proxy's, reset when abandoned): PUT on top of the last lease that server
-  returned, a base kept only while the last renewal was answered (an unanswered PUT may have
-  been applied); a missing base is fetched (created if absent);
+  the upstream's lane for probes (``upstream.Upstream.probes``: its own connections, never
+  queued behind the proxy's, kubelet's heartbeat requests included, reset when abandoned):
+  PUT on top of the last lease that server returned, a base kept only while the last renewal
+  was answered (an unanswered PUT may have been applied); a missing base is fetched (created
+  if absent);
   a conflict drops the base and retries, up to ``failed_retry`` attempts with 0.2/0.4/0.8 s backoff.
-  A 429 (API Priority and Fairness pushing back) proves the server is up: the probe counts as a
-  success and is not retried (going offline under load, then back all at once, would feed the
-  storm the apiserver is refusing).
+  A 429 (API Priority and Fairness pushing back) proves the server is up: it is not retried,
+  and it keeps the server as it was. A healthy server stays healthy (going offline under load,
+  then back all at once, would feed the storm the apiserver is refusing); an unhealthy one
+  stays unhealthy until a renewal is accepted (trusting it would send the node's clients back
+  to the apiserver that is refusing, with every other hub healed at the same moment). The
+  refused PUT's base is kept: APF refuses before any handler runs.
   The renewed Lease goes to ``on_lease`` (the cache stores it as kubelet's).
 - Kubelet liveness gate: the router calls ``renew_kubelet_lease`` on every kubelet lease request;
   once kubelet has been silent for ``kubelet_health_grace_period`` probes fail without contacting
@@ -500,12 +504,22 @@ class HealthChecker:
                 raise
             except _PushedBack as e:
                 self._silent.discard(server)
-                # It answered: it is up, only busy. Declaring it unhealthy would send every
-                # client to the cache and, at the next success, all of them back at once,
-                # the storm it is pushing back against. No retry either: the next renewal is
-                # a heartbeat away, beyond the Retry-After an apiserver asks for (1 s).
                 self._pushed_back(server, e)
-                return True
+                # No retry: the next renewal is a heartbeat away, beyond the Retry-After an
+                # apiserver asks for (1 s).
+                if self._states[server].healthy:
+                    # It answered: it is up, only busy. Declaring it unhealthy would send
+                    # every client to the cache and, at the next success, all of them back at
+                    # once, the storm it is pushing back against.
+                    return True
+                # Not in use (an outage, the hub starting): up, but it does not take our
+                # renewal yet, so it is not trusted yet either. Trusting it would send this
+                # node's clients (and every hub's, healed at the same moment) back at once
+                # to the apiserver that is refusing; the hub stays offline until a renewal
+                # is accepted.
+                reason = unreachable.describe(server, e, timeout=self._hb.timeout)
+                self._failure(server, reason, causes.of_error(e))
+                return False
             except (_ProbeFailed, aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
                 if not rotated and _rejected_credentials(e):
                     # Rejected credentials may just be rotated ones we have not loaded yet: one
@@ -550,6 +564,7 @@ class HealthChecker:
 
     def _pushed_back(self, server: str, e: _PushedBack) -> None:
         self.pushbacks += 1
+        self._metrics.heartbeat_pushbacks.labels(server).inc()
         level = logging.DEBUG if server in self._pushing_back else logging.INFO
         self._pushing_back.add(server)
         log.log(
@@ -590,9 +605,16 @@ class HealthChecker:
         # have applied it before the answer was lost), and a renewal on top of that base would
         # be a 409. Without a base the next renewal reads the lease first.
         self._leases.pop(server, None)
-        status, body, raw = await self._call(
-            server, "PUT", path, renewed_lease(base, node, duration, now)
-        )
+        try:
+            status, body, raw = await self._call(
+                server, "PUT", path, renewed_lease(base, node, duration, now)
+            )
+        except _PushedBack:
+            # Refused before it was handled (APF answers before any handler runs): the lease
+            # is as it was, and the next renewal is one PUT on the same base, not a GET and a
+            # PUT to an apiserver that is busy.
+            self._leases[server] = base
+            raise
         if status == 200:
             await self._accept(server, body, raw)
             return
@@ -631,7 +653,7 @@ class HealthChecker:
         # and retries, so a shutdown could wait forever; asyncio.timeout lets it through.
         async with (
             asyncio.timeout(self._hb.timeout),
-            self._client.lane.request(
+            self._client.probes.request(
                 method,
                 server + path,
                 data=data,

@@ -276,6 +276,17 @@ class Metrics:
             registry=r,
         )
 
+        self.heartbeat_pushbacks = Counter(
+            "heartbeat_pushbacks",
+            "Heartbeats (node lease renewals) an apiserver answered 429 Too Many Requests. A "
+            "healthy apiserver that pushes back stays healthy: the node's lease is not renewed "
+            "meanwhile, and only this counter (and one log line) says so",
+            ["server"],
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+
     def child(self, collector: Any, *values: str) -> Any:
         """``collector.labels(*values)`` (values in the collector's label order), memoised:
         ``labels()`` takes a lock and builds its key on every call, too slow for the

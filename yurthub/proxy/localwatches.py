@@ -14,10 +14,11 @@ apiserver has given this client's stream and must never skip an event the client
 a watch from ``N`` gets bookmarks at ``N`` (the hub delivers nothing offline, so the client is
 still exactly there; the cache's own version for that list may be older, which would replay,
 or newer, from events this client never received, which would skip them); a streaming list
-gets bookmarks at the version of the state it was sent. Only a watch from "now" (no version,
-or ``0``) gets the cache's version of that list, which the apiserver gave it. So after a heal
-kubelet and kube-proxy resume their watches instead of listing again, as long as the
-apiserver still has that version.
+gets bookmarks at the version of the state it was sent (the covering list's, as an offline
+list of the same is at: ``locallists.listing_version``). Only a watch from "now" (no version,
+or ``0``) gets the cache's version of the list covering it, which the apiserver gave it. So
+after a heal kubelet and kube-proxy resume their watches instead of listing again, as long as
+the apiserver still has that version.
 """
 
 from __future__ import annotations
@@ -133,8 +134,9 @@ class Watches:
                 if request.transport is None or request.transport.is_closing():
                     break
                 if bookmarks and now >= next_bookmark:
+                    rv = since or self._now_rv(info, scope, list_key, labels, fields)
                     await resp.write(
-                        self._bookmark(info, scope, list_key, protobuf=protobuf, rv=since)
+                        self._bookmark(info, scope, list_key, protobuf=protobuf, rv=rv)
                     )
                     next_bookmark = now + self._bookmark_interval
                 wake = min(deadline, next_bookmark if bookmarks else deadline, now + HEALTH_POLL)
@@ -143,6 +145,22 @@ class Watches:
         except ConnectionError:
             pass
         return resp
+
+    def _now_rv(
+        self,
+        info: requestinfo.RequestInfo,
+        scope: keys.Scope,
+        list_key: keys.ListKey,
+        labels: selectors.LabelSelector,
+        fields: selectors.FieldSelector,
+    ) -> str:
+        """The version of a watch from "now": the cached list covering it (an offline list
+        of the same is at that version, ``locallists.listing_version``), else the cache's
+        version of ``list_key``."""
+        found = self._lists.covering(info, [scope], labels, fields)
+        if found is not None and found[1].resource_version:
+            return found[1].resource_version
+        return self._watch_rv(scope, list_key, info.namespace)
 
     def _watch_rv(self, scope: keys.Scope, list_key: keys.ListKey, namespace: str) -> str:
         """The cache's version of ``list_key`` (its record, else its newest object)."""
@@ -212,7 +230,7 @@ class Watches:
         for start in range(0, len(bodies), store.PAGE_ROWS):
             page = bodies[start : start + store.PAGE_ROWS]
             await resp.write(b"".join(frame("ADDED", body) for body in page))
-        sent = self._watch_rv(listing.scope, list_key, info.namespace)
+        sent = locallists.listing_version(listing) or "0"
         await resp.write(
             self._bookmark(info, listing.scope, list_key, protobuf=True, annotations=END, rv=sent)
         )
@@ -230,6 +248,6 @@ class Watches:
             if page:
                 events = b"}\n".join(b'{"type":"ADDED","object":' + body for body in page)
                 await resp.write(events + b"}\n")
-        sent = self._watch_rv(listing.scope, list_key, info.namespace)
+        sent = locallists.listing_version(listing) or "0"
         await resp.write(self._bookmark(info, listing.scope, list_key, annotations=END, rv=sent))
         return sent

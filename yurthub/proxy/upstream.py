@@ -23,15 +23,18 @@ Requests that carry their own Bearer token use the ``bare`` context, which a cer
 rotation leaves untouched (``kubeconfigs.carry_over``).
 
 The heartbeat lane (``lane``): a second, small pool (``LANE_PER_SERVER`` connections per
-apiserver) for what keeps the node Ready in the cloud: the health prober's lease renewals and
-kubelet's own heartbeat requests the proxy forwards (its Lease and its Node: get, update,
-patch; ``fairness.exempt``). After a heal every watch, list and relist of the node's clients
-and of the hub's own loops opens its connection at once; none of them can take the lane's
-slots, so a lease renewal never waits for a connection behind them. The lane's sockets close
-abortively (``SO_LINGER`` 0: a reset, the unsent bytes dropped): a renewal the hub gave up on
-(a link gone silent) is never delivered when the route comes back, minutes later, with a stale
-resourceVersion: the apiserver counted such late PUTs as 504s (their client gone) and the
-hub's next renewal on top of its own base as a 409.
+apiserver) for kubelet's own heartbeat requests the proxy forwards (its Lease and its Node:
+get, update, patch; ``fairness.exempt``). After a heal every watch, list and relist of the
+node's clients and of the hub's own loops opens its connection at once; none of them can take
+the lane's slots, so a lease renewal never waits for a connection behind them. The health
+prober's renewals have a pool of their own (``probes``, ``PROBE_PER_SERVER`` connections per
+apiserver) that nothing the proxy forwards can use: the proxy authenticates nobody, so any
+process on the node can send "kubelet's" node PATCHes, and a few whose bodies never finish
+would otherwise hold every lane connection, the probes would time out waiting for one and the
+hub would go offline. The lanes' sockets close abortively (``SO_LINGER`` 0: a reset, the unsent
+bytes dropped): a renewal the hub gave up on (a link gone silent) is never delivered when the
+route comes back, minutes later, with a stale resourceVersion: the apiserver counted such late
+PUTs as 504s (their client gone) and the hub's next renewal on top of its own base as a 409.
 
 Dangers: every open watch holds a pooled connection until it ends, so ``pool_limit`` bounds
 concurrent watches; the aiohttp client keeps connections per (host, port, ssl context), so the
@@ -67,8 +70,11 @@ MIN_RECHECK_GAP = 1.0
 
 
 LANE_PER_SERVER = 4
-"""Connections of the heartbeat lane per apiserver: a probe, kubelet's lease, its node get and
-its status patch (kubelet sends them one at a time)."""
+"""Connections of the heartbeat lane per apiserver: kubelet's lease, its node get and its
+status patch (kubelet sends them one at a time), and one to spare."""
+PROBE_PER_SERVER = 2
+"""Connections of the prober's own lane per apiserver: it renews through one server at a time
+(a GET, then a PUT); a second while the first closes."""
 
 
 def abortive_socket(addr_info: tuple[Any, ...]) -> socket.socket:
@@ -84,17 +90,18 @@ class _RotatingConnector(aiohttp.TCPConnector):
     """A ``TCPConnector`` that can retire a TLS context: its idle connections are closed at
     once, its busy ones when released (never pooled again)."""
 
-    def __init__(self, upstream: settings.UpstreamSettings, *, lane: bool = False) -> None:
+    def __init__(self, upstream: settings.UpstreamSettings, *, lane: int = 0) -> None:
+        """``lane``: connections per server of a heartbeat lane (0: the main pool)."""
         servers = max(1, len(upstream.servers))
         super().__init__(
-            limit=LANE_PER_SERVER * servers if lane else upstream.pool_limit,
-            limit_per_host=LANE_PER_SERVER if lane else upstream.pool_limit_per_host,
+            limit=lane * servers if lane else upstream.pool_limit,
+            limit_per_host=lane if lane else upstream.pool_limit_per_host,
             keepalive_timeout=upstream.keepalive_timeout,
             enable_cleanup_closed=False,
             socket_factory=abortive_socket if lane else None,
         )
         self._retired: weakref.WeakSet[ssl.SSLContext] = weakref.WeakSet()
-        self._abortive = lane
+        self._abortive = bool(lane)
         """Close by aborting: a TLS connection's graceful close waits for the peer's
         close_notify (30 s on a silent link) before the socket goes, and the bytes it holds
         would still be delivered if the route came back meanwhile."""
@@ -170,6 +177,8 @@ class Upstream:
         self._connector: _RotatingConnector | None = None
         self._lane: aiohttp.ClientSession | None = None
         self._lane_connector: _RotatingConnector | None = None
+        self._probes: aiohttp.ClientSession | None = None
+        self._probe_connector: _RotatingConnector | None = None
         self._recheck = asyncio.Event()
         self._check_lock = asyncio.Lock()
         self._rejected = ""
@@ -182,8 +191,10 @@ class Upstream:
     async def start(self) -> None:
         self._connector = _RotatingConnector(self.settings)
         self._session = self._new_session(self._connector)
-        self._lane_connector = _RotatingConnector(self.settings, lane=True)
+        self._lane_connector = _RotatingConnector(self.settings, lane=LANE_PER_SERVER)
         self._lane = self._new_session(self._lane_connector)
+        self._probe_connector = _RotatingConnector(self.settings, lane=PROBE_PER_SERVER)
+        self._probes = self._new_session(self._probe_connector)
         self._note_expiry(announce=True)
 
     def _new_session(self, connector: _RotatingConnector) -> aiohttp.ClientSession:
@@ -202,11 +213,11 @@ class Upstream:
         )
 
     async def close(self) -> None:
-        for session in (self._session, self._lane):
+        for session in (self._session, self._lane, self._probes):
             if session is not None:
                 await session.close()
-        self._session = self._lane = None
-        self._connector = self._lane_connector = None
+        self._session = self._lane = self._probes = None
+        self._connector = self._lane_connector = self._probe_connector = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -216,10 +227,18 @@ class Upstream:
 
     @property
     def lane(self) -> aiohttp.ClientSession:
-        """The heartbeat lane (see the module docstring)."""
+        """The heartbeat lane for kubelet's requests (see the module docstring)."""
         if self._lane is None:
             raise RuntimeError("upstream client is not started")
         return self._lane
+
+    @property
+    def probes(self) -> aiohttp.ClientSession:
+        """The health prober's own lane (see the module docstring): nothing the proxy
+        forwards uses it."""
+        if self._probes is None:
+            raise RuntimeError("upstream client is not started")
+        return self._probes
 
     def ssl_for(self, server: str, *, own_identity: bool) -> ssl.SSLContext | bool:
         """TLS context for ``server``: False for a loopback ``http://`` server."""
@@ -367,7 +386,7 @@ class Upstream:
         old, self.identity = self.identity, new
         self.reloads += 1
         closed = 0
-        for connector in (self._connector, self._lane_connector):
+        for connector in (self._connector, self._lane_connector, self._probe_connector):
             if connector is None:
                 continue
             for context in {old.with_identity, old.bare} - {new.with_identity, new.bare}:

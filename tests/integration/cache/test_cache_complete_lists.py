@@ -264,3 +264,45 @@ async def test_offline_versions_let_a_client_resume_without_skipping_events(
         event = orjson.loads(line)
         assert event["type"] == "BOOKMARK"
         assert event["object"]["metadata"]["resourceVersion"] == "7"
+
+
+async def read_bookmark(session: Any, url: str, params: dict[str, str]) -> dict[str, Any]:
+    """The first BOOKMARK of an offline watch (a streaming list's end, or a plain watch's)."""
+    headers = {"Accept": "application/json", "X-Reason": "offline", "User-Agent": PROXY}
+    async with asyncio.timeout(10), session.get(url, params=params, headers=headers) as resp:
+        assert resp.status == 200
+        while True:
+            event = orjson.loads(await resp.content.readline())
+            if event["type"] == "BOOKMARK":
+                found: dict[str, Any] = event["object"]
+                return found
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming-list", "watch-from-now"])
+async def test_an_offline_watch_answered_from_a_broader_list_is_at_that_lists_version(
+    tmp_path: pathlib.Path, streaming: bool
+) -> None:
+    # kube-proxy's list of every Service at 9; then a get stored s1 at 12, ahead of the events
+    # the cache saw for the list. A watch of some of them (a selector no list of its own has)
+    # is answered from the broader list: it is at 9, as that list's offline answer is, never
+    # at 12 (a client resuming from 12 after the heal would skip what happened in between).
+    jobs = (
+        store.PutList(services_key(), service_list(9, service("a1", 1, app="a"), service("s1", 2))),
+        store.PutObject(SERVICES, orjson.dumps(service("s1", 12)), "d", "s1"),
+    )
+    async with answering(tmp_path, *jobs) as (session, base):
+        params = {"watch": "true", "allowWatchBookmarks": "true", "labelSelector": "app=a"}
+        if streaming:
+            params |= {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
+        else:
+            params["timeoutSeconds"] = "3"
+        status, body = await get(
+            session,
+            base + "/api/v1/services",
+            "offline",
+            ua=PROXY,
+            params={"labelSelector": "app=a"},
+        )
+        assert status == 200 and body["metadata"]["resourceVersion"] == "9"
+        mark = await read_bookmark(session, base + "/api/v1/services", params)
+        assert mark["metadata"]["resourceVersion"] == "9"

@@ -15,7 +15,7 @@ import pytest
 from hubfakes import running_hub
 
 from yurthub import server
-from yurthub.testing import simapiserver
+from yurthub.testing import partition, simapiserver
 from yurthub.testing.sim import throttling
 
 pytestmark = pytest.mark.slow
@@ -94,7 +94,84 @@ async def test_a_heartbeat_answered_429_keeps_the_apiserver_healthy(
                 await asyncio.sleep(0.05)
         assert seen_unhealthy == []
         assert hub.health.pushbacks >= 6
+        # Nothing else says the node's lease is not being renewed: the metric does.
+        family = "node_yurthub_heartbeat_pushbacks_total"
+        counted = [hub.metrics.registry.get_sample_value(family, {"server": s.url}) for s in (a, b)]
+        assert sum(c or 0 for c in counted) == hub.health.pushbacks
         for sim in (a, b):
             # Each was asked once per heartbeat: no retries of a 429 in the same probe.
             leases = [r for r in sim.audit_log() if r.resource == "leases" and r.code == 429]
             assert len(leases) == rules[(a, b).index(sim)].refused
+
+
+@contextlib.asynccontextmanager
+async def a_hub_behind_a_link(
+    tmp_path: pathlib.Path,
+) -> AsyncIterator[tuple[simapiserver.SimApiserver, partition.Partition, server.Hub]]:
+    sim = simapiserver.SimApiserver(workdir=tmp_path / "sim")
+    await sim.start()
+    identity = tmp_path / "hub.kubeconfig"
+    sim.write_kubeconfig(identity, user="system:node:n1", groups=["system:nodes"], auth="cert")
+    try:
+        async with (
+            partition.Partition("127.0.0.1", sim.port) as link,
+            running_hub(
+                [link.url.replace("http://", "https://")],
+                upstream={"kubeconfig": identity},
+                interval=0.3,
+                timeout=0.5,
+                healthy_threshold=2,
+            ) as hub,
+        ):
+            assert hub.health is not None
+            async with asyncio.timeout(10):
+                while not hub.health.any_healthy():
+                    await asyncio.sleep(0.05)
+            yield sim, link, hub
+    finally:
+        await sim.stop()
+
+
+def lease_requests(sim: simapiserver.SimApiserver, verb: str) -> list[int]:
+    return [r.code for r in sim.audit_log() if r.resource == "leases" and r.verb == verb]
+
+
+async def test_an_apiserver_back_from_an_outage_that_answers_429_is_not_trusted_yet(
+    tmp_path: pathlib.Path,
+) -> None:
+    # The link heals while the apiserver is pushing back (a fleet's hubs all reconnecting):
+    # a 429 shows it is up, but the hub does not send its clients back to it until it accepts
+    # a renewal, or every hub's clients would return at once to the apiserver that is refusing.
+    async with a_hub_behind_a_link(tmp_path) as (sim, link, hub):
+        assert hub.health is not None
+        await link.set_mode(partition.Mode.RESET)
+        async with asyncio.timeout(10):
+            while hub.health.any_healthy():
+                await asyncio.sleep(0.05)
+        rule = sim.throttle(resources=["leases"], users=["system:node:n1"])
+        await link.set_mode(partition.Mode.PASS)
+        async with asyncio.timeout(20):
+            while rule.refused < 4:
+                await asyncio.sleep(0.05)
+        assert not hub.health.any_healthy()
+        sim.unthrottle(rule)
+        async with asyncio.timeout(20):
+            while not hub.health.any_healthy():
+                await asyncio.sleep(0.05)
+
+
+async def test_a_renewal_refused_429_keeps_its_base(tmp_path: pathlib.Path) -> None:
+    # A 429 is answered before the request is handled: the lease is as it was, and the next
+    # renewal is one PUT on the same base, not a GET and a PUT to an apiserver that is busy.
+    async with a_hub_behind_a_link(tmp_path) as (sim, _link, hub):
+        assert hub.health is not None
+        async with asyncio.timeout(10):
+            while lease_requests(sim, "update").count(200) < 2:
+                await asyncio.sleep(0.05)
+        gets = len(lease_requests(sim, "get"))
+        rule = sim.throttle(verbs=["update"], resources=["leases"], users=["system:node:n1"])
+        async with asyncio.timeout(20):
+            while rule.refused < 4:
+                await asyncio.sleep(0.05)
+        assert len(lease_requests(sim, "get")) == gets
+        assert hub.health.any_healthy()

@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from yurthub import following, pacing
 from yurthub.testing import partition, simapiserver
@@ -247,3 +248,103 @@ async def test_a_collection_that_goes_away_is_listed_again_and_marked_absent(
             task.cancel()
     finally:
         await sim.stop()
+
+
+class ScriptedApiserver:
+    """An apiserver that lists ConfigMaps at ``rv`` and answers every watch 410, recording each
+    list's query; ``too_large``: a list asking for a state not older than a version it does not
+    have yet answers as kube-apiserver does (504, cause ``ResourceVersionTooLarge``), as after
+    an etcd restore that took its versions back."""
+
+    def __init__(self, rv: int, *, too_large: bool = False) -> None:
+        self.rv = rv
+        self.too_large = too_large
+        self.lists: list[dict[str, str]] = []
+        self.watches: list[str] = []
+        self.listed = asyncio.Event()
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get(PATH, self._handle)
+        return app
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        query = dict(request.query)
+        if query.get("watch") == "true":
+            self.watches.append(query.get("resourceVersion", ""))
+            return web.json_response(
+                {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410}
+                | {"reason": "Expired", "message": "too old resource version"},
+                status=410,
+            )
+        self.lists.append(query)
+        self.listed.set()
+        asked = int(query.get("resourceVersion") or 0)
+        if self.too_large and asked > self.rv:
+            return web.json_response(
+                {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 504}
+                | {"reason": "Timeout", "message": f"Too large resource version: {asked}"}
+                | {"details": {"causes": [{"reason": "ResourceVersionTooLarge"}]}},
+                status=504,
+                headers={"Retry-After": "1"},
+            )
+        items = [configmap(f"at-{self.rv}")]
+        return web.json_response(
+            {"kind": "ConfigMapList", "apiVersion": "v1", "items": items}
+            | {"metadata": {"resourceVersion": str(self.rv)}}
+        )
+
+
+@contextlib.asynccontextmanager
+async def following_a_script(script: ScriptedApiserver) -> AsyncIterator[Recorder]:
+    runner = web.AppRunner(script.app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    target = Recorder()
+    try:
+        async with aiohttp.ClientSession() as session, asyncio.TaskGroup() as tg:
+            task = tg.create_task(
+                following.follow(
+                    target,
+                    session,
+                    f"http://127.0.0.1:{port}",
+                    PATH,
+                    what="configmaps",
+                    max_backoff=0.5,
+                    pace=NO_SPREAD,
+                ),
+                name="follower",
+            )
+            try:
+                yield target
+            finally:
+                task.cancel()
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_relist_after_410_asks_for_a_state_not_older_than_the_one_held() -> None:
+    # As client-go's reflector relists: from the apiserver's watch cache, at least as new as
+    # what the loop holds (a list without a version is a quorum read: all of a fleet's hubs
+    # relisting after an apiserver restart would each read etcd).
+    script = ScriptedApiserver(rv=100)
+    async with following_a_script(script) as target:
+        await target.until(lambda: target.lists >= 2)
+    first, second = script.lists[:2]
+    assert "resourceVersion" not in first
+    assert second["resourceVersion"] == "100"
+    assert second["resourceVersionMatch"] == "NotOlderThan"
+
+
+async def test_a_relist_refused_as_too_large_lists_the_current_state() -> None:
+    # The apiserver that answers the relist does not have the version held (its watch cache
+    # lags the one that said 410, or etcd was restored and the versions went back): it waits
+    # 3 s and says so. As client-go's reflector does, the loop then lists the current state.
+    script = ScriptedApiserver(rv=100, too_large=True)
+    async with following_a_script(script) as target:
+        await target.until(lambda: target.lists == 1)
+        script.rv = 50
+        await target.until(lambda: "at-50" in target.names)
+    assert [q.get("resourceVersion", "") for q in script.lists[:3]] == ["", "100", ""]

@@ -16,6 +16,7 @@ import pytest
 from hubfakes import running_hub
 
 from yurthub import server
+from yurthub.proxy import upstream
 from yurthub.testing import partition, simapiserver
 
 pytestmark = pytest.mark.slow
@@ -111,3 +112,44 @@ async def test_a_node_patch_answered_504_does_not_take_effect_later(
         assert patched == []
         labels = sim.state.get("nodes", None, "n1")["metadata"].get("labels", {})
         assert "late" not in labels
+
+
+async def test_kubelets_stalled_requests_never_hold_up_the_health_probes(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Anything on the node may say it is kubelet (the proxy authenticates nobody): a few node
+    # PATCHes whose bodies never finish hold the lane's connections for as long as they like.
+    # The probes have connections of their own: the hub keeps renewing and stays online.
+    async with hub_behind_a_link(tmp_path) as (sim, _link, hub):
+        assert hub.health is not None
+        sim.state.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+        flips: list[str] = []
+        hub.health.on_unhealthy.append(flips.append)
+        release = asyncio.Event()
+        forwarded = 0
+
+        async def stalled_body() -> AsyncIterator[bytes]:
+            nonlocal forwarded
+            yield b'{"metadata":{"labels":'
+            forwarded += 1
+            await release.wait()
+            yield b'{"stalled":"yes"}}}'
+
+        async def stalled_patch(session: aiohttp.ClientSession) -> None:
+            headers = {"User-Agent": KUBELET, "Content-Type": "application/merge-patch+json"}
+            url = f"{hub.proxy_url}/api/v1/nodes/n1"
+            async with session.patch(url, data=stalled_body(), headers=headers) as resp:
+                await resp.read()
+
+        async with aiohttp.ClientSession() as session, asyncio.TaskGroup() as tg:
+            for n in range(upstream.LANE_PER_SERVER + 1):
+                tg.create_task(stalled_patch(session), name=f"stalled patch {n}")
+            try:
+                await until(lambda: forwarded > upstream.LANE_PER_SERVER)
+                before = lease_updates(sim).count(200)
+                # Renewals go on while every stalled request is still held.
+                await until(lambda: lease_updates(sim).count(200) >= before + 3)
+                assert flips == []
+                assert hub.health.any_healthy()
+            finally:
+                release.set()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kubecontrol import decoding, trimming
+from kubecontrol import decoding, kubeapi, trimming
 from managers import nodeleaving, nodepools, shapes, staticsetplanning, staticsets, tolerating
 from nodeautonomy import marking
 from yurthub.testing.sim import patching
@@ -91,6 +91,8 @@ def test_the_autonomy_decision_is_the_same_on_the_trimmed_pod(
     pod: dict[str, Any], node: marking.Marking | None
 ) -> None:
     small = trimmed(shapes.AUTONOMY_POD, pod)
+    for field in ("name", "namespace", "uid", "resourceVersion"):  # what a Warning Event names
+        assert small["metadata"][field] == pod["metadata"][field]
     defaults = tolerating.Defaults()
     whole = tolerating.decide(pod, node, defaults)
     assert tolerating.decide(small, node, defaults) == whole
@@ -249,3 +251,126 @@ def test_the_informers_decode_exactly_the_trimmed_objects(
                 assert got["metadata"]["name"] == obj["metadata"]["name"]
             else:
                 assert got == want
+
+
+class _Reads(dict[str, Any]):
+    """A mapping that notes every path read of it (a key looked up or tested, ``*`` for the
+    keys iterated), so a test can hold the paths a controller's code reads to a shape."""
+
+    def __init__(self, value: dict[str, Any], path: tuple[str, ...], seen: set[tuple[str, ...]]):
+        super().__init__(value)
+        self._path = path
+        self._seen = seen
+
+    def _wrap(self, key: str, value: Any) -> Any:
+        path = (*self._path, key)
+        if isinstance(value, dict):
+            return _Reads(value, path, self._seen)
+        if isinstance(value, list):
+            item = (*path, "[]")
+            return [_Reads(v, item, self._seen) if isinstance(v, dict) else v for v in value]
+        return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._seen.add((*self._path, key))
+        return (
+            self._wrap(key, dict.__getitem__(self, key))
+            if dict.__contains__(self, key)
+            else default
+        )
+
+    def __getitem__(self, key: str) -> Any:
+        self._seen.add((*self._path, key))
+        return self._wrap(key, dict.__getitem__(self, key))
+
+    def __contains__(self, key: object) -> bool:
+        self._seen.add((*self._path, str(key)))
+        return dict.__contains__(self, key)
+
+    def __iter__(self) -> Any:
+        self._seen.add((*self._path, "*"))
+        return dict.__iter__(self)
+
+    def items(self) -> Any:
+        self._seen.add((*self._path, "*"))
+        return [(k, self[k]) for k in dict.__iter__(self)]
+
+    def values(self) -> Any:
+        self._seen.add((*self._path, "*"))
+        return [self[k] for k in dict.__iter__(self)]
+
+
+def _keeps(spec: Any, path: tuple[str, ...]) -> bool:
+    """Whether a shape's ``spec`` keeps what ``path`` reads (``*``: every key of a mapping)."""
+    if not path or spec is trimming.KEEP or spec is trimming.INTERN:
+        return spec is not trimming.DROP
+    if isinstance(spec, trimming.Shared):
+        return _keeps(spec.inner, path)
+    if isinstance(spec, trimming.Items):
+        return path[0] == "[]" and _keeps(spec.item, path[1:])
+    fields = trimming.fields_of(spec)
+    if fields is None or path[0] == "[]":
+        return False
+    if path[0] == "*":
+        return fields.rest not in (None, trimming.DROP) and not fields.fields
+    sub = fields.fields.get(path[0], fields.rest)
+    return sub is not None and sub is not trimming.DROP and _keeps(sub, path[1:])
+
+
+def _reads(read: Any, objects: list[dict[str, Any]]) -> set[tuple[str, ...]]:
+    seen: set[tuple[str, ...]] = set()
+    for obj in objects:
+        read(_Reads(obj, (), seen))
+    return seen
+
+
+def _event_fields(obj: dict[str, Any]) -> None:
+    """What ``kubecontrol.events.Recorder.post`` reads of the object an Event is about."""
+    meta = obj.get("metadata") or {}
+    for field in ("uid", "namespace", "name", "resourceVersion"):
+        meta.get(field)
+
+
+@pytest.mark.parametrize(
+    ("shape", "objects", "readers"),
+    [
+        (
+            shapes.AUTONOMY_POD,
+            PODS,
+            [
+                *(
+                    lambda pod, node=node: tolerating.decide(pod, node, tolerating.Defaults())
+                    for node in MARKINGS
+                ),
+                kubeapi.key_of,
+                _event_fields,
+                lambda pod: (pod.get("spec") or {}).get("nodeName"),  # autonomy's index
+            ],
+        ),
+        (
+            shapes.NODE,
+            _node_variants(),
+            [
+                marking.of_node,
+                nodepools.read_node,
+                nodeleaving.ready_condition,
+                nodeleaving.not_ready_since,
+                lambda node: nodeleaving.observe(None, node, 1.9e9, seen=True),
+                staticsetplanning.node_ready,
+                kubeapi.key_of,
+                _event_fields,
+            ],
+        ),
+    ],
+    ids=["pods", "nodes"],
+)
+def test_every_path_the_controllers_read_is_kept(
+    shape: trimming.Shape, objects: list[dict[str, Any]], readers: list[Any]
+) -> None:
+    """The reads themselves, noted as the controllers' code makes them on whole objects: a
+    field a controller starts to read that its shape drops fails here even when no test object
+    carries it (the equality tests above need a variant that does)."""
+    seen = set().union(*(_reads(read, objects) for read in readers))
+    assert ("spec", "tolerations") in seen or ("metadata", "labels") in seen  # not vacuous
+    dropped = sorted(path for path in seen if not _keeps(shape.fields, path))
+    assert dropped == []
