@@ -51,42 +51,55 @@ def binary() -> pathlib.Path:
     return cache_root() / f"yurthub-{pinned_version()}" / "yurthub"
 
 
-def pin_digest() -> str:
-    h = hashlib.sha256()
-    for name in ("go.mod", "go.sum"):
-        h.update((HERE / name).read_bytes())
-    return h.hexdigest()
-
-
 def build() -> int:
-    target = binary()
-    pin = target.parent / ".pin"
-    digest = pin_digest()
+    return go_build(
+        "yurthub-bin", f"YurtHub {pinned_version()}", binary(), ".pin", HERE, ("go.mod", "go.sum"),
+        PACKAGE, pinned_version(),
+    )  # fmt: skip
+
+
+def go_build(
+    label: str,
+    what: str,
+    target: pathlib.Path,
+    pin_name: str,
+    module: pathlib.Path,
+    pinned_files: tuple[str, ...],
+    package: str,
+    version: str,
+) -> int:
+    """``go build`` of ``package`` from the Go module in ``module`` into ``target``, unless
+    ``target`` is already there with a pin (``pin_name`` beside it) equal to the digest of
+    ``pinned_files``. Shared with bench/yurtmanager/build.py."""
+    pin = target.parent / pin_name
+    h = hashlib.sha256()
+    for name in pinned_files:
+        h.update((module / name).read_bytes())
+    digest = h.hexdigest()
     if target.is_file() and pin.is_file() and pin.read_text().strip() == digest:
-        print(f"yurthub-bin: up to date at {target}", flush=True)
+        print(f"{label}: up to date at {target}", flush=True)
         return 0
     target.parent.mkdir(parents=True, exist_ok=True)
     pin.unlink(missing_ok=True)
-    version = pinned_version()
-    tmp = target.parent / ".yurthub.tmp"
+    tmp = target.parent / f".{target.name}.tmp"
     # The version it reports (its User-Agent, /version) is the pinned one, as a release build's.
     ldflags = f"-s -w -X github.com/openyurtio/openyurt/pkg/projectinfo.gitVersion={version}"
-    cmd = ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp), PACKAGE]
+    cmd = ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp), package]
     env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=readonly -buildvcs=false")
-    print(f"yurthub-bin: building YurtHub {version} (once per pin: see docs/testbed.md) ...")
+    print(f"{label}: building {what} (once per pin: see docs/testbed.md) ...", flush=True)
     started = time.monotonic()
     try:
-        proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True)
+        proc = subprocess.run(cmd, cwd=module, env=env, capture_output=True, text=True)
     except FileNotFoundError:
-        print("yurthub-bin: FAILED: `go` is not on PATH (Go >= 1.25 needed)", file=sys.stderr)
+        print(f"{label}: FAILED: `go` is not on PATH (Go >= 1.25 needed)", file=sys.stderr)
         return 1
     if proc.returncode != 0:
         tail = " | ".join(proc.stderr.strip().splitlines()[-5:]) or f"exit {proc.returncode}"
-        print(f"yurthub-bin: FAILED: {' '.join(cmd)}: {tail}", file=sys.stderr)
+        print(f"{label}: FAILED: {' '.join(cmd)}: {tail}", file=sys.stderr)
         return 1
     tmp.replace(target)
     pin.write_text(digest + "\n")
-    print(f"yurthub-bin: built in {time.monotonic() - started:.0f} s: {target}", flush=True)
+    print(f"{label}: built in {time.monotonic() - started:.0f} s: {target}", flush=True)
     return 0
 
 

@@ -15,14 +15,12 @@ compiler's last lines and exits non-zero.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import pathlib
 import re
 import subprocess
 import sys
-import time
 from types import ModuleType
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -101,43 +99,14 @@ def rbac(namespace: str = "kube-system") -> str:
     return "\n---\n".join(kept) + "\n"
 
 
-def pin_digest() -> str:
-    h = hashlib.sha256()
-    for name in ("go.mod", "go.sum", "tools.go"):
-        h.update((HERE / name).read_bytes())
-    return h.hexdigest()
-
-
 def build() -> int:
-    target = binary()
-    pin = target.parent / ".pin-yurt-manager"
-    digest = pin_digest()
-    if target.is_file() and pin.is_file() and pin.read_text().strip() == digest:
-        print(f"yurt-manager-bin: up to date at {target}", flush=True)
-        return 0
-    target.parent.mkdir(parents=True, exist_ok=True)
-    pin.unlink(missing_ok=True)
     version = pinned_version()
-    tmp = target.parent / ".yurt-manager.tmp"
-    # The version it reports is the pinned one, as a release build's.
-    ldflags = f"-s -w -X github.com/openyurtio/openyurt/pkg/projectinfo.gitVersion={version}"
-    cmd = ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp), PACKAGE]
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=readonly -buildvcs=false")
-    print(f"yurt-manager-bin: building yurt-manager {version} (first build: docs/testbed.md) ...")
-    started = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True)
-    except FileNotFoundError:
-        print("yurt-manager-bin: FAILED: `go` is not on PATH (Go >= 1.25 needed)", file=sys.stderr)
-        return 1
-    if proc.returncode != 0:
-        tail = " | ".join(proc.stderr.strip().splitlines()[-5:]) or f"exit {proc.returncode}"
-        print(f"yurt-manager-bin: FAILED: {' '.join(cmd)}: {tail}", file=sys.stderr)
-        return 1
-    tmp.replace(target)
-    pin.write_text(digest + "\n")
-    print(f"yurt-manager-bin: built in {time.monotonic() - started:.0f} s: {target}", flush=True)
-    return 0
+    return int(
+        _yurthub_build().go_build(
+            "yurt-manager-bin", f"yurt-manager {version}", binary(), ".pin-yurt-manager", HERE,
+            ("go.mod", "go.sum", "tools.go"), PACKAGE, version,
+        )
+    )  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
