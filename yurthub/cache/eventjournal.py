@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from yurthub import sqlitefiles
 from yurthub.cache import eventfolding
 
 log = logging.getLogger(__name__)
@@ -102,25 +103,7 @@ class _Db:
 
     @staticmethod
     def _open(path: pathlib.Path) -> sqlite3.Connection:
-        # Created 0600 before SQLite touches it (its -wal and -shm files take the same mode).
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
-        os.chmod(path, 0o600)
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            # Damaged pages under a sound header open fine and fail every later query: the
-            # check's answer is what tells ("ok", else what it found).
-            check = conn.execute("PRAGMA quick_check").fetchone()
-            if check is None or check[0] != "ok":
-                found = " ".join(str(check[0] if check else "no answer").split())
-                raise sqlite3.DatabaseError(f"quick_check: {found[:200]}")
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        return sqlitefiles.open_private(path, _SCHEMA)
 
     def close(self) -> None:
         self._conn.close()

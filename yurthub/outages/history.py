@@ -37,6 +37,7 @@ from typing import Any
 
 import orjson
 
+from yurthub import sqlitefiles
 from yurthub.outages import records
 
 log = logging.getLogger(__name__)
@@ -108,38 +109,7 @@ class _Db:
 
     @staticmethod
     def _open(path: pathlib.Path | None) -> sqlite3.Connection:
-        if path is not None:
-            # Created 0600 before SQLite touches it (its -wal and -shm files take the same mode).
-            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
-            os.chmod(path, 0o600)
-        conn = sqlite3.connect(
-            ":memory:" if path is None else path, isolation_level=None, check_same_thread=False
-        )
-        try:
-            if path is not None:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(outages)")}
-            if "seq" not in columns:  # a file from an older hub: rowid is its insertion order
-                conn.execute("ALTER TABLE outages ADD COLUMN seq INTEGER")
-            conn.execute(
-                "UPDATE outages SET seq = rowid + (SELECT COALESCE(MAX(seq), 0) FROM outages) "
-                "WHERE seq IS NULL"
-            )
-            for statement in _INDEXES:
-                conn.execute(statement)
-            # Damaged pages under a sound header open fine and fail every later query: the
-            # check's answer is what tells ("ok", else what it found).
-            check = conn.execute("PRAGMA quick_check").fetchone()
-            if check is None or check[0] != "ok":
-                found = " ".join(str(check[0] if check else "no answer").split())
-                raise sqlite3.DatabaseError(f"quick_check: {found[:200]}")
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        return sqlitefiles.open_private(path, _SCHEMA, _migrate)
 
     def close(self) -> None:
         self._conn.close()
@@ -267,3 +237,16 @@ async def open_history(directory: pathlib.Path | None, limit: int = LIMIT) -> Hi
     path = None if directory is None else directory / FILE_NAME
     db = await asyncio.to_thread(_Db, path, limit)
     return History(db)
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """A file from an older hub has no ``seq``: its rowid is its insertion order."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(outages)")}
+    if "seq" not in columns:
+        conn.execute("ALTER TABLE outages ADD COLUMN seq INTEGER")
+    conn.execute(
+        "UPDATE outages SET seq = rowid + (SELECT COALESCE(MAX(seq), 0) FROM outages) "
+        "WHERE seq IS NULL"
+    )
+    for statement in _INDEXES:
+        conn.execute(statement)
