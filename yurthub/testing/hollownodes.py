@@ -89,12 +89,17 @@ class HollowNode:
         labels: Mapping[str, str] | None = None,
         proxy: bool = True,
         die_with_parent: bool = False,
+        kubeconfig: str | None = None,
     ) -> None:
+        """``kubeconfig``: the kubeconfig's text, when the node talks to ``server`` with
+        credentials of its own (no hub: a client certificate); by default none (a hub's plain
+        HTTP proxy)."""
         self.name = name
         self.workdir = workdir
         self.kubeconfig = workdir / "kubeconfig"
         self._binaries = binaries
         self._server = server
+        self._kubeconfig_text = kubeconfig
         self._labels = dict(labels or {})
         self._with_proxy = proxy
         self._die_with_parent = die_with_parent
@@ -104,7 +109,7 @@ class HollowNode:
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.kubeconfig.write_text(hub_kubeconfig(self._server))
+        self.kubeconfig.write_text(self._kubeconfig_text or hub_kubeconfig(self._server))
         self.start_kubelet()
         if self._with_proxy:
             self._proxy = self._process(
@@ -162,6 +167,24 @@ class HollowNode:
     @property
     def proxy_log(self) -> pathlib.Path:
         return self.workdir / "logs" / "kube-proxy.log"
+
+    def components(self) -> dict[str, processes.Process]:
+        """The processes started so far: ``kubelet``, ``kube-proxy``."""
+        found = {"kubelet": self._kubelet, "kube-proxy": self._proxy}
+        return {name: proc for name, proc in found.items() if proc is not None}
+
+    def metrics(self) -> str | None:
+        """The hollow kubelet's ``/metrics`` (client-go's ``rest_client_*`` among them: what
+        it asked and was answered), or None when it does not answer."""
+        if self._kubelet is None or not self._kubelet.alive:
+            return None
+        url = f"http://127.0.0.1:{self.kubelet_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                text: str = r.read(32 << 20).decode()
+                return text
+        except (OSError, ValueError):
+            return None
 
     def check_alive(self) -> None:
         """Raise with the log tail if a component that should run has exited."""

@@ -1,0 +1,120 @@
+"""Who listed what, from kube-apiserver's audit log (``fleets.audit_args``: LISTs only).
+
+kube-apiserver's metrics count LISTs per resource, not per client nor per resourceVersion; the
+audit log says both. A list is a **relist** in the sense the fleet's targets use when it asks
+for everything anew: ``resourceVersion`` unset (a consistent read) or ``0`` (whatever the watch
+cache has); a list from a given version is counted apart (``"other"``).
+
+``read_from`` reads the log from a byte offset (a bounded amount: a storm's window), so a
+bench notes the offset before a storm and reads only what the storm caused. ``parse`` and
+``summarize`` are PURE.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import pathlib
+import urllib.parse
+from collections.abc import Iterable
+
+import orjson
+
+MAX_READ = 256 << 20
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListCall:
+    user: str
+    component: str
+    """The User-Agent's first word (``kubelet``, ``kube-proxy``, ``multiplexer-proxy-<node>``,
+    ``yurthub``, ``hollow-kubelet``...)."""
+    resource: str
+    version: str
+    """``""`` (unset), ``"0"`` or ``"other"``."""
+    code: int
+
+
+def parse(line: bytes) -> ListCall | None:
+    """One audit event line; None unless it is a finished LIST. PURE."""
+    try:
+        event = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(event, dict) or event.get("verb") != "list":
+        return None
+    if event.get("stage") not in (None, "ResponseComplete", "Panic"):
+        return None
+    query = urllib.parse.parse_qs(
+        urllib.parse.urlsplit(str(event.get("requestURI", ""))).query, keep_blank_values=True
+    )
+    rv = (query.get("resourceVersion") or [""])[0]
+    version = rv if rv in ("", "0") else "other"
+    agent = str(event.get("userAgent") or "")
+    ref = event.get("objectRef") or {}
+    return ListCall(
+        user=str((event.get("user") or {}).get("username") or ""),
+        component=agent.split("/", 1)[0].split(" ", 1)[0],
+        resource=str(ref.get("resource") or ""),
+        version=version,
+        code=int((event.get("responseStatus") or {}).get("code") or 0),
+    )
+
+
+def read_from(path: pathlib.Path, offset: int) -> tuple[list[ListCall], int]:
+    """The LISTs logged after ``offset`` and the offset to read from next time (the log
+    rotated meanwhile: read from its start)."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return [], 0
+    if size < offset:
+        offset = 0
+    with path.open("rb") as f:
+        f.seek(offset)
+        data = f.read(MAX_READ)
+    # Only whole lines: a line being written is read next time.
+    end = data.rfind(b"\n") + 1
+    calls = [c for line in data[:end].splitlines() if (c := parse(line)) is not None]
+    return calls, offset + end
+
+
+def size(path: pathlib.Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Lists:
+    by_version: dict[str, int]
+    """``""``/``"0"``/``"other"`` -> count."""
+    by_component: dict[str, int]
+    by_resource: dict[str, int]
+
+    @property
+    def relists(self) -> int:
+        return self.by_version.get("", 0) + self.by_version.get("0", 0)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_version.values())
+
+
+def summarize(calls: Iterable[ListCall], users: frozenset[str] | None = None) -> Lists:
+    """The lists of ``users`` (all when None), counted by version kind, component (a
+    ``multiplexer-proxy-<node>`` counted as ``multiplexer-proxy``) and resource. PURE."""
+    by_version: collections.Counter[str] = collections.Counter()
+    by_component: collections.Counter[str] = collections.Counter()
+    by_resource: collections.Counter[str] = collections.Counter()
+    for call in calls:
+        if users is not None and call.user not in users:
+            continue
+        by_version[call.version] += 1
+        component = call.component
+        if component.startswith("multiplexer-proxy-"):
+            component = "multiplexer-proxy"
+        by_component[component] += 1
+        by_resource[call.resource] += 1
+    return Lists(dict(by_version), dict(by_component), dict(by_resource))

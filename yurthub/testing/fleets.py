@@ -1,0 +1,715 @@
+"""A fleet of edge nodes on one machine against a real control plane, for benches and tests.
+
+    with realcluster.RealCluster(d) as cluster:
+        fleet = fleets.Fleet(cluster, fleets.FleetSpec(nodes=6, pools=2), d / "fleet")
+        fleet.prepare()                        # CRDs, RBAC, NodePools, edgehub manager
+        fleet.start(fleets.Mode.EDGEHUB)       # links, hubs, hollow nodes; all Ready
+        fleet.apply_load()                     # Services, Deployments... pods Running
+        fleet.cut_all(); fleet.heal_all()
+        fleet.stop(); ... fleet.start(fleets.Mode.YURTHUB) ...
+        fleet.close()
+
+Each node (``Member``) is, as ``edgenodes.EdgeNode`` for one node, a set of processes with
+their logs under ``workdir/<mode>/<node>/``:
+
+- its edge link, ``edgehub partition`` (``Link``): cut, healed, and counting the bytes it
+  relays each way;
+- in mode ``edgehub``, ``edgehub hub`` (the node's kubelet identity, its serving certificate
+  requested and approved by the manager, so it may lead its pool; ``--nodepool-name``,
+  ``--node-ip``, one ``--multiplexer-port`` for the whole fleet); in mode ``yurthub``,
+  OpenYurt's YurtHub v1.7.0 with the same facts (``yurthubs``); in mode ``direct``, nothing:
+  the hollow node holds a client certificate and talks to the apiserver through its link;
+- kubemark's hollow kubelet and kube-proxy (``hollownodes``).
+
+Nodes are named after loopback addresses and given to pools by ``fleetplans``. The
+control-plane side, set up once by ``prepare`` as docs/pool.md and docs/autonomy.md say: the
+NodePool CRD, the hubs' and the manager's RBAC, ``yurt-hub-cfg``, one NodePool per pool with
+leader election, and ``edgehub manager`` (``csrapprover``, ``hubleader``,
+``hubleaderconfig``, ``hubleaderrbac``, ``autonomy``) with the manifests' identity. The nodes
+are marked autonomous (``node.openyurt.io/autonomy-duration=0``) so an outage longer than the
+default tolerations evicts nothing in any mode: what differs between modes is only what runs
+on the nodes. YurtHub reads the same ``leader-hub-<pool>`` ConfigMaps (edgehub manager's
+``hubleaderconfig`` stands in for yurt-manager's, writing the same keys and label).
+
+The same node names are used in every mode, so the pods placed once stay on their nodes and a
+mode's kubelets find them (``stop`` leaves the Node objects; the next ``start`` reuses them).
+
+Invariant: ``stop`` ends every process of the members, ``close`` also the manager, also after a
+failed start. Dangers: each member is 3-4 processes (~150-250 MiB); the machine bounds N.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import enum
+import json
+import os
+import pathlib
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from yurthub.testing import (
+    edgenodes,
+    fleetplans,
+    hollownodes,
+    processes,
+    realcluster,
+    yurthubs,
+)
+
+REPO_MANIFESTS = pathlib.Path(__file__).resolve().parents[2] / "manifests"
+MANAGER_USER = "system:serviceaccount:edgehub-system:edgehub-manager"
+MANAGER_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:edgehub-system")
+MANAGER_CONTROLLERS = "csrapprover,hubleader,hubleaderconfig,hubleaderrbac,autonomy"
+NODE_GROUPS = ("system:nodes", "openyurt:yurthub")
+MANIFESTS = (
+    "crds/nodepools.apps.openyurt.io.yaml",
+    "crds/nodebuckets.apps.openyurt.io.yaml",
+    "discovery/00-namespace.yaml",
+    "hub/yurt-hub-cfg.yaml",
+    "hub/rbac.yaml",
+    "hub/multiplexer-rbac.yaml",
+    "manager/rbac.yaml",
+    "manager/hubleader-rbac.yaml",
+    "manager/autonomy-rbac.yaml",
+    "manager/autonomy-policy.yaml",
+)
+"""What ``kubectl apply -k manifests/`` would apply that a fleet needs (the discovery parts,
+the manager's Deployment and the webhook are left out: the manager runs as a process).
+``yurt-hub-cfg`` is then replaced by ``fleetplans.hub_config`` (kubemark's component names)."""
+
+
+class Mode(enum.StrEnum):
+    DIRECT = "direct"
+    EDGEHUB = "edgehub"
+    YURTHUB = "yurthub"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FleetSpec:
+    nodes: int
+    pools: int
+    prefix: str = "fleet"
+    subnet: int = 10
+    """Nodes are 127.<subnet>.x.y."""
+    pods_per_node: int = 30
+    services: int = 200
+    namespaces: int = 10
+    configmaps: int = 20
+    secrets: int = 20
+    hub_args: tuple[str, ...] = ()
+    """Extra ``edgehub hub`` flags."""
+    yurthub_args: tuple[str, ...] = ()
+    yurthub_binary: str | None = None
+    """YurtHub v1.7.0 (``python3 bench/yurthub/build.py --print-path``), for mode yurthub."""
+    manager_controllers: str = MANAGER_CONTROLLERS
+
+    def placements(self) -> list[fleetplans.Placement]:
+        return fleetplans.placements(self.prefix, self.subnet, self.nodes, self.pools)
+
+    def pool_names(self) -> list[str]:
+        return [fleetplans.pool_name(self.prefix, p) for p in range(self.pools)]
+
+    def load(self) -> fleetplans.LoadSpec:
+        return fleetplans.LoadSpec(
+            prefix=self.prefix,
+            pods=self.pods_per_node * self.nodes,
+            services=self.services,
+            namespaces=self.namespaces,
+            configmaps=self.configmaps,
+            secrets=self.secrets,
+        )
+
+
+def free_port_on(addresses: Sequence[str]) -> int:
+    """A TCP port free on every one of ``addresses`` (a leader's multiplexer port: the same
+    number on each node's own address)."""
+    for _ in range(50):
+        (port,) = realcluster.free_ports(1)
+        held: list[socket.socket] = []
+        try:
+            for address in addresses:
+                s = socket.socket()
+                held.append(s)
+                s.bind((address, port))
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise processes.ProcessError("no port is free on every node address")
+
+
+def in_parallel(calls: Iterable[Callable[[], Any]], workers: int = 16) -> list[Any]:
+    """Run ``calls`` on a bounded thread pool, at (nearly) the same instant; their results in
+    order (the first exception is raised after all ended)."""
+    todo = list(calls)
+    if not todo:
+        return []
+    with concurrent.futures.ThreadPoolExecutor(min(workers, len(todo))) as pool:
+        futures = [pool.submit(call) for call in todo]
+        return [f.result() for f in futures]
+
+
+# --- the cloud, read as the admin -------------------------------------------------------------
+
+
+class Admin:
+    """The cluster's API as ``kubernetes-admin``, over one TLS context (no kubectl per read)."""
+
+    def __init__(self, cluster: realcluster.RealCluster) -> None:
+        self.cluster = cluster
+        self._context: ssl.SSLContext = cluster.admin_ssl_context()
+
+    def raw(self, path: str, *, timeout: float = 30.0, limit: int = 256 << 20) -> bytes:
+        request = urllib.request.Request(
+            self.cluster.url + path, headers={"Accept": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=timeout, context=self._context) as r:
+            body: bytes = r.read(limit)
+            return body
+
+    def get(self, path: str, **query: str) -> dict[str, Any]:
+        if query:
+            path = f"{path}?{urllib.parse.urlencode(query)}"
+        doc: dict[str, Any] = json.loads(self.raw(path))
+        return doc
+
+    def items(self, path: str, **query: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.get(path, **query).get("items") or []
+        return items
+
+    def metrics(self) -> str:
+        return self.raw("/metrics", timeout=20).decode("utf-8", "replace")
+
+    def send(self, method: str, path: str, body: Mapping[str, Any], content_type: str) -> int:
+        request = urllib.request.Request(
+            self.cluster.url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": content_type, "Accept": "application/json"},
+            method=method,
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30, context=self._context) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+
+
+# --- a node's pieces ---------------------------------------------------------------------------
+
+
+class Link:
+    """A node's edge link: ``edgehub partition`` between the node and the apiserver."""
+
+    def __init__(self, name: str, upstream: int, log: pathlib.Path, *, die: bool) -> None:
+        self.port, self.control_port = realcluster.free_ports(2)
+        self.process = processes.Process(
+            f"link {name}",
+            edgenodes.edgehub_argv(
+                "partition",
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--upstream",
+                f"127.0.0.1:{upstream}",
+                "--control",
+                f"127.0.0.1:{self.control_port}",
+            ),
+            log,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            die_with_parent=die,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.process.start()
+
+    def ready(self) -> bool:
+        if not self.process.alive:
+            raise self.process.failure("exited")
+        try:
+            self.state()
+        except OSError:
+            return False
+        return True
+
+    def state(self) -> dict[str, Any]:
+        """The injector's state: ``mode``, ``accepted``, ``relayed`` bytes each way."""
+        status, body = edgenodes.http("GET", f"http://127.0.0.1:{self.control_port}/mode")
+        if status != 200:
+            raise OSError(f"link control answered {status}")
+        doc: dict[str, Any] = json.loads(body)
+        return doc
+
+    def relayed(self) -> tuple[int, int]:
+        """(bytes to the apiserver, bytes from it) so far."""
+        relayed = self.state()["relayed"]
+        return int(relayed["to_upstream"]), int(relayed["from_upstream"])
+
+    def set_mode(self, mode: str) -> None:
+        url = f"http://127.0.0.1:{self.control_port}/mode?mode={mode}"
+        status, body = edgenodes.http("PUT", url)
+        if status != 200:
+            raise processes.ProcessError(f"link refused mode {mode}: {status} {body!r}")
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+class Member:
+    """One node of the fleet in one mode: link, hub (unless direct), hollow kubelet + proxy."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        placement: fleetplans.Placement,
+        mode: Mode,
+        workdir: pathlib.Path,
+    ) -> None:
+        cluster = fleet.cluster
+        assert cluster.ports is not None
+        self.fleet = fleet
+        self.index = placement.index
+        self.name = placement.name
+        self.pool = placement.pool
+        self.mode = mode
+        self.workdir = workdir
+        die = fleet.die_with_parent
+        self.link = Link(self.name, cluster.ports.apiserver, workdir / "logs" / "link.log", die=die)
+        self.proxy_port, self.serve_port, self.secure_port = realcluster.free_ports(3)
+        self.cache_dir = workdir / "cache"
+        self.hub: processes.Process | None = None
+        if mode is Mode.DIRECT:
+            kubeconfig: str | None = cluster.write_kubeconfig(
+                workdir / "node.kubeconfig",
+                f"system:node:{self.name}",
+                ("system:nodes",),
+                server=self.link.url,
+            ).read_text()
+            server = self.link.url
+        else:
+            kubeconfig = None
+            server = self.proxy_url
+            self.hub = self._hub_process()
+        self.hollow = hollownodes.HollowNode(
+            cluster.binaries,
+            self.name,
+            server=server,
+            workdir=workdir / "hollow",
+            labels=fleetplans.node_labels(fleet.spec.prefix, self.pool),
+            die_with_parent=die,
+            kubeconfig=kubeconfig,
+        )
+        self.hub_killed = False
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://127.0.0.1:{self.proxy_port}"
+
+    @property
+    def serve_url(self) -> str:
+        return f"http://127.0.0.1:{self.serve_port}"
+
+    @property
+    def hub_log(self) -> pathlib.Path:
+        return self.workdir / "logs" / "hub.log"
+
+    def _hub_process(self) -> processes.Process:
+        fleet = self.fleet
+        if self.mode is Mode.EDGEHUB:
+            identity = fleet.cluster.write_kubeconfig(
+                self.workdir / "kubelet.kubeconfig", f"system:node:{self.name}", NODE_GROUPS
+            )
+            argv = edgenodes.edgehub_argv(
+                "hub",
+                "--server-addr",
+                self.link.url,
+                "--node-name",
+                self.name,
+                "--bootstrap-mode=kubeletcertificate",
+                f"--kubelet-kubeconfig={identity}",
+                f"--root-dir={self.workdir / 'root'}",
+                "--disk-cache-path",
+                str(self.cache_dir),
+                "--proxy-port",
+                str(self.proxy_port),
+                "--serve-port",
+                str(self.serve_port),
+                "--proxy-secure-port=0",
+                f"--nodepool-name={self.pool}",
+                f"--node-ip={self.name}",
+                f"--multiplexer-port={fleet.multiplexer_port}",
+                "--migrate-from-yurthub=off",
+                "--cache-key-source=none",
+                *fleet.spec.hub_args,
+            )
+        else:
+            binary = fleet.spec.yurthub_binary
+            if not binary:
+                raise processes.ProcessError("mode yurthub needs FleetSpec.yurthub_binary")
+            root = yurthubs.lay_out_root(
+                fleet.cluster, self.workdir / "yurthub", self.link.url, self.name, NODE_GROUPS
+            )
+            self.cache_dir = root / "cache"
+            argv = yurthubs.argv(
+                binary,
+                root,
+                self.link.url,
+                self.name,
+                self.pool,
+                (self.serve_port, self.proxy_port, self.secure_port, fleet.multiplexer_port),
+                node_ip=self.name,
+                extra=fleet.spec.yurthub_args,
+            )
+        return processes.Process(
+            f"{self.mode} hub {self.name}",
+            argv,
+            self.hub_log,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            die_with_parent=fleet.die_with_parent,
+        )
+
+    # --- life cycle ------------------------------------------------------------------------
+
+    def hub_ready(self) -> bool:
+        if self.hub is None:
+            return True
+        if not self.hub.alive:
+            raise self.hub.failure("exited")
+        try:
+            return edgenodes.http("GET", f"{self.serve_url}/v1/readyz", timeout=2)[0] == 200
+        except OSError:
+            return False
+
+    def kill_hub(self) -> None:
+        """SIGKILL the hub (a crash); the hollow node keeps running, cut off."""
+        if self.hub is not None:
+            self.hub_killed = True
+            self.hub.kill()
+
+    def restart_hub(self) -> None:
+        """Start a killed hub again (as kubelet restarts a crashed static pod)."""
+        if self.hub is not None and not self.hub.alive:
+            self.hub.start()
+            self.hub_killed = False
+
+    def components(self) -> dict[str, processes.Process]:
+        found = {"link": self.link.process, **self.hollow.components()}
+        if self.hub is not None:
+            found["hub"] = self.hub
+        return found
+
+    def check_alive(self) -> None:
+        for name, proc in self.components().items():
+            if name == "hub" and self.hub_killed:
+                continue
+            if proc.returncode is not None:
+                raise proc.failure("is not running")
+
+    def hub_metrics(self) -> str | None:
+        if self.hub is None or not self.hub.alive:
+            return None
+        try:
+            status, body = edgenodes.http("GET", f"{self.serve_url}/metrics", timeout=5)
+        except OSError:
+            return None
+        return body.decode("utf-8", "replace") if status == 200 else None
+
+    def stop(self) -> None:
+        self.hollow.stop()
+        if self.hub is not None:
+            self.hub.stop()
+        self.link.stop()
+
+
+# --- the fleet ---------------------------------------------------------------------------------
+
+
+class Fleet:
+    def __init__(
+        self,
+        cluster: realcluster.RealCluster,
+        spec: FleetSpec,
+        workdir: pathlib.Path,
+        *,
+        die_with_parent: bool = False,
+        log: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        self.cluster = cluster
+        self.spec = spec
+        self.workdir = workdir
+        self.die_with_parent = die_with_parent
+        self.log = log
+        self.admin = Admin(cluster)
+        self.placements = spec.placements()
+        self.multiplexer_port = free_port_on([p.name for p in self.placements])
+        self.members: list[Member] = []
+        self.mode: Mode | None = None
+        self.manager: processes.Process | None = None
+        self.manager_port = 0
+
+    # --- the control-plane side ------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """CRDs, RBAC, ``yurt-hub-cfg``, the NodePools, and ``edgehub manager`` running."""
+        cluster = self.cluster
+        for manifest in MANIFESTS:
+            cluster.kubectl("apply", "-f", str(REPO_MANIFESTS / manifest))
+        edgenodes.eventually(
+            lambda: cluster.kubectl("get", "nodepools", check=False).returncode == 0,
+            60,
+            "the NodePool CRD served",
+        )
+        items = [fleetplans.hub_config()]
+        items += [fleetplans.node_pool(name) for name in self.spec.pool_names()]
+        doc = {"apiVersion": "v1", "kind": "List", "items": items}
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
+        self.start_manager()
+
+    def start_manager(self) -> None:
+        workdir = self.workdir / "manager"
+        kubeconfig = self.cluster.write_kubeconfig(
+            workdir / "manager.kubeconfig", MANAGER_USER, MANAGER_GROUPS
+        )
+        (self.manager_port,) = realcluster.free_ports(1)
+        self.manager = processes.Process(
+            "edgehub manager",
+            edgenodes.edgehub_argv(
+                "manager",
+                f"--kubeconfig={kubeconfig}",
+                f"--controllers={self.spec.manager_controllers}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--health-port={self.manager_port}",
+            ),
+            workdir / "manager.log",
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            die_with_parent=self.die_with_parent,
+        )
+        self.manager.start()
+        edgenodes.eventually(
+            lambda: edgenodes.http("GET", f"http://127.0.0.1:{self.manager_port}/readyz")[0]
+            == 200,
+            60,
+            "edgehub manager ready",
+            alive=lambda: self._check(self.manager),
+        )
+
+    @staticmethod
+    def _check(proc: processes.Process | None) -> None:
+        if proc is not None and proc.returncode is not None:
+            raise proc.failure("is not running")
+
+    def apply_load(self, *, batch: int = 100, timeout: float = 600.0) -> None:
+        """Create the load (``fleetplans.objects``), then wait until every pod runs."""
+        for doc in fleetplans.batches(fleetplans.objects(self.spec.load()), batch):
+            self.cluster.kubectl("apply", "-f", "-", input=json.dumps(doc), timeout=120)
+        self.wait_pods_running(timeout)
+
+    # --- the nodes ---------------------------------------------------------------------------
+
+    def start(self, mode: Mode, *, timeout: float = 600.0) -> None:
+        """Start every member in ``mode`` and return once all hubs are ready and every Node is
+        Ready, marked autonomous, and (when a load exists) every pod runs again."""
+        if self.members:
+            raise processes.ProcessError(f"the fleet already runs in mode {self.mode}")
+        self.mode = mode
+        self.members = [
+            Member(self, p, mode, self.workdir / str(mode) / p.name) for p in self.placements
+        ]
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout: float) -> None:
+        started = time.monotonic()
+        for member in self.members:
+            member.link.start()
+        self._wait_all(lambda m: m.link.ready(), 60, "edge links listening")
+        for member in self.members:
+            if member.hub is not None:
+                member.hub.start()
+        self._wait_all(lambda m: m.hub_ready(), 180, "hubs ready")
+        for member in self.members:
+            member.hollow.start()
+        left = max(60.0, timeout - (time.monotonic() - started))
+        self.wait_ready(left)
+        self.mark_autonomous()
+        if self.pods():
+            self.wait_pods_running(left)
+        self.log(f"{self.mode}: {len(self.members)} nodes up in {time.monotonic() - started:.0f} s")
+
+    def _wait_all(self, check: Callable[[Member], bool], timeout: float, what: str) -> None:
+        pending = list(self.members)
+
+        def done() -> bool:
+            pending[:] = [m for m in pending if not check(m)]
+            return not pending
+
+        edgenodes.eventually(
+            done, timeout, f"{what} (still waiting for {[m.name for m in pending[:5]]})",
+            interval=0.3, alive=self.check_alive,
+        )  # fmt: skip
+
+    def check_alive(self) -> None:
+        for member in self.members:
+            member.check_alive()
+        self._check(self.manager)
+
+    def stop(self) -> None:
+        """Stop every member's processes (the Node objects stay)."""
+        in_parallel([m.stop for m in self.members])
+        self.members = []
+        self.mode = None
+
+    def close(self) -> None:
+        self.stop()
+        if self.manager is not None:
+            self.manager.stop()
+
+    # --- the cloud's view ----------------------------------------------------------------------
+
+    @property
+    def selector(self) -> str:
+        return f"{fleetplans.LABEL}={self.spec.prefix}"
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self.admin.items("/api/v1/nodes", labelSelector=self.selector)
+
+    def ready_nodes(self) -> set[str]:
+        ready: set[str] = set()
+        for node in self.nodes():
+            for cond in (node.get("status") or {}).get("conditions") or []:
+                if cond.get("type") == "Ready" and cond.get("status") == "True":
+                    ready.add(node["metadata"]["name"])
+        return ready
+
+    def wait_ready(self, timeout: float) -> None:
+        want = {p.name for p in self.placements}
+        missing: list[str] = []
+
+        def all_ready() -> bool:
+            missing[:] = sorted(want - self.ready_nodes())
+            return not missing
+
+        edgenodes.eventually(
+            all_ready, timeout, f"every node Ready (not yet: {missing[:5]})",
+            interval=1.0, alive=self.check_alive,
+        )  # fmt: skip
+
+    def mark_autonomous(self) -> None:
+        names = [p.name for p in self.placements]
+        for i in range(0, len(names), 50):
+            self.cluster.kubectl(
+                "annotate", "node", *names[i : i + 50], f"{fleetplans.AUTONOMY}=0", "--overwrite"
+            )
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.admin.items("/api/v1/pods", labelSelector=self.selector)
+
+    def pod_uids(self) -> dict[str, str]:
+        """``namespace/name -> uid`` of the load's pods now."""
+        return {
+            f"{p['metadata']['namespace']}/{p['metadata']['name']}": p["metadata"]["uid"]
+            for p in self.pods()
+        }
+
+    def wait_pods_running(self, timeout: float) -> None:
+        want = self.spec.pods_per_node * self.spec.nodes
+        seen: list[int] = [0]
+
+        def running() -> bool:
+            pods = self.pods()
+            seen[0] = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+            return seen[0] >= want
+
+        edgenodes.eventually(
+            running, timeout, f"{want} pods Running (seen {seen})", interval=2.0,
+            alive=self.check_alive,
+        )  # fmt: skip
+
+    def leaders(self) -> dict[str, tuple[str, ...]]:
+        """Each pool's elected leaders (``status.leaderEndpoints``)."""
+        out: dict[str, tuple[str, ...]] = {}
+        wanted = set(self.spec.pool_names())
+        for pool in self.admin.items("/apis/apps.openyurt.io/v1beta2/nodepools"):
+            name = pool["metadata"]["name"]
+            if name in wanted:
+                endpoints = (pool.get("status") or {}).get("leaderEndpoints") or []
+                out[name] = tuple(sorted(str(e.get("nodeName")) for e in endpoints))
+        return out
+
+    def wait_leaders(self, timeout: float = 120.0) -> dict[str, tuple[str, ...]]:
+        """Every pool's leaders, once each pool has one."""
+        return edgenodes.eventually(
+            lambda: (found := self.leaders())
+            and len(found) == self.spec.pools
+            and all(found.values())
+            and found,
+            timeout,
+            "a leader in every pool",
+            interval=1.0,
+        )
+
+    def leader_members(self) -> list[Member]:
+        chosen = {name for names in self.leaders().values() for name in names}
+        return [m for m in self.members if m.name in chosen]
+
+    # --- the links ------------------------------------------------------------------------------
+
+    def set_links(self, mode: str) -> float:
+        """Switch every link at (nearly) once; returns the spread in seconds."""
+        started = time.monotonic()
+        in_parallel([lambda m=m: m.link.set_mode(mode) for m in self.members], workers=32)
+        return time.monotonic() - started
+
+    def cut_all(self) -> float:
+        return self.set_links("blackhole")
+
+    def heal_all(self) -> float:
+        return self.set_links("pass")
+
+    def link_bytes(self) -> int:
+        """Bytes relayed both ways over every member's link so far."""
+        return sum(sum(m.link.relayed()) for m in self.members)
+
+
+def write_audit_policy(path: pathlib.Path) -> pathlib.Path:
+    """An audit policy recording every LIST (metadata only) and nothing else: which client
+    listed what with which resourceVersion, at a cost the fleet's steady state never notices."""
+    policy = {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [{"level": "Metadata", "verbs": ["list"]}, {"level": "None"}],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(policy))
+    return path
+
+
+def audit_args(directory: pathlib.Path) -> dict[str, str]:
+    """kube-apiserver flags for ``write_audit_policy``'s log in ``directory``."""
+    policy = write_audit_policy(directory / "audit-policy.yaml")
+    return {
+        "audit-policy-file": str(policy),
+        "audit-log-path": str(directory / "audit.log"),
+        "audit-log-maxsize": "200",
+        "audit-log-maxbackup": "1",
+        "audit-log-format": "json",
+    }
