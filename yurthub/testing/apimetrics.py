@@ -80,9 +80,7 @@ class Scrape:
     def get(self, family: str, **labels: str) -> float:
         """The sum of ``family``'s samples whose labels include ``labels``."""
         want = set(labels.items())
-        return sum(
-            v for (name, ls), v in self.values.items() if name == family and want <= set(ls)
-        )
+        return sum(v for (name, ls), v in self.values.items() if name == family and want <= set(ls))
 
 
 def select(text: str, families: Iterable[str]) -> Scrape:
@@ -133,7 +131,9 @@ def requests(scrape: Scrape) -> dict[RequestKey, float]:
     return dict(out)
 
 
-def delta(before: Mapping[RequestKey, float], after: Mapping[RequestKey, float]) -> dict[RequestKey, float]:
+def delta(
+    before: Mapping[RequestKey, float], after: Mapping[RequestKey, float]
+) -> dict[RequestKey, float]:
     """What the counters grew by; a counter that went down (a restarted apiserver) counts from
     zero, so no entry is negative; zero entries are left out."""
     out: dict[RequestKey, float] = {}
@@ -145,7 +145,9 @@ def delta(before: Mapping[RequestKey, float], after: Mapping[RequestKey, float])
     return out
 
 
-def total(counts: Mapping[RequestKey, float], *, code: str | None = None, verb: str | None = None) -> float:
+def total(
+    counts: Mapping[RequestKey, float], *, code: str | None = None, verb: str | None = None
+) -> float:
     return sum(
         v
         for (vb, _, c), v in counts.items()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
+import functools
 import os
 import statistics
 import threading
@@ -250,7 +251,7 @@ def cache_differences(fleet: fleets.Fleet) -> dict[str, list[str]]:
             return [f"cache unreadable: {e}"]
         return fleetcaches.differences(copies, cloud, member.name)
 
-    found = fleets.in_parallel([lambda m=m: one(m) for m in fleet.members], workers=4)
+    found = fleets.in_parallel([functools.partial(one, m) for m in fleet.members], workers=4)
     return {m.name: d for m, d in zip(fleet.members, found, strict=True)}
 
 
@@ -288,8 +289,14 @@ class Steady:
         return self.link_bytes / self.seconds
 
 
-def steady(fleet: fleets.Fleet | None, admin: fleets.Admin, seconds: float, *,
-           procs: Processes | None = None, mode: str = "") -> Steady:  # fmt: skip
+def steady(
+    fleet: fleets.Fleet | None,
+    admin: fleets.Admin,
+    seconds: float,
+    *,
+    procs: Processes | None = None,
+    mode: str = "",
+) -> Steady:
     """Measure one window of ``seconds``: no sampling inside it (scraping ``/metrics`` costs
     the apiserver CPU), one reading at each end. ``fleet`` None: the control plane alone."""
     procs = procs or (Processes(fleet) if fleet is not None else None)

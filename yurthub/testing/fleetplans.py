@@ -174,7 +174,11 @@ def _meta(spec: LoadSpec, name: str, namespace: str | None = None) -> dict[str, 
 def objects(spec: LoadSpec) -> Iterator[dict[str, Any]]:
     """Every object of the load, namespaces first (yielded one by one: bounded memory)."""
     for n in range(spec.namespaces):
-        yield {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(spec, namespace_of(spec, n))}
+        yield {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": _meta(spec, namespace_of(spec, n)),
+        }
     for n in range(spec.namespaces):
         ns = namespace_of(spec, n)
         for c in range(spec.configmaps // spec.namespaces):

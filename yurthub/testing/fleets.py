@@ -43,6 +43,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import enum
+import functools
 import json
 import os
 import pathlib
@@ -501,8 +502,7 @@ class Fleet:
         )
         self.manager.start()
         edgenodes.eventually(
-            lambda: edgenodes.http("GET", f"http://127.0.0.1:{self.manager_port}/readyz")[0]
-            == 200,
+            lambda: edgenodes.http("GET", f"http://127.0.0.1:{self.manager_port}/readyz")[0] == 200,
             60,
             "edgehub manager ready",
             alive=lambda: self._check(self.manager),
@@ -562,9 +562,12 @@ class Fleet:
             return not pending
 
         edgenodes.eventually(
-            done, timeout, f"{what} (still waiting for {[m.name for m in pending[:5]]})",
-            interval=0.3, alive=self.check_alive,
-        )  # fmt: skip
+            done,
+            timeout,
+            f"{what} (still waiting for {[m.name for m in pending[:5]]})",
+            interval=0.3,
+            alive=self.check_alive,
+        )
 
     def check_alive(self) -> None:
         for member in self.members:
@@ -608,9 +611,12 @@ class Fleet:
             return not missing
 
         edgenodes.eventually(
-            all_ready, timeout, f"every node Ready (not yet: {missing[:5]})",
-            interval=1.0, alive=self.check_alive,
-        )  # fmt: skip
+            all_ready,
+            timeout,
+            f"every node Ready (not yet: {missing[:5]})",
+            interval=1.0,
+            alive=self.check_alive,
+        )
 
     def mark_autonomous(self) -> None:
         names = [p.name for p in self.placements]
@@ -639,9 +645,12 @@ class Fleet:
             return seen[0] >= want
 
         edgenodes.eventually(
-            running, timeout, f"{want} pods Running (seen {seen})", interval=2.0,
+            running,
+            timeout,
+            f"{want} pods Running (seen {seen})",
+            interval=2.0,
             alive=self.check_alive,
-        )  # fmt: skip
+        )
 
     def leaders(self) -> dict[str, tuple[str, ...]]:
         """Each pool's elected leaders (``status.leaderEndpoints``)."""
@@ -656,15 +665,13 @@ class Fleet:
 
     def wait_leaders(self, timeout: float = 120.0) -> dict[str, tuple[str, ...]]:
         """Every pool's leaders, once each pool has one."""
-        return edgenodes.eventually(
-            lambda: (found := self.leaders())
-            and len(found) == self.spec.pools
-            and all(found.values())
-            and found,
-            timeout,
-            "a leader in every pool",
-            interval=1.0,
-        )
+
+        def found() -> dict[str, tuple[str, ...]] | None:
+            leaders = self.leaders()
+            complete = len(leaders) == self.spec.pools and all(leaders.values())
+            return leaders if complete else None
+
+        return edgenodes.eventually(found, timeout, "a leader in every pool", interval=1.0)
 
     def leader_members(self) -> list[Member]:
         chosen = {name for names in self.leaders().values() for name in names}
@@ -675,7 +682,7 @@ class Fleet:
     def set_links(self, mode: str) -> float:
         """Switch every link at (nearly) once; returns the spread in seconds."""
         started = time.monotonic()
-        in_parallel([lambda m=m: m.link.set_mode(mode) for m in self.members], workers=32)
+        in_parallel([functools.partial(m.link.set_mode, mode) for m in self.members], workers=32)
         return time.monotonic() - started
 
     def cut_all(self) -> float:
