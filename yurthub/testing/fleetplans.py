@@ -28,6 +28,8 @@ POOL_LABEL = "apps.openyurt.io/nodepool"
 LABEL = "fleet.edgehub.io/name"
 """On every object of a fleet's load and on its nodes: the fleet's prefix."""
 AUTONOMY = "node.openyurt.io/autonomy-duration"
+ZONE = "topology.kubernetes.io/zone"
+CLOUD_ZONE = "cloud"
 PER_OCTET = 250
 MAX_NODES = 250 * 250
 IMAGE = "registry.k8s.io/pause:3.10"
@@ -72,8 +74,18 @@ def placements(prefix: str, subnet: int, nodes: int, pools: int) -> list[Placeme
 
 
 def node_labels(prefix: str, pool: str) -> dict[str, str]:
-    """What each hollow kubelet registers with (``--node-labels``)."""
-    return {POOL_LABEL: pool, LABEL: prefix}
+    """What each hollow kubelet registers with (``--node-labels``). A pool is a zone of its
+    own (a region behind its own links), so kube-controller-manager judges an outage per
+    pool, as on a real fleet: a zone whose nodes all went silent while another zone (the
+    cloud node's) is fine is tainted at the normal rate, its pods evicted once their
+    tolerations run out; only when every zone is silent does it assume its own network broke
+    and evict nothing."""
+    return {POOL_LABEL: pool, LABEL: prefix, ZONE: pool}
+
+
+def cloud_node_address(subnet: int) -> str:
+    """The fleet's one cloud node (no link, no hub, no pods): the last address of the subnet."""
+    return node_address(subnet, MAX_NODES - 1)
 
 
 def node_pool(name: str, *, leader_replicas: int = 1) -> dict[str, Any]:

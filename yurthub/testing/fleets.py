@@ -53,7 +53,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import yaml
@@ -113,6 +113,9 @@ class FleetSpec:
     yurthub_binary: str | None = None
     """YurtHub v1.7.0 (``python3 bench/yurthub/build.py --print-path``), for mode yurthub."""
     manager_controllers: str = MANAGER_CONTROLLERS
+    manager_args: tuple[str, ...] = ()
+    """Extra ``edgehub manager`` flags (``--default-*-toleration-seconds`` must equal the
+    apiserver's when those are changed)."""
 
     def placements(self) -> list[fleetplans.Placement]:
         return fleetplans.placements(self.prefix, self.subnet, self.nodes, self.pools)
@@ -176,9 +179,13 @@ class Admin:
         request = urllib.request.Request(
             self.cluster.url + path, headers={"Accept": "application/json"}
         )
-        with urllib.request.urlopen(request, timeout=timeout, context=self._context) as r:
-            body: bytes = r.read(limit)
-            return body
+        try:
+            with urllib.request.urlopen(request, timeout=timeout, context=self._context) as r:
+                body: bytes = r.read(limit)
+                return body
+        except urllib.error.HTTPError as e:
+            e.close()  # its response holds the connection
+            raise
 
     def get(self, path: str, **query: str) -> dict[str, Any]:
         if query:
@@ -192,19 +199,6 @@ class Admin:
 
     def metrics(self) -> str:
         return self.raw("/metrics", timeout=20).decode("utf-8", "replace")
-
-    def send(self, method: str, path: str, body: Mapping[str, Any], content_type: str) -> int:
-        request = urllib.request.Request(
-            self.cluster.url + path,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": content_type, "Accept": "application/json"},
-            method=method,
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30, context=self._context) as r:
-                return int(r.status)
-        except urllib.error.HTTPError as e:
-            return int(e.code)
 
 
 # --- a node's pieces ---------------------------------------------------------------------------
@@ -461,6 +455,7 @@ class Fleet:
         self.mode: Mode | None = None
         self.manager: processes.Process | None = None
         self.manager_port = 0
+        self.cloud_node: hollownodes.HollowNode | None = None
 
     # --- the control-plane side ------------------------------------------------------------
 
@@ -479,6 +474,35 @@ class Fleet:
         doc = {"apiVersion": "v1", "kind": "List", "items": items}
         cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
         self.start_manager()
+        self.start_cloud_node()
+
+    def start_cloud_node(self) -> None:
+        """One hollow kubelet in the cloud's zone, straight to the apiserver and never cut: a
+        zone that stays healthy, so kube-controller-manager treats a fleet-wide outage as the
+        fleet's (taints its nodes) rather than its own (``fleetplans.node_labels``)."""
+        name = fleetplans.cloud_node_address(self.spec.subnet)
+        workdir = self.workdir / "cloud-node"
+        kubeconfig = self.cluster.write_kubeconfig(
+            workdir / "node.kubeconfig", f"system:node:{name}", ("system:nodes",)
+        ).read_text()
+        self.cloud_node = hollownodes.HollowNode(
+            self.cluster.binaries,
+            name,
+            server=self.cluster.url,
+            workdir=workdir / "hollow",
+            labels={fleetplans.ZONE: fleetplans.CLOUD_ZONE},
+            proxy=False,
+            die_with_parent=self.die_with_parent,
+            kubeconfig=kubeconfig,
+        )
+        self.cloud_node.start()
+
+        def ready() -> bool:
+            node = self.admin.get(f"/api/v1/nodes/{name}")
+            conditions = (node.get("status") or {}).get("conditions") or []
+            return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+        edgenodes.eventually(ready, 120, "the cloud node Ready", interval=1.0)
 
     def start_manager(self) -> None:
         workdir = self.workdir / "manager"
@@ -495,6 +519,7 @@ class Fleet:
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
                 f"--health-port={self.manager_port}",
+                *self.spec.manager_args,
             ),
             workdir / "manager.log",
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
@@ -573,6 +598,8 @@ class Fleet:
         for member in self.members:
             member.check_alive()
         self._check(self.manager)
+        if self.cloud_node is not None:
+            self.cloud_node.check_alive()
 
     def stop(self) -> None:
         """Stop every member's processes (the Node objects stay)."""
@@ -582,6 +609,8 @@ class Fleet:
 
     def close(self) -> None:
         self.stop()
+        if self.cloud_node is not None:
+            self.cloud_node.stop()
         if self.manager is not None:
             self.manager.stop()
 
