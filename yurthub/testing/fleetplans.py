@@ -104,38 +104,6 @@ def node_pool(name: str, *, leader_replicas: int = 1) -> dict[str, Any]:
     }
 
 
-HOLLOW_COMPONENTS = {
-    "cache_agents": "edgehub-agent,hollow-kubelet,hollow-proxy",
-    "masterservice": "hollow-kubelet",
-    "inclusterconfig": "hollow-kubelet",
-    "serviceenvupdater": "hollow-kubelet",
-    "servicetopology": "hollow-proxy",
-    "discardcloudservice": "hollow-proxy",
-    "nodeportisolation": "hollow-proxy",
-    "forwardkubesvctraffic": "hollow-proxy",
-}
-"""``yurt-hub-cfg`` data for kubemark's components. They say ``hollow-kubelet`` and
-``hollow-proxy`` (hard-coded in kubemark): edgehub treats them as kubelet and kube-proxy
-(``requestinfo.COMPONENT_ALIASES``), YurtHub only caches and filters what ``yurt-hub-cfg``
-names, so the fleet names them there (``cache_agents`` plus each filter's components, as
-YurtHub's ConfigMap allows). YurtHub's other kubelet-only paths (its lease-renewal watch of
-kubelet, offline node/lease answers, pod GC) key on ``kubelet`` exactly and stay unused."""
-
-
-def hub_config(namespace: str = "kube-system") -> dict[str, Any]:
-    """``yurt-hub-cfg`` for a fleet (``HOLLOW_COMPONENTS``), labelled as both hubs read it."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": "yurt-hub-cfg",
-            "namespace": namespace,
-            "labels": {"openyurt.io/configmap-name": "yurt-hub-cfg"},
-        },
-        "data": dict(HOLLOW_COMPONENTS),
-    }
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class LoadSpec:
     prefix: str

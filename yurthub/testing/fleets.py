@@ -17,7 +17,9 @@ their logs under ``workdir/<mode>/<node>/``:
 - in mode ``edgehub``, ``edgehub hub`` (the node's kubelet identity, its serving certificate
   requested and approved by the manager, so it may lead its pool; ``--nodepool-name``,
   ``--node-ip``, one ``--multiplexer-port`` for the whole fleet); in mode ``yurthub``,
-  OpenYurt's YurtHub v1.7.0 with the same facts (``yurthubs``); in mode ``direct``, nothing:
+  OpenYurt's YurtHub v1.7.0 with the same facts (``yurthubs``), behind ``agentshim`` (YurtHub
+  knows kubelet only by its exact User-Agent, kubemark's say ``hollow-kubelet``); in mode
+  ``direct``, nothing:
   the hollow node holds a client certificate and talks to the apiserver through its link;
 - kubemark's hollow kubelet and kube-proxy (``hollownodes``).
 
@@ -49,6 +51,7 @@ import os
 import pathlib
 import socket
 import ssl
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -85,8 +88,7 @@ MANIFESTS = (
     "manager/autonomy-policy.yaml",
 )
 """What ``kubectl apply -k manifests/`` would apply that a fleet needs (the discovery parts,
-the manager's Deployment and the webhook are left out: the manager runs as a process).
-``yurt-hub-cfg`` is then replaced by ``fleetplans.hub_config`` (kubemark's component names)."""
+the manager's Deployment and the webhook are left out: the manager runs as a process)."""
 
 
 class Mode(enum.StrEnum):
@@ -284,9 +286,12 @@ class Member:
         self.workdir = workdir
         die = fleet.die_with_parent
         self.link = Link(self.name, cluster.ports.apiserver, workdir / "logs" / "link.log", die=die)
-        self.proxy_port, self.serve_port, self.secure_port = realcluster.free_ports(3)
+        self.proxy_port, self.serve_port, self.secure_port, self.shim_port = realcluster.free_ports(
+            4
+        )
         self.cache_dir = workdir / "cache"
         self.hub: processes.Process | None = None
+        self.shim: processes.Process | None = None
         if mode is Mode.DIRECT:
             kubeconfig: str | None = cluster.write_kubeconfig(
                 workdir / "node.kubeconfig",
@@ -299,6 +304,11 @@ class Member:
             kubeconfig = None
             server = self.proxy_url
             self.hub = self._hub_process()
+        if mode is Mode.YURTHUB:
+            # YurtHub knows kubelet only by its exact User-Agent: kubemark's say
+            # hollow-kubelet and hollow-proxy, renamed on the way (``agentshim``).
+            self.shim = self._shim_process()
+            server = f"http://127.0.0.1:{self.shim_port}"
         self.hollow = hollownodes.HollowNode(
             cluster.binaries,
             self.name,
@@ -377,6 +387,23 @@ class Member:
             die_with_parent=fleet.die_with_parent,
         )
 
+    def _shim_process(self) -> processes.Process:
+        return processes.Process(
+            f"agent shim {self.name}",
+            [
+                sys.executable,
+                "-m",
+                "yurthub.testing.agentshim",
+                f"--listen=127.0.0.1:{self.shim_port}",
+                f"--upstream=127.0.0.1:{self.proxy_port}",
+                "--rename=hollow-kubelet=kubelet",
+                "--rename=hollow-proxy=kube-proxy",
+            ],
+            self.workdir / "logs" / "shim.log",
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            die_with_parent=self.fleet.die_with_parent,
+        )
+
     # --- life cycle ------------------------------------------------------------------------
 
     def hub_ready(self) -> bool:
@@ -405,6 +432,8 @@ class Member:
         found = {"link": self.link.process, **self.hollow.components()}
         if self.hub is not None:
             found["hub"] = self.hub
+        if self.shim is not None:
+            found["shim"] = self.shim
         return found
 
     def check_alive(self) -> None:
@@ -425,8 +454,9 @@ class Member:
 
     def stop(self) -> None:
         self.hollow.stop()
-        if self.hub is not None:
-            self.hub.stop()
+        for proc in (self.shim, self.hub):
+            if proc is not None:
+                proc.stop()
         self.link.stop()
 
 
@@ -469,8 +499,7 @@ class Fleet:
             60,
             "the NodePool CRD served",
         )
-        items = [fleetplans.hub_config()]
-        items += [fleetplans.node_pool(name) for name in self.spec.pool_names()]
+        items = [fleetplans.node_pool(name) for name in self.spec.pool_names()]
         doc = {"apiVersion": "v1", "kind": "List", "items": items}
         cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
         self.start_manager()
@@ -567,8 +596,9 @@ class Fleet:
             member.link.start()
         self._wait_all(lambda m: m.link.ready(), 60, "edge links listening")
         for member in self.members:
-            if member.hub is not None:
-                member.hub.start()
+            for proc in (member.hub, member.shim):
+                if proc is not None:
+                    proc.start()
         self._wait_all(lambda m: m.hub_ready(), 180, "hubs ready")
         for member in self.members:
             member.hollow.start()

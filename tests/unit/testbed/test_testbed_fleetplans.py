@@ -125,10 +125,3 @@ def test_batches(count: int, size: int, lengths: list[int]) -> None:
     assert [len(d["items"]) for d in docs] == lengths
     assert all(d["kind"] == "List" for d in docs)
     assert [i["n"] for d in docs for i in d["items"]] == list(range(count))
-
-
-def test_hub_config_names_kubemarks_components_for_both_hubs() -> None:
-    cm = fleetplans.hub_config()
-    assert cm["metadata"]["labels"] == {"openyurt.io/configmap-name": "yurt-hub-cfg"}
-    agents = cm["data"]["cache_agents"].split(",")
-    assert {"hollow-kubelet", "hollow-proxy"} <= set(agents)
