@@ -219,7 +219,7 @@ def num(value: float | None, unit: str = "", digits: int = 1) -> str:
 
 
 def ratio(a: float | None, b: float | None) -> str:
-    if a is None or b is None or b == 0:
+    if a is None or b is None or b <= 0 or a < 0:
         return "-"
     return f"{a / b:.2f}x"
 
