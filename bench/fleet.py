@@ -49,6 +49,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -128,9 +129,11 @@ def settle(fleet: fleets.Fleet, s: Settings) -> float | None:
 
 def run(args: argparse.Namespace, s: Settings, workdir: pathlib.Path) -> dict[str, Any]:
     audit = workdir / "audit"
+    # Every process dies with this one (started from this thread only), even on a SIGKILL.
     cluster = realcluster.RealCluster(
         workdir / "cluster",
         k8sbinaries.locate(),
+        die_with_parent=True,
         extra_args={"kube-apiserver": fleets.audit_args(audit)},
     )
     spec = fleets.FleetSpec(
@@ -148,7 +151,7 @@ def run(args: argparse.Namespace, s: Settings, workdir: pathlib.Path) -> dict[st
         "pooled_at_start": {},
     }
     with cluster:
-        fleet = fleets.Fleet(cluster, spec, workdir / "fleet", log=say)
+        fleet = fleets.Fleet(cluster, spec, workdir / "fleet", die_with_parent=True, log=say)
         try:
             fleet.prepare()
             say("control plane alone")
@@ -381,10 +384,10 @@ def storm_table(kind: str, by_mode: Mapping[str, fleetmeasures.StormResult], s: 
     def f(fn: Callable[[fleetmeasures.StormResult], float | None]) -> dict[str, float | None]:
         return {m: fn(r) for m, r in by_mode.items()}
 
-    def lists(r: fleetmeasures.StormResult, relists: bool) -> float | None:
+    def lists(r: fleetmeasures.StormResult, kind: str) -> float | None:
         if r.lists is None:
             return None
-        return r.lists.relists if relists else r.lists.total
+        return float(getattr(r.lists, kind))
 
     rows: list[tuple[str, dict[str, float | None], str]] = [
         ("outage, s", f(lambda r: r.outage_seconds), ""),
@@ -400,16 +403,17 @@ def storm_table(kind: str, by_mode: Mapping[str, fleetmeasures.StormResult], s: 
         ("pods evicted", f(lambda r: r.evicted), ""),
         ("leader changes", f(lambda r: r.leader_changes), ""),
         ("followers on the cloud (peak, 5 s samples)", f(lambda r: r.followers_on_cloud_peak), ""),
-        ("fleet nodes' LISTs after (audit)", f(lambda r: lists(r, False)), ""),
-        ("  relists (resourceVersion unset or 0)", f(lambda r: lists(r, True)), ""),
+        ("fleet relists (LIST rv unset/0, streaming)", f(lambda r: lists(r, "relists")), ""),
+        ("  fleet LISTs (any resourceVersion)", f(lambda r: lists(r, "lists")), ""),
+        ("  fleet watches resumed from a version", f(lambda r: lists(r, "resumed")), ""),
         ("all LISTs (apiserver metrics)", f(lambda r: r.all_lists), ""),
         ("edge link MiB until recovered", f(lambda r: r.link_bytes / (1 << 20)), ""),
     ]
     table(f"storm {kind} (N={s.nodes}, deadline {s.deadline:.0f} s)", list(by_mode), rows)
     for m, r in by_mode.items():
-        if r.lists is not None and r.lists.total:
+        if r.lists is not None and r.lists.relists:
             print(
-                f"  {m}: LISTs by component {r.lists.by_component}, by resource "
+                f"  {m}: relists by component {r.lists.by_component}, by resource "
                 f"{r.lists.by_resource}"
             )
         for node, problems in list(r.cache_problems.items())[:3]:
@@ -543,6 +547,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if fleets.Mode.YURTHUB in args.modes and args.yurthub is None:
         say("YurtHub v1.7.0 is not built (make yurthub-bin): mode yurthub left out")
         args.modes.remove(fleets.Mode.YURTHUB)
+    # SIGTERM ends the run like Ctrl-C: every process stopped, the cluster down.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workdir = args.workdir or pathlib.Path(tempfile.mkdtemp(prefix="edgehub-fleet-"))
     started = time.monotonic()
     try:

@@ -1,13 +1,17 @@
-"""Who listed what, from kube-apiserver's audit log (``fleets.audit_args``: LISTs only).
+"""Who listed what, from kube-apiserver's audit log (``fleets.audit_args``: LISTs and WATCHes).
 
-kube-apiserver's metrics count LISTs per resource, not per client nor per resourceVersion; the
-audit log says both. A list is a **relist** in the sense the fleet's targets use when it asks
-for everything anew: ``resourceVersion`` unset (a consistent read) or ``0`` (whatever the watch
-cache has); a list from a given version is counted apart (``"other"``).
+kube-apiserver's metrics count requests per resource, not per client nor per resourceVersion;
+the audit log says both. A **relist** (the fleet's targets' sense: asking for everything anew)
+is a LIST with ``resourceVersion`` unset (a consistent read) or ``0`` (whatever the watch cache
+has), or a **streaming list**: a WATCH with ``sendInitialEvents=true``, which client-go (1.35+,
+kubelet and kube-proxy among its users) sends instead of a LIST. A LIST from a given version
+counts apart (``"other"``), and so does a watch resumed from a version (``resumed``): what a
+client does when it needs nothing anew.
 
-``read_from`` reads the log from a byte offset (a bounded amount: a storm's window), so a
-bench notes the offset before a storm and reads only what the storm caused. ``parse`` and
-``summarize`` are PURE.
+A LIST is counted when it completes, a WATCH when its response starts (a watch completes
+minutes later, if ever in the window). ``read_from`` reads the log from a byte offset (a
+bounded amount: a storm's window), so a bench notes the offset before a storm and reads only
+what the storm caused. ``parse`` and ``summarize`` are PURE.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ class ListCall:
     ``yurthub``, ``hollow-kubelet``...)."""
     resource: str
     version: str
-    """``""`` (unset), ``"0"`` or ``"other"``."""
+    """``""`` (unset), ``"0"`` or ``"other"``; for a WATCH ``"stream"`` (``sendInitialEvents``,
+    a streaming list) or ``"resumed"`` (from a resourceVersion) or ``"new"`` (from now)."""
     code: int
+    verb: str = "list"
 
 
 def parse(line: bytes) -> ListCall | None:
@@ -41,15 +47,28 @@ def parse(line: bytes) -> ListCall | None:
         event = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(event, dict) or event.get("verb") != "list":
+    if not isinstance(event, dict):
         return None
-    if event.get("stage") not in (None, "ResponseComplete", "Panic"):
+    verb, stage = event.get("verb"), event.get("stage")
+    if verb == "list":
+        if stage not in (None, "ResponseComplete", "Panic"):
+            return None
+    elif verb == "watch":
+        if stage != "ResponseStarted":
+            return None
+    else:
         return None
     query = urllib.parse.parse_qs(
         urllib.parse.urlsplit(str(event.get("requestURI", ""))).query, keep_blank_values=True
     )
     rv = (query.get("resourceVersion") or [""])[0]
-    version = rv if rv in ("", "0") else "other"
+    if verb == "watch":
+        if (query.get("sendInitialEvents") or [""])[0] == "true":
+            version = "stream"
+        else:
+            version = "new" if rv in ("", "0") else "resumed"
+    else:
+        version = rv if rv in ("", "0") else "other"
     agent = str(event.get("userAgent") or "")
     ref = event.get("objectRef") or {}
     return ListCall(
@@ -58,6 +77,7 @@ def parse(line: bytes) -> ListCall | None:
         resource=str(ref.get("resource") or ""),
         version=version,
         code=int((event.get("responseStatus") or {}).get("code") or 0),
+        verb=str(verb),
     )
 
 
@@ -89,13 +109,26 @@ def size(path: pathlib.Path) -> int:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Lists:
     by_version: dict[str, int]
-    """``""``/``"0"``/``"other"`` -> count."""
+    """LISTs: ``""``/``"0"``/``"other"``; WATCHes: ``"stream"``/``"resumed"``/``"new"``."""
     by_component: dict[str, int]
+    """Relists per component."""
     by_resource: dict[str, int]
+    """Relists per resource."""
 
     @property
     def relists(self) -> int:
-        return self.by_version.get("", 0) + self.by_version.get("0", 0)
+        """LISTs from scratch (resourceVersion unset or 0) plus streaming lists."""
+        return sum(self.by_version.get(k, 0) for k in ("", "0", "stream"))
+
+    @property
+    def lists(self) -> int:
+        """Every LIST (whatever its resourceVersion)."""
+        return sum(self.by_version.get(k, 0) for k in ("", "0", "other"))
+
+    @property
+    def resumed(self) -> int:
+        """Watches resumed from a resourceVersion (no relist)."""
+        return self.by_version.get("resumed", 0)
 
     @property
     def total(self) -> int:
@@ -103,8 +136,9 @@ class Lists:
 
 
 def summarize(calls: Iterable[ListCall], users: frozenset[str] | None = None) -> Lists:
-    """The lists of ``users`` (all when None), counted by version kind, component (a
-    ``multiplexer-proxy-<node>`` counted as ``multiplexer-proxy``) and resource. PURE."""
+    """The LISTs and WATCHes of ``users`` (all when None) by version kind; the relists also by
+    component (a ``multiplexer-proxy-<node>`` counted as ``multiplexer-proxy``) and resource.
+    PURE."""
     by_version: collections.Counter[str] = collections.Counter()
     by_component: collections.Counter[str] = collections.Counter()
     by_resource: collections.Counter[str] = collections.Counter()
@@ -112,6 +146,8 @@ def summarize(calls: Iterable[ListCall], users: frozenset[str] | None = None) ->
         if users is not None and call.user not in users:
             continue
         by_version[call.version] += 1
+        if call.version not in ("", "0", "stream"):
+            continue
         component = call.component
         if component.startswith("multiplexer-proxy-"):
             component = "multiplexer-proxy"

@@ -387,7 +387,8 @@ class StormResult:
     leaders_same: bool
     followers_on_cloud_peak: int | None
     lists: fleetaudit.Lists | None
-    """The fleet nodes' LISTs from the recovery's start (audit log), None without one."""
+    """The fleet nodes' LISTs and WATCHes from the recovery's start (audit log: relists,
+    streaming lists, resumed watches), None without one."""
     all_lists: float
     """Every LIST the apiserver served from the recovery's start (its metrics)."""
     link_bytes: int
@@ -476,7 +477,9 @@ def storm(
             audit0 = fleetaudit.size(audit_log) if audit_log else 0
             bytes0 = fleet.link_bytes()
             origin = time.monotonic()
-            fleets.in_parallel([m.restart_hub for m in victims])
+            # In this thread: a process started with die_with_parent dies with its thread.
+            for member in victims:
+                member.restart_hub()
         outage_seconds = origin - began
         log(f"{fleet.mode} {kind}: recovering after {outage_seconds:.0f} s")
         watcher.origin = origin

@@ -55,43 +55,58 @@ def test_lists_are_classified_by_resource_version(uri: str, version: str) -> Non
 
 
 @pytest.mark.parametrize(
+    ("uri", "version"),
+    [
+        (
+            "/api/v1/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan",
+            "stream",
+        ),
+        ("/api/v1/pods?watch=true&resourceVersion=12345&allowWatchBookmarks=true", "resumed"),
+        ("/api/v1/pods?watch=true", "new"),
+        ("/api/v1/pods?watch=true&resourceVersion=0", "new"),
+    ],
+)
+def test_watches_are_counted_when_they_start(uri: str, version: str) -> None:
+    call = fleetaudit.parse(event(uri, verb="watch", stage="ResponseStarted"))
+    assert call is not None
+    assert (call.verb, call.version) == ("watch", version)
+    assert fleetaudit.parse(event(uri, verb="watch")) is None  # its end: counted already
+
+
+@pytest.mark.parametrize(
     "line",
     [
-        event("/api/v1/pods?watch=1", verb="watch"),
         event("/api/v1/pods", stage="ResponseStarted"),
+        event("/api/v1/pods/p", verb="get"),
         b"not json",
         b"[1, 2]",
     ],
 )
-def test_other_lines_are_no_list(line: bytes) -> None:
+def test_other_lines_are_not_counted(line: bytes) -> None:
     assert fleetaudit.parse(line) is None
 
 
 def test_summarize_counts_the_given_users_only() -> None:
+    mux = "multiplexer-proxy-127.10.0.1/v0.1.0"
     calls = [
         fleetaudit.parse(event("/api/v1/pods")),
-        fleetaudit.parse(
-            event(
-                "/api/v1/services?resourceVersion=0",
-                resource="services",
-                agent="multiplexer-proxy-127.10.0.1/v0.1.0",
-            )
-        ),
+        fleetaudit.parse(event("/api/v1/services?resourceVersion=0", resource="services",
+                               agent=mux)),
         fleetaudit.parse(event("/api/v1/nodes?resourceVersion=9", resource="nodes")),
-        fleetaudit.parse(
-            event(
-                "/api/v1/pods",
-                user="system:kube-controller-manager",
-                agent="kube-controller-manager/v1.37.2",
-            )
-        ),
-    ]
+        fleetaudit.parse(event("/api/v1/secrets?watch=true&sendInitialEvents=true", verb="watch",
+                               stage="ResponseStarted", resource="secrets")),
+        fleetaudit.parse(event("/api/v1/secrets?watch=true&resourceVersion=7", verb="watch",
+                               stage="ResponseStarted", resource="secrets")),
+        fleetaudit.parse(event("/api/v1/pods", user="system:kube-controller-manager",
+                               agent="kube-controller-manager/v1.37.2")),
+    ]  # fmt: skip
     found = fleetaudit.summarize([c for c in calls if c], frozenset({"system:node:127.10.0.1"}))
-    assert found.by_version == {"": 1, "0": 1, "other": 1}
-    assert (found.relists, found.total) == (2, 3)
+    assert found.by_version == {"": 1, "0": 1, "other": 1, "stream": 1, "resumed": 1}
+    assert (found.relists, found.lists, found.resumed, found.total) == (3, 3, 1, 5)
+    # What asked everything anew, by whom and for what.
     assert found.by_component == {"kubelet": 2, "multiplexer-proxy": 1}
-    assert found.by_resource == {"pods": 1, "services": 1, "nodes": 1}
-    assert fleetaudit.summarize([c for c in calls if c]).total == 4
+    assert found.by_resource == {"pods": 1, "services": 1, "secrets": 1}
+    assert fleetaudit.summarize([c for c in calls if c]).total == 6
 
 
 def test_read_from_an_offset_reads_only_whole_new_lines(tmp_path: pathlib.Path) -> None:
