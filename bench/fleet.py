@@ -498,7 +498,7 @@ def print_model(out: Mapping[str, Any], s: Settings) -> None:
         ),
     ]
     table("model to 10,000 nodes (extrapolated; per-node figures measured)", modes, rows)
-    print("  manager at this size: see docs/fleet.md (measured by bench/manager_scale.py)")
+    print("  the manager at fleet size: measured apart (issue 26 item 4), see docs/fleet.md")
 
 
 # --- output -------------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ import functools
 import json
 import os
 import pathlib
+import random
 import socket
 import ssl
 import sys
@@ -136,24 +137,61 @@ class FleetSpec:
         )
 
 
-def free_port_on(addresses: Sequence[str]) -> int:
-    """A TCP port free on every one of ``addresses`` (a leader's multiplexer port: the same
-    number on each node's own address)."""
-    for _ in range(50):
-        (port,) = realcluster.free_ports(1)
-        held: list[socket.socket] = []
-        try:
-            for address in addresses:
-                s = socket.socket()
-                held.append(s)
-                s.bind((address, port))
-            return port
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise processes.ProcessError("no port is free on every node address")
+def _ephemeral_low() -> int:
+    try:
+        low = int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return low
+
+
+class Ports:
+    """Listening ports for a fleet's processes, from below the kernel's ephemeral range.
+
+    A port picked by binding port 0 (``realcluster.free_ports``) is an ephemeral one: between
+    the pick and the process binding it, any outgoing connection on the machine may take it as
+    its local port, and with a fleet's hundreds of processes and connections that happens (a
+    link once failed to start so). Ports here come from [20000, the ephemeral range's start),
+    from a random start, each checked free (bound on 0.0.0.0 and on the given addresses) and
+    never handed out twice by this object."""
+
+    def __init__(self, low: int = 20000, high: int | None = None) -> None:
+        self.low = low
+        self.high = high if high is not None else _ephemeral_low() - 1
+        if self.high - self.low < 1000:
+            raise ValueError(f"no room for ports in [{self.low}, {self.high}]")
+        self._next = random.randrange(self.low, self.high)
+        self._given: set[int] = set()
+
+    def take(self, count: int = 1, addresses: Sequence[str] = ("0.0.0.0",)) -> list[int]:
+        found: list[int] = []
+        for _ in range(self.high - self.low):
+            port = self._next
+            self._next = self.low if port >= self.high else port + 1
+            if port not in self._given and _bindable(port, addresses):
+                self._given.add(port)
+                found.append(port)
+                if len(found) == count:
+                    return found
+        raise processes.ProcessError(f"no {count} free ports in [{self.low}, {self.high}]")
+
+    def one(self, addresses: Sequence[str] = ("0.0.0.0",)) -> int:
+        return self.take(1, addresses)[0]
+
+
+def _bindable(port: int, addresses: Sequence[str]) -> bool:
+    held: list[socket.socket] = []
+    try:
+        for address in addresses:
+            s = socket.socket()
+            held.append(s)
+            s.bind((address, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        for s in held:
+            s.close()
 
 
 def in_parallel(calls: Iterable[Callable[[], Any]], workers: int = 16) -> list[Any]:
@@ -209,8 +247,10 @@ class Admin:
 class Link:
     """A node's edge link: ``edgehub partition`` between the node and the apiserver."""
 
-    def __init__(self, name: str, upstream: int, log: pathlib.Path, *, die: bool) -> None:
-        self.port, self.control_port = realcluster.free_ports(2)
+    def __init__(
+        self, name: str, upstream: int, log: pathlib.Path, *, die: bool, ports: Ports
+    ) -> None:
+        self.port, self.control_port = ports.take(2)
         self.process = processes.Process(
             f"link {name}",
             edgenodes.edgehub_argv(
@@ -285,10 +325,11 @@ class Member:
         self.mode = mode
         self.workdir = workdir
         die = fleet.die_with_parent
-        self.link = Link(self.name, cluster.ports.apiserver, workdir / "logs" / "link.log", die=die)
-        self.proxy_port, self.serve_port, self.secure_port, self.shim_port = realcluster.free_ports(
-            4
-        )
+        self.link = Link(
+            self.name, cluster.ports.apiserver, workdir / "logs" / "link.log", die=die,
+            ports=fleet.ports,
+        )  # fmt: skip
+        self.proxy_port, self.serve_port, self.secure_port, self.shim_port = fleet.ports.take(4)
         self.cache_dir = workdir / "cache"
         self.hub: processes.Process | None = None
         self.shim: processes.Process | None = None
@@ -317,6 +358,7 @@ class Member:
             labels=fleetplans.node_labels(fleet.spec.prefix, self.pool),
             die_with_parent=die,
             kubeconfig=kubeconfig,
+            port=fleet.ports.one,
         )
         self.hub_killed = False
 
@@ -480,7 +522,8 @@ class Fleet:
         self.log = log
         self.admin = Admin(cluster)
         self.placements = spec.placements()
-        self.multiplexer_port = free_port_on([p.name for p in self.placements])
+        self.ports = Ports()
+        self.multiplexer_port = self.ports.one([p.name for p in self.placements])
         self.members: list[Member] = []
         self.mode: Mode | None = None
         self.manager: processes.Process | None = None
@@ -523,6 +566,7 @@ class Fleet:
             proxy=False,
             die_with_parent=self.die_with_parent,
             kubeconfig=kubeconfig,
+            port=self.ports.one,
         )
         self.cloud_node.start()
 
@@ -538,7 +582,7 @@ class Fleet:
         kubeconfig = self.cluster.write_kubeconfig(
             workdir / "manager.kubeconfig", MANAGER_USER, MANAGER_GROUPS
         )
-        (self.manager_port,) = realcluster.free_ports(1)
+        self.manager_port = self.ports.one()
         self.manager = processes.Process(
             "edgehub manager",
             edgenodes.edgehub_argv(

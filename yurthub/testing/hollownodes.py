@@ -25,7 +25,7 @@ import json
 import os
 import pathlib
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import yaml
 
@@ -90,16 +90,19 @@ class HollowNode:
         proxy: bool = True,
         die_with_parent: bool = False,
         kubeconfig: str | None = None,
+        port: Callable[[], int] | None = None,
     ) -> None:
         """``kubeconfig``: the kubeconfig's text, when the node talks to ``server`` with
         credentials of its own (no hub: a client certificate); by default none (a hub's plain
-        HTTP proxy)."""
+        HTTP proxy). ``port``: where the kubelet's server port comes from (by default a free
+        ephemeral port, ``realcluster.free_ports``)."""
         self.name = name
         self.workdir = workdir
         self.kubeconfig = workdir / "kubeconfig"
         self._binaries = binaries
         self._server = server
         self._kubeconfig_text = kubeconfig
+        self._port = port or (lambda: realcluster.free_ports(1)[0])
         self._labels = dict(labels or {})
         self._with_proxy = proxy
         self._die_with_parent = die_with_parent
@@ -121,7 +124,7 @@ class HollowNode:
     def start_kubelet(self) -> None:
         if self._kubelet is not None and self._kubelet.alive:
             raise processes.ProcessError(f"the hollow kubelet of {self.name} already runs")
-        (self.kubelet_port,) = realcluster.free_ports(1)
+        self.kubelet_port = self._port()
         self._kubelet = self._process(
             "kubelet",
             kubelet_argv(
