@@ -149,9 +149,12 @@ def run(args: argparse.Namespace, s: Settings, workdir: pathlib.Path) -> dict[st
         "modes": {},
         "storms": {},
         "pooled_at_start": {},
+        "crashes": {},
     }
     with cluster:
-        fleet = fleets.Fleet(cluster, spec, workdir / "fleet", die_with_parent=True, log=say)
+        fleet = fleets.Fleet(
+            cluster, spec, workdir / "fleet", die_with_parent=True, restart_hubs=True, log=say
+        )
         try:
             fleet.prepare()
             say("control plane alone")
@@ -204,6 +207,7 @@ def run(args: argparse.Namespace, s: Settings, workdir: pathlib.Path) -> dict[st
                     # Back to steady state before the next storm.
                     fleet.wait_ready(s.deadline)
                     time.sleep(min(30.0, s.settle))
+                out["crashes"][str(mode)] = fleet.crashes()
                 fleet.stop()
         finally:
             fleet.close()
@@ -369,12 +373,21 @@ def report(out: Mapping[str, Any], s: Settings, args: argparse.Namespace) -> Non
             {m: out["pooled_at_start"].get(m) for m in modes},
             "",
         ),
+        (
+            "hub crashes in the whole mode (restarted)",
+            {m: float(len(out["crashes"].get(m, []))) for m in modes},
+            "",
+        ),
     ]
     table(f"steady state ({s.steady:.0f} s window, measured at N={n})", modes, rows)
 
     storms: dict[str, dict[str, fleetmeasures.StormResult]] = out["storms"]
     for kind, by_mode in storms.items():
         storm_table(kind, by_mode, s)
+
+    for mode, crashes in out["crashes"].items():
+        for crash in crashes[:3]:
+            print(f"\n{mode}: hub crash: {crash}")
 
     costs(modes_run, n)
     print_model(out, s)

@@ -76,6 +76,8 @@ MANAGER_USER = "system:serviceaccount:edgehub-system:edgehub-manager"
 MANAGER_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:edgehub-system")
 MANAGER_CONTROLLERS = "csrapprover,hubleader,hubleaderconfig,hubleaderrbac,autonomy"
 NODE_GROUPS = ("system:nodes", "openyurt:yurthub")
+MAX_CRASHES = 20
+"""A hub crashing more often than this fails the run (it would only crash again)."""
 MANIFESTS = (
     "crds/nodepools.apps.openyurt.io.yaml",
     "crds/nodebuckets.apps.openyurt.io.yaml",
@@ -361,6 +363,8 @@ class Member:
             port=fleet.ports.one,
         )
         self.hub_killed = False
+        self.crashes: list[str] = []
+        """Each unexpected exit of the hub, with its log's last lines (bounded)."""
 
     @property
     def proxy_url(self) -> str:
@@ -425,7 +429,8 @@ class Member:
             f"{self.mode} hub {self.name}",
             argv,
             self.hub_log,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            # A crash in native code (signal 11) leaves every thread's Python stack in the log.
+            env=dict(os.environ, PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1"),
             die_with_parent=fleet.die_with_parent,
         )
 
@@ -479,11 +484,23 @@ class Member:
         return found
 
     def check_alive(self) -> None:
+        """Raise if a process of this node is not running; a crashed hub instead, when the
+        fleet restarts hubs (``Fleet(restart_hubs=True)``, as kubelet restarts a static
+        pod), is recorded in ``crashes`` and started again."""
         for name, proc in self.components().items():
             if name == "hub" and self.hub_killed:
                 continue
-            if proc.returncode is not None:
-                raise proc.failure("is not running")
+            if proc.returncode is None:
+                continue
+            if name == "hub" and self.fleet.restart_hubs and len(self.crashes) < MAX_CRASHES:
+                self.crashes.append(
+                    f"{self.name}: exited with {proc.returncode}; "
+                    f"last lines:\n{processes.tail(proc.log, 40)}"
+                )
+                self.fleet.log(f"hub of {self.name} exited with {proc.returncode}: restarted")
+                proc.start()
+                continue
+            raise proc.failure("is not running")
 
     def hub_metrics(self) -> str | None:
         if self.hub is None or not self.hub.alive:
@@ -513,9 +530,14 @@ class Fleet:
         workdir: pathlib.Path,
         *,
         die_with_parent: bool = False,
+        restart_hubs: bool = False,
         log: Callable[[str], None] = lambda _: None,
     ) -> None:
+        """``restart_hubs``: a hub that dies is started again and recorded (``crashes``), as
+        kubelet restarts a static pod, instead of failing the run (a bench at size; a test
+        wants the failure)."""
         self.cluster = cluster
+        self.restart_hubs = restart_hubs
         self.spec = spec
         self.workdir = workdir
         self.die_with_parent = die_with_parent
@@ -674,6 +696,10 @@ class Fleet:
         self._check(self.manager)
         if self.cloud_node is not None:
             self.cloud_node.check_alive()
+
+    def crashes(self) -> list[str]:
+        """Every crash of a hub since this mode started (``restart_hubs``)."""
+        return [c for m in self.members for c in m.crashes]
 
     def stop(self) -> None:
         """Stop every member's processes (the Node objects stay)."""
