@@ -6,19 +6,24 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench proto readme clean cluster-bins yurthub-bin akri-peer tpm-tools prometheus-bin
+.PHONY: demo test lint bench proto readme clean cluster-bins yurthub-bin yurt-manager-bin akri-peer tpm-tools prometheus-bin
 
 # The real Kubernetes parts of the test bed (etcd, kube-apiserver, controller-manager,
 # scheduler, kubemark, kubectl), built from tests/cluster/go.mod into
-# ~/.cache/edgehub/k8s-<version>/ once per machine and pin (the first build takes ~25 min on
-# 2 cores; afterwards this is a no-op), the tests' client-go informer beside them (per pin and
-# source), and Helm from tests/cluster/helm/go.mod (~4 min).
+# ~/.cache/edgehub/k8s-<version>/ once per machine and pin (afterwards this is a no-op), the
+# tests' client-go informer beside them (per pin and source), and Helm from
+# tests/cluster/helm/go.mod. How long each first build takes, measured: docs/testbed.md
+# ("The first build"), the one place that says it.
 K8S_BIN = $(shell $(PYTHON) tests/cluster/build.py --print-dir)
 
+# pip prints what it fetches and installs as it goes (a first install takes about a minute);
+# the build backend prints nothing (tests/unit/test_packaging_build.py).
 $(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@test -x $(BIN)/python || { echo "== creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "== updating pip in $(VENV)"
+	@$(BIN)/python -m pip install --quiet --upgrade --disable-pip-version-check pip
+	@echo "== installing edgehub (editable) and its test tools into $(VENV)"
+	$(BIN)/python -m pip install --disable-pip-version-check -e '.[test]'
 	@touch $@
 
 demo: $(STAMP)
@@ -35,7 +40,7 @@ cluster-bins:
 
 # The Akri test peer (tests/akripeer: Akri's gRPC stack, tonic 0.13 over h2 0.4), pinned by its
 # Cargo.lock, built from crates.io into ~/.cache/edgehub/akripeer-target so rebuilds are
-# incremental across clones (the first build takes a few minutes on 2 cores). The tests find it
+# incremental across clones (its first build: docs/testbed.md). The tests find it
 # through EDGEHUB_AKRI_PEER.
 AKRI_PEER_TARGET ?= $(HOME)/.cache/edgehub/akripeer-target
 AKRI_PEER := $(AKRI_PEER_TARGET)/release/akripeer
@@ -45,9 +50,15 @@ akri-peer:
 	CARGO_TARGET_DIR=$(AKRI_PEER_TARGET) cargo build --release --locked --quiet --manifest-path tests/akripeer/Cargo.toml
 
 # OpenYurt's YurtHub (bench/yurthub/go.mod pins it), for bench/side_by_side.py: built into
-# ~/.cache/edgehub/yurthub-<version>/ once per pin (~10 min on 2 cores the first time).
+# ~/.cache/edgehub/yurthub-<version>/ once per pin (its first build: docs/testbed.md).
 yurthub-bin:
 	$(PYTHON) bench/yurthub/build.py
+
+# OpenYurt's yurt-manager from the same OpenYurt pin (bench/yurtmanager/go.mod, checked equal to
+# bench/yurthub's), for bench/manager_scale.py: built beside YurtHub in
+# ~/.cache/edgehub/yurthub-<version>/ once per pin (its first build: docs/testbed.md).
+yurt-manager-bin:
+	$(PYTHON) bench/yurtmanager/build.py
 
 # swtpm and tpm2-tools (Debian's packages) for the TPM-sealed cache tests: installed once per
 # machine when missing (CI runs as root on a fresh machine); a no-op where they are present.
@@ -72,7 +83,7 @@ test: lint cluster-bins yurthub-bin akri-peer tpm-tools prometheus-bin
 	EDGEHUB_AKRI_PEER=$(AKRI_PEER) EDGEHUB_K8S_BIN=$(K8S_BIN) EDGEHUB_KUBECTL=$(K8S_BIN)/kubectl $(BIN)/python -m pytest -q -p no:cacheprovider
 
 # bench/fleet.py runs --quick here (6 nodes, ~40 min); its default, 30 nodes, takes ~2 h.
-bench: $(STAMP) cluster-bins yurthub-bin
+bench: $(STAMP) cluster-bins yurthub-bin yurt-manager-bin
 	@for b in bench/*.py; do echo "== $$b"; args=""; [ $$b = bench/fleet.py ] && args=--quick; \
 	  $(BIN)/python $$b $$args || exit 1; done
 

@@ -10,11 +10,20 @@ apiserver, the same cut and the same restart, measured in turn.
 
 Measured, for each and as the ratio sealed/plaintext (the target is each <= 1.2x):
 
-- offline LIST of every pod (10,000 with ``scale:10000``), link blackholed: p50/p99;
+- offline LIST of every pod (10,000 with ``scale:10000``), link blackholed: p50/p99 of
+  ``3 x runs`` rounds, each round one LIST of each hub;
 - hub restart to the first cached answer (a new hub process while the link is still cut),
-  p50 of the runs, alternating plaintext and sealed;
+  p50 of the runs;
 - ingest of the whole 10,000-pod list into a fresh store (``Store.submit(PutList)`` + flush,
-  the writer's work for one relist, in this process), p50, alternating.
+  the writer's work for one relist, in this process), p50 of the runs.
+
+Noise (the machine is shared): every round measures both parties, alternating which goes
+first; the ratios printed are of the p50s and, beside them, the median of the rounds' own
+ratios (each round's two figures were taken seconds apart, under the same load); the load
+average is printed before and after. Beside the wall-clock times, the CPU time each party
+spent is measured (the hub process's threads, ``/proc/<pid>/task/*/schedstat``, for a LIST;
+the new process's ``utime + stime`` for a restart; this process's for an ingest): what the
+work costs, which other processes on the machine change much less than how long it takes.
 """
 
 from __future__ import annotations
@@ -122,6 +131,7 @@ async def online_list(session: aiohttp.ClientSession, proxy: str, within: float 
 
 
 async def bench(seed: str, runs: int) -> None:
+    load_before = os.getloadavg()
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="bench-sealed-"))
     procs: list[asyncio.subprocess.Process] = []
     key_file = _key_file(workdir / "kek")
@@ -149,6 +159,8 @@ async def bench(seed: str, runs: int) -> None:
             procs.append(hubs[name][0])
         offline: dict[str, list[float]] = {name: [] for name in parties}
         restart: dict[str, list[float]] = {name: [] for name in parties}
+        offline_cpu: dict[str, list[float]] = {name: [] for name in parties}
+        restart_cpu: dict[str, list[float]] = {name: [] for name in parties}
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
             count = 0
             for name, (_, proxy) in hubs.items():
@@ -162,10 +174,12 @@ async def bench(seed: str, runs: int) -> None:
                 assert resp.status == 200
             for _, proxy in hubs.values():
                 await cachebench.first_answer(session, proxy + ONE)
-            for run in range(runs):
+            for run in range(3 * runs):
                 for name in _order(parties, run):
-                    proxy = hubs[name][1]
+                    proc, proxy = hubs[name]
+                    before = thread_cpu(proc.pid)
                     elapsed, got = await cachebench.timed_list(session, proxy + "/api/v1/pods", {})
+                    offline_cpu[name].append(thread_cpu(proc.pid) - before)
                     assert got == count, (name, got, count)
                     offline[name].append(elapsed)
             for run in range(runs):
@@ -180,10 +194,14 @@ async def bench(seed: str, runs: int) -> None:
                     procs.append(hubs[name][0])
                     await cachebench.first_answer(session, hubs[name][1] + ONE)
                     restart[name].append(time.perf_counter() - started)
+                    restart_cpu[name].append(process_cpu(hubs[name][0].pid))
         ingest_times: dict[str, list[float]] = {name: [] for name in parties}
+        ingest_cpu: dict[str, list[float]] = {name: [] for name in parties}
         for run in range(runs):
             for name in _order(parties, run):
+                before = time.process_time()
                 ingest_times[name] += await ingest(body, parties[name], 1)
+                ingest_cpu[name].append(time.process_time() - before)
     finally:
         for proc in reversed(procs):
             await cachebench.stop(proc)
@@ -191,6 +209,7 @@ async def bench(seed: str, runs: int) -> None:
 
     p50 = cachebench.pct
     print(f"sealed vs plaintext cache, {count} pods ({runs} runs, seed {seed})")
+    print(f"  load average before {_load(load_before)}, after {_load(os.getloadavg())}")
     for name in parties:
         print(
             f"  {name:<10} offline LIST p50 {p50(offline[name], 0.5) * 1000:8.1f} ms"
@@ -198,15 +217,46 @@ async def bench(seed: str, runs: int) -> None:
             f"   restart->first answer p50 {p50(restart[name], 0.5):6.2f} s"
             f"   ingest of the list p50 {p50(ingest_times[name], 0.5) * 1000:8.1f} ms"
         )
-    ratios = {
-        "offline LIST": p50(offline["sealed"], 0.5) / p50(offline["plaintext"], 0.5),
-        "restart to first cached answer": p50(restart["sealed"], 0.5)
-        / p50(restart["plaintext"], 0.5),
-        "ingest of the list": p50(ingest_times["sealed"], 0.5)
-        / p50(ingest_times["plaintext"], 0.5),
+    for name in parties:
+        print(
+            f"  {name:<10} CPU: offline LIST p50 {p50(offline_cpu[name], 0.5) * 1000:8.1f} ms"
+            f"   restart->first answer p50 {p50(restart_cpu[name], 0.5):6.2f} s"
+            f"   ingest of the list p50 {p50(ingest_cpu[name], 0.5) * 1000:8.1f} ms"
+        )
+    measured = {
+        "offline LIST": (offline, offline_cpu),
+        "restart to first cached answer": (restart, restart_cpu),
+        "ingest of the list": (ingest_times, ingest_cpu),
     }
-    for what, ratio in ratios.items():
-        print(f"  sealed/plaintext {what:<32} {ratio:5.2f}x  (target <= 1.2x)")
+    for what, (times, cpu) in measured.items():
+        ratio = p50(times["sealed"], 0.5) / p50(times["plaintext"], 0.5)
+        paired = [s / p for s, p in zip(times["sealed"], times["plaintext"], strict=True)]
+        cpu_ratio = p50(cpu["sealed"], 0.5) / max(p50(cpu["plaintext"], 0.5), 1e-9)
+        print(
+            f"  sealed/plaintext {what:<31} wall {ratio:5.2f}x (rounds' median"
+            f" {p50(paired, 0.5):5.2f}x)  CPU {cpu_ratio:5.2f}x  (target <= 1.2x)"
+        )
+
+
+def thread_cpu(pid: int) -> float:
+    """Seconds of CPU the live threads of ``pid`` have used (nanosecond counters)."""
+    total = 0
+    for stat in pathlib.Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that ended meanwhile
+    return total / 1e9
+
+
+def process_cpu(pid: int) -> float:
+    """Seconds of CPU ``pid`` has used, ended threads included (clock ticks)."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _load(load: tuple[float, float, float]) -> str:
+    return " ".join(f"{x:.2f}" for x in load)
 
 
 def _order(parties: dict[str, str], run: int) -> list[str]:

@@ -15,6 +15,10 @@ Invariants:
     elected; cancelling ``run_workers`` stops every reconcile at its next await. A key held
     by a cancelled worker is released (``done``) so it is not lost for the next leader.
   * Every task is owned by a TaskGroup and named ``<controller>: ...``.
+  * With ``informers`` (``informing.Informers``), the controller's watches are the process's
+    shared reflectors: their owner runs them, and ``run_caches`` runs only reflectors of the
+    controller's own (none). ``shape`` (``trimming.Shape``) says what of each object the
+    controller reads; the store then holds only that, read-only.
 
 Danger: the reconcile function must be idempotent and must not trust the store to be
 fresher than the apiserver: a write may be refused with 409, which it should answer by
@@ -30,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from kubecontrol import backoff, kubeapi, queueing, watching
+from kubecontrol import backoff, informing, kubeapi, queueing, trimming, watching
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +91,13 @@ class Controller:
         *,
         on_error: OnError | None = None,
         observer: Observer | None = None,
+        informers: informing.Informers | None = None,
     ) -> None:
         self.name = name
+        self.informers = informers
+        self._own: list[watching.Reflector] = []
+        """Reflectors this controller runs itself (not shared)."""
+        self._sharing: trimming.Sharing | None = None
         self.reconcile = reconcile
         self.timings = timings
         self.on_error = on_error
@@ -115,6 +124,7 @@ class Controller:
         label_selector: str | None = None,
         field_selector: str | None = None,
         absent_hint: str = "",
+        shape: trimming.Shape | None = None,
     ) -> watching.Reflector:
         """Follow ``resource``; by default each event queues the object's own key.
 
@@ -122,21 +132,39 @@ class Controller:
         runs on the event loop and must only enqueue. A ``primary`` resource's keys are the
         controller's keys: they are all queued when the workers start and on every resync.
         ``absent_hint``: logged (once for the controller) when the list is 404: how to install
-        the resource's CRD.
+        the resource's CRD. ``shape``: what of each object to keep (None: the informers'
+        default, or whole objects without informers).
         """
-        reflector = watching.Reflector(
-            api,
-            resource,
-            on_event or self._enqueue_object,
-            watch_timeout=self.timings.watch_timeout,
-            backoff_initial=self.timings.watch_backoff_initial,
-            backoff_cap=self.timings.watch_backoff_cap,
-            namespace=namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            absent_hint=absent_hint,
-            said_hints=self._said_hints,
-        )
+        handler = on_event or self._enqueue_object
+        if self.informers is not None:
+            reflector = self.informers.reflector(
+                resource,
+                handler,
+                namespace=namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                shape=shape,
+                absent_hint=absent_hint,
+            )
+        else:
+            if shape is not None:
+                self._sharing = self._sharing or trimming.Sharing()
+            reflector = watching.Reflector(
+                api,
+                resource,
+                handler,
+                watch_timeout=self.timings.watch_timeout,
+                backoff_initial=self.timings.watch_backoff_initial,
+                backoff_cap=self.timings.watch_backoff_cap,
+                namespace=namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                absent_hint=absent_hint,
+                said_hints=self._said_hints,
+                shape=shape,
+                sharing=self._sharing,
+            )
+            self._own.append(reflector)
         self.reflectors.append(reflector)
         if primary:
             self._primary.append(reflector)
@@ -167,9 +195,10 @@ class Controller:
     # -- running
 
     async def run_caches(self) -> None:
-        """Run the reflectors until cancelled."""
+        """Run the controller's own reflectors until cancelled (shared ones run by their
+        owner; with none of its own this returns at once)."""
         async with asyncio.TaskGroup() as tg:
-            for reflector in self.reflectors:
+            for reflector in self._own:
                 tg.create_task(
                     reflector.run(), name=f"{self.name}: watch {reflector.resource.plural}"
                 )
@@ -186,7 +215,8 @@ class Controller:
                 tg.create_task(self._resync(self.timings.resync), name=f"{self.name}: resync")
 
     async def run(self) -> None:
-        """Caches and workers together (a controller that needs no leader election)."""
+        """Caches and workers together (a controller that needs no leader election; shared
+        reflectors must be run by the informers' owner)."""
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.run_caches(), name=f"{self.name}: caches")
             tg.create_task(self.run_workers(), name=f"{self.name}: workers")

@@ -26,7 +26,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,13 @@ MAX_EVENT_BYTES = 4 * 1024 * 1024
 
 JSONObject = dict[str, Any]
 
+
+# Largest list page read as bytes (``list_pages`` with ``decode``): 500 objects of 1 MiB each.
+MAX_PAGE_BYTES = 512 * 1024 * 1024
+
+# A paginated list longer than this many pages is refused (5 million objects at 500 a page):
+# an apiserver (or proxy) that hands out continue tokens for ever must not keep us listing.
+MAX_LIST_PAGES = 10_000
 
 # A Status message longer than this is cut: it ends up in Events and log lines.
 MAX_DETAIL_CHARS = 1024
@@ -113,6 +120,8 @@ JOBS = Resource("batch", "v1", "jobs")
 class ObjectList:
     items: list[JSONObject]
     resource_version: str
+    continue_token: str = ""
+    """A page's ``metadata.continue`` ("" on the last page, or a whole list)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -250,6 +259,7 @@ class KubeApi:
         *,
         query: list[tuple[str, str]] | None = None,
         body: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
     ) -> JSONObject:
         what = f"{method} {path}"
         try:
@@ -257,7 +267,7 @@ class KubeApi:
                 path,
                 method,
                 query_params=query or [],
-                header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                header_params={"Accept": "application/json", "Content-Type": content_type},
                 body=dict(body) if body is not None else None,
                 response_types_map={200: "object", 201: "object", 202: "object"},
                 auth_settings=["BearerToken"],
@@ -284,6 +294,86 @@ class KubeApi:
         items = result.get("items") or []
         rv = str((result.get("metadata") or {}).get("resourceVersion") or "")
         return ObjectList([i for i in items if isinstance(i, dict)], rv)
+
+    async def list_pages(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+        decode: Callable[[bytes], ObjectList] | None = None,
+    ) -> AsyncIterator[ObjectList]:
+        """The same list as ``list``, in pages of at most ``limit`` objects (``limit`` and
+        ``continue``, as client-go's pager), so a caller that keeps less than whole objects
+        never holds the whole answer at once. Every page carries the list's resourceVersion
+        (the snapshot the first page pinned). ``decode`` turns a page's body (bytes) into the
+        page (``decoding.Decoder.page``: only the fields a shape keeps); without it, pages are
+        JSON dicts. ``Gone`` when the continue token expired meanwhile (etcd compacted it):
+        list again from the start."""
+        if limit < 1:
+            raise ValueError("a page holds at least one object")
+        selectors = _selectors(label_selector, field_selector)
+        path = resource.path(namespace)
+        token = ""
+        pages = 0
+        while True:
+            query = [*selectors, ("limit", str(limit))]
+            if token:
+                query.append(("continue", token))
+            if decode is not None:
+                page = decode(await self._get_raw(path, query))
+            else:
+                result = await self._call("GET", path, query=query)
+                meta = result.get("metadata") or {}
+                items = result.get("items") or []
+                page = ObjectList(
+                    [i for i in items if isinstance(i, dict)],
+                    str(meta.get("resourceVersion") or ""),
+                    str(meta.get("continue") or ""),
+                )
+                del result, items
+            token = page.continue_token
+            pages += 1
+            yield page
+            del page
+            if not token:
+                return
+            if pages >= MAX_LIST_PAGES:
+                raise KubeError(f"list {path}: more than {pages} pages")
+
+    async def _get_raw(self, path: str, query: Sequence[tuple[str, str]]) -> bytes:
+        """The body of a GET as bytes (bounded by ``MAX_PAGE_BYTES``), for a decoder of the
+        caller's; errors as ``_call``'s."""
+        what = f"GET {path}"
+        try:
+            response = await self.api_client.call_api(
+                path,
+                "GET",
+                query_params=list(query),
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=self.request_timeout,
+            )
+        except (k8s_exceptions.ApiException, *_TRANSPORT_ERRORS) as e:
+            raise _error(e, what) from e
+        try:
+            if response.status != 200:
+                exc = k8s_exceptions.ApiException(status=response.status, reason=response.reason)
+                exc.body = await response.content.read(MAX_DETAIL_CHARS * 4)
+                raise _error(exc, what)
+            body = bytearray()
+            async for chunk in response.content.iter_any():
+                body.extend(chunk)
+                if len(body) > MAX_PAGE_BYTES:
+                    raise KubeError(f"{what}: answer larger than {MAX_PAGE_BYTES} bytes")
+            return bytes(body)
+        except _TRANSPORT_ERRORS as e:
+            raise _error(e, what) from e
+        finally:
+            response.release()
 
     async def get(self, resource: Resource, namespace: str, name: str) -> JSONObject:
         return await self._call("GET", resource.path(namespace, name))
@@ -325,6 +415,26 @@ class KubeApi:
         ``metadata.resourceVersion`` in ``body`` makes it conditional (409 on a race)."""
         return await self._call("PUT", resource.path(namespace, name, subresource), body=body)
 
+    async def patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
+    ) -> JSONObject:
+        """A JSON merge patch (RFC 7386) of the object or ``subresource``: only the fields
+        ``body`` names change (a list is replaced whole, ``None`` removes a key). A
+        ``metadata.resourceVersion`` in ``body`` makes it conditional: 409 when the object
+        changed since (the apiserver compares the patched object's resourceVersion)."""
+        return await self._call(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            body=body,
+            content_type="application/merge-patch+json",
+        )
+
     async def delete(
         self,
         resource: Resource,
@@ -365,8 +475,10 @@ class KubeApi:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        decode: Callable[[bytes, str], WatchEvent | None] | None = None,
     ) -> AsyncIterator[WatchEvent]:
         """One watch request from ``resource_version``; ends when the server closes it.
+        ``decode`` parses each event line (``decoding.Decoder.event``); else ``parse_event``.
 
         Raises ``Gone`` when the server reports 410 (the caller relists).
         """
@@ -400,8 +512,9 @@ class KubeApi:
                 # Its Status says why (bounded; what has arrived of it is enough for a message).
                 exc.body = await response.content.read(MAX_DETAIL_CHARS * 4)
                 raise _error(exc, f"watch {path}")
+            parse = decode or parse_event
             async for line in _lines(response.content):
-                event = _parse_event(line, path)
+                event = parse(line, path)
                 if event is not None:
                     yield event
         except _TRANSPORT_ERRORS as e:
@@ -437,7 +550,9 @@ async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
         yield bytes(buffer)
 
 
-def _parse_event(line: bytes, path: str) -> WatchEvent | None:
+def parse_event(line: bytes, path: str) -> WatchEvent | None:
+    """One watch event line as JSON; ``Gone`` or another ``KubeError`` for an ERROR event,
+    None for a type this client does not know."""
     try:
         raw = json.loads(line)
     except ValueError as e:

@@ -79,7 +79,7 @@ class Brokers:
         # is not created again; pruned to the pods that Configuration still wants.
         self.holds: dict[Key, dict[str, float]] = {}
         self.controller = controlling.Controller(
-            NAME, self.reconcile, own.timings, observer=ctx.metrics
+            NAME, self.reconcile, own.timings, observer=ctx.metrics, informers=ctx.informers
         )
         watch = self.controller.watch
         hint = resources.CRDS_MISSING

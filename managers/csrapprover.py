@@ -75,7 +75,7 @@ class CsrApprover:
             dummy_ips=own.dummy_ips,
         )
         self.controller = controlling.Controller(
-            NAME, self.reconcile, own.timings, observer=ctx.metrics
+            NAME, self.reconcile, own.timings, observer=ctx.metrics, informers=ctx.informers
         )
         self.csrs = self.controller.watch(ctx.api, kubeapi.CERTIFICATE_SIGNING_REQUESTS)
         self.waiting: backoff.PerKey[controlling.Key] = backoff.PerKey(

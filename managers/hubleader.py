@@ -22,7 +22,7 @@ import random
 from typing import Any
 
 from kubecontrol import controlling, kubeapi
-from managers import context, hubleaderelecting, nodepools
+from managers import context, hubleaderelecting, nodepools, shapes
 
 logger = logging.getLogger(__name__)
 
@@ -40,11 +40,15 @@ class HubLeader:
         self.recorder = ctx.recorder
         self.rng = rng or random.Random()
         self.controller = controlling.Controller(
-            NAME, self.reconcile, ctx.settings.hub_leader.timings, observer=ctx.metrics
+            NAME,
+            self.reconcile,
+            ctx.settings.hub_leader.timings,
+            observer=ctx.metrics,
+            informers=ctx.informers,
         )
         self.pools = self.controller.watch(ctx.api, nodepools.NODE_POOLS)
         self.nodes = self.controller.watch(
-            ctx.api, nodepools.NODES, self._node_event, primary=False
+            ctx.api, nodepools.NODES, self._node_event, primary=False, shape=shapes.NODE
         )
         self._pool_of: dict[str, str] = {}
         self._members: dict[str, set[str]] = {}

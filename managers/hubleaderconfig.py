@@ -31,7 +31,11 @@ class HubLeaderConfig:
         self.recorder = ctx.recorder
         self.namespace = ctx.settings.hub_leader.namespace
         self.controller = controlling.Controller(
-            NAME, self.reconcile, ctx.settings.hub_leader.timings, observer=ctx.metrics
+            NAME,
+            self.reconcile,
+            ctx.settings.hub_leader.timings,
+            observer=ctx.metrics,
+            informers=ctx.informers,
         )
         self.pools = self.controller.watch(ctx.api, nodepools.NODE_POOLS)
         self.configmaps = self.controller.watch(

@@ -32,7 +32,11 @@ class HubLeaderRbac:
     def __init__(self, ctx: context.Context) -> None:
         self.api = ctx.api
         self.controller = controlling.Controller(
-            NAME, self.reconcile, ctx.settings.hub_leader.timings, observer=ctx.metrics
+            NAME,
+            self.reconcile,
+            ctx.settings.hub_leader.timings,
+            observer=ctx.metrics,
+            informers=ctx.informers,
         )
         self.pools = self.controller.watch(
             ctx.api, nodepools.NODE_POOLS, self._any_event, primary=False

@@ -37,7 +37,7 @@ from typing import Any
 
 from discovery.agent import instances, resources
 from kubecontrol import controlling, kubeapi
-from managers import context, nodeleaving
+from managers import context, nodeleaving, shapes
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +59,11 @@ class NodeWatcher:
         self.again = nodeleaving.Recleaning(own.reclean_initial, own.reclean_cap)
         self._unseen_logged: set[str] = set()
         self.controller = controlling.Controller(
-            NAME, self.reconcile, own.timings, observer=ctx.metrics
+            NAME, self.reconcile, own.timings, observer=ctx.metrics, informers=ctx.informers
         )
-        self.nodes = self.controller.watch(ctx.api, kubeapi.NODES, self._node_event)
+        self.nodes = self.controller.watch(
+            ctx.api, kubeapi.NODES, self._node_event, shape=shapes.NODE
+        )
         hint = resources.CRDS_MISSING
         self.instances = self.controller.watch(
             ctx.api, resources.INSTANCES, self._queue_nodes_of, primary=False, absent_hint=hint

@@ -1,12 +1,13 @@
 """Assembling ``edgehub manager``: ``Manager(settings).run()`` until cancelled.
 
-One TaskGroup owns everything: each selected controller's reflectors (always running, so a
-standby replica keeps warm caches and is ready the moment it is elected) and, while this
-replica leads, their workers. With leader election (the default) the workers run inside
-``kubecontrol.electing.Elector.run``: they start when the Lease is acquired and are cancelled
-the moment it is lost; a cancelled ``run`` (SIGTERM) stops the workers first, then releases
-the Lease, then closes the health server and the API client, so a standby takes over within
-a retry period.
+One TaskGroup owns everything: the reflectors (``kubecontrol.informing``: one list+watch per
+resource and scope, shared by the controllers that follow it, keeping what ``shapes`` says they
+read; always running, so a standby replica keeps warm caches and is ready the moment it is
+elected) and, while this replica leads, the controllers' workers. With leader election (the
+default) the workers run inside ``kubecontrol.electing.Elector.run``: they start when the
+Lease is acquired and are cancelled the moment it is lost; a cancelled ``run`` (SIGTERM) stops
+the workers first, then releases the Lease, then closes the health server and the API client,
+so a standby takes over within a retry period.
 
 Readiness (``/readyz``): every controller's caches are synced, and this replica leads, or
 stands by having read the Lease within the lease duration (it can take over), or runs
@@ -24,7 +25,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 
-from kubecontrol import controlling, electing, events, kubeapi, leases
+from kubecontrol import controlling, electing, events, informing, kubeapi, leases
 from managers import context, metrics, registry, serving, settings, webhookserving
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ class Manager:
         self.metrics = metrics.Metrics()
         self.controllers: list[controlling.Controller] = []
         self.elector: electing.Elector | None = None
+        self.informers: informing.Informers | None = None
+        """The shared reflectors, once ``run`` built the controllers."""
         self.health_port: int | None = None
         self.webhook_port: int | None = None
         self.certificates: webhookserving.Certificates | None = None
@@ -100,7 +103,10 @@ class Manager:
             stack.push_async_callback(api_client.close)
             api = kubeapi.KubeApi(api_client, s.kube.request_timeout)
             recorder = events.Recorder(api, s.host, component=COMPONENT)
-            ctx = context.Context(api, s, recorder, self.metrics)
+            self.informers = informing.Informers(
+                api, informing.Settings(watch_timeout=s.kube.watch_timeout)
+            )
+            ctx = context.Context(api, s, recorder, self.metrics, self.informers)
             self.controllers = [registry.FACTORIES[name](ctx) for name in s.controllers]
             self.metrics.follow(self.controllers)
             if s.health_port is not None:
@@ -122,6 +128,7 @@ class Manager:
                         self.certificates.watch(s.webhook.reload_interval),
                         name="webhook certificates",
                     )
+                tg.create_task(self.informers.run(), name="informers")
                 for controller in self.controllers:
                     tg.create_task(controller.run_caches(), name=f"{controller.name}: caches")
                 if self._election is not None:

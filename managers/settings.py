@@ -18,10 +18,13 @@ CSR_APPROVER_TIMINGS = controlling.Timings(workers=2, resync=600.0)
 BROKERS_TIMINGS = controlling.Timings(workers=2, resync=300.0)
 NODE_WATCHER_TIMINGS = controlling.Timings(workers=2, resync=300.0)
 WEBHOOK_PORT = 8443
-# Pods are decided on their events and their node's; the resync retries a lost write.
-AUTONOMY_TIMINGS = controlling.Timings(workers=4, resync=600.0)
-# Pools are decided on their events and their nodes'; the resync retries a lost write.
-HUB_LEADER_TIMINGS = controlling.Timings(workers=2, resync=300.0)
+# Pods are decided on their events and their node's; the resync retries a lost write. Eight
+# writes in flight: a node's change touches all its pods at once (up to 110 with kubelet's
+# default), and the workers only wait on the apiserver.
+AUTONOMY_TIMINGS = controlling.Timings(workers=8, resync=600.0)
+# Pools are decided on their events and their nodes'; the resync retries a lost write. Four in
+# flight: a hundred pools created at once are elected in about a quarter of the round trips.
+HUB_LEADER_TIMINGS = controlling.Timings(workers=4, resync=300.0)
 # YurtStaticSets follow their Pods' and Nodes' events; the resync retries a lost write.
 STATIC_SETS_TIMINGS = controlling.Timings(workers=2, resync=300.0)
 WORKER_IMAGE = "ghcr.io/edgehub/edgehub:0.1.0"
@@ -137,8 +140,12 @@ class StaticSets:
     """kubelet's staticPodPath on the nodes (mounted into the workers)."""
     worker_timeout: float = 120.0
     """Seconds a worker waits for the new static Pod to be ready before restoring the old."""
-    yurt_manager_lease: tuple[str, str] = ("kube-system", "cloud-yurt-manager")
-    """yurt-manager's leader Lease: while it is held, the controller acts on nothing."""
+    node_ready_timeout: float = 120.0
+    """Seconds a node's kubelet has, after its worker ended, to be seen back (Lease renewed,
+    Node Ready, mirror Pod on the new hash) before the rollout halts."""
+    yurt_manager_lease: tuple[str, str] | None = ("kube-system", "cloud-yurt-manager")
+    """yurt-manager's leader Lease: while it is held, the controller acts on nothing (None:
+    not looked at; ``--yurt-manager-lease=''``)."""
     timings: controlling.Timings = STATIC_SETS_TIMINGS
 
 

@@ -19,15 +19,21 @@ Decisions (OpenYurt's, with the differences a careful user expects, each marked 
 * Status: ``totalNumber`` nodes with a mirror Pod, ``readyNumber`` of them Ready,
   ``upgradedNumber`` of them not needing the upgrade, ``observedGeneration`` the generation
   decided on.
-* Worker Pods of an older hash, and Succeeded ones, are deleted.
+* Worker Pods of an older hash are deleted; a Succeeded one once its node's kubelet is back
+  (``staticsethalts.verify``: Lease renewed after the worker ended, Node Ready, mirror Pod on
+  the new hash). [quirk] OpenYurt deletes it at once and never looks at the node again.
 * AdvancedRollingUpdate: on Ready nodes that need the upgrade and have no worker, workers are
   created, at most ``maxUnavailable`` (a number, or a percentage of ``totalNumber`` rounded
-  up) in flight at a time. A NotReady node is never waited for: it takes no slot (nor does a
-  worker on a node that went NotReady) and gets its worker once Ready again. [quirk] OpenYurt
-  waits for a whole round to finish; here a slot is refilled as soon as one worker ends.
-  [quirk] An absent ``maxUnavailable`` means 1 (OpenYurt fails the reconcile). A Failed
-  worker of the current hash is kept (its log tells why) and halts the rollout until it is
-  deleted, as OpenYurt stops on it; its node counts as not upgraded.
+  up) in flight at a time; a Succeeded worker whose node is not confirmed yet holds its slot.
+  A NotReady node is never waited for: it takes no slot (nor does a worker on a node that went
+  NotReady) and gets its worker once Ready again, so a node offline during the rollout is done
+  when it returns. [quirk] OpenYurt waits for a whole round to finish; here a slot is refilled
+  as soon as one node is done. [quirk] An absent ``maxUnavailable`` means 1 (OpenYurt fails
+  the reconcile).
+* Halts (``staticsethalts``): a Failed worker of the current hash, or a node whose kubelet
+  did not come back within ``ready_timeout``, halts the whole YurtStaticSet: no worker is
+  created until an operator resumes it (the halt annotation removed: the workers recorded
+  with it are deleted, a failed node tried again) or changes the template.
 * OTA: no workers; every mirror Pod gets condition ``PodNeedUpgrade`` True when it needs the
   upgrade, False when it runs the latest template (the node's hub takes it when asked).
 * [quirk] The hash: OpenYurt's is FNV-32a over Go's ``spew`` dump of the PodTemplateSpec, which
@@ -39,6 +45,7 @@ Decisions (OpenYurt's, with the differences a careful user expects, each marked 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -48,6 +55,7 @@ import orjson
 import yaml
 
 from kubecontrol import kubeapi, timestamps
+from managers import staticsethalts
 
 YURT_STATIC_SETS = kubeapi.Resource("apps.openyurt.io", "v1alpha1", "yurtstaticsets")
 KIND = "YurtStaticSet"
@@ -272,6 +280,29 @@ class Worker:
     phase: str
     current: bool
     """Installs the latest template."""
+    ended: float | None = None
+    """When its container ended (``terminated.finishedAt``), epoch seconds."""
+    marked: bool = False
+    """Recorded as a worker that halted the rollout (``staticsethalts.halted_by``)."""
+    message: str = ""
+    """Why it failed (its termination message), for a Failed worker."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Facts:
+    """What ``plan`` needs beyond the objects: the clock and what was read on demand."""
+
+    now: float = 0.0
+    halt: staticsethalts.Halt | None = None
+    """The halt the YurtStaticSet's annotation records (whatever template it names)."""
+    renewals: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
+    """node -> its Lease's renewTime (epoch seconds; None: no Lease), for ``awaiting``."""
+    seen_ended: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    """worker name -> when it was first seen Succeeded, for a worker reporting no end time."""
+    ready_timeout: float = 120.0
+    """Seconds a node's kubelet has to come back after its worker ended."""
+    halted_by: frozenset[str] = frozenset()
+    """The uids the YurtStaticSet records as having halted its rollout."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -284,11 +315,35 @@ class Plan:
     conditions: tuple[tuple[str, str], ...] = ()
     """OTA: (mirror Pod name, "True"/"False") to write as ``PodNeedUpgrade``."""
     failed: tuple[Worker, ...] = ()
-    """Failed workers of the latest template: the rollout waits until they are deleted."""
+    """Failed workers of the latest template (kept while the rollout is halted)."""
     waiting: int = 0
-    """Nodes that need the upgrade and wait (NotReady, or no slot)."""
+    """Nodes that need the upgrade and wait (NotReady, halted, or no slot)."""
     too_long: tuple[str, ...] = ()
     """Nodes whose worker Pod name would pass 253 characters (no worker; reported)."""
+    verifying: tuple[str, ...] = ()
+    """Nodes whose worker succeeded and whose kubelet is awaited."""
+    recheck: float | None = None
+    """Seconds until a node being verified is worth looking at again."""
+    halted: staticsethalts.Halt | None = None
+    """The halt in force after this plan (the recorded one, or ``halt``)."""
+    halt: staticsethalts.Halt | None = None
+    """A new halt to record (the annotation, a condition, an Event)."""
+    clear_halt: bool = False
+    """The recorded halt names another template: remove it."""
+    mark: tuple[Worker, ...] = ()
+    """Workers found to halt the rollout now (their uids join ``halted_by``)."""
+    halted_by: frozenset[str] | None = None
+    """The uids to record as having halted the rollout, when they differ from the recorded."""
+    resumed: tuple[Worker, ...] = ()
+    """Marked workers deleted because the rollout was resumed (among ``delete``)."""
+
+
+def awaiting(workers: Sequence[Worker]) -> tuple[str, ...]:
+    """Nodes whose Lease ``plan`` needs: those of Succeeded, unmarked workers of the latest
+    template (their kubelet has yet to be seen back)."""
+    return tuple(
+        sorted({w.node for w in workers if w.current and w.phase == "Succeeded" and not w.marked})
+    )
 
 
 def gather(
@@ -296,8 +351,10 @@ def gather(
     digest: str,
     node_of: Callable[[str], Mapping[str, Any] | None],
     pods: Sequence[Mapping[str, Any]],
+    halted_by: frozenset[str] = frozenset(),
 ) -> tuple[list[NodeState], list[Worker]]:
-    """The nodes running the static Pod and the workers of ``spec``, from the namespace's Pods."""
+    """The nodes running the static Pod and the workers of ``spec``, from the namespace's Pods
+    (``halted_by``: the uids recorded as having halted its rollout)."""
     states: list[NodeState] = []
     workers: list[Worker] = []
     worker_prefix = f"{WORKER_PREFIX}{spec.name}-"
@@ -326,13 +383,17 @@ def gather(
                 )
             )
         elif name.startswith(worker_prefix) and _owned_by(pod, spec.uid):
+            phase = str((pod.get("status") or {}).get("phase") or "Pending")
             workers.append(
                 Worker(
                     name=name,
                     node=node,
                     uid=str(meta.get("uid") or ""),
-                    phase=str((pod.get("status") or {}).get("phase") or "Pending"),
+                    phase=phase,
                     current=(meta.get("annotations") or {}).get(HASH_ANNOTATION) == digest,
+                    ended=staticsethalts.finished_at(pod),
+                    marked=str(meta.get("uid") or "") in halted_by,
+                    message=staticsethalts.failure_message(pod) if phase == "Failed" else "",
                 )
             )
     states.sort(key=lambda s: s.node)
@@ -344,19 +405,23 @@ def plan(
     spec: Spec,
     node_of: Callable[[str], Mapping[str, Any] | None],
     pods: Sequence[Mapping[str, Any]],
+    facts: Facts | None = None,
 ) -> Plan:
     """What to do now for ``spec`` (which must have no problems); ``node_of`` finds a Node."""
+    facts = facts or Facts()
     digest = template_hash(spec.template)
-    states, workers = gather(spec, digest, node_of, pods)
+    states, workers = gather(spec, digest, node_of, pods, facts.halted_by)
     status = {
         "totalNumber": len(states),
         "readyNumber": sum(s.pod_ready for s in states),
         "upgradedNumber": sum(not s.upgrade_needed for s in states),
         "observedGeneration": spec.generation,
     }
-    delete = tuple(w for w in workers if not w.current or w.phase == "Succeeded")
+    recorded = facts.halt
+    halted = recorded if recorded is not None and recorded.applies_to(digest) else None
+    clear = recorded is not None and halted is None
+    delete = [w for w in workers if not w.current]
     failed = tuple(w for w in workers if w.current and w.phase == "Failed")
-    kept = [w for w in workers if w not in delete]
     needing = [s for s in states if s.upgrade_needed]
     if spec.strategy == OTA:
         conditions = tuple(
@@ -364,15 +429,101 @@ def plan(
             for s in states
             if s.need_condition != (want := "True" if s.upgrade_needed else "False")
         )
-        return Plan(digest, status, delete=delete, conditions=conditions, failed=failed)
-    if failed:
-        return Plan(digest, status, delete=delete, failed=failed, waiting=len(needing))
+        delete += [w for w in workers if w.current and w.phase == "Succeeded"]
+        return Plan(
+            digest,
+            status,
+            delete=tuple(delete),
+            conditions=conditions,
+            failed=failed,
+            halted=halted,
+            clear_halt=clear,
+        )
+    by_node = {s.node: s for s in states}
+    resumed: list[Worker] = []
+    verifying: list[str] = []
+    recheck: float | None = None
+    troubles: list[tuple[Worker, str, str]] = []  # (worker, reason, message) of new halts
+    for w in workers:
+        if not w.current or w.phase not in FINISHED:
+            continue
+        if w.marked:
+            if halted is None:  # the operator resumed: accept the node, or try it again
+                delete.append(w)
+                resumed.append(w)
+            continue
+        if w.phase == "Failed":
+            troubles.append((w, staticsethalts.WORKER_FAILED, w.message))
+            continue
+        state = by_node.get(w.node)
+        ended = w.ended if w.ended is not None else facts.seen_ended.get(w.name, facts.now)
+        verdict = staticsethalts.verify(
+            ended=ended,
+            node_ready=_ready(node_of(w.node)),
+            renewed=facts.renewals.get(w.node),
+            upgraded=state is not None and not state.upgrade_needed,
+            now=facts.now,
+            timeout=facts.ready_timeout,
+        )
+        if verdict.outcome == staticsethalts.VERIFIED:
+            delete.append(w)
+        elif verdict.outcome == staticsethalts.WAITING:
+            verifying.append(w.node)
+            if verdict.recheck is not None:
+                recheck = verdict.recheck if recheck is None else min(recheck, verdict.recheck)
+        else:
+            troubles.append((w, staticsethalts.NODE_NOT_READY, verdict.message))
+    new_halt: staticsethalts.Halt | None = None
+    if troubles and halted is None:
+        worker, reason, message = troubles[0]
+        if len(troubles) > 1:
+            others = ", ".join(t[0].node for t in troubles[1:4])
+            message = f"{message} (also: {others})"
+        new_halt = staticsethalts.Halt(
+            hash=digest,
+            node=worker.node,
+            worker=worker.name,
+            reason=reason,
+            message=message[: staticsethalts.MAX_MESSAGE],
+            since=_rfc3339(facts.now),
+        )
+        halted = new_halt
+    mark = tuple(t[0] for t in troubles) if halted is not None else ()
+    gone = {w.name for w in delete}
+    # What stays recorded: the recorded workers still there (and not deleted now), and the
+    # ones that halt it now; written only when that differs.
+    keep = frozenset(w.uid for w in workers if w.marked and w.name not in gone)
+    keep |= {w.uid for w in mark}
+    halted_by = keep if keep != facts.halted_by else None
+    if halted is not None:
+        return Plan(
+            digest,
+            status,
+            delete=tuple(delete),
+            failed=failed,
+            waiting=len(needing),
+            verifying=tuple(verifying),
+            recheck=recheck,
+            halted=halted,
+            halt=new_halt,
+            clear_halt=clear,
+            mark=mark,
+            halted_by=halted_by,
+            resumed=tuple(resumed),
+        )
     # Every worker still running holds a slot, whatever its hash (one upgrade per node at a
     # time, and an old one being deleted has not stopped yet), except on a node that went
-    # NotReady meanwhile: that node is unavailable anyway and must not stall the others.
+    # NotReady meanwhile: that node is unavailable anyway and must not stall the others. A
+    # Succeeded worker whose node is being verified holds its slot too.
     running = [w for w in workers if w.phase not in FINISHED]
-    in_flight = sum(_ready(node_of(w.node)) for w in running)
-    busy = {w.node for w in kept} | {w.node for w in running}
+    # A failed node resumed by the operator keeps its slot: it goes first, once its old
+    # worker (whose name its new one takes) is gone.
+    retried = sum(1 for w in resumed if w.node in by_node and by_node[w.node].upgrade_needed)
+    in_flight = sum(_ready(node_of(w.node)) for w in running) + len(verifying) + retried
+    # A node is busy while it has a worker that stays, one still running, or one deleted on
+    # resume (the new worker has its name: it is created once that one is gone).
+    busy = {w.node for w in workers if w.name not in gone or w.phase not in FINISHED}
+    busy |= {w.node for w in resumed}
     slots = max(0, scaled_max_unavailable(spec.max_unavailable, len(states)) - in_flight)
     fits = [s.node for s in needing if len(worker_name(spec.name, s.node, digest)) <= MAX_NAME]
     too_long = tuple(s.node for s in needing if s.node not in fits)
@@ -382,10 +533,20 @@ def plan(
         digest,
         status,
         create=create,
-        delete=delete,
+        delete=tuple(delete),
+        failed=failed,
         waiting=len(needing) - len(create),
         too_long=too_long,
+        verifying=tuple(verifying),
+        recheck=recheck,
+        clear_halt=clear,
+        halted_by=halted_by,
+        resumed=tuple(resumed),
     )
+
+
+def _rfc3339(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _ready(node: Mapping[str, Any] | None) -> bool:
@@ -456,6 +617,8 @@ def worker_pod(spec: Spec, node: str, digest: str, template: WorkerTemplate) -> 
         "spec": {
             "nodeName": node,
             "restartPolicy": "Never",
+            # It writes a file on its node and reads its hub's readiness: no API credentials.
+            "automountServiceAccountToken": False,
             # The new hub's readiness is read on the node's loopback (127.0.0.1:10267).
             "hostNetwork": True,
             "tolerations": [{"operator": "Exists"}],
@@ -508,16 +671,24 @@ def with_condition(pod: Mapping[str, Any], kind: str, status: str, now: str) -> 
     return {**pod, "status": pod_status}
 
 
-def status_update(obj: Mapping[str, Any], status: Mapping[str, int]) -> dict[str, Any] | None:
-    """The YSS with ``status`` (other status fields kept), or None when it already says so."""
+def status_update(
+    obj: Mapping[str, Any],
+    status: Mapping[str, int],
+    conditions: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any] | None:
+    """The YSS with ``status`` (other status fields kept) and, when given, ``conditions``; None
+    when it already says so."""
     current = dict(obj.get("status") or {})
-    if all(current.get(k) == v for k, v in status.items()):
+    if conditions is None and all(current.get(k) == v for k, v in status.items()):
         return None
+    new = {**current, **status}
+    if conditions is not None:
+        new["conditions"] = [dict(c) for c in conditions]
     return {
         **obj,
         "apiVersion": YURT_STATIC_SETS.api_version,
         "kind": KIND,
-        "status": {**current, **status},
+        "status": new,
     }
 
 

@@ -10,21 +10,31 @@ Ownership, so that two controllers never act on one object (docs/rollout.md):
 * While yurt-manager's leader Lease (``kube-system/cloud-yurt-manager``) is held and renewed,
   this controller acts on nothing and says so in one log line; checked before its first
   reconcile (the workers start once the caches, the Lease's included, are synced) and again
-  whenever the Lease changes.
+  whenever the Lease changes. ``--yurt-manager-lease=''`` drops that check: the operator
+  vouches that the yurt-manager still running has its yurt-static-set-controller off.
 * It acts only on YurtStaticSets whose ``edgehub.io/owner`` annotation is absent (it then
   writes ``edgehub`` first) or ``edgehub``; any other value leaves the object alone.
 
 Per YurtStaticSet: ConfigMap ``yurt-static-set-<name>`` holds the manifest; worker Pods, mirror
-Pod conditions and the status follow ``staticsetplanning.plan``. The ConfigMap and workers
-carry an owner reference, so deleting the YurtStaticSet deletes them (garbage collector).
-Writes are creates, deletes and conditional PUTs; 409 -> decided again from newer objects.
+Pod conditions and the status follow ``staticsetplanning.plan``; each template rolled out is a
+ControllerRevision (``staticsetrevisions``, for ``edgehub rollout undo``); a halt
+(``staticsethalts``) is the YurtStaticSet's ``edgehub.io/rollout-halted`` annotation, the
+``Halted`` condition and a Warning Event. The ConfigMap, workers and revisions carry an owner
+reference, so deleting the YurtStaticSet deletes them (garbage collector). Writes are creates,
+deletes and conditional PUTs; 409 -> decided again from newer objects.
 
-It follows YurtStaticSets, Pods (mirror Pods ``<yss>-<node>`` and the workers; every namespace,
-as OpenYurt does), Nodes (a Ready change queues every YurtStaticSet) and the Lease.
+It follows YurtStaticSets, Pods (every namespace, as OpenYurt does, but holding only mirror Pods
+``<yss>-<node>`` and the workers: ``PODS``), Nodes (a Ready change queues every YurtStaticSet;
+the shared ``shapes.NODE`` informer) and yurt-manager's Lease. A node whose worker succeeded
+has its Lease (``kube-node-lease/<node>``) read on demand, every couple of seconds until its
+kubelet is seen back or the deadline passes: only the nodes being upgraded, never a watch of
+every node's Lease.
 
 RBAC (manifests/manager/staticset-rbac.yaml): yurtstaticsets get/list/watch/update,
 yurtstaticsets/status update, pods get/list/watch/create/delete, pods/status update, nodes
-list/watch, configmaps get/create/update, leases get/list/watch (kube-system), events create.
+list/watch, configmaps
+get/create/update, controllerrevisions list/create/update/delete, leases get/list/watch
+(kube-system, yurt-manager's) and get (kube-node-lease), events create.
 """
 
 from __future__ import annotations
@@ -34,13 +44,15 @@ import logging
 import time
 from typing import Any
 
-from kubecontrol import controlling, kubeapi
-from managers import context, staticsetplanning
+from kubecontrol import controlling, kubeapi, timestamps, trimming
+from managers import context, shapes, staticsethalts, staticsetplanning, staticsetrevisions
 
 logger = logging.getLogger(__name__)
 
 NAME = "yurtstaticset"
 CONFLICT_REQUEUE = 1.0
+NODE_LEASES = "kube-node-lease"
+MAX_REMEMBERED = 4096
 
 
 def _now() -> str:
@@ -58,20 +70,27 @@ class StaticSets:
             timeout=own.worker_timeout,
         )
         self.lease_key = own.yurt_manager_lease
+        self.ready_timeout = own.node_ready_timeout
         self.controller = controlling.Controller(
-            NAME, self.reconcile, own.timings, observer=ctx.metrics
+            NAME, self.reconcile, own.timings, observer=ctx.metrics, informers=ctx.informers
         )
         self.sets = self.controller.watch(ctx.api, staticsetplanning.YURT_STATIC_SETS)
-        self.pods = self.controller.watch(ctx.api, kubeapi.PODS, self._pod_event, primary=False)
-        self.nodes = self.controller.watch(ctx.api, kubeapi.NODES, self._node_event, primary=False)
-        self.leases = self.controller.watch(
-            ctx.api,
-            kubeapi.LEASES,
-            self._lease_event,
-            primary=False,
-            namespace=self.lease_key[0],
-            field_selector=f"metadata.name={self.lease_key[1]}",
+        self.pods = self.controller.watch(
+            ctx.api, kubeapi.PODS, self._pod_event, primary=False, shape=PODS
         )
+        self.nodes = self.controller.watch(
+            ctx.api, kubeapi.NODES, self._node_event, primary=False, shape=shapes.NODE
+        )
+        self.leases = None
+        if self.lease_key is not None:  # None: the operator vouches yurt-manager runs no YSS
+            self.leases = self.controller.watch(
+                ctx.api,
+                kubeapi.LEASES,
+                self._lease_event,
+                primary=False,
+                namespace=self.lease_key[0],
+                field_selector=f"metadata.name={self.lease_key[1]}",
+            )
         self._pods_of: dict[controlling.Key, set[controlling.Key]] = {}
         self._set_of: dict[controlling.Key, controlling.Key] = {}
         self._ready: dict[str, bool] = {}
@@ -80,6 +99,12 @@ class StaticSets:
         self._held_off: bool | None = None
         self._reported: set[tuple[str, str]] = set()
         """(YSS uid, what) already reported in a log line or Event."""
+        self._recorded: dict[controlling.Key, str] = {}
+        """The template hash last recorded as a ControllerRevision, per YurtStaticSet."""
+        self._seen_ended: dict[str, float] = {}
+        """Worker name -> when it was first seen Succeeded (for one reporting no end time)."""
+        self._no_conditions: set[str] = set()
+        """Uids of YurtStaticSets whose CRD drops ``status.conditions`` (OpenYurt's)."""
 
     # -- events (on the loop: only bookkeeping and enqueue)
 
@@ -117,6 +142,8 @@ class StaticSets:
     # -- reconciling
 
     def yurt_manager_active(self) -> bool:
+        if self.leases is None or self.lease_key is None:
+            return False
         lease = self.leases.store.get(self.lease_key)
         active = staticsetplanning.lease_active(lease, time.time())
         if active != self._held_off:
@@ -126,8 +153,9 @@ class StaticSets:
                 logger.error(
                     "yurtstaticset: acting on no YurtStaticSet: yurt-manager holds Lease %s/%s "
                     "(%s); with --yurtstaticset-owner=edgehub, stop yurt-manager's "
-                    "yurt-static-set-controller and let that Lease expire, or set "
-                    "--yurtstaticset-owner=yurt-manager",
+                    "yurt-static-set-controller and let that Lease expire (or, when yurt-manager "
+                    "runs with --controllers=*,-yurt-static-set-controller, give "
+                    "--yurt-manager-lease=''), or set --yurtstaticset-owner=yurt-manager",
                     namespace,
                     name,
                     holder[:64],
@@ -175,6 +203,7 @@ class StaticSets:
         obj = self.sets.store.get(key)
         if obj is None:
             self._configmaps.pop(key, None)
+            self._recorded.pop(key, None)
             return None
         if (obj.get("metadata") or {}).get("deletionTimestamp"):
             return None
@@ -211,12 +240,53 @@ class StaticSets:
                     staticsetplanning.OWNER_EDGEHUB,
                 )
                 return None  # its event brings the annotated object back here
-            decided = staticsetplanning.plan(spec, self._node, self.pods_of(key))
+            pods = self.pods_of(key)
+            digest = staticsetplanning.template_hash(spec.template)
+            _, workers = staticsetplanning.gather(
+                spec,
+                digest,
+                self._node,
+                pods,
+                staticsethalts.halted_by((obj.get("metadata") or {}).get("annotations")),
+            )
+            now = time.time()
+            self._note_ended(workers, now)
+            renewals = {n: await self._renewed(n) for n in staticsetplanning.awaiting(workers)}
+            annotations = (obj.get("metadata") or {}).get("annotations")
+            facts = staticsetplanning.Facts(
+                now=now,
+                halt=staticsethalts.read(annotations),
+                halted_by=staticsethalts.halted_by(annotations),
+                renewals=renewals,
+                seen_ended=self._seen_ended,
+                ready_timeout=self.ready_timeout,
+            )
+            decided = staticsetplanning.plan(spec, self._node, pods, facts)
         except kubeapi.Conflict:
             return CONFLICT_REQUEUE
         except kubeapi.NotFound:
             return None
         return await self._carry_out(key, obj, spec, decided)
+
+    def _note_ended(self, workers: list[staticsetplanning.Worker], now: float) -> None:
+        for w in workers:
+            if w.phase == "Succeeded" and w.ended is None:
+                self._seen_ended.setdefault(w.name, now)
+        if len(self._seen_ended) > MAX_REMEMBERED:  # bounded: the oldest go first
+            for name in sorted(self._seen_ended, key=self._seen_ended.__getitem__)[:1024]:
+                del self._seen_ended[name]
+
+    async def _renewed(self, node: str) -> float | None:
+        """When ``node``'s kubelet last renewed its Lease (epoch seconds); None when there is
+        no Lease or it cannot be read now (the node is not confirmed: looked at again)."""
+        try:
+            lease = await self.api.get_or_none(kubeapi.LEASES, NODE_LEASES, node)
+        except kubeapi.KubeError as e:
+            logger.debug("Lease %s/%s: %s", NODE_LEASES, node, e)
+            return None
+        if lease is None:
+            return None
+        return timestamps.epoch((lease.get("spec") or {}).get("renewTime"))
 
     async def _carry_out(
         self,
@@ -227,6 +297,38 @@ class StaticSets:
     ) -> float | None:
         ns = spec.namespace
         try:
+            if decided.clear_halt:
+                await self._write_halt(obj, spec, None, decided.halted_by)
+                await self.recorder.post(
+                    _typed(obj),
+                    "Normal",
+                    "RolloutResumed",
+                    f"the template changed (hash {decided.digest}): the halt of an earlier "
+                    "template no longer applies",
+                )
+                return None  # the updated object comes back here
+            if decided.halt is not None:
+                obj = await self._write_halt(obj, spec, decided.halt, decided.halted_by)
+                halt = decided.halt
+                where = f"node {halt.node}: " if halt.node else ""
+                logger.warning(
+                    "YurtStaticSet %s/%s: rollout halted (%s): %s%s",
+                    ns,
+                    spec.name,
+                    halt.reason,
+                    where,
+                    halt.message,
+                )
+                await self.recorder.post(
+                    _typed(obj),
+                    "Warning",
+                    "RolloutHalted",
+                    f"{where}{halt.reason}: {halt.message}; no node is started until resumed "
+                    "(remove annotation edgehub.io/rollout-halted, or change the template)",
+                )
+            elif decided.halted_by is not None:  # the workers that halted it, recorded
+                obj = await self._write_halt(obj, spec, None, decided.halted_by, keep_halt=True)
+            await self._record_revision(key, obj, spec, decided.digest)
             # Before workers mount it, the ConfigMap is read again (one deleted by hand is
             # written back); otherwise the hash last written is trusted.
             await self._sync_configmap(key, spec, decided.digest, verify=bool(decided.create))
@@ -235,21 +337,19 @@ class StaticSets:
                     await self.api.delete(kubeapi.PODS, ns, worker.name, uid=worker.uid)
                 except kubeapi.NotFound:
                     pass
-                logger.info(
-                    "YurtStaticSet %s/%s: worker %s deleted (%s)",
-                    ns,
-                    spec.name,
-                    worker.name,
-                    worker.phase if worker.current else "old template",
-                )
-            for worker in decided.failed:
-                await self._warn_once(
-                    spec,
-                    obj,
-                    f"failed {worker.name}",
-                    "UpgradeFailed",
-                    f"worker Pod {worker.name} on node {worker.node} failed; the rollout "
-                    "waits until it is deleted (its log says why)",
+                self._seen_ended.pop(worker.name, None)
+                why = worker.phase if worker.current else "old template"
+                if worker in decided.resumed:
+                    why = f"{worker.phase}, rollout resumed"
+                logger.info("YurtStaticSet %s/%s: worker %s deleted (%s)", ns, spec.name,
+                            worker.name, why)  # fmt: skip
+            if decided.resumed:
+                nodes = ", ".join(w.node for w in decided.resumed)
+                await self.recorder.post(
+                    _typed(obj),
+                    "Normal",
+                    "RolloutResumed",
+                    f"resumed by an operator: the workers that halted it are deleted ({nodes})",
                 )
             for node in decided.too_long:
                 await self._warn_once(
@@ -281,16 +381,110 @@ class StaticSets:
                     pod, staticsetplanning.POD_NEED_UPGRADE, status, _now()
                 )
                 await self.api.replace(kubeapi.PODS, ns, pod_name, body, subresource="status")
-            written = staticsetplanning.status_update(obj, decided.status)
-            if written is not None:
-                await self.api.replace(
-                    staticsetplanning.YURT_STATIC_SETS, ns, spec.name, written, subresource="status"
-                )
+            await self._write_status(obj, spec, decided)
         except kubeapi.Conflict:
             return CONFLICT_REQUEUE
         except kubeapi.NotFound:
             return CONFLICT_REQUEUE
-        return None
+        return decided.recheck
+
+    async def _write_halt(
+        self,
+        obj: dict[str, Any],
+        spec: staticsetplanning.Spec,
+        halt: staticsethalts.Halt | None,
+        workers: frozenset[str] | None,
+        *,
+        keep_halt: bool = False,
+    ) -> dict[str, Any]:
+        """Write the halt annotation (``halt``, None: removed; ``keep_halt``: left as it is)
+        and the workers that halted it (``workers``; None: left as they are) in one update;
+        the stored object."""
+        body = dict(obj) if keep_halt else staticsethalts.with_halt(obj, halt)
+        if workers is not None:
+            body = staticsethalts.with_halted_by(body, workers)
+        return await self.api.replace(
+            staticsetplanning.YURT_STATIC_SETS, spec.namespace, spec.name, _typed(body)
+        )
+
+    async def _write_status(
+        self, obj: dict[str, Any], spec: staticsetplanning.Spec, decided: staticsetplanning.Plan
+    ) -> None:
+        conditions = None
+        if spec.uid not in self._no_conditions:
+            previous = (obj.get("status") or {}).get("conditions") or []
+            conditions = staticsethalts.condition(decided.halted, previous, _now())
+        written = staticsetplanning.status_update(obj, decided.status, conditions)
+        if written is None:
+            return
+        stored = await self.api.replace(
+            staticsetplanning.YURT_STATIC_SETS, spec.namespace, spec.name, written,
+            subresource="status",
+        )  # fmt: skip
+        if conditions is not None and "conditions" not in (stored.get("status") or {}):
+            self._no_conditions.add(spec.uid)
+            logger.info(
+                "YurtStaticSet %s/%s: its CRD keeps no status.conditions (OpenYurt's): a halt "
+                "is in annotation %s and Events only",
+                spec.namespace,
+                spec.name,
+                staticsethalts.HALT_ANNOTATION,
+            )
+
+    async def _record_revision(
+        self,
+        key: controlling.Key,
+        obj: dict[str, Any],
+        spec: staticsetplanning.Spec,
+        digest: str,
+    ) -> None:
+        """Make the current template the newest ControllerRevision (once per hash)."""
+        if self._recorded.get(key) == digest:
+            return
+        resource = staticsetrevisions.CONTROLLER_REVISIONS
+        listed = await self.api.list(
+            resource,
+            spec.namespace,
+            label_selector=f"{staticsetrevisions.UID_LABEL}={spec.uid}",
+        )
+        existing = staticsetrevisions.owned(listed.items, spec.uid)
+        handed_over = None
+        if not existing:
+            configmap = await self.api.get_configmap(
+                spec.namespace, staticsetplanning.configmap_name(spec.name)
+            )
+            text = ((configmap or {}).get("data") or {}).get(spec.manifest)
+            if isinstance(text, str):
+                handed_over = staticsetrevisions.template_of_manifest(text)
+        decided = staticsetrevisions.plan(
+            spec, digest, existing, staticsetrevisions.history_limit(obj), handed_over
+        )
+        for body in decided.create:
+            try:
+                await self.api.create(resource, spec.namespace, body)
+            except kubeapi.Conflict:
+                continue  # recorded already by an earlier replica or pass
+            logger.info(
+                "YurtStaticSet %s/%s: revision %d recorded (%s)",
+                spec.namespace,
+                spec.name,
+                body["revision"],
+                body["metadata"]["name"],
+            )
+        by_name = {(o.get("metadata") or {}).get("name"): o for o in listed.items}
+        for revision, number in decided.renumber:
+            current = by_name.get(revision.name)
+            if current is not None:
+                body = staticsetrevisions.renumbered(current, number)
+                await self.api.replace(resource, spec.namespace, revision.name, body)
+        for revision in decided.prune:
+            try:
+                await self.api.delete(resource, spec.namespace, revision.name, uid=revision.uid)
+            except kubeapi.NotFound:
+                pass
+        self._recorded[key] = digest
+        if len(self._recorded) > MAX_REMEMBERED:
+            self._recorded.clear()  # bounded: recorded again on the next pass, idempotently
 
     async def _sync_configmap(
         self, key: controlling.Key, spec: staticsetplanning.Spec, digest: str, *, verify: bool
@@ -334,6 +528,29 @@ def _set_key(pod: dict[str, Any]) -> controlling.Key | None:
     ):
         return (namespace, name[: -len(suffix)])
     return None
+
+
+PODS = trimming.Shape(
+    trimming.WITHOUT_MANAGED_FIELDS.fields,
+    keep=lambda pod: _set_key(pod) is not None,
+    name="pods:yurtstaticset",
+    probe={
+        "metadata": {
+            "name": trimming.KEEP,
+            "namespace": trimming.KEEP,
+            "resourceVersion": trimming.KEEP,
+            "annotations": trimming.Fields({staticsetplanning.MIRROR_ANNOTATION: trimming.KEEP}),
+            "ownerReferences": trimming.Items(
+                {"apiVersion": trimming.KEEP, "kind": trimming.KEEP, "name": trimming.KEEP}
+            ),
+        },
+        "spec": {"nodeName": trimming.KEEP},
+    },
+)
+"""Of all Pods, only a YurtStaticSet's (its workers, mirror Pods named ``<yss>-<node>``) are
+held, whole but for managedFields (their spec is compared with the template and their status
+written back): each pod is first decoded to what ``_set_key`` reads (the probe), and only
+those are decoded whole; the rest of a fleet's pods cost nothing but their watch events."""
 
 
 def _typed(obj: dict[str, Any]) -> dict[str, Any]:

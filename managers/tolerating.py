@@ -212,6 +212,29 @@ def apply(pod: Mapping[str, Any], update: Update) -> dict[str, Any]:
     return body
 
 
+def patch(pod: Mapping[str, Any], update: Update) -> dict[str, Any]:
+    """The JSON merge patch that carries out ``update`` on ``pod``: the whole new
+    ``spec.tolerations`` (a merge patch replaces a list whole), ``MANAGED_ANNOTATION`` set or
+    removed (null), and the pod's resourceVersion as last seen, which makes the patch
+    conditional (409 when the pod changed since). Nothing else of the pod is needed: the
+    manager keeps only what it reads of pods."""
+    meta = pod.get("metadata") or {}
+    managed = format_managed(update.managed) if update.managed else None
+    if managed is None and MANAGED_ANNOTATION not in (meta.get("annotations") or {}):
+        annotations: dict[str, Any] = {}
+    else:
+        annotations = {MANAGED_ANNOTATION: managed}
+    metadata: dict[str, Any] = {}
+    if meta.get("resourceVersion"):
+        metadata["resourceVersion"] = meta["resourceVersion"]
+    if annotations:
+        metadata["annotations"] = annotations
+    return {
+        "metadata": metadata,
+        "spec": {"tolerations": copy.deepcopy(update.tolerations)},
+    }
+
+
 def describe(update: Update) -> str:
     """``node.kubernetes.io/unreachable=forever, ...`` for a log line."""
     return (

@@ -52,6 +52,7 @@ from collections.abc import AsyncIterator, Callable
 from yurthub import discoverydocs, health, server, settings
 from yurthub.autonomy import conditions, reporting
 from yurthub.cache import runtime, store
+from yurthub.certs import sealedkeys
 from yurthub.filters import runtime as filtering
 from yurthub.pool import gvrs
 from yurthub.pool import runtime as pooling
@@ -103,20 +104,71 @@ def _reached_or_cached(
     return check
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeKeys:
+    """The node's data keys for this start (``open_node_keys``): they seal the disk cache and
+    the hub's private keys."""
+
+    keys: store.Keys | None
+    """None: the key source gives no key now (``problem`` says why)."""
+    problem: str = ""
+
+    def seal(self) -> sealedkeys.Seal:
+        """How the hub's private keys are kept (``certs.sealedkeys``)."""
+        if self.keys is None:
+            return sealedkeys.unavailable(self.problem)
+        sealer = self.keys.sealer
+        return sealedkeys.from_data_keys(sealer.keys, sealer.current, reset=self.keys.reset)
+
+
+async def open_node_keys(hub_settings: settings.HubSettings) -> NodeKeys:
+    """Open the node's data keys once (``store.open_keys``: a TPM answers in ~100 ms), before
+    anything they seal. Nothing is looked for without a key source (tests, tools) or when
+    neither the cache nor the hub's own keys are in use. A key source that gives no key is one
+    error line here; the cache is then not opened and no private key is written."""
+    source = hub_settings.cache.key_source
+    wanted = (
+        hub_settings.working_mode is settings.WorkingMode.EDGE
+        or hub_settings.certs.source.manages_certificates
+    )
+    if source is None or not wanted:
+        return NodeKeys(store.PLAIN_KEYS)
+    path = hub_settings.cache.disk_cache_path
+    try:
+        return NodeKeys(await store.open_keys(path, source))
+    except store.StoreError as e:
+        log.error(
+            "the node's data key in %s cannot be had: the disk cache is not opened (no offline"
+            " answers) and the hub's private keys are neither read nor written: %s",
+            path,
+            e,
+        )
+        return NodeKeys(None, str(e))
+
+
 @contextlib.asynccontextmanager
 async def running(
-    hub_settings: settings.HubSettings, *, force: asyncio.Event | None = None
+    hub_settings: settings.HubSettings,
+    *,
+    force: asyncio.Event | None = None,
+    keys: NodeKeys | None = None,
 ) -> AsyncIterator[Node]:
     """Run the hub with its cache for the duration of the ``async with`` body.
 
     Enter and exit from the same task (the hub's TaskGroup belongs to it). ``force``, when set
-    during teardown, cuts the graceful phase short (a second signal).
+    during teardown, cuts the graceful phase short (a second signal). ``keys``: the node's
+    data keys, when the caller opened them already (``open_node_keys``).
     """
+    if keys is None:
+        keys = await open_node_keys(hub_settings)
     cache: runtime.CacheRuntime | None = None
     cache_problem = ""
     if hub_settings.working_mode is settings.WorkingMode.EDGE:
         try:
-            cache = await runtime.open(hub_settings)
+            if keys.keys is None:
+                cache_problem = f"{keys.problem}; running without offline answers"
+            else:
+                cache = await runtime.open(hub_settings, keys.keys)
         except store.StoreError as e:
             log.error(
                 "disk cache %s cannot be opened, running WITHOUT offline answers: %s",
@@ -149,8 +201,9 @@ async def running(
         else None
     )
     try:
+        seal = keys.seal()
         if cache is None:
-            hub = server.Hub(hub_settings, filters=filters, pool=pool)
+            hub = server.Hub(hub_settings, filters=filters, pool=pool, identity_seal=seal)
             hub.metrics.error_keys_persistency_status.set(0)
             if hub_settings.working_mode is settings.WorkingMode.EDGE:
                 # Online traffic needs no cache: only the probe says the node is not autonomous.
@@ -163,6 +216,8 @@ async def running(
                 filters=filters,
                 pool=pool,
                 offline_writes=cache,
+                outage_history=cache.outages,
+                identity_seal=seal,
             )
             hub.on_lease = cache.on_lease
             hub.cached_pods = cache.kubelet_pods
@@ -186,6 +241,8 @@ async def running(
             pool.attach_metrics(hub.metrics)
             hub.status_sections["pool"] = pool.status
         await hub.start()
+        if cache is not None:
+            await _retire_old_keys(hub, cache)
         checker = hub.health
         assert checker is not None  # set by start()
         hub.readiness.add(
@@ -282,6 +339,18 @@ async def running(
             await cache.close()
 
 
+async def _retire_old_keys(hub: server.Hub, cache: runtime.CacheRuntime) -> None:
+    """After a key rotation: the cache re-encrypted its entries at open and the certificate
+    manager re-sealed the hub's private keys at start; the older data keys go now (never
+    before: a crash in between would leave a key sealed under a data key no longer kept)."""
+    if hub.certs is not None and hub.certs.holds_older_keys():
+        return
+    try:
+        await cache.store.retire_old_keys()
+    except store.StoreError as e:
+        log.warning("%s", e)
+
+
 async def _filters_off() -> dict[str, object]:
     return {"active": [], "inactive": {}, "note": "--enable-resource-filter=false"}
 
@@ -297,6 +366,7 @@ def _reporter(
             reporting.first_healthy(hub.health),
             cached_node=None,
             cache_health=lambda: conditions.CacheHealth(available=False),
+            last_outage=hub.outages.last_outage,
         )
     return reporting.Reporter(
         hub_settings,
@@ -304,4 +374,5 @@ def _reporter(
         reporting.first_healthy(hub.health),
         cached_node=cache.kubelet_node,
         cache_health=lambda: conditions.CacheHealth(True, cache.failed_keys()),
+        last_outage=hub.outages.last_outage,
     )

@@ -75,3 +75,33 @@ def fsync_dir(directory: pathlib.Path | str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def remove_securely(path: pathlib.Path | str) -> None:
+    """Overwrite ``path``'s bytes with zeros, fsync, unlink it and fsync its directory: what a
+    file system lets a program do to make a file's old bytes unreadable. Never through a link
+    (``O_NOFOLLOW``: a link raises ``OSError``). Missing: ``FileNotFoundError``.
+
+    What it cannot promise: on an SSD (the controller writes the zeros elsewhere and keeps the
+    old flash pages until it erases them), a copy-on-write or log-structured file system (btrfs,
+    ZFS, F2FS: the zeros go to new blocks), a journal holding file data (ext4 ``data=journal``),
+    snapshots, backups or an overlay file system's lower layer, the old bytes may survive on
+    the medium. Only never writing the plaintext (or full-disk encryption) covers those."""
+    target = pathlib.Path(path)
+    fd = os.open(target, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        overwrite(fd)
+    finally:
+        os.close(fd)
+    os.unlink(target)
+    fsync_dir(target.parent)
+
+
+def overwrite(fd: int) -> None:
+    """Zero the whole file open at ``fd`` (written in place, then fsynced)."""
+    size = os.fstat(fd).st_size
+    zeros = bytes(min(size, 1 << 16))
+    done = 0
+    while done < size:
+        done += os.pwrite(fd, zeros[: min(len(zeros), size - done)], done)
+    os.fsync(fd)

@@ -9,12 +9,24 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
 - Every ``interval`` seconds servers are probed one by one from a rotating start and the round
   stops at the first success, as YurtHub does (normally one probe per tick, servers alternating).
 - Beyond YurtHub: while a server is unhealthy it is probed more often than that
-  (``recovery_delay``: 1 s doubling to ``interval``, jittered), and a success of an unhealthy
-  server is followed at once by the rest of the ``healthy_threshold`` probes (each a real lease
-  round trip): a healed link is trusted again within seconds, not two heartbeats later.
-- A probe renews ``kube-node-lease/<node>`` through that server with the hub's identity: PUT on
-  top of the last lease that server returned; a missing base is fetched (created if absent);
+  (``recovery_delay``: 1 s doubling to ``interval``, jittered; to ``RECOVERY_CAP``, 2 s, while
+  it gives no answer at all: a dead route costs a connect attempt, so however long the outage,
+  a healed link is seen within about 2 s), and a success of an unhealthy server is followed at
+  once by the rest of the ``healthy_threshold`` probes (each a real lease round trip): a
+  healed link is trusted again within seconds, not two heartbeats later.
+- A probe renews ``kube-node-lease/<node>`` through that server with the hub's identity, over
+  the upstream's lane for probes (``upstream.Upstream.probes``: its own connections, never
+  queued behind the proxy's, kubelet's heartbeat requests included, reset when abandoned):
+  PUT on top of the last lease that server returned, a base kept only while the last renewal
+  was answered (an unanswered PUT may have been applied); a missing base is fetched (created
+  if absent);
   a conflict drops the base and retries, up to ``failed_retry`` attempts with 0.2/0.4/0.8 s backoff.
+  A 429 (API Priority and Fairness pushing back) proves the server is up: it is not retried,
+  and it keeps the server as it was. A healthy server stays healthy (going offline under load,
+  then back all at once, would feed the storm the apiserver is refusing); an unhealthy one
+  stays unhealthy until a renewal is accepted (trusting it would send the node's clients back
+  to the apiserver that is refusing, with every other hub healed at the same moment). The
+  refused PUT's base is kept: APF refuses before any handler runs.
   The renewed Lease goes to ``on_lease`` (the cache stores it as kubelet's).
 - Kubelet liveness gate: the router calls ``renew_kubelet_lease`` on every kubelet lease request;
   once kubelet has been silent for ``kubelet_health_grace_period`` probes fail without contacting
@@ -32,6 +44,10 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
   ``header_deadline`` + ``timeout`` whenever traffic is in flight.
 - ``on_unhealthy`` callbacks run when a server turns unhealthy: the remote proxy then answers
   the reads in flight to it from the cache and ends its watches (``remote.RemoteProxy.abandon``).
+- Outages (``outages.recording``): ``on_cloud`` callbacks are told, after the first probe round
+  and then on every change, whether any server's probe state is healthy (suspects still
+  count: a blip the probe clears is no outage); ``on_failure`` callbacks get every failed
+  probe with its cause (``outages.causes``) and words.
 - What an operator sees: the first probe's outcome per server, every health transition and the
   first failure reason (and each new one) of a server are logged at INFO in words
   (``cannot reach https://10.0.0.1:6443: connection refused``, ``unreachable.describe``), not
@@ -57,7 +73,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from yurthub import metrics, settings, unreachable
+from yurthub import metrics, pacing, settings, unreachable
+from yurthub.outages import causes
 from yurthub.proxy import seams, upstream
 
 log = logging.getLogger(__name__)
@@ -100,14 +117,23 @@ class ProbeState:
         return before != self.healthy
 
 
-def recovery_delay(attempt: int, interval: float, jitter: float) -> float:
+RECOVERY_CAP = 2.0
+"""Seconds at most between probes of an unhealthy server that gave no answer at all (its link
+is down: a connect attempt costs nothing on a dead route), so a healed link is seen within
+about this, however long the outage lasted. One that answers with an error is up and busy or
+broken: it is probed at most every heartbeat ``interval``, not harder."""
+
+
+def recovery_delay(attempt: int, interval: float, jitter: float, *, silent: bool = False) -> float:
     """Seconds until the next probe of an unhealthy server: ``RECOVERY_FIRST`` doubling per
     ``attempt`` (0 first), stretched by up to a quarter (``jitter`` in [0, 1): hubs healed at
-    once do not probe in step), never more than the heartbeat ``interval``.
+    once do not probe in step), never more than the heartbeat ``interval``, nor than
+    ``RECOVERY_CAP`` when the server gave no answer (``silent``).
 
     PURE."""
     base = RECOVERY_FIRST * float(2 ** min(max(attempt, 0), 32))
-    return min(interval, base * (1 + jitter / 4))
+    limit = min(interval, RECOVERY_CAP) if silent else interval
+    return min(limit, base * (1 + jitter / 4))
 
 
 class KubeletGate:
@@ -173,6 +199,15 @@ class _CredentialsRejected(_ProbeFailed):
     """HTTP 401: the apiserver did not accept the hub's identity."""
 
 
+class _PushedBack(_ProbeFailed):
+    """HTTP 429: the apiserver is up and asks to be left alone for a while (API Priority and
+    Fairness, an apiserver whose watch cache is still initialising)."""
+
+    def __init__(self, what: str, retry_after: float | None) -> None:
+        super().__init__(what, 429, "too many requests")
+        self.retry_after = retry_after
+
+
 def _status_message(body: Mapping[str, Any]) -> str:
     message = body.get("message")
     return message if isinstance(message, str) else ""
@@ -232,8 +267,19 @@ class HealthChecker:
         """Why the hub has no identity to probe with yet ("" when it has one): the certificate
         manager is still joining. Such a probe fails without contacting the server, saying so
         (not "the server's certificate is not trusted", which the placeholder would cause)."""
+        self._silent: set[str] = set()
+        """Servers whose last probe got no answer at all (refused, reset, timed out)."""
+        self.pushbacks = 0
+        """Heartbeats an apiserver answered 429 (counted as alive, never retried at once)."""
+        self._pushing_back: set[str] = set()
         self.on_unhealthy: list[Callable[[str], object]] = []
         """Called (on the loop, must not block) with a server that just turned unhealthy."""
+        self.on_failure: list[Callable[[str, causes.Cause, str], object]] = []
+        """Called (on the loop, must not block) with every failed probe: server, cause, words."""
+        self.on_cloud: list[Callable[[bool], object]] = []
+        """Called (on the loop, must not block) after the first probe round and whenever it
+        changes: whether any server's probe state is healthy."""
+        self._cloud_up: bool | None = None
         for server in self.servers:
             self._metrics.server_healthy_status.labels(server).set(0)
 
@@ -311,6 +357,7 @@ class HealthChecker:
             self._record(server, task.result())
         self._schedule_recovery()
         self.initial_probe_done.set()
+        self._tell_cloud()
         deadline = self._clock() + self._hb.interval
         while True:
             wake_at = deadline if self._recovery_at is None else min(deadline, self._recovery_at)
@@ -343,7 +390,12 @@ class HealthChecker:
             self._recovery_at = None
             self._recovery_attempt = 0
             return
-        delay = recovery_delay(self._recovery_attempt, self._hb.interval, self._random.random())
+        silent = all(
+            server in self._silent for server in self.servers if not self._states[server].healthy
+        )
+        delay = recovery_delay(
+            self._recovery_attempt, self._hb.interval, self._random.random(), silent=silent
+        )
         self._recovery_at = self._clock() + delay
 
     async def _probe_until_trusted(self, server: str) -> bool:
@@ -395,6 +447,8 @@ class HealthChecker:
         if changed:
             healthy = self._states[server].healthy
             log.info("server %s is now %s", server, "healthy" if healthy else "unhealthy")
+            if self.initial_probe_done.is_set():
+                self._tell_cloud()
             self._metrics.server_healthy_status.labels(server).set(1 if healthy else 0)
             if not healthy:
                 if self._recovery_at is None:
@@ -406,6 +460,13 @@ class HealthChecker:
                     except Exception:
                         # A bug there must not end the prober (and the hub's TaskGroup with it).
                         log.exception("unhealthy callback failed for %s", server)
+
+    def _tell_cloud(self) -> None:
+        up = any(state.healthy for state in self._states.values())
+        if up is self._cloud_up:
+            return
+        self._cloud_up = up
+        _call_each(self.on_cloud, up)
 
     # --- one probe ---
 
@@ -420,11 +481,16 @@ class HealthChecker:
                 server,
                 f"not renewing the node lease: kubelet silent for more than "
                 f"{self.kubelet.grace_period:g} s (--kubelet-health-grace-period)",
+                causes.Cause.KUBELET,
             )
             return False
         pending = self.identity_pending()
         if pending:
-            self._failure(server, f"not probed: the hub has no identity yet ({pending})")
+            self._failure(
+                server,
+                f"not probed: the hub has no identity yet ({pending})",
+                causes.Cause.NO_IDENTITY,
+            )
             return False
         rotated = False
         attempt = 0
@@ -432,9 +498,28 @@ class HealthChecker:
             used = self._client.identity
             try:
                 await self._renew(server)
+                self._silent.discard(server)
                 return True
             except asyncio.CancelledError:
                 raise
+            except _PushedBack as e:
+                self._silent.discard(server)
+                self._pushed_back(server, e)
+                # No retry: the next renewal is a heartbeat away, beyond the Retry-After an
+                # apiserver asks for (1 s).
+                if self._states[server].healthy:
+                    # It answered: it is up, only busy. Declaring it unhealthy would send
+                    # every client to the cache and, at the next success, all of them back at
+                    # once, the storm it is pushing back against.
+                    return True
+                # Not in use (an outage, the hub starting): up, but it does not take our
+                # renewal yet, so it is not trusted yet either. Trusting it would send this
+                # node's clients (and every hub's, healed at the same moment) back at once
+                # to the apiserver that is refusing; the hub stays offline until a renewal
+                # is accepted.
+                reason = unreachable.describe(server, e, timeout=self._hb.timeout)
+                self._failure(server, reason, causes.of_error(e))
+                return False
             except (_ProbeFailed, aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
                 if not rotated and _rejected_credentials(e):
                     # Rejected credentials may just be rotated ones we have not loaded yet: one
@@ -452,7 +537,11 @@ class HealthChecker:
                     self._hb.failed_retry,
                     reason,
                 )
-                self._failure(server, reason)
+                self._failure(server, reason, causes.of_error(e))
+                if isinstance(e, _ProbeFailed):
+                    self._silent.discard(server)
+                else:
+                    self._silent.add(server)
                 if not isinstance(e, _ProbeFailed):
                     # No answer at all (refused, reset, timed out): retrying the same dead route
                     # only multiplies the detection time by --heartbeat-failed-retry. Retries are
@@ -465,14 +554,32 @@ class HealthChecker:
                 # A malformed answer or a bug must cost one failed probe, never the prober task
                 # (its death would take the hub's TaskGroup down with it).
                 log.exception("heartbeat via %s failed unexpectedly", server)
-                self._failure(server, "the heartbeat failed unexpectedly (see the hub's log)")
+                self._failure(
+                    server,
+                    "the heartbeat failed unexpectedly (see the hub's log)",
+                    causes.Cause.OTHER,
+                )
                 return False
         return False
 
-    def _failure(self, server: str, reason: str) -> None:
+    def _pushed_back(self, server: str, e: _PushedBack) -> None:
+        self.pushbacks += 1
+        self._metrics.heartbeat_pushbacks.labels(server).inc()
+        level = logging.DEBUG if server in self._pushing_back else logging.INFO
+        self._pushing_back.add(server)
+        log.log(
+            level,
+            "%s answered the heartbeat 429 (Retry-After %s): it is up but busy; the lease is "
+            "renewed at the next heartbeat",
+            server,
+            "none" if e.retry_after is None else f"{e.retry_after:g}s",
+        )
+
+    def _failure(self, server: str, reason: str, cause: causes.Cause) -> None:
         report = self.reports[server]
         report.last_error = reason
         report.last_error_at = self._wall()
+        _call_each(self.on_failure, server, cause, reason)
 
     async def _renew(self, server: str) -> None:
         node = self._settings.node_name
@@ -493,17 +600,29 @@ class HealthChecker:
             if status != 200:
                 raise _ProbeFailed("reading the node lease", status, _status_message(body))
             base = body
-        status, body, raw = await self._call(
-            server, "PUT", path, renewed_lease(base, node, duration, now)
-        )
+        # Until this PUT is answered its base may be stale: one that got no answer may still
+        # have been applied (the lane's reset keeps a late delivery out, but the apiserver may
+        # have applied it before the answer was lost), and a renewal on top of that base would
+        # be a 409. Without a base the next renewal reads the lease first.
+        self._leases.pop(server, None)
+        try:
+            status, body, raw = await self._call(
+                server, "PUT", path, renewed_lease(base, node, duration, now)
+            )
+        except _PushedBack:
+            # Refused before it was handled (APF answers before any handler runs): the lease
+            # is as it was, and the next renewal is one PUT on the same base, not a GET and a
+            # PUT to an apiserver that is busy.
+            self._leases[server] = base
+            raise
         if status == 200:
             await self._accept(server, body, raw)
             return
-        self._leases.pop(server, None)
         raise _ProbeFailed("renewing the node lease", status, _status_message(body))
 
     async def _accept(self, server: str, lease: dict[str, Any], raw: bytes) -> None:
         self._leases[server] = lease
+        self._pushing_back.discard(server)
         if self.on_lease is not None:
             try:
                 await self.on_lease(server, lease, raw)
@@ -534,7 +653,7 @@ class HealthChecker:
         # and retries, so a shutdown could wait forever; asyncio.timeout lets it through.
         async with (
             asyncio.timeout(self._hb.timeout),
-            self._client.session.request(
+            self._client.probes.request(
                 method,
                 server + path,
                 data=data,
@@ -548,6 +667,10 @@ class HealthChecker:
                 raise _CredentialsRejected(
                     f"{method} {path}", 401, "the apiserver did not accept the hub's credentials"
                 )
+            if resp.status == 429:
+                raise _PushedBack(
+                    f"{method} {path}", pacing.retry_after(resp.headers.get("Retry-After"))
+                )
             raw = await _read_whole(resp.content, _MAX_LEASE_BYTES)
         try:
             decoded = orjson.loads(raw) if raw else None
@@ -560,6 +683,15 @@ class HealthChecker:
             # would store it as kubelet's lease.
             raise _ProbeFailed(f"{method} {path}", resp.status, "the answer is not a JSON object")
         return resp.status, {}, raw
+
+
+def _call_each(callbacks: list[Callable[..., object]], *args: object) -> None:
+    for callback in callbacks:
+        try:
+            callback(*args)
+        except Exception:
+            # A bug there must not end the prober (and the hub's TaskGroup with it).
+            log.exception("health callback %r failed", callback)
 
 
 async def _read_whole(content: aiohttp.StreamReader, limit: int) -> bytes:

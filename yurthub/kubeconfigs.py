@@ -29,9 +29,12 @@ token file are all ``KubeconfigError``. ``carry_over`` keeps the old
 ``SSLContext`` objects when their material did not change, so pooled connections that need no
 new credentials survive a token rotation.
 
-Blocking file I/O: call at startup (or through an executor). Inline key material must be
-written to a file for ``ssl``; it goes to a 0600 temporary file that is removed at once.
-Never log the token or key; errors name the file and the field, not the value.
+Blocking file I/O: call at startup (or through an executor). Key material must be in a file for
+``ssl``: it goes to a 0600 temporary file that is removed at once, always encrypted
+(``privatekeys.ssl_pem``): a key encrypted on disk (the hub's own, sealed: ``key_passwords``
+holds what opens it) as it is, a plaintext one (inline ``client-key-data``, kubelet's files)
+under a one-time password, so no plaintext key is ever written. Never log the token or key;
+errors name the file and the field, not the value.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import os
 import pathlib
 import ssl
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import yaml
@@ -54,6 +57,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from inputbounds import nesting
+from yurthub import privatekeys
 
 # A kubeconfig, certificate, key or token file is a few KiB; anything this big is not one.
 MAX_FILE_BYTES = 1 << 20
@@ -242,9 +246,14 @@ class _Reader:
         return data
 
 
-def load(path: pathlib.Path, policy: TrustPolicy | None = None) -> Identity:
+def load(
+    path: pathlib.Path,
+    policy: TrustPolicy | None = None,
+    key_passwords: Sequence[bytes] = (),
+) -> Identity:
     """The identity in the kubeconfig at ``path``; raises ``KubeconfigError``, also for a trust
-    ``policy`` does not allow (default: only the kubeconfig's own CA)."""
+    ``policy`` does not allow (default: only the kubeconfig's own CA). ``key_passwords``: what
+    may open an encrypted client key (the hub's sealed one, ``certs.sealedkeys``)."""
     policy = policy or TrustPolicy()
     reader = _Reader()
     try:
@@ -290,7 +299,7 @@ def load(path: pathlib.Path, policy: TrustPolicy | None = None) -> Identity:
     subject, not_after, cert_digest = "", None, b""
     if cert is not None and key is not None:
         subject, not_after = _leaf(cert, path)
-        _load_cert_chain(with_identity, cert, key, path)
+        _load_cert_chain(with_identity, cert, key, path, key_passwords)
         cert_digest = _digest(cert, key)
 
     token = str(user.get("token", "") or "")
@@ -424,17 +433,38 @@ def _server_context(trust: tuple[bool, bytes | None], path: pathlib.Path) -> ssl
     return ctx
 
 
-def _load_cert_chain(ctx: ssl.SSLContext, cert: bytes, key: bytes, path: pathlib.Path) -> None:
-    # ssl only loads key material from files: a private temp dir, removed before returning.
+def _load_cert_chain(
+    ctx: ssl.SSLContext,
+    cert: bytes,
+    key: bytes,
+    path: pathlib.Path,
+    passwords: Sequence[bytes],
+) -> None:
+    block = privatekeys.key_block(key)
+    if block is None:
+        raise KubeconfigError(
+            f"kubeconfig {path}: client certificate/key do not load: no complete private key"
+        )
+    try:
+        key_file_pem, password = privatekeys.ssl_pem(block, passwords)
+    except privatekeys.Locked as e:
+        raise KubeconfigError(
+            f"kubeconfig {path}: client certificate/key do not load: the key is sealed and does"
+            " not open with this node's data key"
+        ) from e
+    except privatekeys.BadKey as e:
+        raise KubeconfigError(f"kubeconfig {path}: client certificate/key do not load: {e}") from e
+    # ssl only loads key material from files: a private temp dir, removed before returning;
+    # the key in it is encrypted.
     with tempfile.TemporaryDirectory(prefix="edgehub-kc-") as tmp:
         cert_file = os.path.join(tmp, "cert.pem")
         key_file = os.path.join(tmp, "key.pem")
-        for file, data in ((cert_file, cert), (key_file, key)):
+        for file, data in ((cert_file, cert), (key_file, key_file_pem)):
             fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
         try:
-            ctx.load_cert_chain(cert_file, key_file)
+            ctx.load_cert_chain(cert_file, key_file, password=password)
         except ssl.SSLError as e:
             raise KubeconfigError(
                 f"kubeconfig {path}: client certificate/key do not load: {e.reason}"

@@ -63,10 +63,14 @@ async def run(hub_settings: settings.HubSettings, companions: Sequence[Companion
     for signum in signals:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        # Before binding: YurtHub's cache and certificates taken over, its ports free.
-        await migrating.prepare(hub_settings)
+        # The node's data key first (it seals what the migration writes too); then, before
+        # binding: YurtHub's cache and certificates taken over, its ports free.
+        keys = await assembly.open_node_keys(hub_settings)
+        await migrating.prepare(hub_settings, keys=keys.keys, seal=keys.seal())
         async with contextlib.AsyncExitStack() as stack:
-            node = await stack.enter_async_context(assembly.running(hub_settings, force=force))
+            node = await stack.enter_async_context(
+                assembly.running(hub_settings, force=force, keys=keys)
+            )
             hub = node.hub
             addresses = f"proxy={hub.proxy_url} server={hub.server_url}"
             _say(f"{LISTENING_LINE_PREFIX} {addresses}")

@@ -33,10 +33,28 @@ from yurthub import labels, requestinfo
 _NS = "node"
 _SUB = "yurthub"
 
-SOURCES = ("cloud", "cache", "leader", "hub")
+SOURCES = ("cloud", "cache", "pool", "hub")
 """Where an answer came from (``answers_total{source}``): an apiserver, the disk cache, the
-pool's leader hub (when leader hubs exist), or the hub itself (not ready, limits, no backend)."""
+pool multiplexer's memory (fed by the cloud or the pool's leader hub), or the hub itself (not
+ready, limits, no backend)."""
 _REQ_LABELS = ("verb", "resource", "subresources", "client")
+
+# Outages span a lost probe or two and a week on a ship.
+_OUTAGE_BUCKETS = (
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    1800.0,
+    3600.0,
+    3 * 3600.0,
+    6 * 3600.0,
+    12 * 3600.0,
+    86400.0,
+    3 * 86400.0,
+    7 * 86400.0,
+)
 
 # Proxied requests span sub-millisecond gets and 30-minute watches.
 _DURATION_BUCKETS = (
@@ -229,9 +247,41 @@ class Metrics:
         self.answers = Counter(
             "answers",
             "Proxied requests answered, by where the answer came from (cloud: an apiserver; "
-            "cache: the hub's disk cache; leader: the pool's leader hub; hub: the hub itself, "
-            "e.g. not ready, over a limit, no backend) and component",
-            ["source", "component"],
+            "cache: the hub's disk cache; pool: the pool multiplexer's memory; hub: the hub "
+            "itself, e.g. not ready, over a limit, no backend), component and verb",
+            ["source", "component", "verb"],
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+        self.outage_seconds = Histogram(
+            "outage_seconds",
+            "Ended outages (no apiserver usable, the hub answering locally) by how long they "
+            "lasted, as the hub saw them (a hub restarted during one observes it whole)",
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+            buckets=_OUTAGE_BUCKETS,
+        )
+
+        self.cloud_lists = Counter(
+            "cloud_lists",
+            "Lists (and streaming lists: watches with sendInitialEvents) the hub sent to an "
+            "apiserver, not answered from its cache or its pool, by component (yurthub: the "
+            "hub's own loops; multiplexer-proxy-<node>: its pool feeders) and resource. After an "
+            "outage the apiserver can still resume, none should show here",
+            ["component", "resource"],
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+
+        self.heartbeat_pushbacks = Counter(
+            "heartbeat_pushbacks",
+            "Heartbeats (node lease renewals) an apiserver answered 429 Too Many Requests. A "
+            "healthy apiserver that pushes back stays healthy: the node's lease is not renewed "
+            "meanwhile, and only this counter (and one log line) says so",
+            ["server"],
             namespace=_NS,
             subsystem=_SUB,
             registry=r,
@@ -316,6 +366,29 @@ class VersionInfo:
             labels=list(values),
         )
         family.add_metric(list(values.values()), 1)
+        yield family
+
+
+class OngoingOutage:
+    """``node_yurthub_outage_ongoing_seconds``: how long the outage going on has lasted (0:
+    the cloud is reachable), read at scrape time (from the scrape thread: ``seconds`` must only
+    read attributes)."""
+
+    def __init__(self, seconds: Callable[[], float]) -> None:
+        self._seconds = seconds
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield self._family()
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            f"{_NS}_{_SUB}_outage_ongoing_seconds",
+            "How long the outage going on has lasted (0 while an apiserver is usable)",
+        )
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = self._family()
+        family.add_metric([], self._seconds())
         yield family
 
 

@@ -5,6 +5,12 @@
 database, so a later start never imports again; it copies YurtHub's certificates when this hub
 has none under its own ``--root-dir``; then it waits for the listen ports to be free. YurtHub's
 files are only ever read: rolling back to YurtHub finds them byte for byte as they were.
+
+The copies are this hub's: the cache is imported sealed, and the copied private keys are
+written sealed under the node's data key (``certs.sealedkeys``), so no plaintext copy of a key
+is made under this hub's ``--root-dir``. When both hubs share the root directory (the default),
+there is nothing to copy: the certificate manager seals the keys in place at start, and rolling
+back to YurtHub takes ``edgehub cache unseal-identity`` first (docs/migrating.md).
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ import time
 from collections.abc import Callable
 
 import orjson
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
-from yurthub import atomicfiles, migrationplans, settings
+from yurthub import atomicfiles, migrationplans, privatekeys, settings
 from yurthub.cache import keysealing, store, yurthubfiles
-from yurthub.certs import layout
+from yurthub.certs import layout, sealedkeys
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +46,18 @@ async def prepare(
     *,
     clock: Callable[[], float] = time.monotonic,
     poll: float = POLL_SECONDS,
+    keys: store.Keys | None = None,
+    seal: sealedkeys.Seal = sealedkeys.PLAIN,
 ) -> None:
+    """``keys``: the node's data keys, opened already (else the import opens them from the key
+    source); ``seal``: how the copied private keys are written."""
     migration = hub.migration
     if migration.mode is not settings.MigrationMode.OFF:
         loop = asyncio.get_running_loop()
         try:
-            await import_cache(hub.cache.disk_cache_path, migration, hub.cache.key_source)
+            await import_cache(
+                hub.cache.disk_cache_path, migration, hub.cache.key_source, keys=keys
+            )
         except (store.StoreError, OSError) as e:
             # The hub still starts: its components list afresh once the cloud is there.
             log.warning("cannot import YurtHub's cache into %s: %s", hub.cache.disk_cache_path, e)
@@ -51,7 +65,7 @@ async def prepare(
         try:
             if hub.certs.source.manages_certificates:  # else the identity is not in --root-dir
                 copied = await loop.run_in_executor(
-                    None, adopt_certificates, hub.certs.root_dir, migration
+                    None, adopt_certificates, hub.certs.root_dir, migration, seal
                 )
         except OSError as e:
             log.warning("cannot copy YurtHub's certificates to %s: %s", hub.certs.root_dir, e)
@@ -74,6 +88,8 @@ async def import_cache(
     path: pathlib.Path,
     migration: settings.MigrationSettings,
     key_source: keysealing.Source | None = None,
+    *,
+    keys: store.Keys | None = None,
 ) -> int:
     """Import YurtHub's cache into the hub's at ``path`` if this is the first start; the number
     of objects imported. Raises ``store.StoreError`` when the cache cannot be written."""
@@ -95,7 +111,7 @@ async def import_cache(
     if not objects:
         log.debug("not importing YurtHub's cache: no objects under %s", source)
         return 0
-    await yurthubfiles.fill(path, tree, key_source)
+    await yurthubfiles.fill(path, tree, key_source, data_keys=keys)
     record = {"from": str(source), "sha256": yurthubfiles.digest(tree), "objects": objects}
     await loop.run_in_executor(None, atomicfiles.write, marker, orjson.dumps(record) + b"\n")
     components = sorted({scope.component for scope in tree.objects})
@@ -112,10 +128,16 @@ async def import_cache(
     return objects
 
 
-def adopt_certificates(root: pathlib.Path, migration: settings.MigrationSettings) -> list[str]:
+def adopt_certificates(
+    root: pathlib.Path,
+    migration: settings.MigrationSettings,
+    seal: sealedkeys.Seal = sealedkeys.PLAIN,
+) -> list[str]:
     """Copy YurtHub's certificate files into ``root`` when this hub has no client certificate
     there; the relative names copied. A ``-current.pem`` symlink is copied as the file it names
-    plus the same symlink, as ``certs.layout`` keeps them."""
+    plus the same symlink, as ``certs.layout`` keeps them; the key in it is written sealed as
+    ``seal`` says (a pair whose key cannot be sealed is not copied: one warning, and the hub
+    requests its own)."""
     source = migration.yurthub_root_dir
     own = layout.Layout(root)
     same = _same_directory(root, source)
@@ -138,12 +160,36 @@ def adopt_certificates(root: pathlib.Path, migration: settings.MigrationSettings
             target = src.resolve()
             stamped = dst.parent / target.name
             if not stamped.exists():
-                atomicfiles.write(stamped, target.read_bytes())
+                data = _sealed_copy(target, target.read_bytes(), seal)
+                if data is None:
+                    continue
+                atomicfiles.write(stamped, data)
             os.symlink(target.name, dst)
         else:
-            atomicfiles.write(dst, src.read_bytes())
+            data = _sealed_copy(src, src.read_bytes(), seal)
+            if data is None:
+                continue
+            atomicfiles.write(dst, data)
         copied.append(name)
     return copied
+
+
+def _sealed_copy(source: pathlib.Path, data: bytes, seal: sealedkeys.Seal) -> bytes | None:
+    """``data`` as it is to be written in this hub's root: a file holding a plaintext private
+    key with the key sealed; None (one warning) when it cannot be."""
+    block = privatekeys.key_block(data)
+    if block is None or privatekeys.is_encrypted(block) or not (seal.sealing or seal.unavailable):
+        return data
+    try:
+        key, _ = privatekeys.open_key(block)
+        chain = b"".join(
+            c.public_bytes(serialization.Encoding.PEM)
+            for c in x509.load_pem_x509_certificates(data)
+        )
+        return sealedkeys.pair_pem(chain, key, seal)
+    except (ValueError, sealedkeys.Unavailable) as e:
+        log.warning("not copying %s: its private key cannot be sealed: %s", source, e)
+        return None
 
 
 async def wait_for_ports(

@@ -64,11 +64,12 @@ def is_ota_path(path: str) -> bool:
     return PATH_PATTERN.match(path) is not None
 
 
-def peer_refusal(peer: str | None) -> str:
-    """Why a caller from address ``peer`` may not use the OTA API ("" when it may): only this
-    node's own processes (loopback, IPv4 or IPv6, also IPv4-mapped) may."""
+def peer_refusal(peer: str | None, api: str = "the OTA API") -> str:
+    """Why a caller from address ``peer`` may not use ``api`` ("" when it may): only this
+    node's own processes (loopback, IPv4 or IPv6, also IPv4-mapped) may. Also used for the hub
+    server's ``/v1/token``, whatever address that port is bound to."""
     if not peer:
-        return "the caller's address is unknown: the OTA API answers callers on this node only"
+        return f"the caller's address is unknown: {api} answers callers on this node only"
     try:
         address = ipaddress.ip_address(peer.split("%", 1)[0])
     except ValueError:
@@ -77,7 +78,7 @@ def peer_refusal(peer: str | None) -> str:
         address = address.ipv4_mapped
     if address.is_loopback:
         return ""
-    return f"the OTA API answers callers on this node only (loopback), not {address}"
+    return f"{api} answers callers on this node only (loopback), not {address}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

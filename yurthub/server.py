@@ -4,14 +4,14 @@
   with one handler (``routing.Router.handle``), handler cancellation on client disconnect, and
   the connection-level hardening of ``listening`` (``Status`` answers to protocol errors, the
   header-read timeout, the connection cap).
-- Hub server ``--bind-address:--serve-port`` (10267): ``/v1/healthz``, ``/v1/readyz`` (names
-  what is not ready), ``/metrics`` (this hub's own registry), ``POST|PUT /v1/token`` (a new
-  join token, YurtHub's body ``{"jointoken": "..."}``), ``GET /v1/status`` (JSON for ``edgehub
-  status``: each apiserver's health and last error, certificates, readiness, and the sections
-  the assembly adds in ``status_sections``: the cache, discovery), and YurtHub's OTA API
-  (``ota``: ``GET /pods``, ``POST /openyurt.io/v1/namespaces/{ns}/pods/{pod}/upgrade`` and
-  ``.../imagepull``, loopback callers only). It names files and subjects, never a key or a
-  token.
+- Hub server ``--bind-address:--serve-port`` (10267): ``serverapi`` (``/v1/healthz``,
+  ``/v1/readyz`` naming what is not ready, ``/metrics`` of this hub's own registry, and for
+  loopback callers only ``POST|PUT /v1/token``, ``GET /v1/status``: JSON for ``edgehub status``
+  from ``status`` with the sections the assembly adds in ``status_sections``: the cache,
+  discovery, outages; ``GET /v1/outages``: the outage history, ``outages.recording``) and
+  YurtHub's OTA API (``ota``: ``GET /pods``, ``POST
+  /openyurt.io/v1/namespaces/{ns}/pods/{pod}/upgrade`` and ``.../imagepull``, loopback callers
+  only). It names files and subjects, never a key or a token.
 - Metrics listener ``--metrics-bind-address:--metrics-port`` (10266), only when an address is
   given: ``GET /metrics`` and nothing else (no probes, status, token or OTA), so a scraper off
   the node (the chart's pod annotations) reaches the metrics without the hub server's other
@@ -39,7 +39,8 @@ Usage (tests, the demo, the CLI)::
 ``start`` and ``stop`` must be awaited by the same task: it owns the hub's TaskGroup, whose tasks
 are the health checker, the identity follower (``Upstream.follow_identity``: rotated
 certificates and token files are picked up while running), the certificate manager
-(``certs.manager``) when the hub requests its own certificates, the ServiceAccount issuer keys
+(``certs.manager``) when the hub requests its own certificates, the outage record's saver and
+its Event poster (``outage-record``, ``outage-events``: ``outages``), the ServiceAccount issuer keys
 (``authn.issuers``), the dummy interface keeper and the secure listener's start.
 
 The cache plugs in through ``tee`` / ``local`` (``proxy/seams.py``) and ``hub.on_lease``, the
@@ -49,7 +50,6 @@ response filters through ``filters``, the pool multiplexer through ``pool``.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import datetime
 import logging
@@ -74,10 +74,12 @@ from yurthub import (
     metrics,
     ota,
     readiness,
+    serverapi,
     settings,
 )
 from yurthub.authn import issuers, verifying
-from yurthub.certs import apiclient, jws, manager
+from yurthub.certs import apiclient, listing, manager, sealedkeys
+from yurthub.outages import history, posting, recording
 from yurthub.proxy import hosts, identifying, remote, routing, seams, upstream
 
 log = logging.getLogger(__name__)
@@ -94,9 +96,15 @@ class Hub:
         filters: seams.ResponseFilter | None = None,
         pool: seams.PoolServer | None = None,
         offline_writes: seams.OfflineWrites | None = None,
+        outage_history: history.History | None = None,
+        identity_seal: sealedkeys.Seal = sealedkeys.PLAIN,
     ) -> None:
         """``identity``: use this one (fixed) instead of loading ``--kubeconfig``.
         ``offline_writes``: posted after a heal by a hub task (``offline-events``).
+        ``outage_history``: where outages are recorded (the cache directory's; None: in
+        memory, for as long as the hub runs).
+        ``identity_seal``: how the hub's private keys are kept (sealed under the node's data
+        key: ``certs.sealedkeys``; the assembly derives it from the cache's key ring).
         ``filters``: the response filters (``yurthub.filters.runtime``); their inputs join the
         readiness conditions (``filter-inputs``)."""
         self.settings = hub_settings
@@ -105,12 +113,7 @@ class Hub:
             f"multiplexer-proxy-{hub_settings.node_name}",
         )
         self.metrics = metrics.Metrics(labels.Bounds(components))
-        # Scrapes run here, one at a time, never on the event loop (a scrape of a large registry
-        # or a slow /proc read would stall every proxied request); concurrent ones share it.
-        self._scrape_pool = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="metrics-scrape"
-        )
-        self._scraping: asyncio.Future[bytes] | None = None
+        self._api = serverapi.ServerApi(self)
         self.readiness = readiness.Readiness()
         self._tee = tee
         self._local = local
@@ -134,8 +137,9 @@ class Hub:
         self.server_url = ""
         self.metrics_url = ""
         """The metrics-only listener's base URL; "" without ``--metrics-bind-address``."""
+        self.identity_seal = identity_seal
         self.certs = (
-            manager.CertManager(hub_settings)
+            manager.CertManager(hub_settings, seal=identity_seal)
             if hub_settings.certs.source.manages_certificates and identity is None
             else None
         )
@@ -160,6 +164,13 @@ class Hub:
         the in-process discovery agent). One that fails shows its error, not a 500."""
         self.started_at = time.time()
         self.metrics.registry.register(metrics.CertificateExpiry(self.certificate_expiry))
+        self.outages = recording.Recorder(
+            outage_history, self.metrics, save_interval=hub_settings.outage_save_interval
+        )
+        """The outage record (``outages``): ``GET /v1/outages``, the Node Event after each."""
+        self.metrics.registry.register(metrics.OngoingOutage(self.outages.ongoing_seconds))
+        self.verifier.offline.on_mint = self.outages.token
+        self.status_sections["outages"] = self.outages.status
         self.router: routing.Router | None = None
         self.remote: remote.RemoteProxy | None = None
         self.upstream: upstream.Upstream | None = None
@@ -204,6 +215,7 @@ class Hub:
             identity,
             kubeconfig=followed,
             trust=policy,
+            key_passwords=self.identity_seal.candidates(),
             renewed_by_hub=self.certs is not None and self.certs.source.requests_client_certificate,
         )
         await client.start()
@@ -213,6 +225,12 @@ class Hub:
             log.warning("%s", warning)
         self.health = health.HealthChecker(s, client, self.metrics)
         self.health.on_lease = self._pending_on_lease
+        await self.outages.open()
+        self._stack.push_async_callback(self.outages.close)
+        if self._offline_writes is not None:
+            self.outages.journal_dropped = self._offline_writes.dropped
+        self.health.on_failure.append(self.outages.failure)
+        self.health.on_cloud.append(self.outages.cloud)
         certs = self.certs
         if certs is not None and certs.source.requests_client_certificate:
             self.health.identity_pending = lambda: (
@@ -250,6 +268,7 @@ class Hub:
             local=self._local,
             identifier=identifying.Identifier(s.node_name, self.verifier),
             pool=self._pool,
+            outages=self.outages,
         )
         tg = await self._stack.enter_async_context(asyncio.TaskGroup())
 
@@ -257,12 +276,26 @@ class Hub:
             self._tasks.append(tg.create_task(coro, name=name))
 
         task(checker.run(), "health-checker")
+
+        def first_healthy() -> str | None:
+            return next((u for u in checker.servers if checker.is_healthy(u)), None)
+
+        task(self.outages.run(), "outage-record")
+        task(
+            posting.Poster(
+                self.outages,
+                client,
+                first_healthy,
+                node_name=s.node_name,
+                spread=s.cache.offline_event_spread,
+                timeout=max(s.heartbeat.timeout, 5.0),
+                poll=s.heartbeat.interval,
+            ).run(),
+            "outage-events",
+        )
         if self._offline_writes is not None:
             task(
-                self._offline_writes.replay(
-                    client,
-                    lambda: next((u for u in checker.servers if checker.is_healthy(u)), None),
-                ),
+                self._offline_writes.replay(client, first_healthy),
                 "offline-events",
             )
         task(client.follow_identity(), "identity-follower")
@@ -315,7 +348,10 @@ class Hub:
             return kubeconfigs.anonymous(s.upstream.servers, policy), None
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(None, kubeconfigs.load, path, policy), path
+            identity = await loop.run_in_executor(
+                None, kubeconfigs.load, path, policy, self.identity_seal.candidates()
+            )
+            return identity, path
         except kubeconfigs.KubeconfigError as e:
             if self.certs is None:
                 raise
@@ -376,7 +412,7 @@ class Hub:
         self._cancel_tasks()
         await self._cleanup_runners()
         await self._stack.aclose()
-        self._scrape_pool.shutdown(wait=False, cancel_futures=True)
+        self._api.close()
 
     def _proxy_server(self, *, secure: bool, own: bool = False) -> listening.ProxyServer:
         s = self.settings
@@ -427,16 +463,11 @@ class Hub:
         checker = self.health
         assert checker is not None  # made by start() before the listeners
         self.own_route = following.ProxyRoute(
-            "http://localhost", own.path, cloud_healthy=checker.any_healthy
+            "http://localhost", own.path, cloud_healthy=checker.any_healthy, pace=self.settings.pace
         )
 
-        app = web.Application(middlewares=[self._only_known_hosts], client_max_size=64 << 10)
-        app.router.add_get("/v1/healthz", self._healthz)
-        app.router.add_get("/v1/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/v1/status", self._status)
-        app.router.add_route("POST", "/v1/token", self._token)
-        app.router.add_route("PUT", "/v1/token", self._token)
+        app = web.Application(middlewares=[self._api.only_known_hosts], client_max_size=64 << 10)
+        self._api.add_routes(app.router)
         assert self.upstream is not None and self.health is not None
         self.ota = ota.OtaApi(
             s, self.upstream, self.health, pods=self.cached_pods, upgrader=self.static_pods
@@ -464,7 +495,7 @@ class Hub:
             return refused if refused is not None else await handler(request)
 
         app = web.Application(middlewares=[only_known_hosts], client_max_size=4 << 10)
-        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/metrics", self._api.metrics)
         self._metrics_runner = web.AppRunner(
             app,
             access_log=None,
@@ -539,7 +570,7 @@ class Hub:
         await self._cleanup_runners()
         self._cancel_tasks()
         await self._stack.aclose()
-        self._scrape_pool.shutdown(wait=False, cancel_futures=True)
+        self._api.close()
 
     def _cancel_tasks(self) -> None:
         for task in self._tasks:
@@ -562,97 +593,13 @@ class Hub:
             self._own_socket.remove()
             self._own_socket = None
 
-    # --- hub server endpoints ---
-
-    @web.middleware
-    async def _only_known_hosts(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        assert self.router is not None
-        refused = routing.refused_host(self.router.hosts, request)
-        return refused if refused is not None else await handler(request)
-
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="OK")
-
-    async def _readyz(self, request: web.Request) -> web.Response:
-        missing, warnings = self.readiness.report()
-        notes = "".join(f"\nwarning: {w}" for w in warnings)
-        if missing:
-            return web.Response(status=500, text=f"not ready: {', '.join(missing)}{notes}")
-        return web.Response(text=f"OK{notes}")
-
-    async def _token(self, request: web.Request) -> web.Response:
-        """YurtHub's ``/v1/token``: ``{"jointoken": "<id>.<secret>"}``. 400 for a bad body or
-        token, 409 when the hub does not bootstrap with tokens, 500 when the cluster refuses
-        it (wrong token, CA pin mismatch, unreachable)."""
-        try:
-            body = orjson.loads(await request.read())
-            text = body["jointoken"] if isinstance(body, dict) else None
-        except (orjson.JSONDecodeError, KeyError):
-            text = None
-        if not isinstance(text, str) or not text:
-            return web.Response(status=400, text='the body must be {"jointoken": "<id>.<secret>"}')
-        certs = self.certs
-        if certs is None or not certs.source.requests_client_certificate:
-            return web.Response(
-                status=409,
-                text="this hub does not bootstrap with join tokens (--kubeconfig or "
-                "kubeletcertificate mode)",
-            )
-        try:
-            message = await certs.use_join_token(text)
-        except jws.DiscoveryError as e:
-            status = 400 if "is not of the form" in str(e) else 500
-            log.error("POST /v1/token: %s", e)
-            return web.Response(status=status, text=f"join token refused: {e}")
-        except (apiclient.Unreachable, apiclient.ApiError) as e:
-            log.error("POST /v1/token: %s", e)
-            return web.Response(status=500, text=f"cannot verify the join token: {e}")
-        log.info("POST /v1/token: %s", message)
-        return web.Response(text=f"update bootstrap token successfully: {message}")
-
     def certificates(self) -> list[dict[str, Any]]:
-        """The hub's certificates: the ones it requests (client, serving), else the client
-        certificate of ``--kubeconfig``. Subjects, files and dates only."""
-        now = time.time()
-        out: list[dict[str, Any]] = []
-        certs = self.certs
-        if certs is not None:
-            pairs = (
-                ("client", certs.client_pair, certs.client_problem),
-                ("serving", certs.serving_pair, certs.serving_problem),
-            )
-            for name, pair, problem in pairs:
-                if name == "client" and not certs.source.requests_client_certificate:
-                    continue
-                entry: dict[str, Any] = {"name": name, "problem": problem}
-                if pair is not None:
-                    not_after = pair.validity.not_after.timestamp()
-                    entry.update(
-                        file=str(pair.path),
-                        subject=pair.certificate.subject.rfc4514_string(),
-                        notAfter=_iso(not_after),
-                        expiresInSeconds=round(not_after - now),
-                    )
-                out.append(entry)
+        """The hub's certificates (``certs.listing``): subjects, files, dates and which data
+        key seals each private key only."""
         client = self.upstream
-        if (certs is None or not certs.source.requests_client_certificate) and client is not None:
-            identity = client.identity
-            if identity.has_client_cert and identity.not_after is not None:
-                not_after = identity.not_after.timestamp()
-                out.insert(
-                    0,
-                    {
-                        "name": "client",
-                        "problem": "",
-                        "file": str(identity.files[0].path) if identity.files else "",
-                        "subject": f"CN={identity.subject}",
-                        "notAfter": _iso(not_after),
-                        "expiresInSeconds": round(not_after - now),
-                    },
-                )
-        return out
+        return listing.certificates(
+            self.certs, client.identity if client is not None else None, time.time()
+        )
 
     def certificate_expiry(self) -> dict[str, float]:
         """certificate name -> notAfter (Unix seconds), for the expiry metric (read from the
@@ -703,24 +650,6 @@ class Hub:
                 log.exception("status section %s failed", name)
                 out[name] = {"error": f"{type(e).__name__}: {e}"}
         return out
-
-    async def _status(self, request: web.Request) -> web.Response:
-        return web.Response(
-            body=orjson.dumps(await self.status(), option=orjson.OPT_INDENT_2),
-            content_type="application/json",
-        )
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        scraping = self._scraping
-        if scraping is None or scraping.done():
-            loop = asyncio.get_running_loop()
-            scraping = loop.run_in_executor(self._scrape_pool, self.metrics.exposition)
-            self._scraping = scraping
-        # shield: a scraper going away must not cancel the scrape the others wait for.
-        body = await asyncio.shield(scraping)
-        return web.Response(
-            body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
-        )
 
 
 StatusSection = Callable[[], Awaitable[dict[str, Any]]]

@@ -15,6 +15,7 @@ import ipaddress
 import pathlib
 import urllib.parse
 
+from yurthub import pacing
 from yurthub.cache import sealing
 from yurthub.certs import modes
 from yurthub.filters import registry
@@ -372,9 +373,16 @@ class HubSettings:
     authn: AuthnSettings = AuthnSettings()
     pool: PoolSettings = PoolSettings()
     migration: MigrationSettings = MigrationSettings()
+    pace: pacing.Settings = dataclasses.field(default_factory=pacing.Settings)
+    """How the hub's own list/watch loops pace themselves in a storm (``yurthub.pacing``):
+    ``--relist-spread-seconds``, ``--max-retry-after-seconds``."""
     static_pod_path: pathlib.Path = pathlib.Path("/etc/kubernetes/manifests")
     """``--static-pod-path``: kubelet's staticPodPath, where an OTA upgrade of a YurtStaticSet's
     static Pod installs its new manifest (``yurthub.ota``)."""
+    outage_save_interval: float = 30.0
+    """``--outage-save-interval-seconds``: a changing outage record is written at most this
+    often (and at once when an outage begins or ends, and at shutdown): what a kill -9 or a
+    power cut may lose of its counts, against the writes a flash card takes."""
 
     @property
     def hub_address(self) -> tuple[str, int]:
@@ -396,6 +404,8 @@ class HubSettings:
             raise ConfigError("heartbeat thresholds and retries must be at least 1")
         if self.heartbeat.interval <= 0 or self.heartbeat.timeout <= 0:
             raise ConfigError("heartbeat interval and timeout must be positive")
+        if not self.outage_save_interval > 0:
+            raise ConfigError("--outage-save-interval-seconds must be positive")
         scope = self.pool
         if scope.follower_bookmark_interval * 2 > scope.leader_idle_timeout:
             raise ConfigError(

@@ -73,7 +73,7 @@ def build() -> int:
     ldflags = f"-s -w -X github.com/openyurtio/openyurt/pkg/projectinfo.gitVersion={version}"
     cmd = ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp), PACKAGE]
     env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=readonly -buildvcs=false")
-    print(f"yurthub-bin: building YurtHub {version} (first build ~10 min on 2 cores) ...")
+    print(f"yurthub-bin: building YurtHub {version} (once per pin: see docs/testbed.md) ...")
     started = time.monotonic()
     try:
         proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True)

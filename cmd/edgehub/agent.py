@@ -23,7 +23,7 @@ import click
 
 from discovery import signalling
 from discovery.agent import running, settings
-from edgehub import cli
+from edgehub import cli, helpgroups
 from kubecontrol import credentials
 
 
@@ -41,7 +41,9 @@ def _handlers(value: str, enable_debug_echo: bool) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-@click.command("agent", context_settings=cli.COMMAND_CONTEXT)
+@click.command(
+    "agent", cls=helpgroups.Command, topics="agent", context_settings=cli.COMMAND_CONTEXT
+)
 @click.option(
     "--node-name",
     required=True,

@@ -1,8 +1,11 @@
 """``edgehub cache``: look into a hub's disk cache (``ls``, ``get KEY``, ``stats``, ``verify``),
-and fill it from an OpenYurt node's YurtHub cache (``import-yurthub``).
+fill it from an OpenYurt node's YurtHub cache (``import-yurthub``), rotate its data key
+(``rotate-key``) and write the hub's sealed private keys back as plain PEM for a rollback to
+YurtHub (``unseal-identity``).
 
 The looking is read-only and safe beside a running hub (``yurthub.cache.verifying`` opens SQLite
-read-only); ``import-yurthub`` writes, through the hub's own store, while the hub is stopped.
+read-only); ``import-yurthub`` writes, through the hub's own store, while the hub is stopped, as
+does ``unseal-identity``.
 ``verify`` exits 1 when it finds a problem, ``cli.EXIT_STARTUP_FAILURE`` when the path holds no
 cache; every command prints one clear line on bad input, never a traceback.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import os
 import pathlib
 import sqlite3
@@ -20,8 +24,9 @@ from collections.abc import Iterator
 import click
 import orjson
 
-from edgehub import cli
+from edgehub import cli, helpgroups
 from yurthub.cache import entries, keys, keysealing, sealing, store, verifying, yurthubfiles
+from yurthub.certs import layout, pemfiles, sealedkeys
 from yurthub.kubeproto import converting
 
 _PATH = click.option(
@@ -70,12 +75,14 @@ def _opened(path: pathlib.Path) -> Iterator[sqlite3.Connection]:
         con.close()
 
 
-@click.group(context_settings=cli.COMMAND_CONTEXT)
+@click.group(cls=helpgroups.Group, topics="cache", context_settings=cli.COMMAND_CONTEXT)
 def command() -> None:
-    """Inspect a hub's disk cache (read-only), or import YurtHub's."""
+    """Inspect a hub's disk cache (read-only), import YurtHub's, manage its data key."""
 
 
-@command.command(name="ls", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    name="ls", cls=helpgroups.Command, topics="cache ls", context_settings=cli.COMMAND_CONTEXT
+)
 @_PATH
 @_KEY_SOURCE
 @_KEY_FILE
@@ -104,7 +111,9 @@ def list_keys(
             click.echo(f"{row.kind:<8} {size:>9} {row.key} {detail}".rstrip())
 
 
-@command.command(name="get", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    name="get", cls=helpgroups.Command, topics="cache get", context_settings=cli.COMMAND_CONTEXT
+)
 @_PATH
 @_KEY_SOURCE
 @_KEY_FILE
@@ -146,7 +155,9 @@ def get_key(
         raise SystemExit(1) from e
 
 
-@command.command(name="stats", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    name="stats", cls=helpgroups.Command, topics="cache stats", context_settings=cli.COMMAND_CONTEXT
+)
 @_PATH
 def show_stats(disk_cache_path: pathlib.Path) -> None:
     """Counts per component and resource, lists, documents, sizes."""
@@ -165,7 +176,12 @@ def show_stats(disk_cache_path: pathlib.Path) -> None:
         click.echo(f"  {count:>8}  {prefix}")
 
 
-@command.command(name="verify", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    name="verify",
+    cls=helpgroups.Command,
+    topics="cache verify",
+    context_settings=cli.COMMAND_CONTEXT,
+)
 @_PATH
 @_KEY_SOURCE
 @_KEY_FILE
@@ -184,7 +200,12 @@ def verify(disk_cache_path: pathlib.Path, cache_key_source: str, cache_key_file:
         raise SystemExit(1)
 
 
-@command.command(name="rotate-key", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    name="rotate-key",
+    cls=helpgroups.Command,
+    topics="cache rotate-key",
+    context_settings=cli.COMMAND_CONTEXT,
+)
 @_PATH
 @_KEY_SOURCE
 @_KEY_FILE
@@ -212,7 +233,59 @@ def rotate_key(disk_cache_path: pathlib.Path, cache_key_source: str, cache_key_f
     )
 
 
-@command.command(name="import-yurthub", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    name="unseal-identity",
+    cls=helpgroups.Command,
+    topics="cache unseal-identity",
+    context_settings=cli.COMMAND_CONTEXT,
+)
+@_PATH
+@click.option(
+    "--root-dir",
+    default="/var/lib/yurthub",
+    type=click.Path(file_okay=False, exists=True, path_type=pathlib.Path),
+    help="The hub's --root-dir (pki/ holds its certificates and keys).",
+)
+@_KEY_SOURCE
+@_KEY_FILE
+def unseal_identity(
+    disk_cache_path: pathlib.Path,
+    root_dir: pathlib.Path,
+    cache_key_source: str,
+    cache_key_file: str,
+) -> None:
+    """Write the hub's sealed private keys back as plain PEM (run while the hub is stopped).
+
+    For rolling back to YurtHub, which reads only plain PEM, when both share --root-dir. The
+    keys are then readable by anyone who copies the directory; a hub started again seals
+    them anew."""
+    sealer = _sealer(disk_cache_path, cache_key_source, cache_key_file)
+    seal = sealedkeys.from_data_keys(sealer.keys, sealer.current)
+    now = datetime.datetime.now(datetime.UTC)
+    pki = layout.Layout(root_dir).pki
+    failed = False
+    for prefix in (layout.CLIENT_PREFIX, layout.SERVING_PREFIX):
+        name = layout.current_name(prefix)
+        try:
+            pair = pemfiles.unseal(pki, prefix, seal, now)
+        except FileNotFoundError:
+            click.echo(f"{name}: none")
+            continue
+        except (pemfiles.PairError, OSError) as e:
+            click.echo(f"edgehub cache: {e}", err=True)
+            failed = True
+            continue
+        click.echo(f"{name}: {'already plain PEM' if pair is None else 'now plain PEM'}")
+    if failed:
+        raise SystemExit(1)
+
+
+@command.command(
+    name="import-yurthub",
+    cls=helpgroups.Command,
+    topics="cache import-yurthub",
+    context_settings=cli.COMMAND_CONTEXT,
+)
 @_PATH
 @click.option(
     "--from",

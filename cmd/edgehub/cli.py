@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 import click
 
+from edgehub import helpgroups
+
 T = TypeVar("T")
 
 # name -> "module:attribute" of a click command. Keep sorted.
@@ -31,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "hub": "edgehub.hub:command",
     "manager": "edgehub.manager:command",
     "partition": "edgehub.partition:command",
+    "rollout": "edgehub.rollout:command",
     "sim-apiserver": "edgehub.sim_apiserver:command",
     "static-pod-upgrade": "edgehub.staticpodupgrade:command",
     "status": "edgehub.status:command",
@@ -52,7 +55,9 @@ COMMAND_CONTEXT: dict[str, object] = {
 EXIT_STARTUP_FAILURE = 3
 
 
-class LazyGroup(click.Group):
+class LazyGroup(helpgroups.Group):
+    default_topics = ""
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(name for name in COMMANDS if _available(name))
 

@@ -21,7 +21,7 @@ import threading
 
 import click
 
-from edgehub import cli
+from edgehub import cli, helpgroups
 from yurthub.testing import hollownodes, k8sbinaries, processes, realcluster, workdirs
 
 
@@ -33,7 +33,9 @@ def _binaries(bin_dir: str | None) -> k8sbinaries.Binaries:
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
 
 
-@click.group("cluster", context_settings=cli.COMMAND_CONTEXT)
+@click.group(
+    "cluster", cls=helpgroups.Group, topics="cluster", context_settings=cli.COMMAND_CONTEXT
+)
 def command() -> None:
     """A real control plane (etcd, kube-apiserver, controller-manager, scheduler) on loopback."""
 
@@ -54,7 +56,9 @@ _BIN_DIR = click.option(
 )
 
 
-@command.command("up", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    "up", cls=helpgroups.Command, topics="cluster up", context_settings=cli.COMMAND_CONTEXT
+)
 @_DIR
 @_BIN_DIR
 @click.option("--timeout", default=90.0, type=click.FloatRange(min=1), help="Seconds to wait.")
@@ -83,7 +87,9 @@ def up(directory: pathlib.Path, bin_dir: str | None, timeout: float) -> None:
     click.echo(f"apiserver={cluster.url} kubeconfig={cluster.admin_kubeconfig}")
 
 
-@command.command("down", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    "down", cls=helpgroups.Command, topics="cluster down", context_settings=cli.COMMAND_CONTEXT
+)
 @_DIR
 def down(directory: pathlib.Path) -> None:
     """Stop every process `up` started in DIR (nothing running there is not an error)."""
@@ -95,7 +101,9 @@ def down(directory: pathlib.Path) -> None:
     click.echo(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
 
 
-@command.command("node", context_settings=cli.COMMAND_CONTEXT)
+@command.command(
+    "node", cls=helpgroups.Command, topics="cluster node", context_settings=cli.COMMAND_CONTEXT
+)
 @_DIR
 @_BIN_DIR
 @click.option("--name", required=True, help="The node's name.")

@@ -48,7 +48,7 @@ import yaml
 from discovery.agent import running as agent_running
 from discovery.agent import settings as agent_settings
 from discovery.testing import kubelet as sim_kubelet
-from edgehub import cli, status
+from edgehub import cli, helpgroups, status
 from kubecontrol import controlling
 from managers import running as manager_running
 from managers import settings as manager_settings
@@ -518,7 +518,7 @@ async def _commands(
         transport.close()
 
 
-@click.command(context_settings=cli.COMMAND_CONTEXT)
+@click.command(cls=helpgroups.Command, topics="demo", context_settings=cli.COMMAND_CONTEXT)
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=pathlib.Path),

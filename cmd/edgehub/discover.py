@@ -23,13 +23,15 @@ import click
 import yaml
 
 from discovery import details, devices, sdk
-from edgehub import cli
+from edgehub import cli, helpgroups
 from inputbounds import nesting
 
 EXIT_BAD_INPUT = 2
 
 
-@click.command("discover", context_settings=cli.COMMAND_CONTEXT)
+@click.command(
+    "discover", cls=helpgroups.Command, topics="discover", context_settings=cli.COMMAND_CONTEXT
+)
 @click.argument("handler_name", metavar="HANDLER")
 @click.option(
     "--details",

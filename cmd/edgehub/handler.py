@@ -17,10 +17,12 @@ from pathlib import Path
 import click
 
 from discovery import sdk, signalling
-from edgehub import cli
+from edgehub import cli, helpgroups
 
 
-@click.command("handler", context_settings=cli.COMMAND_CONTEXT)
+@click.command(
+    "handler", cls=helpgroups.Command, topics="handler", context_settings=cli.COMMAND_CONTEXT
+)
 @click.argument("name")
 @click.option(
     "--discovery-handlers-directory",

@@ -1,55 +1,34 @@
 """``edgehub hub``: the node-local apiserver proxy (YurtHub's flags and defaults).
 
-Thin: flags -> ``yurthub.settings.HubSettings`` -> ``yurthub.lifecycle.run``. Every flag also
-reads ``EDGEHUB_<FLAG>`` (``cli.COMMAND_CONTEXT``) and accepts YurtHub's Go pflag spelling
-(``pflags``: ``--enable-dummy-if=false``, ``--v=2``, YurtHub flags not built here are dropped
-with one warning naming them). Bad flags or an unreadable kubeconfig exit with
+Thin: flags -> ``yurthub.settings.HubSettings`` (``hubsettings``) -> ``yurthub.lifecycle.run``.
+Every flag also reads ``EDGEHUB_<FLAG>`` (``cli.COMMAND_CONTEXT``) and accepts YurtHub's Go
+pflag spelling (``pflags``: ``--enable-dummy-if=false``, ``--v=2``, YurtHub flags not built
+here are dropped with one warning naming them). Bad flags or an unreadable kubeconfig exit with
 ``cli.EXIT_STARTUP_FAILURE`` and one clear line.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import pathlib
-import re
-import socket
 import sys
-from collections.abc import AsyncIterator
-from typing import Any
 
 import click
 
-from edgehub import cli, pflags
-from yurthub import assembly, dummyif, kubeconfigs, lifecycle, requestinfo, server, settings
-from yurthub.cache import keysealing
-from yurthub.certs import jws, layout, modes
+from edgehub import cli, helpgroups, hubdiscovery, hubsettings, pflags
+from yurthub import dummyif, kubeconfigs, lifecycle, server, settings
+from yurthub.certs import jws, modes
 from yurthub.filters import registry
-from yurthub.pool import gvrs
 
 GIL_SWITCH_INTERVAL = 0.0005
 """Seconds a thread holding the GIL may run while the event loop waits for it."""
 
 log = logging.getLogger("edgehub.hub")
 
-AGENT_COMPONENT = "edgehub-agent"
 
-
-def _duration(value: str) -> float:
-    """A positive Go duration; a bare number is seconds. Zero or negative would make no hub
-    (a kubelet gate that never opens, offline watches that end at once: a re-watch storm)."""
-    try:
-        seconds = requestinfo.parse_go_duration(value if not value.isdigit() else f"{value}s")
-    except ValueError as e:
-        raise click.BadParameter(f"{value!r} is not a duration like 40s or 2m") from e
-    if seconds <= 0:
-        raise click.BadParameter(f"{value!r}: the duration must be positive")
-    return seconds
-
-
-class PflagCommand(click.Command):
-    """A click command that first translates YurtHub's pflag spellings (``pflags``)."""
+class PflagCommand(helpgroups.Command):
+    """A click command that first translates YurtHub's pflag spellings (``pflags``); its options
+    are grouped by ``helpgroups.TOPICS["hub"]``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         bools, values, plain = [], [], []
@@ -78,60 +57,13 @@ class PflagCommand(click.Command):
         return super().parse_args(ctx, args)
 
 
-def _key_source(opts: dict[str, Any]) -> keysealing.Source:
-    try:
-        return keysealing.parse_source(
-            str(opts.get("cache_key_source") or "auto"), str(opts.get("cache_key_file") or "")
-        )
-    except keysealing.KeySourceError as e:
-        raise click.BadParameter(str(e), param_hint="--cache-key-source") from e
-
-
-def _namespace(value: str) -> str:
-    """A namespace name (a DNS label): it goes into the URL the hub follows yurt-hub-cfg at."""
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
-        raise click.BadParameter(f"{value!r} is not a namespace name", param_hint="--namespace")
-    return value
-
-
-def _master_service_address(value: str) -> tuple[str, int]:
-    """Hidden ``--master-service-address HOST[:PORT]`` (``[v6]:PORT``): where pods reach the
-    hub's secure port when it is not the dummy IP or ``--bind-proxy-address`` (tests, a
-    forwarder). ("", 0): unset. Port 0 or none: ``--proxy-secure-port``."""
-    if not value:
-        return "", 0
-    host, port = value, "0"
-    if value.startswith("["):
-        host, sep, rest = value[1:].partition("]")
-        if not sep or (rest and not rest.startswith(":")):
-            raise click.BadParameter(
-                f"{value!r} is not HOST[:PORT]", param_hint="--master-service-address"
-            )
-        port = rest[1:] or "0"
-    elif value.count(":") == 1:
-        host, port = value.split(":")
-    if not host or not port.isdigit() or int(port) > 65535:
-        raise click.BadParameter(
-            f"{value!r} is not HOST[:PORT]", param_hint="--master-service-address"
-        )
-    return host, int(port)
-
-
-def _comma_list(values: tuple[str, ...]) -> tuple[str, ...]:
-    """A pflag StringSlice: repeated and/or comma separated."""
-    out: list[str] = []
-    for value in values:
-        out.extend(v.strip() for v in value.split(",") if v.strip())
-    return tuple(dict.fromkeys(out))
-
-
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
         click.echo(f"edgehub hub {_version()} (YurtHub-compatible)")
         ctx.exit(0)
 
 
-@click.command(cls=PflagCommand, context_settings=cli.COMMAND_CONTEXT)
+@click.command(cls=PflagCommand, topics="hub", context_settings=cli.COMMAND_CONTEXT)
 @click.option(
     "--version",
     is_flag=True,
@@ -234,14 +166,54 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     type=click.FloatRange(min=1),
     help="How long an apiserver may stay silent on a request that is not long-running.",
 )
-@click.option("--lb-mode", default="rr", type=click.Choice(["rr", "priority"]))
-@click.option("--heartbeat-interval-seconds", default=10, type=click.IntRange(min=1))
-@click.option("--heartbeat-timeout-seconds", default=2, type=click.IntRange(min=1))
-@click.option("--heartbeat-healthy-threshold", default=2, type=click.IntRange(min=1))
-@click.option("--heartbeat-failed-retry", default=3, type=click.IntRange(min=1))
-@click.option("--kubelet-health-grace-period", default="40s", help="Go duration.")
-@click.option("--min-request-timeout", default="1800s", help="Go duration.")
-@click.option("--disk-cache-path", default="/etc/kubernetes/cache/", type=click.Path())
+@click.option(
+    "--lb-mode",
+    default="rr",
+    type=click.Choice(["rr", "priority"]),
+    help="Healthy apiservers in turn (rr), or the first healthy one in --server-addr order.",
+)
+@click.option(
+    "--heartbeat-interval-seconds",
+    default=10,
+    type=click.IntRange(min=1),
+    help="Seconds between health checks: the node's Lease renewed through each apiserver.",
+)
+@click.option(
+    "--heartbeat-timeout-seconds",
+    default=2,
+    type=click.IntRange(min=1),
+    help="Seconds each call of a health check may take.",
+)
+@click.option(
+    "--heartbeat-healthy-threshold",
+    default=2,
+    type=click.IntRange(min=1),
+    help="Successful checks in a row that make an unhealthy apiserver healthy again.",
+)
+@click.option(
+    "--heartbeat-failed-retry",
+    default=3,
+    type=click.IntRange(min=1),
+    help="Lease updates tried per health check (a conflict retries).",
+)
+@click.option(
+    "--kubelet-health-grace-period",
+    default="40s",
+    help="Go duration: kubelet's silence after which health checks fail, so the node goes "
+    "NotReady in the cloud when kubelet dies.",
+)
+@click.option(
+    "--min-request-timeout",
+    default="1800s",
+    help="Go duration: how long an offline watch is held open (randomised up to 2x) unless "
+    "it asks for its own timeoutSeconds.",
+)
+@click.option(
+    "--disk-cache-path",
+    default="/etc/kubernetes/cache/",
+    type=click.Path(),
+    help="The disk cache's directory (YurtHub's).",
+)
 @click.option("--cache-agents", default="", help="Extra components to cache; '*' caches all.")
 @click.option(
     "--static-pod-path",
@@ -257,12 +229,34 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     help="Events recorded offline posted per second after the cloud is back (0: unpaced).",
 )
 @click.option(
+    "--outage-save-interval-seconds",
+    default=30.0,
+    type=click.FloatRange(min=0.1, max=3600),
+    help="During an outage the record of what the hub did is written at most this often while "
+    "it changes (and at once when the outage begins or ends, and at shutdown): a kill -9 or a "
+    "power cut loses at most this many seconds of its counts; each write wears flash.",
+)
+@click.option(
+    "--relist-spread-seconds",
+    default=10.0,
+    type=click.FloatRange(min=0, max=600),
+    help="The hub's own lists after a 410 (a compaction, an apiserver restart) start at a random "
+    "moment within this many seconds, so a fleet's hubs do not relist in the same second.",
+)
+@click.option(
+    "--max-retry-after-seconds",
+    default=60.0,
+    type=click.FloatRange(min=1, max=3600),
+    help="The most seconds the hub's own loops honour an apiserver's Retry-After (429, API "
+    "Priority and Fairness) for.",
+)
+@click.option(
     "--cache-key-source",
     default="auto",
-    help="What seals the disk cache's data key: auto (the TPM at /dev/tpmrm0 or "
-    "$TPM2TOOLS_TCTI, else a systemd credential edgehub-cache-key, else --cache-key-file, "
-    "else none), tpm[:<tcti>], keyfile:<path>, systemd-creds:<name> or none (plaintext, "
-    "with a warning).",
+    help="What seals the node's data key (it encrypts the disk cache and the hub's private "
+    "keys): auto (the TPM at /dev/tpmrm0 or $TPM2TOOLS_TCTI, else a systemd credential "
+    "edgehub-cache-key, else --cache-key-file, else none), tpm[:<tcti>], keyfile:<path>, "
+    "systemd-creds:<name> or none (plaintext, with a warning).",
 )
 @click.option(
     "--cache-key-file",
@@ -289,7 +283,12 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     help="Accept a kubeconfig without a certificate-authority (or none over https), trusting "
     "the system's CAs (logged as a warning). Without it only the kubeconfig's CA is trusted.",
 )
-@click.option("--shutdown-grace-seconds", default=10.0, type=click.FloatRange(min=0))
+@click.option(
+    "--shutdown-grace-seconds",
+    default=10.0,
+    type=click.FloatRange(min=0),
+    help="On SIGTERM, seconds in-flight requests get to finish (open watches end at once).",
+)
 @click.option(
     "--working-mode",
     default="edge",
@@ -498,10 +497,14 @@ def command(**opts: object) -> None:
     if isinstance(verbosity, int):
         logging.getLogger().setLevel(logging.DEBUG if verbosity >= 4 else logging.INFO)
     try:
-        hub_settings = build_settings(opts)
+        hub_settings = hubsettings.build_settings(opts)
         companions: list[lifecycle.Companion] = []
         if opts["enable_discovery"]:
-            companions.append(_discovery_companion(opts, hub_settings))
+            companions.append(
+                hubdiscovery.companion(
+                    opts, hub_settings, user_agent=f"{hubsettings.AGENT_COMPONENT}/{_version()}"
+                )
+            )
         # Fail fast, with a clear message (also for a trust the flags do not allow) on a
         # kubeconfig the hub must read at start.
         policy = server.trust_policy(hub_settings.upstream)
@@ -535,101 +538,13 @@ def command(**opts: object) -> None:
         click.echo(f"edgehub hub: cannot start: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
     except BaseException as e:
-        failure = _startup_failure(e) if opts["enable_discovery"] else None
+        failure = hubdiscovery.startup_failure(e) if opts["enable_discovery"] else None
         if failure is None:
             raise
         click.echo(f"edgehub hub: cannot start discovery: {failure}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e
     finally:
         sys.setswitchinterval(previous)  # the process's, when the command runs inside another
-
-
-def _startup_failure(error: BaseException) -> BaseException | None:
-    """The discovery agent's StartupError in ``error`` (the hub's TaskGroup may wrap it)."""
-    from discovery.agent import running as agent_running
-
-    if isinstance(error, agent_running.StartupError):
-        return error
-    if isinstance(error, BaseExceptionGroup):
-        for inner in error.exceptions:
-            found = _startup_failure(inner)
-            if found is not None:
-                return found
-    return None
-
-
-def _discovery_companion(
-    opts: dict[str, object], hub_settings: settings.HubSettings
-) -> lifecycle.Companion:
-    """The discovery agent, run beside the hub and talking to the cloud through it."""
-    # Imported here: a hub without discovery does not pay for grpc and the handlers.
-    from discovery.agent import running as agent_running
-    from discovery.agent import settings as agent_settings
-
-    handlers = tuple(h.strip() for h in str(opts["embedded_handlers"]).split(",") if h.strip())
-    unknown = sorted(set(handlers) - set(agent_settings.EMBEDDED_HANDLERS))
-    if unknown:
-        raise click.BadParameter(f"unknown embedded handlers: {', '.join(unknown)}")
-    try:
-        networks = agent_settings.parse_handler_networks(str(opts["handler_networks"]))
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--handler-networks") from e
-    try:
-        writable = agent_settings.parse_handler_names(str(opts["writable_mount_handlers"]))
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--writable-mount-handlers") from e
-    try:
-        protected = agent_settings.parse_protected_paths(str(opts["protected_mount_paths"]))
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--protected-mount-paths") from e
-    node_name = hub_settings.node_name
-    # The hub's keys, kubeconfigs and cache: wherever the flags put them.
-    hub_paths = (
-        hub_settings.certs.root_dir.absolute(),
-        hub_settings.cache.disk_cache_path.absolute(),
-    )
-
-    @contextlib.asynccontextmanager
-    async def companion(node: assembly.Node) -> AsyncIterator[object]:
-        async with _agent(node) as agent:
-            # ``edgehub status`` shows discovery from the hub's /v1/status.
-            async def section() -> dict[str, Any]:
-                found: dict[str, Any] = agent.status()
-                return found
-
-            node.hub.status_sections["discovery"] = section
-            try:
-                yield agent
-            finally:
-                node.hub.status_sections.pop("discovery", None)
-
-    def _agent(node: assembly.Node) -> contextlib.AbstractAsyncContextManager[Any]:
-        def path(key: str) -> pathlib.Path:
-            value = opts[key]
-            assert isinstance(value, pathlib.Path)
-            return value
-
-        return agent_running.running(
-            agent_settings.AgentSettings(
-                node_name=node_name,
-                kube=agent_settings.KubeSettings(
-                    url=node.hub.proxy_url, user_agent=f"{AGENT_COMPONENT}/{_version()}"
-                ),
-                discovery_handlers_dir=path("discovery_handlers_directory"),
-                embedded_handlers=handlers,
-                handler_environ=dict(os.environ),
-                device_plugins_dir=path("device_plugins_dir"),
-                pod_resources_socket=path("pod_resources_socket"),
-                cdi_dir=path("cdi_dir"),
-                handler_networks=networks,
-                writable_mount_handlers=writable,
-                protected_mount_paths=protected,
-                hub_paths=hub_paths,
-                metrics_port=None,
-            )
-        )
-
-    return companion
 
 
 def _version() -> str:
@@ -639,226 +554,3 @@ def _version() -> str:
         return importlib.metadata.version("edgehub")
     except importlib.metadata.PackageNotFoundError:
         return "0.0.0"
-
-
-def build_settings(opts: dict[str, object]) -> settings.HubSettings:
-    def s(key: str) -> str:
-        return str(opts[key])
-
-    def i(key: str) -> int:
-        value = opts[key]
-        assert isinstance(value, int)
-        return value
-
-    def f(key: str) -> float:
-        value = opts[key]
-        assert isinstance(value, float)
-        return value
-
-    kubeconfig = opts["kubeconfig"]
-    assert kubeconfig is None or isinstance(kubeconfig, pathlib.Path)
-    grace = opts["shutdown_grace_seconds"]
-    assert isinstance(grace, float)
-    try:
-        disabled = registry.parse_names(s("disabled_resource_filters"))
-    except registry.UnknownFilter as e:
-        raise click.BadParameter(str(e)) from e
-    certs = _cert_settings(opts, kubeconfig)
-    root_given = _given("root_dir")
-    master_host, master_port = _master_service_address(
-        str(opts.get("master_service_address") or "")
-    )
-    return settings.HubSettings(
-        node_name=s("node_name"),
-        nodepool_name=s("nodepool_name"),
-        upstream=settings.UpstreamSettings(
-            servers=settings.parse_server_addrs(s("server_addr")),
-            lb_mode=settings.LbMode(s("lb_mode")),
-            kubeconfig=kubeconfig,
-            allow_insecure_tls=bool(opts["allow_insecure_skip_tls_verify"]),
-            allow_system_trust_store=bool(opts["allow_system_trust_store"]),
-            header_deadline=f("upstream_header_deadline_seconds"),
-            idle_timeout=f("upstream_idle_timeout_seconds"),
-        ),
-        listen=settings.ListenSettings(
-            bind_address=s("bind_address"),
-            serve_port=i("serve_port"),
-            metrics_bind_address=s("metrics_bind_address").strip(),
-            metrics_port=i("metrics_port"),
-            bind_proxy_address=s("bind_proxy_address"),
-            proxy_port=i("proxy_port"),
-            proxy_secure_port=i("proxy_secure_port"),
-            accept_hosts=tuple(
-                h.strip().lower() for h in s("proxy_accept_hosts").split(",") if h.strip()
-            ),
-            enable_dummy_if=bool(opts.get("enable_dummy_if")),
-            dummy_if_ip=s("dummy_if_ip") if "dummy_if_ip" in opts else "169.254.2.1",
-            dummy_if_name=s("dummy_if_name") if "dummy_if_name" in opts else "hub-dummy0",
-        ),
-        heartbeat=settings.HeartbeatSettings(
-            interval=float(i("heartbeat_interval_seconds")),
-            timeout=float(i("heartbeat_timeout_seconds")),
-            healthy_threshold=i("heartbeat_healthy_threshold"),
-            failed_retry=i("heartbeat_failed_retry"),
-            kubelet_health_grace_period=_duration(s("kubelet_health_grace_period")),
-        ),
-        proxy=settings.ProxySettings(
-            min_request_timeout=_duration(s("min_request_timeout")),
-            shutdown_grace=grace,
-            read_header_timeout=f("proxy_read_header_timeout_seconds"),
-            idle_timeout=f("proxy_idle_timeout_seconds"),
-            max_connections=i("proxy_max_connections"),
-            max_in_flight=i("max_requests_in_flight"),
-            max_long_running=i("max_long_running_requests"),
-            max_in_flight_per_client=i("max_requests_in_flight_per_client"),
-            max_long_running_per_client=i("max_long_running_requests_per_client"),
-        ),
-        cache=settings.CacheSettings(
-            disk_cache_path=pathlib.Path(s("disk_cache_path")),
-            key_source=_key_source(opts),
-            config_namespace=_namespace(s("namespace")),
-            cache_agents=settings.parse_cache_agents(s("cache_agents"))
-            # The embedded agent must keep working offline: its answers are cached.
-            + ((AGENT_COMPONENT,) if opts.get("enable_discovery") else ()),
-            offline_event_qps=f("offline_event_qps"),
-        ),
-        working_mode=settings.WorkingMode(s("working_mode")),
-        static_pod_path=pathlib.Path(
-            str(opts.get("static_pod_path") or "/etc/kubernetes/manifests")
-        ),
-        filters=settings.FilterSettings(
-            enabled=bool(opts["enable_resource_filter"]),
-            disabled=disabled,
-            enable_node_pool=bool(opts["enable_node_pool"]),
-            enable_pool_service_topology=bool(opts["enable_pool_service_topology"]),
-            hub_host=master_host,
-            hub_port=master_port,
-        ),
-        pool=settings.PoolSettings(
-            resources=_pool_scope(s("pool_scope_resources")),
-            multiplexer_port=i("multiplexer_port"),
-            node_ip=certs.node_ip,
-            leader_tls=not opts["multiplexer_insecure"],
-            max_bytes=i("multiplexer_max_memory_mib") << 20,
-        ),
-        certs=certs,
-        migration=settings.MigrationSettings(
-            mode=settings.MigrationMode(s("migrate_from_yurthub")),
-            yurthub_cache_dir=pathlib.Path(s("yurthub_cache_dir")),
-            yurthub_root_dir=pathlib.Path(s("yurthub_root_dir")),
-            port_wait_timeout=_duration(s("port_wait_timeout")),
-        ),
-        authn=settings.AuthnSettings(
-            api_audiences=_comma_list((str(opts.get("api_audiences") or ""),)),
-            # Kept under --root-dir when the hub uses it (or it was asked for explicitly):
-            # a --kubeconfig test hub must not write to /var/lib/yurthub.
-            issuer_keys_file=layout.Layout(certs.root_dir).issuer_keys
-            if certs.source.manages_certificates or root_given
-            else None,
-        ),
-    )
-
-
-def _given(name: str) -> bool:
-    """Whether a flag was given on the command line or in the environment."""
-    ctx = click.get_current_context(silent=True)
-    if ctx is None:
-        return False
-    source = ctx.get_parameter_source(name)
-    return source in (
-        click.core.ParameterSource.COMMANDLINE,
-        click.core.ParameterSource.ENVIRONMENT,
-    )
-
-
-def _local_address(server_addr: str) -> str:
-    """The source address towards the first apiserver (a UDP "connect" sends nothing): the
-    node's IP on the network the cloud is reached through, as YurtHub's default. "" when it
-    cannot be told (no route, a name that does not resolve)."""
-    try:
-        first = settings.parse_server_addrs(server_addr)[0]
-    except settings.ConfigError:
-        return ""
-    host, _, port = first.split("://", 1)[1].rpartition(":")
-    host = host.strip("[]")
-    try:
-        family, _, _, _, address = socket.getaddrinfo(host, int(port), type=socket.SOCK_DGRAM)[0]
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.connect(address)
-            return str(probe.getsockname()[0])
-    except OSError:
-        return ""
-
-
-def _check_token_file(path: pathlib.Path) -> None:
-    """A token file that is there must hold a token (a clear error now); one that is not
-    there yet is read again at each bootstrap (the hub says so in its status)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return
-    except (OSError, UnicodeDecodeError) as e:
-        raise settings.ConfigError(f"--join-token-file {path}: {e}") from e
-    try:
-        jws.parse_token(text.strip())
-    except jws.DiscoveryError as e:
-        raise settings.ConfigError(f"--join-token-file {path}: {e}") from e
-
-
-def _cert_settings(opts: dict[str, Any], kubeconfig: pathlib.Path | None) -> settings.CertSettings:
-    root = opts.get("root_dir") or pathlib.Path("/var/lib/yurthub")
-    assert isinstance(root, pathlib.Path)
-    token = str(opts.get("join_token") or "")
-    token_file = opts.get("join_token_file")
-    assert token_file is None or isinstance(token_file, pathlib.Path)
-    if token and token_file is not None:
-        raise settings.ConfigError(
-            "--join-token and --join-token-file both give the join token: use one"
-        )
-    if token:
-        jws.parse_token(token)  # a clear error now, not at the first bootstrap
-    if token_file is not None:
-        _check_token_file(token_file)
-    pins = jws.parse_pins(_comma_list(tuple(opts.get("discovery_token_ca_cert_hash") or ())))
-    skip = bool(opts.get("discovery_token_unsafe_skip_ca_verification"))
-    bootstrap_file = opts.get("bootstrap_file")
-    assert bootstrap_file is None or isinstance(bootstrap_file, pathlib.Path)
-    kubelet_mode = opts.get("bootstrap_mode") == modes.Source.KUBELET.value
-    source = modes.resolve(
-        kubeconfig=kubeconfig is not None,
-        kubelet_mode=kubelet_mode,
-        bootstrap_file=bootstrap_file is not None,
-        join_token=bool(token) or token_file is not None,
-        hub_kubeconfig_exists=layout.Layout(root).hub_kubeconfig.exists(),
-    )
-    if source is modes.Source.JOIN_TOKEN and not pins and not skip:
-        raise settings.ConfigError(
-            "--join-token needs --discovery-token-ca-cert-hash sha256:<hex> (the cluster CA's "
-            "public key hash) or --discovery-token-unsafe-skip-ca-verification"
-        )
-    kubelet_kubeconfig = opts.get("kubelet_kubeconfig") or pathlib.Path(
-        "/etc/kubernetes/kubelet.conf"
-    )
-    assert isinstance(kubelet_kubeconfig, pathlib.Path)
-    return settings.CertSettings(
-        source=source,
-        root_dir=root,
-        join_token=token,
-        join_token_file=token_file,
-        bootstrap_file=bootstrap_file,
-        ca_cert_hashes=pins,
-        unsafe_skip_ca_verification=skip,
-        organizations=_comma_list(tuple(opts.get("hub_cert_organizations") or ())),
-        node_ip=str(opts.get("node_ip") or "") or _local_address(str(opts.get("server_addr", ""))),
-        kubelet_kubeconfig=kubelet_kubeconfig,
-        expiration_seconds=int(opts.get("cert_expiration_seconds") or 0),
-        renew_before=float(opts.get("cert_renew_before") or 0.0),
-        csr_wait_timeout=float(opts.get("csr_wait_timeout") or 900.0),
-    )
-
-
-def _pool_scope(text: str) -> tuple[gvrs.Gvr, ...]:
-    try:
-        return gvrs.parse_list(text)
-    except gvrs.GvrError as e:
-        raise click.BadParameter(str(e), param_hint="--pool-scope-resources") from e

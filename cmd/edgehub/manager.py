@@ -24,7 +24,7 @@ from typing import NoReturn
 import click
 
 from discovery import signalling
-from edgehub import cli
+from edgehub import cli, helpgroups
 from kubecontrol import credentials
 from managers import csrapproving, registry, running, settings
 
@@ -45,7 +45,9 @@ def _comma_list(value: str) -> frozenset[str]:
     return frozenset(o.strip() for o in value.split(",") if o.strip())
 
 
-@click.command("manager", context_settings=cli.COMMAND_CONTEXT)
+@click.command(
+    "manager", cls=helpgroups.Command, topics="manager", context_settings=cli.COMMAND_CONTEXT
+)
 @click.option(
     "--kubeconfig",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -207,6 +209,20 @@ def _comma_list(value: str) -> frozenset[str]:
     help="yurtstaticset: seconds a worker waits for the new static Pod to be ready before it "
     "puts the old manifest back.",
 )
+@click.option(
+    "--yurt-manager-lease",
+    default="kube-system/cloud-yurt-manager",
+    help="yurtstaticset: yurt-manager's leader Lease (NAMESPACE/NAME): while it is held the "
+    "controller acts on nothing. '' skips the check: only when the yurt-manager that runs has "
+    "its yurt-static-set-controller off (--controllers=*,-yurt-static-set-controller).",
+)
+@click.option(
+    "--rollout-node-ready-timeout",
+    default=120.0,
+    type=click.FloatRange(min=1),
+    help="yurtstaticset: seconds a node's kubelet has, after its worker ended, to renew its Lease "
+    "through the new hub with the Node Ready; past it the rollout halts (docs/rollout.md).",
+)
 def command(
     kubeconfig: Path | None,
     service_account_dir: Path,
@@ -235,6 +251,8 @@ def command(
     static_pod_upgrade_image: str,
     static_pod_path: str,
     static_pod_upgrade_timeout: float,
+    yurt_manager_lease: str,
+    rollout_node_ready_timeout: float,
 ) -> None:
     """Run the cloud-side controllers (CSR approver for hubs, Akri brokers, node watcher, pod
     tolerations of autonomous nodes, hub leaders) with Lease leader election, and the
@@ -243,6 +261,12 @@ def command(
         chosen = registry.for_owner(registry.select(controllers), controllers, yurtstaticset_owner)
     except registry.UnknownController as e:
         _fail(str(e))
+    lease: tuple[str, str] | None = None
+    if yurt_manager_lease:
+        namespace_, _, lease_name = yurt_manager_lease.partition("/")
+        if not namespace_ or not lease_name or "/" in lease_name:
+            _fail(f"--yurt-manager-lease {yurt_manager_lease[:64]!r}: not NAMESPACE/NAME (or '')")
+        lease = (namespace_, lease_name)
     service_account = None
     if kubeconfig is None:
         service_account = credentials.in_cluster(service_account_dir, os.environ)
@@ -313,6 +337,8 @@ def command(
             worker_image=static_pod_upgrade_image,
             static_pod_path=static_pod_path,
             worker_timeout=static_pod_upgrade_timeout,
+            node_ready_timeout=rollout_node_ready_timeout,
+            yurt_manager_lease=lease,
         ),
     )
     try:

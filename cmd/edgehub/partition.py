@@ -29,7 +29,7 @@ import click
 import orjson
 from aiohttp import web
 
-from edgehub import cli
+from edgehub import cli, helpgroups
 from yurthub.testing import partition
 
 
@@ -45,7 +45,7 @@ def _address(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-@click.command(context_settings=cli.COMMAND_CONTEXT)
+@click.command(cls=helpgroups.Command, topics="partition", context_settings=cli.COMMAND_CONTEXT)
 @click.option("--listen", default="127.0.0.1:0", help="HOST:PORT the hub connects to.")
 @click.option("--upstream", required=True, help="HOST:PORT of the apiserver (loopback only).")
 @click.option(

@@ -17,7 +17,7 @@ import sys
 
 import click
 
-from edgehub import cli
+from edgehub import cli, helpgroups
 from yurthub.testing import simapiserver
 from yurthub.testing.sim import seeding
 
@@ -71,7 +71,12 @@ async def run(
                 loop.remove_signal_handler(sig)
 
 
-@click.command("sim-apiserver", context_settings=cli.COMMAND_CONTEXT)
+@click.command(
+    "sim-apiserver",
+    cls=helpgroups.Command,
+    topics="sim-apiserver",
+    context_settings=cli.COMMAND_CONTEXT,
+)
 @click.option("--host", default="127.0.0.1", help="Address to listen on (keep it on loopback).")
 @click.option(
     "--port", default=6443, type=click.IntRange(0, 65535), help="HTTPS port; 0 picks one."

@@ -10,7 +10,8 @@ of OpenYurt's ``node-servant static-pod-upgrade``, plus where the files are).
    directory, fsync, rename, fsync of the directory; kubelet ignores dot files). kubelet then
    replaces the static Pod.
 4. Waits up to ``--timeout`` for the new static Pod to be ready (``staticpodupgrading.ready``:
-   ``--readyz-url`` answers 200 and ``--status-url``'s ``startedAt`` is after the write).
+   ``--readyz-url`` answers 200 and ``--status-url``'s ``startedAt`` is after the write; a
+   static Pod without a status document, YurtHub, once ``--readyz-url`` failed since).
    Ready: exit 0. Not ready in time: the backup is put back the same atomic way (or the new
    manifest removed, when there was none before), one line says so, exit 1.
 
@@ -31,7 +32,7 @@ from typing import Any, NoReturn
 
 import click
 
-from edgehub import cli, staticpodupgrading
+from edgehub import cli, helpgroups, staticpodupgrading
 from yurthub import atomicfiles, otadecisions
 
 EXIT_NOT_READY = 1
@@ -79,20 +80,36 @@ def wait_ready(
     readyz_url: str, status_url: str, written_at: float, timeout: float, interval: float
 ) -> bool:
     deadline = time.monotonic() + timeout
+    seen_down = False
     while True:
         readyz, _ = _probe(readyz_url)
+        seen_down = seen_down or readyz != 200
         started = None
+        no_status = False
         if status_url and readyz == 200:
-            _, document = _probe(status_url)
+            code, document = _probe(status_url)
             started = staticpodupgrading.started_at(document)
-        if staticpodupgrading.ready(readyz, started, written_at, check_start=bool(status_url)):
+            no_status = code == 404
+        if staticpodupgrading.ready(
+            readyz,
+            started,
+            written_at,
+            check_start=bool(status_url),
+            no_status=no_status,
+            seen_down=seen_down,
+        ):
             return True
         if time.monotonic() + interval > deadline:
             return False
         time.sleep(interval)
 
 
-@click.command("static-pod-upgrade", context_settings=cli.COMMAND_CONTEXT)
+@click.command(
+    "static-pod-upgrade",
+    cls=helpgroups.Command,
+    topics="static-pod-upgrade",
+    context_settings=cli.COMMAND_CONTEXT,
+)
 @click.option("--name", required=True, help="The static Pod's mirror Pod name (<yss>-<node>).")
 @click.option("--namespace", required=True, help="The static Pod's namespace.")
 @click.option(

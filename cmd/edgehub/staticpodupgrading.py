@@ -18,6 +18,10 @@ gone with the worker. [quirk] Here it stays on the node beside the manifest, hid
 Readiness of the new static Pod: its readiness URL answers 200, and (when a status URL is
 given, the hub's ``/v1/status`` by default) the process answering started after the new
 manifest was written, so the old hub, still running for a moment, is never taken for the new.
+A new static Pod with no status document (its status URL answers 404: YurtHub, when a pool is
+rolled back to it) is ready once its readiness URL failed (or nothing answered) at least once
+after the write and then answered 200: the old process went away and a new one is ready.
+[quirk] node-servant does not wait at all; a careful user wants the rollback covered too.
 """
 
 from __future__ import annotations
@@ -111,13 +115,22 @@ def started_at(status: Any) -> float | None:
 
 
 def ready(
-    readyz: int | None, started: float | None, written_at: float, *, check_start: bool
+    readyz: int | None,
+    started: float | None,
+    written_at: float,
+    *,
+    check_start: bool,
+    no_status: bool = False,
+    seen_down: bool = False,
 ) -> bool:
     """The new static Pod is ready: 200 from its readiness URL and, when ``check_start``, it
     started no earlier than the second the manifest was written (``startedAt`` has whole
-    seconds)."""
+    seconds), or, when it has no status document (``no_status``), the readiness URL failed
+    since the write (``seen_down``)."""
     if readyz != 200:
         return False
     if not check_start:
         return True
-    return started is not None and started >= int(written_at)
+    if started is not None:
+        return started >= int(written_at)
+    return no_status and seen_down

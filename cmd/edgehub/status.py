@@ -7,11 +7,16 @@ hand-run ``edgehub agent`` keeps, that answers; skipped when the hub runs the ag
 ``--enable-discovery``), and shows
 each apiserver's health and last error, the cache's size and the age of each component's newest
 list, the certificates and their expiry, the response filters (and those kept off, with why),
-the pool leader, the discovery handlers and devices.
+the pool leader, the outage going on and the last one, the discovery handlers and devices.
 ``-o json`` prints both documents as one JSON object.
 
-Exit status: 0 when the hub answered and is ready, 1 when it is not ready or did not answer
-(the screen says why). Read-only: it only sends two GETs to loopback ports.
+``--history`` shows the hub's outage history instead (``GET /v1/outages``): a row per outage
+(when, how long, cause, what was answered and refused locally, tokens issued, whether the
+Node Event was posted) and the newest one in detail; ``-o json`` prints that document.
+
+Exit status: 0 when the hub answered and is ready (``--history``: when it answered), 1 when it
+is not ready or did not answer (the screen says why). Read-only: it only sends GETs to loopback
+ports.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 
 import click
 
-from edgehub import cli, statustext
+from edgehub import cli, helpgroups, outagetext, statustext
 
 TIMEOUT = 5.0
 
@@ -35,7 +40,10 @@ def _get(url: str) -> tuple[dict[str, Any] | None, str]:
         with urllib.request.urlopen(url, timeout=TIMEOUT) as resp:
             body = resp.read(16 << 20)
     except urllib.error.HTTPError as e:
-        return None, f"HTTP {e.code} (an edgehub older than this command, or not edgehub?)"
+        if e.code == 404:
+            return None, "HTTP 404 (an edgehub older than this command, or not edgehub?)"
+        said = e.read(1024).decode("utf-8", "replace").strip()  # e.g. why a 403 (shown visibly)
+        return None, f"HTTP {e.code}: {said.splitlines()[0][:200]}" if said else f"HTTP {e.code}"
     except urllib.error.URLError as e:
         reason = e.reason
         text = reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)
@@ -103,7 +111,19 @@ def screen(found: dict[str, Any]) -> str:
     )
 
 
-@click.command(context_settings=cli.COMMAND_CONTEXT)
+def show_history(server: str, output: str) -> None:
+    url = _base(server)
+    document, problem = _get(url + "/v1/outages")
+    if output == "json":
+        shown = document if document is not None else {"error": problem, "url": url}
+        click.echo(json.dumps(shown, indent=2))
+    else:
+        click.echo(outagetext.history(document, url, problem), nl=False)
+    if document is None:
+        raise SystemExit(1)
+
+
+@click.command(cls=helpgroups.Command, topics="status", context_settings=cli.COMMAND_CONTEXT)
 @click.option(
     "--server",
     default="http://127.0.0.1:10267",
@@ -117,8 +137,19 @@ def screen(found: dict[str, Any]) -> str:
     "8080); '' skips it.",
 )
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
-def command(server: str, agent: str, output: str) -> None:
-    """One screen for an operator on the node: apiservers, cache, certificates, pool, devices."""
+@click.option(
+    "--history",
+    is_flag=True,
+    help="Show the hub's outage history (GET /v1/outages): when each outage began and ended, "
+    "its cause, what the hub answered and refused locally per component and verb, the tokens "
+    "it issued, whether the Node Event was posted.",
+)
+def command(server: str, agent: str, output: str, history: bool) -> None:
+    """One screen for an operator on the node: apiservers, cache, certificates, pool, outages,
+    devices."""
+    if history:
+        show_history(server, output)
+        return
     found = collect(server, agent)
     hub = found["hub"]
     if output == "json":

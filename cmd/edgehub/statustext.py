@@ -3,7 +3,9 @@ agent's ``/status`` JSON.
 
 PURE: dicts in, text out (table-tested in ``tests/unit/test_status_text.py``). Every field may
 be missing (an older hub, a section that failed): what is not there is shown as ``-``, never a
-crash. Nothing here contacts anything.
+crash. Every string from the documents is shown through ``visible`` (``render`` passes them
+through ``visible.tree`` first): an escape sequence in an apiserver's error shows as text.
+Nothing here contacts anything.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from edgehub import outagetext, visible
 
 
 def _ago(seconds: float | None) -> str:
@@ -150,17 +154,22 @@ def hub_lines(hub: Mapping[str, Any], url: str, now: float) -> list[str]:
             lines += _table(rows)
 
     lines += ["", "CERTIFICATES"]
-    rows = [["NAME", "SUBJECT", "EXPIRES", "FILE"]]
+    rows = [["NAME", "SUBJECT", "EXPIRES", "KEY", "FILE"]]
     problems = []
     for cert in hub.get("certificates") or []:
         expires = "-"
         if "expiresInSeconds" in cert:
             expires = f"{cert.get('notAfter', '-')} ({_span(cert['expiresInSeconds'])})"
+        key = "-"
+        if "keySealedWith" in cert:
+            sealed = cert["keySealedWith"]
+            key = "plain PEM" if sealed is None else f"sealed (data key {sealed})"
         rows.append(
             [
                 str(cert.get("name", "-")),
                 str(cert.get("subject", "none yet")),
                 expires,
+                key,
                 str(cert.get("file", "-")),
             ]
         )
@@ -172,6 +181,7 @@ def hub_lines(hub: Mapping[str, Any], url: str, now: float) -> list[str]:
         lines += _table(rows)
     lines += problems
 
+    lines += outagetext.status_lines(hub.get("outages"))
     lines += filter_lines(hub.get("filters"))
     lines += pool_lines(hub.get("pool") or {}, now)
     return lines
@@ -289,6 +299,9 @@ def render(
     agent_source: str = "",
     agent_problem: str = "",
 ) -> str:
+    hub, agent = visible.tree(hub), visible.tree(agent)
+    hub_url, hub_problem = visible.text(hub_url), visible.text(hub_problem)
+    agent_source, agent_problem = visible.text(agent_source), visible.text(agent_problem)
     if hub is None:
         lines = [f"edgehub hub: no answer from {hub_url}: {hub_problem}"]
     else:

@@ -19,7 +19,8 @@ Invariants:
     normal run, so the committed set always equals the generated set.
 
 Danger: grpcio-tools stamps its version into ``*_pb2_grpc.py`` and the runtime refuses
-stubs newer than the installed grpcio; regenerate after changing the grpcio-tools pin.
+stubs newer than the installed grpcio; regenerate after changing the grpcio-tools pin
+(pyproject.toml, test extras).
 """
 
 from __future__ import annotations

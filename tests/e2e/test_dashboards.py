@@ -275,7 +275,7 @@ def scraped(tmp_path: pathlib.Path) -> Iterator[tuple[set[str], dict[str, set[st
                 "akri_instance_count{",
                 "edgehub_agent_discovery_handler_endpoints{",
                 'edgehub_manager_reconciles_total{controller="brokers"',
-                'node_yurthub_answers_total{component="kubectl",source="cloud"}',
+                'node_yurthub_answers_total{component="kubectl",source="cloud",verb=',
                 'node_yurthub_certificate_expiration_timestamp_seconds{certificate="client"}',
                 "node_yurthub_rejected_requests_total{",
                 'edgehub_manager_csr_decisions_total{decision="approved"',

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.slow
 
 def block() -> str:
     text = (REPO / "README.md").read_text()
-    section = text.split("## Trying the pieces by hand", 1)[1]
-    found = re.search(r"```sh\n(.*?)```", section, re.S)
+    parts = re.split(r"^#+ Trying the pieces by hand\n", text, maxsplit=1, flags=re.M)
+    assert len(parts) == 2, "README.md: no 'Trying the pieces by hand' heading"
+    found = re.search(r"```sh\n(.*?)```", parts[1], re.S)
     assert found is not None
     return found.group(1)
 

@@ -1,11 +1,11 @@
 """Every top-level package is packaged, type-checked and held by an import contract.
 
-A new top-level package (``inputbounds`` was one) must be named in four places that nothing
-else ties together: setuptools' include list (or the wheel lacks it and the installed binary
-fails to import), import-linter's ``root_packages`` (or its contracts silently ignore it), a
-contract whose source it is (what it may import), and the Makefile's mypy invocation (or
-``make lint`` never type-checks it). The Dockerfile's COPY lines are checked against the same
-list in ``tests/integration/manifests/test_manifests_contract.py``.
+A new top-level package (``inputbounds`` was one) must be named in four places that nothing else
+ties together: the wheel's package list (``[tool.hatch.build.targets.wheel]``, or the wheel
+lacks it and the installed binary fails to import), import-linter's ``root_packages`` (or its
+contracts silently ignore it), a contract whose source it is (what it may import), and the
+Makefile's mypy invocation (or ``make lint`` never type-checks it). The Dockerfile's COPY lines
+are checked against the same list in ``tests/integration/manifests/test_manifests_contract.py``.
 """
 
 from __future__ import annotations
@@ -36,10 +36,21 @@ def test_the_layout_has_the_packages_we_know() -> None:
     } == top_level_packages()
 
 
+def wheel_packages() -> dict[str, str]:
+    """Import name -> source directory of each package the wheel installs."""
+    listed = pyproject()["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    return {pathlib.PurePosixPath(p).name: p for p in listed}
+
+
 def test_every_package_is_in_the_wheel() -> None:
-    include = pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]
-    for package in top_level_packages():
-        assert f"{package}*" in include, package
+    wheel = wheel_packages()
+    assert set(wheel) == top_level_packages()
+    for source in wheel.values():
+        assert (REPO / source / "__init__.py").is_file(), source
+    # An editable install puts each source root on sys.path.
+    roots = {str(pathlib.PurePosixPath(s).parent) for s in wheel.values()}
+    dev = pyproject()["tool"]["hatch"]["build"]["targets"]["wheel"]["dev-mode-dirs"]
+    assert set(dev) == roots
 
 
 def test_every_package_is_under_the_import_contracts() -> None:

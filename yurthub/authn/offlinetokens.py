@@ -19,6 +19,7 @@ Pure apart from the key drawn at construction; the clock is passed in.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -35,11 +36,25 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Minted:
+    """What a token was issued for (``OfflineTokens.on_mint``): never the token itself."""
+
+    namespace: str
+    service_account: str
+    pod: str
+    audiences: tuple[str, ...]
+    issued: float
+    expires: float
+
+
 class OfflineTokens:
     def __init__(self, audiences: Callable[[], Sequence[str]]) -> None:
         """``audiences``: the API audiences now (a TokenRequest without audiences gets them)."""
         self._key = secrets.token_bytes(32)
         self._audiences = audiences
+        self.on_mint: Callable[[Minted], None] | None = None
+        """Told of every token issued (the outage record lists them)."""
 
     def mint(
         self,
@@ -73,6 +88,18 @@ class OfflineTokens:
         payload = _b64(json.dumps(claims, separators=(",", ":")).encode())
         signing_input = f"{header}.{payload}".encode("ascii")
         signature = _b64(hmac.new(self._key, signing_input, hashlib.sha256).digest())
+        if self.on_mint is not None:
+            aud = claims["aud"]
+            self.on_mint(
+                Minted(
+                    namespace,
+                    name,
+                    pod[0] if pod is not None else "",
+                    tuple(aud) if isinstance(aud, list) else (),
+                    float(issued),
+                    float(expires),
+                )
+            )
         return f"{header}.{payload}.{signature}", expires
 
     def verify(self, parsed: jwts.Parsed, now: float) -> jwts.ServiceAccount:

@@ -13,10 +13,15 @@ hub's disk cache has no failed writes; ``False`` otherwise, with the reason:
   said;
 - ``CacheUnavailable``: the hub runs without its cache (it could not be opened).
 
+Beyond YurtHub: the message names the node's last outage (``LastOutage``: when it began, how
+long it lasted, its cause; ``outages.records``) once it has ended, whatever the status, so
+``kubectl describe node`` tells when the node last ran on its own. It changes once per outage:
+the status, and so ``lastTransitionTime``, stays as it was.
+
 Differences from YurtHub [quirk]: no ``Unknown`` after three failing checks (a failed write is
 ``False`` at once, and ``True`` again once every failed key was written since); the duration
 annotation and the cloud-node label are read as the cloud reads them. Messages carry no
-counters, so a condition is rewritten only when its meaning changes.
+counters, so a condition is rewritten only when its meaning changes (or a new outage ended).
 """
 
 from __future__ import annotations
@@ -43,7 +48,33 @@ class CacheHealth:
     failed_keys: int = 0
 
 
-def desired(node_marking: marking.Marking, cache: CacheHealth) -> Condition:
+@dataclasses.dataclass(frozen=True, slots=True)
+class LastOutage:
+    """The node's last ended outage, in words fixed when it ended."""
+
+    began: str
+    """RFC 3339."""
+    lasted: str
+    """``5m12s``."""
+    cause: str
+
+
+def desired(
+    node_marking: marking.Marking, cache: CacheHealth, last_outage: LastOutage | None = None
+) -> Condition:
+    """The condition for the node's marking and the hub's cache, naming ``last_outage``."""
+    want = _desired(node_marking, cache)
+    if last_outage is None:
+        return want
+    return Condition(
+        want.status,
+        want.reason,
+        f"{want.message}; last outage: {last_outage.began} for {last_outage.lasted} "
+        f"({last_outage.cause})",
+    )
+
+
+def _desired(node_marking: marking.Marking, cache: CacheHealth) -> Condition:
     if isinstance(node_marking, marking.Invalid):
         return Condition("False", "InvalidAutonomyDuration", node_marking.describe())
     if node_marking == marking.CLOUD_NODE:

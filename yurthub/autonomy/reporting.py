@@ -2,9 +2,10 @@
 
 Every heartbeat interval, while a server is healthy, the reporter reads the node as kubelet
 last saw it through the hub (the cached ``kubelet/nodes.v1.core/<node>``; the cloud's copy when
-the cache has none), computes the desired condition from its autonomy annotations and the
-cache's failed writes, and only when it differs PATCHes ``nodes/<node>/status`` (strategic
-merge: this condition alone) on a healthy server with the hub's own identity. Kubelet's own
+the cache has none), computes the desired condition from its autonomy annotations, the
+cache's failed writes and the last ended outage, and only when it differs PATCHes
+``nodes/<node>/status`` (strategic merge: this condition alone) on a healthy server with the
+hub's own identity. Kubelet's own
 node GET is not involved: it stays local-first (``proxy/routing.py``), as before.
 
 Invariants: at most one request in flight; one log line per condition actually written;
@@ -44,6 +45,7 @@ HealthyServer = Callable[[], str | None]
 CachedNode = Callable[[], Awaitable[bytes | None]]
 """The node kubelet last read through the hub (its cached JSON), or None."""
 CacheView = Callable[[], conditions.CacheHealth]
+LastOutageView = Callable[[], conditions.LastOutage | None]
 
 
 def _now() -> str:
@@ -69,7 +71,9 @@ class Reporter:
         *,
         cached_node: CachedNode | None,
         cache_health: CacheView,
+        last_outage: LastOutageView = lambda: None,
     ) -> None:
+        """``last_outage``: the node's last ended outage (the hub's ``outages.recording``)."""
         self._node_name = hub.node_name
         self._interval = hub.heartbeat.interval
         self._timeout = hub.heartbeat.timeout
@@ -77,6 +81,7 @@ class Reporter:
         self._healthy_server = healthy_server
         self._cached_node = cached_node
         self._cache_health = cache_health
+        self._last_outage = last_outage
         self._written: tuple[conditions.Condition, str] | None = None
         self._last_problem = ""
         self.writes = 0
@@ -102,7 +107,7 @@ class Reporter:
         node, from_cache = await self._node(server)
         if node is None:
             return False
-        want = conditions.desired(marking.of_node(node), self._cache_health())
+        want = conditions.desired(marking.of_node(node), self._cache_health(), self._last_outage())
         if not conditions.needs_update(node, want):
             return False
         if from_cache and self._written is not None:

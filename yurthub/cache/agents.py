@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from yurthub import following
+from yurthub import following, pacing
 
 logger = logging.getLogger(__name__)
 
@@ -216,6 +216,7 @@ async def follow_configmap(
     also: Sequence[ConfigTarget] = (),
     others: Mapping[str, following.Target] | None = None,
     cloud_healthy: Callable[[], bool] = lambda: True,
+    pace: pacing.Settings | None = None,
 ) -> None:
     """List+watch ``yurt-hub-cfg`` through the hub forever (until cancelled); its data goes to
     ``agent_set`` and to every one of ``also`` (the filters read their additions from it: one
@@ -234,6 +235,7 @@ async def follow_configmap(
         max_backoff=max_backoff,
         max_item=MAX_LIST_BYTES,
         cloud_healthy=cloud_healthy,
+        pace=pace,
     )
 
 

@@ -702,7 +702,7 @@ class Batch:
                     value = sqlrows.raw_get(cache, name)
                     if value is None:
                         raise sqlite3.DatabaseError(f"entry {name!r} vanished under the writer")
-                    body = entries.body_of(sealer.unseal(name, value))
+                    body = sealer.body(name, value)
                 except entries.CorruptEntry as e:
                     raise CorruptStored(name) from e
             cache.set(name, sealer.seal(name, entries.encode_object(entry, body)))

@@ -306,13 +306,18 @@ def body_after_header(value: bytes) -> bytes:
     return value[_end_unchecked(value) :]
 
 
-def _end_unchecked(value: bytes) -> int:
+def body_start_unchecked(value: bytes) -> int:
+    """Where the body of an authenticated entry starts (``body_after_header`` without the
+    slice). Raises ``CorruptEntry``."""
     if value[:4] != MAGIC or len(value) < _HEAD:
         raise CorruptEntry("not a cache entry (bad magic or truncated)")
     end = _HEAD + int.from_bytes(value[_COVERED:_HEAD], "big")
     if end > len(value):
         raise CorruptEntry("truncated entry header")
     return end
+
+
+_end_unchecked = body_start_unchecked
 
 
 def is_legacy(value: bytes) -> bool:

@@ -36,6 +36,7 @@ from typing import Any
 
 import orjson
 
+from yurthub import eventnames
 from yurthub.cache import patching
 
 CORE = "v1"
@@ -198,11 +199,14 @@ def summary(
 ) -> dict[str, Any]:
     """The one Event saying how many Events the journal dropped during the outage (on the
     Node, in ``default``, as kubelet records Node Events). ``unique``: makes the name unique
-    (the caller's clock)."""
+    (the caller's clock); the name is valid whatever the node's length (``eventnames``)."""
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{node}.offline-events-dropped.{unique}", "namespace": "default"},
+        "metadata": {
+            "name": eventnames.on_node(node, f"offline-events-dropped.{unique}"),
+            "namespace": "default",
+        },
         "involvedObject": {"kind": "Node", "name": node, "uid": node, "apiVersion": "v1"},
         "reason": SUMMARY_REASON,
         "message": (

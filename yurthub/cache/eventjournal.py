@@ -111,7 +111,12 @@ class _Db:
             conn.execute("PRAGMA synchronous=NORMAL")
             for statement in _SCHEMA:
                 conn.execute(statement)
-            conn.execute("PRAGMA quick_check").fetchone()
+            # Damaged pages under a sound header open fine and fail every later query: the
+            # check's answer is what tells ("ok", else what it found).
+            check = conn.execute("PRAGMA quick_check").fetchone()
+            if check is None or check[0] != "ok":
+                found = " ".join(str(check[0] if check else "no answer").split())
+                raise sqlite3.DatabaseError(f"quick_check: {found[:200]}")
         except BaseException:
             conn.close()
             raise

@@ -53,7 +53,7 @@ KEY_FILE = "cache.key"
 _WRAP_AAD = b"edgehub cache data key "
 _MAX_KEK_FILE = 4096
 UNSEALED_WARNING = (
-    "the disk cache is not sealed: anyone who copies {path} reads every cached Secret"
+    "the disk cache is not sealed: anyone who copies {path} reads every cached Secret{also}"
     " (set --cache-key-source)"
 )
 
@@ -71,9 +71,10 @@ class Unsealable(KeySourceError):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Kek:
-    """The key-encrypting key a source gave, and what to call it in logs (never the bytes)."""
+    """The key-encrypting key a source gave, and what to call it in logs (never the bytes: its
+    repr leaves them out)."""
 
-    key: bytes
+    key: bytes = dataclasses.field(repr=False)
     describe: str
 
 
@@ -153,10 +154,14 @@ def _read_kek(path: pathlib.Path, *, check_mode: bool) -> bytes:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Ring:
-    """The data keys of one cache (id -> key) and the current one."""
+    """The data keys of one cache (id -> key) and the current one (its repr shows the ids
+    only)."""
 
-    keys: Mapping[int, bytes]
+    keys: Mapping[int, bytes] = dataclasses.field(repr=False)
     current: int
+
+    def __repr__(self) -> str:
+        return f"Ring(ids={sorted(self.keys)}, current={self.current})"
 
     def sealer(self, random: Callable[[int], bytes]) -> sealing.Sealer:
         return sealing.Sealer(dict(self.keys), self.current, random)
@@ -247,6 +252,14 @@ def read_sealer(
         return sealing.PLAIN
     ring = load_ring(directory, kek)
     return sealing.PLAIN if ring is None else ring.sealer(os.urandom)
+
+
+def copy_ring(directory: pathlib.Path, suffix: str) -> None:
+    """Copy ``cache.key`` (and the TPM's blobs) to ``<name><suffix>``, beside a damaged
+    database moved aside; the originals stay in use."""
+    for name in (KEY_FILE, tpmsealing.PUBLIC, tpmsealing.PRIVATE):
+        with contextlib.suppress(FileNotFoundError):
+            atomicfiles.write(directory / f"{name}{suffix}", (directory / name).read_bytes())
 
 
 def remove_ring(directory: pathlib.Path, suffix: str) -> None:

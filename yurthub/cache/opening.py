@@ -131,6 +131,26 @@ def _is_damage(error: BaseException | None) -> bool:
     )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Keys:
+    """The node's data keys, opened from the cache directory (``open_keys``). They seal the
+    cache's entries and, derived (``certs.sealedkeys``), the hub's private keys."""
+
+    sealer: sealing.Sealer
+    ring: keysealing.Ring | None = None
+    kek: keysealing.Kek | None = None
+    reset: str = ""
+    """Why the cache and its data key were moved aside and started anew ("" when not)."""
+
+    @property
+    def sealed_by(self) -> str:
+        """What seals the data key (``keysealing.Kek.describe``); "" when nothing does."""
+        return self.kek.describe if self.kek is not None and self.ring is not None else ""
+
+
+PLAIN_KEYS = Keys(sealing.PLAIN)
+
+
 @dataclasses.dataclass
 class Opened:
     cache: diskcache.Cache
@@ -140,20 +160,24 @@ class Opened:
     sealer: sealing.Sealer
     sealed_by: str
     """What seals the data key (``keysealing.Kek.describe``); "" when nothing does."""
+    keys: Keys = PLAIN_KEYS
+    retirable: bool = False
+    """Every entry is sealed under the current data key: the older ones may go
+    (``retire_keys``)."""
 
 
-def open_checked(
+def open_keys(
     path: pathlib.Path,
-    key_source: keysealing.Source | None = None,
+    key_source: keysealing.Source | None,
     environ: Mapping[str, str] | None = None,
     random: Callable[[int], bytes] = os.urandom,
-) -> Opened:
-    """Open and load the cache at ``path``, sealed as ``key_source`` says (None: plaintext, no
-    key looked for); a damaged database, or a sealed one whose data key does not open here, is
-    moved aside and a new one started (``Opened.reset`` says why). Raises ``StoreError`` for
-    what a new database would not cure (permissions, a full disk, a database another process
-    holds locked, a key source that gives no key, ``auto`` finding no key for a sealed
-    cache)."""
+) -> Keys:
+    """The data keys of the cache at ``path``, as ``key_source`` says (None: plaintext, no key
+    looked for): opened, or made when there are none. A key that does not open here (another
+    node's TPM blobs or KEK) moves the database and the key aside and starts both anew
+    (``Keys.reset`` says why, one error line). Raises ``StoreError`` for what starting anew
+    would not cure (the directory, a key source that gives no key, ``auto`` finding no key for
+    a sealed cache)."""
     try:
         _secure_dir(path)
     except OSError as e:
@@ -167,42 +191,88 @@ def open_checked(
                 kek = keysealing.resolve(key_source, env, path, random=random)
             except keysealing.Unsealable as e:
                 # The TPM's blobs are another TPM's: the cache they seal cannot be read here.
-                aside = _move_aside(path)
-                reason = (
-                    f"the cache's key does not unseal on this node ({e}); moved to"
-                    f" {aside.name} and started empty"
-                )
-                logger.error("disk cache %s: %s", path, reason)
+                reason = _start_anew(path, f"the cache's key does not unseal on this node ({e})")
                 kek = keysealing.resolve(key_source, env, path, random=random)
         except keysealing.KeySourceError as e:
             raise StoreError(f"cannot seal the cache at {path}: {e}") from e
     try:
         sealer, ring = _sealer(path, key_source, kek, random)
     except keysealing.Unsealable as e:
-        aside = _move_aside(path)
-        reason = (
-            f"the cache was sealed under a data key that does not open here ({e}); moved to"
-            f" {aside.name} and started empty"
+        reason = _start_anew(
+            path, f"the cache was sealed under a data key that does not open here ({e})"
         )
-        logger.error("disk cache %s: %s", path, reason)
         sealer, ring = _sealer(path, key_source, kek, random)
-    described = kek.describe if kek is not None else ""
+    return Keys(sealer, ring, kek, reason)
+
+
+def _start_anew(path: pathlib.Path, why: str) -> str:
+    aside = _move_aside(path)
+    reason = (
+        f"{why}; moved to {aside.name} and started empty under a new data key (the hub's"
+        " private keys sealed under the old one are requested anew)"
+    )
+    logger.error("disk cache %s: %s", path, reason)
+    return reason
+
+
+def open_checked(
+    path: pathlib.Path,
+    key_source: keysealing.Source | None = None,
+    environ: Mapping[str, str] | None = None,
+    random: Callable[[int], bytes] = os.urandom,
+    *,
+    keys: Keys | None = None,
+    retire: bool = True,
+) -> Opened:
+    """Open and load the cache at ``path``, sealed with ``keys`` (opened here from
+    ``key_source`` when not given: ``open_keys``); a damaged database is moved aside and a new
+    one started under the same data key (``Opened.reset`` says why). ``retire``: once every
+    entry is sealed under the current data key, drop the older ones from ``cache.key`` (the
+    hub does that later, ``retire_keys``, once its private keys are re-sealed too). Raises
+    ``StoreError`` for what a new database would not cure (permissions, a full disk, a database
+    another process holds locked, a key source that gives no key, ``auto`` finding no key for
+    a sealed cache)."""
+    if keys is None:
+        keys = open_keys(path, key_source, environ, random)
+    reason = keys.reset
+    sealer = keys.sealer
     try:
         cache, loaded = _open_and_load(path, sealer)
     except StoreError as e:
         damage = e.__cause__
         if not _is_damage(damage):
             raise
-        aside = _move_aside(path)
+        aside = _move_aside(path, keep_keys=True)
         reason = f"the database was damaged ({damage}); moved to {aside.name} and started empty"
         logger.error("disk cache %s: %s", path, reason)
-        sealer, ring = _sealer(path, key_source, kek, random)
         cache, loaded = _open_and_load(path, sealer)
-    if ring is not None and kek is not None and len(ring.keys) > 1 and not loaded.unsealable:
-        # Every entry was rewritten under the current key at load: the older ones go.
+    opened = Opened(
+        cache, loaded, reason, sealer, keys.sealed_by, keys, retirable=not loaded.unsealable
+    )
+    if retire and opened.retirable:
+        retire_keys(path, keys, random)
+    return opened
+
+
+def retire_keys(
+    path: pathlib.Path, keys: Keys, random: Callable[[int], bytes] = os.urandom
+) -> bool:
+    """Drop every data key but the current one from ``path/cache.key``, once nothing is
+    sealed under them any more (the caller knows: the cache's entries re-encrypted at open,
+    the hub's private keys re-sealed). Nothing happens when ``cache.key`` changed since
+    ``keys`` were read (``edgehub cache rotate-key`` meanwhile: the next start retires).
+    True when keys were dropped. Raises ``StoreError``."""
+    ring, kek = keys.ring, keys.kek
+    if ring is None or kek is None or len(ring.keys) <= 1:
+        return False
+    try:
+        if keysealing.load_ring(path, kek) != ring:
+            return False
         keysealing.save_ring(path, keysealing.pruned(ring), kek, random)
-        logger.info("disk cache %s: older data keys retired after re-encryption", path)
-    return Opened(cache, loaded, reason, sealer, described)
+    except (keysealing.KeySourceError, OSError) as e:
+        raise StoreError(f"cannot retire the older data keys of {path}: {e}") from e
+    logger.info("disk cache %s: older data keys retired after re-encryption", path)
+    return True
 
 
 def _sealer(
@@ -261,9 +331,12 @@ def _open_and_load(path: pathlib.Path, sealer: sealing.Sealer) -> tuple[diskcach
         raise
 
 
-def _move_aside(path: pathlib.Path) -> pathlib.Path:
+def _move_aside(path: pathlib.Path, *, keep_keys: bool = False) -> pathlib.Path:
     """Rename the database files to ``cache.db.damaged-<UTC time>`` (mode kept: 0600, Secrets
-    may be inside); older damaged copies beyond ``_KEEP_ASIDE`` are removed."""
+    may be inside); older damaged copies beyond ``_KEEP_ASIDE`` are removed. The data key goes
+    with them (useless without it, and the reverse); ``keep_keys`` (a damaged database, a key
+    that still opens): a copy goes, the key stays (the hub's private keys are sealed under
+    it)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     try:
         old = sorted(path.glob(f"{sqlrows.DB_FILES[0]}.damaged-*"))
@@ -276,8 +349,10 @@ def _move_aside(path: pathlib.Path) -> pathlib.Path:
             source = path / name
             if source.exists():
                 source.rename(path / f"{name}.damaged-{stamp}")
-        # The data key goes with the database it seals (useless without it, and the reverse).
-        keysealing.remove_ring(path, f".damaged-{stamp}")
+        if keep_keys:
+            keysealing.copy_ring(path, f".damaged-{stamp}")
+        else:
+            keysealing.remove_ring(path, f".damaged-{stamp}")
     except OSError as e:
         raise StoreError(f"cannot move the damaged cache at {path} aside: {e}") from e
     return target

@@ -105,6 +105,45 @@ class Readers:
             raise CorruptRead(corrupt)
         return found
 
+    async def chosen_pages(
+        self,
+        object_keys: list[keys.ObjectKey],
+        within: keys.ObjectKey,
+        size: int = PAGE_ROWS,
+        *,
+        as_stored: bool = False,
+    ) -> AsyncIterator[list[bytes]]:
+        """The stored bodies of ``object_keys`` (in their order, gone ones left out), ``size``
+        at a time, the next page read while the caller writes this one (as ``pages``). Only
+        these keys' values are opened (a sealed cache decrypts what the selector matched).
+        Raises ``CorruptRead``."""
+        prefix = within.scope.prefix() + "/"
+        if within.namespace:
+            prefix += keys.escape(within.namespace) + "/"
+        chunks = [
+            [str(k) for k in object_keys[i : i + size]] for i in range(0, len(object_keys), size)
+        ]
+        loop = asyncio.get_running_loop()
+
+        def read(index: int) -> asyncio.Future[tuple[list[bytes | None], list[str]]]:
+            return loop.run_in_executor(
+                self._pool, self._read_bodies, chunks[index], prefix, as_stored
+            )
+
+        pending = read(0) if chunks else None
+        try:
+            for index in range(len(chunks)):
+                assert pending is not None
+                found, corrupt = await pending
+                pending = read(index + 1) if index + 1 < len(chunks) and not corrupt else None
+                if corrupt:
+                    self._on_corrupt(corrupt)
+                    raise CorruptRead(corrupt)
+                yield [b for b in found if b is not None]
+        finally:
+            if pending is not None:
+                pending.cancel()
+
     async def all_bodies(self, within: keys.ObjectKey) -> list[bytes]:
         """Every stored body of ``within``'s scope (and namespace, when set), in key order (all
         pages of ``pages`` at once: for small ranges and tests)."""
@@ -117,29 +156,36 @@ class Readers:
         self, within: keys.ObjectKey, size: int = PAGE_ROWS, *, as_stored: bool = False
     ) -> AsyncIterator[list[bytes]]:
         """Every stored body of ``within``'s range in key order, ``size`` at a time: one
-        executor hop per page, so an answer streams while the rest is read and at most a page of
-        bodies is in memory (a 10,000-pod list is ~20 MB). Pages are read one after the other
-        (keyset paging): a body written meanwhile is included when its key is still ahead.
-        Raises ``CorruptRead`` at the page holding a corrupt row (being dropped). Bodies
-        are JSON unless ``as_stored`` (as ``bodies``)."""
+        executor hop per page, so an answer streams while the rest is read and at most two
+        pages of bodies are in memory (a 10,000-pod list is ~20 MB). Pages are read one after
+        the other (keyset paging), the next one while the caller writes this one: reading (and,
+        sealed, decrypting) a page overlaps sending the one before. A body written meanwhile is
+        included when its key is still ahead. Raises ``CorruptRead`` at the page holding a
+        corrupt row (being dropped). Bodies are JSON unless ``as_stored`` (as ``bodies``)."""
         prefix = within.scope.prefix() + "/"
         if within.namespace:
             prefix += keys.escape(within.namespace) + "/"
         upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
         loop = asyncio.get_running_loop()
-        after = prefix
-        while True:
-            found, corrupt, last = await loop.run_in_executor(
-                self._pool, self._read_page, after, upper, size, as_stored
-            )
-            if corrupt:
-                self._on_corrupt(corrupt)
-                raise CorruptRead(corrupt)
-            if found:
-                yield found
-            if last is None:
-                return
-            after = last
+        pending: asyncio.Future[tuple[list[bytes], list[str], str | None]] | None
+        pending = loop.run_in_executor(self._pool, self._read_page, prefix, upper, size, as_stored)
+        try:
+            while pending is not None:
+                found, corrupt, last = await pending
+                pending = None
+                if corrupt:
+                    self._on_corrupt(corrupt)
+                    raise CorruptRead(corrupt)
+                if last is not None:
+                    pending = loop.run_in_executor(
+                        self._pool, self._read_page, last, upper, size, as_stored
+                    )
+                if found:
+                    yield found
+        finally:
+            if pending is not None:
+                # The caller stopped early (a client gone): the read ahead is not wanted.
+                pending.cancel()
 
     def _read_page(
         self, after: str, upper: str, size: int, as_stored: bool = False
@@ -149,7 +195,7 @@ class Readers:
         out: list[bytes] = []
         corrupt: list[str] = []
         # Unsealed here, on the reader thread: the loop never decrypts.
-        body_of = self._sealer.body
+        body_of = self._sealer.read_body
         key = None
         count = 0
         for key, mode, value, filename in self._connection().execute(

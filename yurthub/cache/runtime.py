@@ -40,6 +40,7 @@ from yurthub.cache import (
     store,
     teeing,
 )
+from yurthub.outages import history
 from yurthub.proxy import local, seams, upstream
 
 logger = logging.getLogger(__name__)
@@ -56,12 +57,16 @@ class CacheRuntime:
         hub_settings: settings.HubSettings,
         cache: store.Store,
         journal: eventjournal.Journal | None = None,
+        outages: history.History | None = None,
     ) -> None:
-        """``journal``: offline Events kept for the cloud (None: answered, not kept)."""
+        """``journal``: offline Events kept for the cloud (None: answered, not kept);
+        ``outages``: the outage history in the cache directory (None: it could not be opened;
+        the hub keeps one in memory)."""
         cfg = hub_settings.cache
         self.settings = hub_settings
         self.store = cache
         self.journal = journal
+        self.outages = outages
         self.poster: eventposting.Poster | None = None
         """Set while ``replay`` runs."""
         self.agents = agents.AgentSet(
@@ -147,6 +152,7 @@ class CacheRuntime:
                 also=also,
                 others=others,
                 cloud_healthy=route.cloud_healthy,
+                pace=route.pace,
             )
 
     def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:
@@ -205,6 +211,11 @@ class CacheRuntime:
             "components": sorted(components.values(), key=lambda c: str(c["component"])),
         }
 
+    def dropped(self) -> int:
+        """``seams.OfflineWrites``: offline Events dropped over the journal's bounds, not told
+        yet."""
+        return self.journal.dropped if self.journal is not None else 0
+
     def _journal_status(self) -> dict[str, int] | None:
         if self.journal is None:
             return None
@@ -239,6 +250,8 @@ class CacheRuntime:
         await self.store.close()
         if self.journal is not None:
             await self.journal.close()
+        if self.outages is not None:
+            await self.outages.close()
 
 
 def _write_error(found: failures.Failures, now: float) -> dict[str, Any] | None:
@@ -259,14 +272,23 @@ def _iso(when: float) -> str:
 
 
 def unsealed_warning(hub_settings: settings.HubSettings) -> str:
-    return keysealing.UNSEALED_WARNING.format(path=hub_settings.cache.disk_cache_path)
+    also = ""
+    if hub_settings.certs.source.manages_certificates:
+        also = f", and the hub's private keys in {hub_settings.certs.root_dir / 'pki'}"
+    return keysealing.UNSEALED_WARNING.format(path=hub_settings.cache.disk_cache_path, also=also)
 
 
-async def open(hub_settings: settings.HubSettings) -> CacheRuntime:
-    """Open the cache directory of ``hub_settings.cache`` (0700, created if missing)."""
+async def open(hub_settings: settings.HubSettings, keys: store.Keys | None = None) -> CacheRuntime:
+    """Open the cache directory of ``hub_settings.cache`` (0700, created if missing), with the
+    node's data keys when already opened (``store.open_keys``: the older ones are then kept
+    until ``store.retire_old_keys``)."""
     cfg = hub_settings.cache
     cache = await store.Store.open(
-        cfg.disk_cache_path, max_pending_bytes=cfg.max_pending_bytes, key_source=cfg.key_source
+        cfg.disk_cache_path,
+        max_pending_bytes=cfg.max_pending_bytes,
+        key_source=cfg.key_source,
+        keys=keys,
+        retire=keys is None,
     )
     if cache.sealed_by:
         logger.info(
@@ -293,4 +315,12 @@ async def open(hub_settings: settings.HubSettings) -> CacheRuntime:
         journal = None
     if journal is not None and journal.pending:
         logger.info("%d Events recorded offline wait for the cloud", journal.pending)
-    return CacheRuntime(hub_settings, cache, journal)
+    outages: history.History | None
+    try:
+        outages = await history.open_history(cfg.disk_cache_path)
+    except (OSError, sqlite3.Error) as e:
+        logger.error(
+            "the outage history cannot be opened: outages are recorded in memory only: %s", e
+        )
+        outages = None
+    return CacheRuntime(hub_settings, cache, journal, outages)

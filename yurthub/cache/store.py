@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import pathlib
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 
@@ -75,11 +76,26 @@ DropCorrupt = jobs.DropCorrupt
 Job = jobs.Job
 Stats = writing.Stats
 StoreError = opening.StoreError
+Keys = opening.Keys
+PLAIN_KEYS = opening.PLAIN_KEYS
 CorruptRead = reading.CorruptRead
 DB_FILES = sqlrows.DB_FILES
 PAGE_ROWS = reading.PAGE_ROWS
 is_protobuf = reading.is_protobuf
 trim_heap = writing.trim_heap
+
+
+async def open_keys(
+    path: pathlib.Path,
+    key_source: keysealing.Source | None,
+    environ: Mapping[str, str] | None = None,
+) -> opening.Keys:
+    """The data keys of the cache at ``path`` (``opening.open_keys``, off the loop): opened
+    once at the hub's start and shared by the cache and the hub's private keys. Raises
+    ``StoreError``."""
+    loop = asyncio.get_running_loop()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cache-keys") as pool:
+        return await loop.run_in_executor(pool, opening.open_keys, path, key_source, environ)
 
 
 class Store:
@@ -116,6 +132,9 @@ class Store:
         """What seals the data key (a key file, a credential); "" when the cache is plaintext."""
         self.reset = ""
         """Why the database was moved aside and started empty at open; "" when it was not."""
+        self.keys = opening.PLAIN_KEYS
+        """The data keys it was opened with (``opening.Keys``)."""
+        self._retirable = False
 
     # --- life cycle --------------------------------------------------------------------------
 
@@ -127,19 +146,37 @@ class Store:
         max_pending_bytes: int = 64 << 20,
         key_source: keysealing.Source | None = None,
         environ: Mapping[str, str] | None = None,
+        keys: opening.Keys | None = None,
+        retire: bool = True,
     ) -> Store:
         """Open (or create) the cache at ``path`` and load the index, sealed as ``key_source``
-        says (None: plaintext, and a sealed cache is refused). Raises ``StoreError``."""
+        says (None: plaintext, and a sealed cache is refused), or with ``keys`` already opened
+        (``open_keys``). ``retire``: drop older data keys once every entry is re-encrypted
+        (else ``retire_old_keys`` later). Raises ``StoreError``."""
         loop = asyncio.get_running_loop()
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cache-open") as pool:
             opened = await loop.run_in_executor(
-                pool, opening.open_checked, path, key_source, environ
+                pool,
+                functools.partial(
+                    opening.open_checked, path, key_source, environ, keys=keys, retire=retire
+                ),
             )
         store = cls(path, opened.cache, max_pending_bytes, opened.sealer)
         store._install(opened.loaded)
         store.reset = opened.reset
         store.sealed_by = opened.sealed_by
+        store.keys = opened.keys
+        store._retirable = opened.retirable and not retire
         return store
+
+    async def retire_old_keys(self) -> bool:
+        """Drop the data keys older than the current one from ``cache.key`` (opened with
+        ``retire=False``, once whatever else they sealed is re-sealed). Raises ``StoreError``."""
+        if not self._retirable:
+            return False
+        self._retirable = False
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, opening.retire_keys, self.path, self.keys)
 
     def _install(self, loaded: opening.Loaded) -> None:
         for key, entry in loaded.objects:
@@ -236,6 +273,17 @@ class Store:
         whose scope (and namespace) contains every wanted key (one range scan). Raises
         ``CorruptRead``."""
         return await self._readers.bodies(object_keys, within=within, as_stored=as_stored)
+
+    def chosen_pages(
+        self,
+        object_keys: list[keys.ObjectKey],
+        within: keys.ObjectKey,
+        *,
+        as_stored: bool = False,
+    ) -> AsyncIterator[list[bytes]]:
+        """The stored bodies of ``object_keys`` a page at a time (gone ones left out), the
+        next page read ahead (``reading.Readers.chosen_pages``). Raises ``CorruptRead``."""
+        return self._readers.chosen_pages(object_keys, within, as_stored=as_stored)
 
     async def all_bodies(self, within: keys.ObjectKey) -> list[bytes]:
         """Every stored body of ``within``'s scope (and namespace, when set), in key order (all

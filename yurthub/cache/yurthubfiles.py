@@ -6,7 +6,9 @@ one JSON object per file, and answers offline lists with whatever files a direct
 tree so a node switched from YurtHub to edgehub keeps its offline answers from the first
 second, before its components have listed through the new hub:
 
-- every object file becomes the object (``store.PutObject``), under the same component;
+- every object file becomes the object (``store.PutObject``), under the same component (as
+  this hub names it: kubemark's ``hollow-kubelet`` directory is kubelet's,
+  ``requestinfo.COMPONENT_ALIASES``, so a hollow node's YurtHub cache answers its kubelet);
 - every ``<component>/<resource>`` directory becomes one whole list of what it holds
   (``store.PutList``, all namespaces, no selector): offline it answers what YurtHub would have
   answered (for kubelet: its node's pods), filtered by the request's selectors as usual. The
@@ -30,8 +32,9 @@ from collections.abc import Iterator
 
 import orjson
 
-from yurthub import migrationplans
+from yurthub import migrationplans, requestinfo
 from yurthub.cache import eventjournal, keys, keysealing, store, tpmsealing
+from yurthub.outages import history
 
 MAX_FILE_BYTES = 16 << 20
 SKIPPED_TOP = frozenset({"_internal"})
@@ -52,7 +55,7 @@ def parse(parts: tuple[str, ...]) -> Located | None:
     this hub imports. Pure."""
     if len(parts) not in (3, 4) or parts[0] in SKIPPED_TOP or parts[0].startswith("."):
         return None
-    component, gvr = parts[0], parts[1]
+    component, gvr = requestinfo.COMPONENT_ALIASES.get(parts[0], parts[0]), parts[1]
     if gvr == PARTIAL:
         return None
     resource, dot, rest = gvr.partition(".")
@@ -95,6 +98,7 @@ OWN_FILES = frozenset(
     (
         *store.DB_FILES,
         *(eventjournal.FILE_NAME + suffix for suffix in ("", "-wal", "-shm", "-journal")),
+        *(history.FILE_NAME + suffix for suffix in ("", "-wal", "-shm", "-journal")),
         keysealing.KEY_FILE,
         tpmsealing.PUBLIC,
         tpmsealing.PRIVATE,
@@ -109,6 +113,7 @@ def read(root: pathlib.Path, *, skip: frozenset[str] = frozenset()) -> Tree:
     """Read YurtHub's tree at ``root``; ``skip``: top-level names to leave alone (this hub's own
     database files when both share the directory)."""
     tree = Tree()
+    seen: set[Located] = set()
     for path, parts in walk(root):
         if parts[0] in skip:
             continue
@@ -131,6 +136,10 @@ def read(root: pathlib.Path, *, skip: frozenset[str] = frozenset()) -> Tree:
         if problem:
             tree.skipped.append(f"{shown}: {problem}")
             continue
+        if located in seen:
+            tree.skipped.append(f"{shown}: the same object under another name of its component")
+            continue
+        seen.add(located)
         tree.objects.setdefault(located.scope, []).append((located, body))
     return tree
 
@@ -185,11 +194,21 @@ def count(tree: Tree) -> int:
     return sum(len(members) for members in tree.objects.values())
 
 
-async def fill(path: pathlib.Path, tree: Tree, key_source: keysealing.Source | None = None) -> None:
+async def fill(
+    path: pathlib.Path,
+    tree: Tree,
+    key_source: keysealing.Source | None = None,
+    *,
+    data_keys: store.Keys | None = None,
+) -> None:
     """Write ``tree`` into the hub's cache at ``path`` (the hub not running on it): every object,
     a whole list per directory, ``/version``, sealed as ``key_source`` (as the hub will open
-    it: no plaintext is written where a sealed cache goes). Raises ``store.StoreError``."""
-    cache = await store.Store.open(path, key_source=key_source)
+    it: no plaintext is written where a sealed cache goes), or with ``data_keys`` already opened
+    (the hub's start: its data keys are then left for it to retire). Raises
+    ``store.StoreError``."""
+    cache = await store.Store.open(
+        path, key_source=key_source, keys=data_keys, retire=data_keys is None
+    )
 
     async def put(job: store.Job) -> None:
         # The write queue is bounded: wait for it to drain before giving up on a job.

@@ -27,8 +27,17 @@ out, and the hub keeps serving from its cache meanwhile.
 Readiness: the proxy's gate needs a client identity (a loaded pair, even an expired one: offline
 the cache can still answer); ``/v1/readyz`` also reports a missing serving certificate.
 
+Sealed keys (``sealedkeys``, given as ``seal``): every key is written sealed under the node's
+data key; a pair read in plaintext (an older hub's, YurtHub's adopted files) or under an older
+data key is sealed again in place at once (``pemfiles.reseal``: its plaintext files removed
+securely). A sealed key that does not open here (the data key was started anew: a copy from
+another node) is one log line and a fresh start: the certificate is requested again with the
+bootstrap credentials. When the key source gives no key now (``Seal.unavailable``), nothing is
+requested or written (no CSR is made whose key could not be kept), and ``/v1/readyz`` says why.
+
 Dangers: private keys exist in memory between key generation and the write, and on disk only in
-0600 files under ``pki/``. Never log key material, tokens or the bootstrap kubeconfig.
+0600 files under ``pki/``, sealed unless the key source is ``none``. Never log key material,
+tokens or the bootstrap kubeconfig.
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ from yurthub.certs import (
     modes,
     pemfiles,
     renewal,
+    sealedkeys,
     signing,
 )
 
@@ -83,10 +93,13 @@ class CertManager:
         self,
         hub: settings.HubSettings,
         *,
+        seal: sealedkeys.Seal = sealedkeys.PLAIN,
         draw: Callable[[], float] = random.random,
         clock: Callable[[], datetime.datetime] = _now,
     ) -> None:
         self._hub = hub
+        self.seal = seal
+        """How the private keys are kept on disk (``sealedkeys``)."""
         self.settings = hub.certs
         self.source = hub.certs.source
         self.layout = layout.Layout(hub.certs.root_dir)
@@ -111,6 +124,8 @@ class CertManager:
         self._pins = jws.parse_pins(hub.certs.ca_cert_hashes)
         self._cluster_ip = ""
         self._said: set[str] = set()
+        self._swept: set[str] = set()
+        """Pairs (``client``, ``serving``) whose plaintext leftovers were looked for."""
         # What the operator allowed beyond a kubeconfig's own CA, as for the hub's identity.
         self._trust = kubeconfigs.TrustPolicy(
             allow_insecure=hub.upstream.allow_insecure_tls,
@@ -149,6 +164,12 @@ class CertManager:
         until = f"{pair.validity.not_after:%Y-%m-%dT%H:%M:%SZ}"
         return f"the client certificate expired at {until}{waiting}: {self.client_problem}"
 
+    def holds_older_keys(self) -> bool:
+        """Whether a pair in use is sealed under a data key older than the current one (its
+        re-sealing failed): that data key must be kept."""
+        pairs = (self.client_pair, self.serving_pair)
+        return any(p is not None and p.sealed and p.key_id != self.seal.current for p in pairs)
+
     def serving_readiness(self) -> str:
         if self.serving_pair is not None:
             return ""
@@ -182,8 +203,24 @@ class CertManager:
     async def _load(self, path: pathlib.Path, what: str) -> pemfiles.Pair | None:
         loop = asyncio.get_running_loop()
         try:
-            pair = await loop.run_in_executor(None, pemfiles.load_pair, path)
+            pair = await loop.run_in_executor(None, pemfiles.load_pair, path, self.seal)
         except FileNotFoundError:
+            return None
+        except pemfiles.SealedKeyError as e:
+            if e.foreign:
+                # A node whose data key was started anew (one line said so) meets keys sealed
+                # under the old one: expected, so INFO; otherwise this is the line.
+                self._once(
+                    f"{what}:{e}",
+                    logging.INFO if self.seal.reset else logging.ERROR,
+                    "%s certificate not usable, requesting a new one: %s",
+                    what,
+                    e,
+                )
+            else:
+                # The key source gives no key: the line that said so is the error; readyz
+                # names it too (the renewal refuses to start, ``_check_seal``).
+                log.debug("%s certificate not usable: %s", what, e)
             return None
         except pemfiles.PairError as e:
             self._once(
@@ -194,6 +231,10 @@ class CertManager:
                 e,
             )
             return None
+        if sealedkeys.stale(pair.key_id, self.seal):
+            pair = await self._reseal(pair, what)
+        elif pair.sealed and what not in self._swept:
+            await self._sweep(pair, what)
         standing = renewal.standing(pair.validity, self._renew_at(pair), self._clock())
         if standing is renewal.Standing.EXPIRED:
             self._once(
@@ -214,6 +255,61 @@ class CertManager:
                 f"{self._clock():%Y-%m-%dT%H:%M:%SZ}",
             )
         return pair
+
+    async def _sweep(self, pair: pemfiles.Pair, what: str) -> None:
+        """Once per start, with the pair sealed: remove the plaintext key files a re-seal
+        killed before its last step left behind (``pemfiles.remove_plaintext``)."""
+        self._swept.add(what)
+        prefix = layout.CLIENT_PREFIX if what == "client" else layout.SERVING_PREFIX
+        loop = asyncio.get_running_loop()
+        try:
+            removed = await loop.run_in_executor(
+                None, pemfiles.remove_plaintext, self.layout.pki, prefix, pair.target.name
+            )
+        except OSError as e:
+            self._once(
+                f"{what}-sweep:{e}",
+                logging.WARNING,
+                "cannot remove the plaintext %s key files left in %s: %s",
+                what,
+                self.layout.pki,
+                e,
+            )
+            return
+        if removed:
+            log.info(
+                "%s private key: %d plaintext file(s) an interrupted sealing left removed securely",
+                what,
+                len(removed),
+            )
+
+    async def _reseal(self, pair: pemfiles.Pair, what: str) -> pemfiles.Pair:
+        """``pair`` written again sealed under the current data key (its plaintext removed);
+        ``pair`` itself when that fails (one warning: it keeps working as it is)."""
+        prefix = layout.CLIENT_PREFIX if what == "client" else layout.SERVING_PREFIX
+        loop = asyncio.get_running_loop()
+        try:
+            new = await loop.run_in_executor(
+                None, pemfiles.reseal, self.layout.pki, prefix, pair, self.seal, self._clock()
+            )
+        except (OSError, pemfiles.PairError, ValueError) as e:
+            self._once(
+                f"{what}-reseal:{e}",
+                logging.WARNING,
+                "cannot seal the %s private key in %s: %s",
+                what,
+                pair.target,
+                e,
+            )
+            return pair
+        log.info(
+            "%s private key %s under data key %d (%s)",
+            what,
+            "re-sealed" if pair.sealed else "sealed",
+            self.seal.current,
+            "the older files removed" if pair.sealed else "its plaintext files removed securely",
+        )
+        return new
 
     async def _adopt_kubelet_ca(self) -> None:
         """kubeletcertificate mode: the cluster CA comes from kubelet's kubeconfig."""
@@ -324,6 +420,8 @@ class CertManager:
         else:
             self.serving_problem = problem
         level = logging.DEBUG if problem == previous else logging.ERROR
+        if level == logging.ERROR and self.seal.unavailable:
+            level = logging.WARNING  # the key source's error line came first
         log.log(
             level,
             "%s certificate: %s; retrying with back-off (next in %.1fs, at most %.0fs)",
@@ -336,6 +434,7 @@ class CertManager:
     # --- one renewal -----------------------------------------------------------------------------
 
     async def _renew_client(self, pair: pemfiles.Pair | None) -> None:
+        self._check_seal()
         shape = csrs.client_shape(self._hub.node_name, self.settings.organizations)
         renewing = pair is not None and self._usable(pair)
         async with await self._client_credentials(pair if renewing else None) as client:
@@ -352,6 +451,7 @@ class CertManager:
             await listener()
 
     async def _renew_serving(self) -> None:
+        self._check_seal()
         async with await self._hub_identity_client() as client:
             if not self._cluster_ip:
                 service = await client.get(KUBERNETES_SERVICE_PATH)
@@ -365,7 +465,17 @@ class CertManager:
         self.rotations[csrs.Kind.SERVING] += 1
         log.info("serving certificate obtained: %s", new.describe())
 
+    def _check_seal(self) -> None:
+        """Before anything is asked of the cluster: no CSR whose key could not be kept (and
+        never a plaintext key instead)."""
+        if self.seal.unavailable:
+            raise NoCredentials(
+                f"the hub's private keys are sealed by --cache-key-source, which gives no key"
+                f" now: {self.seal.unavailable}"
+            )
+
     async def _obtain(self, client: apiclient.Client, shape: csrs.Shape, kind: csrs.Kind) -> bytes:
+        self._check_seal()
         key = csrs.new_key()
 
         def created(name: str) -> None:
@@ -382,24 +492,24 @@ class CertManager:
             )
         finally:
             self.pending_csr[kind] = ""
-        return csrs.pair_pem(cert, key)
+        return sealedkeys.pair_pem(cert, key, self.seal)
 
     def _store_client(self, pem: bytes) -> pemfiles.Pair:
         pemfiles.write_pair(self.layout.pki, layout.CLIENT_PREFIX, pem, self._clock())
-        pair = pemfiles.load_pair(self.layout.client_pair)
+        pair = pemfiles.load_pair(self.layout.client_pair, self.seal)
         self._write_hub_kubeconfig_if_needed()
         return pair
 
     def _store_serving(self, pem: bytes) -> pemfiles.Pair:
         pemfiles.write_pair(self.layout.pki, layout.SERVING_PREFIX, pem, self._clock())
-        return pemfiles.load_pair(self.layout.serving_pair)
+        return pemfiles.load_pair(self.layout.serving_pair, self.seal)
 
     def _write_hub_kubeconfig_if_needed(self) -> None:
         """``yurthub.conf`` naming our pair and a server of ``--server-addr`` (an OpenYurt
         node's file is kept when it does; the upstream identity uses only its credentials)."""
         path = self.layout.hub_kubeconfig
         with contextlib.suppress(kubeconfigs.KubeconfigError):
-            current = kubeconfigs.load(path, self._trust)
+            current = kubeconfigs.load(path, self._trust, self.seal.candidates())
             hosts = {_host(s) for s in self._hub.upstream.servers}
             names_pair = any(
                 os.path.realpath(f.path) == os.path.realpath(self.layout.client_pair)
@@ -499,7 +609,9 @@ class CertManager:
         path = self.identity_kubeconfig
         assert path is not None
         loop = asyncio.get_running_loop()
-        identity = await loop.run_in_executor(None, kubeconfigs.load, path, self._trust)
+        identity = await loop.run_in_executor(
+            None, kubeconfigs.load, path, self._trust, self.seal.candidates()
+        )
         return apiclient.Client(
             self._hub.upstream.servers, identity.with_identity, headers=identity.auth_headers()
         )
@@ -510,7 +622,7 @@ class CertManager:
             ctx.load_verify_locations(cafile=str(self.layout.ca_cert))
         except (OSError, ssl.SSLError) as e:
             raise NoCredentials(f"{self.layout.ca_cert} is not usable: {e}") from e
-        ctx.load_cert_chain(str(pair.target))
+        ctx.load_cert_chain(str(pair.target), password=pair.password)
         return ctx
 
     async def use_join_token(self, text: str) -> str:
@@ -547,7 +659,7 @@ class CertManager:
                 )
         # On a live context this changes what new handshakes present; open connections keep
         # theirs. The timestamped file (not the link) so what was checked is what is served.
-        ctx.load_cert_chain(str(pair.target))
+        ctx.load_cert_chain(str(pair.target), password=pair.password)
         self.serving_context = ctx
         self.serving_pair = pair
         self.serving_ready.set()

@@ -16,6 +16,16 @@ Symlinks are relative (the bare file name), so ``--root-dir`` may be mounted els
 
 ``load_pair`` is strict: a truncated file, a key that does not match the certificate or a
 missing key is a ``PairError``, never a partial identity. Keys are never logged.
+
+Sealed keys (``sealedkeys``): the key of a pair is encrypted PKCS#8 under the node's data key;
+``load_pair`` opens it with the ``Seal`` given and says which data key did (``Pair.key_id``) and
+the password ``ssl`` loads the file with (``Pair.password``). A key that is sealed but does not
+open is a ``SealedKeyError``. ``reseal`` writes a plaintext pair (an older hub's, or YurtHub's
+adopted files) or one under an older data key again, sealed under the current one, as a
+rotation does, and removes every plaintext key file of that pair with
+``atomicfiles.remove_securely`` (see there what a file system cannot promise). Killed between
+the two, the pair is sealed and its plaintext files are still there: ``remove_plaintext``
+(the certificate manager runs it once per start on a sealed pair) finishes the job.
 """
 
 from __future__ import annotations
@@ -28,16 +38,25 @@ import pathlib
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from yurthub import atomicfiles
-from yurthub.certs import layout, renewal
+from yurthub import atomicfiles, privatekeys
+from yurthub.certs import layout, renewal, sealedkeys
 
 MAX_PAIR_BYTES = 1 << 20
 
 
 class PairError(ValueError):
     """A pair file that cannot be used (message names the file and why)."""
+
+
+class SealedKeyError(PairError):
+    """A sealed key that does not open: ``foreign`` when this node holds data keys and none
+    opens it (a copy from another node, or the data key was replaced); else the key source
+    gives no data key now."""
+
+    def __init__(self, message: str, *, foreign: bool) -> None:
+        super().__init__(message)
+        self.foreign = foreign
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -51,6 +70,14 @@ class Pair:
     """Certificate chain and key as read."""
     written: datetime.datetime
     """When the file was written (its mtime)."""
+    key_id: int | None = None
+    """The data key the private key is sealed under; None: a plaintext key."""
+    password: bytes | None = dataclasses.field(default=None, repr=False)
+    """What ``ssl.SSLContext.load_cert_chain`` opens ``target`` with (None: plaintext)."""
+
+    @property
+    def sealed(self) -> bool:
+        return self.key_id is not None
 
     @property
     def validity(self) -> renewal.Validity:
@@ -92,9 +119,10 @@ def _read_stat(path: pathlib.Path) -> tuple[bytes, float]:
     return data, mtime
 
 
-def load_pair(path: pathlib.Path) -> Pair:
-    """The certificate + key PEM at ``path`` (a link or a file). ``FileNotFoundError`` when
-    absent; ``PairError`` when present but unusable."""
+def load_pair(path: pathlib.Path, seal: sealedkeys.Seal = sealedkeys.PLAIN) -> Pair:
+    """The certificate + key PEM at ``path`` (a link or a file), a sealed key opened with
+    ``seal``. ``FileNotFoundError`` when absent; ``PairError`` when present but unusable
+    (``SealedKeyError``: sealed, and ``seal`` does not open it)."""
     target = pathlib.Path(os.path.realpath(path))
     try:
         data, mtime = _read_stat(path)
@@ -106,36 +134,46 @@ def load_pair(path: pathlib.Path) -> Pair:
         chain = x509.load_pem_x509_certificates(data)
     except ValueError as e:
         raise PairError(f"{path}: no complete certificate (half-written?): {e}") from e
-    try:
-        key = serialization.load_pem_private_key(_key_block(data, path), password=None)
-    except (ValueError, TypeError) as e:
-        raise PairError(f"{path}: the private key does not load (half-written?)") from e
-    if not isinstance(
-        key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey
-    ):
-        raise PairError(f"{path}: unsupported private key type {type(key).__name__}")
+    key, key_id, password = _open_key(data, path, seal)
     spki = serialization.PublicFormat.SubjectPublicKeyInfo
     der = serialization.Encoding.DER
     if key.public_key().public_bytes(der, spki) != chain[0].public_key().public_bytes(der, spki):
         raise PairError(f"{path}: the private key does not match the certificate")
     written = datetime.datetime.fromtimestamp(mtime, datetime.UTC)
-    return Pair(path, target, chain[0], data, written)
+    return Pair(path, target, chain[0], data, written, key_id, password)
 
 
-def _key_block(data: bytes, path: pathlib.Path) -> bytes:
-    for marker in (
-        b"-----BEGIN EC PRIVATE KEY-----",
-        b"-----BEGIN PRIVATE KEY-----",
-        b"-----BEGIN RSA PRIVATE KEY-----",
-    ):
-        start = data.find(marker)
-        if start >= 0:
-            end_marker = marker.replace(b"BEGIN", b"END")
-            end = data.find(end_marker, start)
-            if end < 0:
-                break
-            return data[start : end + len(end_marker)] + b"\n"
-    raise PairError(f"{path}: no private key (half-written?)")
+def _open_key(
+    data: bytes, path: pathlib.Path, seal: sealedkeys.Seal
+) -> tuple[privatekeys.PrivateKey, int | None, bytes | None]:
+    block = privatekeys.key_block(data)
+    if block is None:
+        raise PairError(f"{path}: no private key (half-written?)")
+    try:
+        key, index = privatekeys.open_key(block, seal.candidates())
+    except privatekeys.Locked as e:
+        if seal.unavailable:
+            raise SealedKeyError(
+                f"{path}: the private key is sealed and the cache key source gives no key now"
+                f" ({seal.unavailable})",
+                foreign=False,
+            ) from e
+        if not seal.sealing:
+            raise SealedKeyError(
+                f"{path}: the private key is sealed, and --cache-key-source none gives no data"
+                " key to open it",
+                foreign=True,
+            ) from e
+        raise SealedKeyError(
+            f"{path}: the private key is sealed under a data key this node does not hold (a"
+            " copy from another node, or the cache's data key was replaced)",
+            foreign=True,
+        ) from e
+    except privatekeys.BadKey as e:
+        raise PairError(f"{path}: {e}") from e
+    if index < 0:
+        return key, None, None
+    return key, seal.ids()[index], seal.candidates()[index]
 
 
 def fsync_dir(directory: pathlib.Path) -> None:
@@ -146,8 +184,18 @@ def ensure_dir(directory: pathlib.Path, mode: int = 0o700) -> None:
     directory.mkdir(mode=mode, parents=True, exist_ok=True)
 
 
-def write_pair(pki: pathlib.Path, prefix: str, pem: bytes, now: datetime.datetime) -> pathlib.Path:
-    """Write ``pem`` as the new current pair of ``prefix``; returns the timestamped file."""
+def write_pair(
+    pki: pathlib.Path,
+    prefix: str,
+    pem: bytes,
+    now: datetime.datetime,
+    *,
+    mtime: float | None = None,
+) -> pathlib.Path:
+    """Write ``pem`` as the new current pair of ``prefix``; returns the timestamped file.
+    ``mtime``: the time to give the new file (a re-sealed pair keeps when it was obtained: the
+    renewal deadline counts from there). Older timestamped files beyond the last few are
+    removed securely (they may hold a key from before sealing)."""
     ensure_dir(pki)
     names = frozenset(os.listdir(pki))
     name = layout.stamped_name(prefix, now, names)
@@ -158,6 +206,8 @@ def write_pair(pki: pathlib.Path, prefix: str, pem: bytes, now: datetime.datetim
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
+        if mtime is not None:
+            os.utime(fd, (mtime, mtime))
     finally:
         os.close(fd)
     updated = pki / layout.updated_name(prefix)
@@ -168,8 +218,92 @@ def write_pair(pki: pathlib.Path, prefix: str, pem: bytes, now: datetime.datetim
     fsync_dir(pki)
     for old in layout.stale(prefix, sorted(os.listdir(pki)), in_use=name):
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(pki / old)
+            atomicfiles.remove_securely(pki / old)
     return stamped
+
+
+def reseal(
+    pki: pathlib.Path, prefix: str, pair: Pair, seal: sealedkeys.Seal, now: datetime.datetime
+) -> Pair:
+    """Write ``pair`` (the current one of ``prefix``) again with its key sealed under the
+    current data key, then remove securely every timestamped file of ``prefix`` still holding
+    a plaintext key (and ``-current.pem`` itself when it was a plain file, not a link). Raises
+    ``PairError``, ``OSError``."""
+    block = privatekeys.key_block(pair.pem)
+    if block is None:
+        raise PairError(f"{pair.path}: no private key (half-written?)")
+    key, _ = privatekeys.open_key(block, seal.candidates())
+    chain = b"".join(
+        c.public_bytes(serialization.Encoding.PEM)
+        for c in x509.load_pem_x509_certificates(pair.pem)
+    )
+    current = pki / layout.current_name(prefix)
+    # A plain file at the link's name (not client-go's layout, but possible): kept open, so
+    # its bytes can be overwritten once the link has replaced it (never before: until then it
+    # is the identity).
+    plain_fd = None
+    if not current.is_symlink() and current.is_file():
+        plain_fd = os.open(current, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        written = write_pair(
+            pki,
+            prefix,
+            sealedkeys.pair_pem(chain, key, seal),
+            now,
+            mtime=pair.written.timestamp(),
+        )
+        if plain_fd is not None:
+            atomicfiles.overwrite(plain_fd)
+    finally:
+        if plain_fd is not None:
+            os.close(plain_fd)
+    remove_plaintext(pki, prefix, keep=written.name)
+    return load_pair(current, seal)
+
+
+def remove_plaintext(pki: pathlib.Path, prefix: str, keep: str = "") -> list[str]:
+    """Remove securely every timestamped file of ``prefix`` (but ``keep``) that holds a
+    plaintext key; the names removed. ``reseal``'s last step, and what finishes it at the next
+    start when a crash came between its link swap and this (the sealed pair is current then,
+    the plaintext files are not, and nothing else would look at them). Raises ``OSError``."""
+    removed = []
+    for name in layout.stamped_of(prefix, sorted(os.listdir(pki))):
+        if name != keep and _holds_plaintext_key(pki / name):
+            with contextlib.suppress(FileNotFoundError):
+                atomicfiles.remove_securely(pki / name)
+                removed.append(name)
+    return removed
+
+
+def unseal(
+    pki: pathlib.Path, prefix: str, seal: sealedkeys.Seal, now: datetime.datetime
+) -> Pair | None:
+    """Write the current pair of ``prefix`` again with a plaintext key (rolling back to YurtHub,
+    which reads only plain PEM); None when it is plaintext already. Raises ``PairError``
+    (``SealedKeyError`` when ``seal`` does not open it), ``FileNotFoundError``, ``OSError``."""
+    current = pki / layout.current_name(prefix)
+    pair = load_pair(current, seal)
+    if not pair.sealed:
+        return None
+    block = privatekeys.key_block(pair.pem)
+    assert block is not None  # load_pair opened it
+    key, _ = privatekeys.open_key(block, seal.candidates())
+    chain = b"".join(
+        c.public_bytes(serialization.Encoding.PEM)
+        for c in x509.load_pem_x509_certificates(pair.pem)
+    )
+    plain = sealedkeys.pair_pem(chain, key, sealedkeys.PLAIN)
+    write_pair(pki, prefix, plain, now, mtime=pair.written.timestamp())
+    return load_pair(current)
+
+
+def _holds_plaintext_key(path: pathlib.Path) -> bool:
+    try:
+        data = _read(path)
+    except (OSError, PairError):
+        return False
+    block = privatekeys.key_block(data)
+    return block is not None and not privatekeys.is_encrypted(block)
 
 
 def write_atomic(path: pathlib.Path, data: bytes, mode: int = 0o600) -> None:

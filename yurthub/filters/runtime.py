@@ -394,6 +394,7 @@ class Filters:
                         field_selector=fields,
                         max_item=self._settings.cache.max_event_bytes,
                         cloud_healthy=route.cloud_healthy,
+                        pace=route.pace,
                     ),
                     name=f"filter-input-{what}",
                 )
@@ -414,6 +415,7 @@ class Filters:
                 namespace=self._settings.cache.config_namespace,
                 others=others,
                 cloud_healthy=route.cloud_healthy,
+                pace=route.pace,
             )
 
     def attach_metrics(self, hub_metrics: metrics.Metrics) -> None:

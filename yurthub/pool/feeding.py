@@ -33,6 +33,11 @@ the next attempt starts at once elsewhere.
 Failures of the hub's own proxy are retried with a capped back-off (0.5 s doubling to 30 s),
 logged once per distinct cause, and only at debug while no apiserver is healthy (the health
 checker has said why; through the hub the offline cache then answers 404 or holds the watch).
+The cloud's pushback (429, APF's answer when a priority level's queues are full, with its
+``Retry-After``) is waited out as ``pacing`` says (bounded, jittered), and a relist after the
+cloud's 410 is spread over ``pacing``'s ``relist_spread`` while the store serves what it holds:
+a fleet's feeders that meet the same compaction or apiserver restart do not list in the same
+second. Any wait ends early when a leader becomes usable.
 
 While the store is not synced, a definitive answer of the proxy (403, 404, 5xx: what a client
 would get without the multiplexer) is kept as ``failure``: the multiplexer then lets clients
@@ -63,7 +68,7 @@ import aiohttp
 import orjson
 from multidict import CIMultiDict
 
-from yurthub import following, jsonlists, requestinfo, statuses
+from yurthub import following, jsonlists, pacing, requestinfo, statuses
 from yurthub.cache import framing
 from yurthub.filters import responding
 from yurthub.kubeproto import converting, wire
@@ -73,8 +78,6 @@ from yurthub.proxy import seams
 log = logging.getLogger(__name__)
 
 READ_SIZE = 1 << 16
-FIRST_BACKOFF = 0.5
-MAX_BACKOFF = 30.0
 CONFIG_WAIT = 5.0
 """Seconds a feeder waits for the pool's ConfigMap before its first list."""
 CLOUD_LIST_IDLE = 60.0
@@ -85,13 +88,20 @@ CLOUD_ACCEPT = f"{converting.CONTENT_TYPE},application/json"
 
 class _SourceFailed(Exception):
     def __init__(
-        self, why: str, status: statuses.Status | None = None, *, busy: bool = False
+        self,
+        why: str,
+        status: statuses.Status | None = None,
+        *,
+        busy: bool = False,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(why)
         self.status = status
         self.busy = busy
         """A leader that is starting (429 not synced, 503 not ready), or behind this hub: a soft
-        failure (``retrying``), tried again soon."""
+        failure (``retrying``), tried again soon. From the cloud: the apiserver's pushback
+        (429, APF), honoured for ``retry_after`` seconds (``pacing``)."""
+        self.retry_after = retry_after
 
 
 class _TooLarge(_SourceFailed):
@@ -206,6 +216,8 @@ class FeedSettings:
     max_item: int = 16 << 20
     watch_timeout: tuple[int, int] = (300, 600)
     """Random server-side timeout of one upstream watch (seconds, YurtHub's)."""
+    pace: pacing.Settings = dataclasses.field(default_factory=pacing.Settings)
+    """Relist spread after 410 and the Retry-After bound, for reads from the cloud."""
 
 
 class Meter(Protocol):
@@ -269,7 +281,7 @@ class Feeder:
                 self._avoid_timer.cancel()
 
     async def _run(self) -> None:
-        backoff = FIRST_BACKOFF
+        pacer = pacing.Pacer(self._feed.pace)
         await self.sources.wait_configured(CONFIG_WAIT)
         while True:
             if self.sources.mode is leaderconfigs.Source.POOL:
@@ -278,15 +290,28 @@ class Feeder:
             self.source = source
             try:
                 await self._attempt(source)
-                backoff = FIRST_BACKOFF
+                pacer.succeeded()
                 self._said = ""
                 continue
             except _Switch:
                 log.info("%s: switching from %s", self.gvr, source.name)
                 continue
             except _Gone:
-                log.info("%s: %s says our version is too old; listing again", self.gvr, source.name)
                 self._gone_from = source.name
+                # From the cloud, a relist every hub of a fleet may need at once (a compaction,
+                # an apiserver restart): spread (``pacing``); the store serves what it has
+                # meanwhile. A leader's memory is listed at once.
+                wait = 0.0
+                if source.leader is None and self.store.synced:
+                    wait = pacer.next_delay(pacing.Cause.GONE, random.random())
+                log.info(
+                    "%s: %s says our version is too old; listing again in %.1fs",
+                    self.gvr,
+                    source.name,
+                    wait,
+                )
+                if wait:
+                    await self._wait_unless_switched(wait)
                 continue
             except _SourceFailed as e:
                 if source.leader is not None:
@@ -297,15 +322,24 @@ class Feeder:
                 if not self.store.synced and e.status is not None:
                     self.failure = e.status
                     self._on_advance()  # wakes requests waiting for the first list
+                cause = pacing.Cause.BUSY if e.busy else pacing.Cause.FAILURE
+                wait = pacer.next_delay(cause, random.random(), e.retry_after)
                 log.log(
                     self._level(str(e)),
                     "%s: reading through the hub failed (%s); retrying in %.1fs",
                     self.gvr,
                     e,
-                    backoff,
+                    wait,
                 )
-            await asyncio.sleep(backoff * (1 + random.random() / 4))
-            backoff = min(backoff * 2, MAX_BACKOFF)
+                await self._wait_unless_switched(wait)
+
+    async def _wait_unless_switched(self, seconds: float) -> None:
+        """Wait ``seconds``, or less if the source should change meanwhile (a leader became
+        usable: it is read from at once, the cloud's pushback does not concern it)."""
+        generation = self.sources.generation
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._until_switch(self.source or self.sources.cloud(), generation)
 
     def _leader_failed(
         self, source: Source, leader: leaderconfigs.Leader, e: _SourceFailed
@@ -497,11 +531,7 @@ class Feeder:
             if resp.status == 504 and source.leader is not None and self.store.synced:
                 raise _TooLarge(f"list from {source.name}: HTTP 504 (behind this hub)")
             if resp.status != 200:
-                raise _SourceFailed(
-                    f"list from {source.name}: HTTP {resp.status}",
-                    await _status_of(resp),
-                    busy=resp.status in (429, 503),
-                )
+                raise await _refusal(f"list from {source.name}", resp)
             sink = self._sink(source, query, resp)
             read = self._read_protobuf_list if _is_protobuf(resp) else self._read_list
             try:
@@ -649,11 +679,7 @@ class Feeder:
             if initial and resp.status in (400, 422):
                 raise _NoStreaming(f"HTTP {resp.status}")
             if resp.status != 200:
-                raise _SourceFailed(
-                    f"watch from {source.name}: HTTP {resp.status}",
-                    await _status_of(resp),
-                    busy=resp.status in (429, 503),
-                )
+                raise await _refusal(f"watch from {source.name}", resp)
             sink = self._sink(source, query, resp)
             self.watching = True
             self._meter.upstream_watch(self.gvr, _kind(source), 1)
@@ -886,6 +912,17 @@ def _kind(source: Source) -> str:
 
 def _is_protobuf(resp: aiohttp.ClientResponse) -> bool:
     return resp.content_type == converting.CONTENT_TYPE
+
+
+async def _refusal(what: str, resp: aiohttp.ClientResponse) -> _SourceFailed:
+    """A non-200 answer: busy for 429 and 503 (a leader starting; the apiserver's pushback,
+    with its ``Retry-After``), else a failure."""
+    return _SourceFailed(
+        f"{what}: HTTP {resp.status}",
+        await _status_of(resp),
+        busy=resp.status in (429, 503),
+        retry_after=pacing.retry_after(resp.headers.get("Retry-After")),
+    )
 
 
 async def _status_of(resp: aiohttp.ClientResponse) -> statuses.Status:

@@ -101,6 +101,7 @@ class Pool:
                     user_agent=f"{multiplexer.FOLLOWER_PREFIX}{hub.node_name}",
                     leader_idle_timeout=p.leader_idle_timeout,
                     max_item=hub.cache.max_event_bytes,
+                    pace=hub.pace,
                 ),
             ),
             self.sources,
@@ -245,6 +246,7 @@ class Pool:
                 field_selector=f"metadata.name={name}",
                 max_item=MAX_CONFIGMAP_BYTES,
                 cloud_healthy=self.route.cloud_healthy,
+                pace=self.route.pace,
             )
 
     def apply_configmap(self, data: Mapping[str, Any] | None) -> None:

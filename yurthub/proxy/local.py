@@ -12,8 +12,10 @@ Answers (decisions that differ from YurtHub are marked *):
   component and resource, all namespaces or the request's, and every requirement
   of its label and field selectors among the request's (``cache.coverage``). Then the answer
   is the component's objects of that resource in the namespace filtered by the request's
-  selectors* (YurtHub ignores selectors), at the highest resourceVersion seen (the covering
-  list's record, advanced by watch events and bookmarks*, or an object's). A view (Table,
+  selectors* (YurtHub ignores selectors), at the covering list's resourceVersion (its record,
+  advanced by watch events and bookmarks*; an object stored from a get or a patch may be newer,
+  but a client resuming its watch from that would skip events the cache never saw; a list by
+  name with no record: its object's). A view (Table,
   PartialObjectMetadata) is answered from the newest covering list whatever form it was
   fetched in (full objects, metadata only, a Table)*; a Table keeps the columns and cells the
   apiserver's Table had (``cache.tables``)*. Anything else is

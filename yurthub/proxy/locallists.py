@@ -52,6 +52,21 @@ class Listing:
     """The kind of one of them ("" when none)."""
 
 
+def listing_version(listing: Listing) -> str:
+    """The resourceVersion an offline answer from ``listing`` is at: its covering list's (its
+    record, advanced by watch events and bookmarks), not a newer object's (an object stored
+    from a get or a patch answer may be ahead of the events the cache saw for the list, and a
+    client that resumes its watch after the heal from a version past events it never received
+    would miss them: a pod deleted meanwhile would run on; from the list's version it gets them
+    all, the newer object's change once more, which does no harm); a list by name with no
+    record: its object's; "" when there is neither. PURE."""
+    record = listing.record
+    rv = record.rv if record is not None and record.rv >= 0 else listing.rv
+    if record is not None and record.rv == rv:
+        return record.resource_version
+    return "" if rv < 0 else str(rv)
+
+
 class Lists:
     """The list answers over one ``localreplies.Reader``."""
 
@@ -81,10 +96,7 @@ class Lists:
                 return localreplies.not_found(info, "", lost=lost)
             # Named, and not cached: an empty list, as YurtHub answers (reference §3.7 step 3).
         scope, record = listing.scope, listing.record
-        rv = max(listing.rv, record.rv if record is not None else -1)
-        resource_version = "" if rv < 0 else str(rv)
-        if record is not None and record.rv == rv:
-            resource_version = record.resource_version
+        resource_version = listing_version(listing)
         if localreplies.wants_protobuf(info, media):
             answer = await self._protobuf_list(request, info, listing, resource_version)
             if answer is not None:
@@ -213,11 +225,9 @@ class Lists:
             async for page in self._reader.store.pages(bounds, as_stored=as_stored):
                 yield page
             return
-        keys_ = [k for k, _ in listing.chosen]
-        for start in range(0, len(keys_), store.PAGE_ROWS):
-            chunk = keys_[start : start + store.PAGE_ROWS]
-            found = await self._reader.store.bodies(chunk, within=bounds, as_stored=as_stored)
-            yield [b for b in found if b is not None]
+        chosen = [k for k, _ in listing.chosen]
+        async for page in self._reader.store.chosen_pages(chosen, bounds, as_stored=as_stored):
+            yield page
 
     async def filtered_pages(
         self, info: requestinfo.RequestInfo, pages: AsyncIterator[list[bytes]]
@@ -264,14 +274,7 @@ class Lists:
         an equal or undecidable resourceVersion goes to the better form. A request no list
         covers that names its object (``metadata.name``) is answered like a get.
         """
-        newest: tuple[keys.Scope, entries.ListRecord] | None = None
-        for scope in candidates:
-            wanted = keys.list_key(scope, info.namespace, labels.canonical(), fields.canonical())
-            found = coverage.best(
-                self._reader.store.list_records(scope), wanted, info.namespace, labels, fields
-            )
-            if found is not None and (newest is None or found[1].rv > newest[1].rv >= 0):
-                newest = scope, found[1]
+        newest = self.covering(info, candidates, labels, fields)
         if newest is not None:
             scope, record = newest
             return self.select(scope, record, info.namespace, labels, fields)
@@ -282,6 +285,25 @@ class Lists:
             if named.count:
                 return named
         return Listing(candidates[0], info.namespace, None, [], 0, -1, "")
+
+    def covering(
+        self,
+        info: requestinfo.RequestInfo,
+        candidates: list[keys.Scope],
+        labels: selectors.LabelSelector,
+        fields: selectors.FieldSelector,
+    ) -> tuple[keys.Scope, entries.ListRecord] | None:
+        """The cached list that answers the request (``listing``'s), with its scope; None
+        when no whole list covers it."""
+        newest: tuple[keys.Scope, entries.ListRecord] | None = None
+        for scope in candidates:
+            wanted = keys.list_key(scope, info.namespace, labels.canonical(), fields.canonical())
+            found = coverage.best(
+                self._reader.store.list_records(scope), wanted, info.namespace, labels, fields
+            )
+            if found is not None and (newest is None or found[1].rv > newest[1].rv >= 0):
+                newest = scope, found[1]
+        return newest
 
     def select(
         self,
@@ -381,7 +403,9 @@ async def stream_items(
     row) cuts the answer: the client sees a broken body, never a shorter list.
     """
     first: list[bytes] = await anext(pages, [])
-    second = await anext(pages, None) if len(first) >= store.PAGE_ROWS else None
+    # Asked even after a short first page: a page of chosen keys is short when some of them
+    # went meanwhile, and more pages may follow (a range's short page is its last: free).
+    second = await anext(pages, None)
     if second is None:
         items = first if convert is None else [convert(b) for b in first]
         return localreplies.json(200, b"".join((head, b",".join(items), b"]}")))

@@ -7,6 +7,18 @@ a 404 before the stream). The stream ends when ``timeoutSeconds`` elapses (absen
 ``min-request-timeout`` x (1+rand)), when the cloud is healthy again (clients re-watch
 upstream), or at hub shutdown (``close``). A protobuf-first client gets protobuf frames when
 every object is stored so; a plain watch carries bookmarks only.
+
+The resourceVersion a held watch's BOOKMARKs carry is where the client resumes upstream after
+the heal (client-go's reflector watches again from the last one), so it must be one the
+apiserver has given this client's stream and must never skip an event the client has not seen:
+a watch from ``N`` gets bookmarks at ``N`` (the hub delivers nothing offline, so the client is
+still exactly there; the cache's own version for that list may be older, which would replay,
+or newer, from events this client never received, which would skip them); a streaming list
+gets bookmarks at the version of the state it was sent (the covering list's, as an offline
+list of the same is at: ``locallists.listing_version``). Only a watch from "now" (no version,
+or ``0``) gets the cache's version of the list covering it, which the apiserver gave it. So
+after a heal kubelet and kube-proxy resume their watches instead of listing again, as long as
+the apiserver still has that version.
 """
 
 from __future__ import annotations
@@ -29,6 +41,12 @@ HEALTH_POLL = 0.5
 
 END = {"k8s.io/initial-events-end": "true"}
 """The annotation of the bookmark that ends a streaming list's initial events."""
+
+
+def held_rv(requested: str) -> str:
+    """The version a held watch from ``requested`` stays at: the request's own when it names
+    one (a positive integer), else "" (the cache's version of the list). PURE."""
+    return requested if requested.isdigit() and requested.strip("0") else ""
 
 
 class Watches:
@@ -92,16 +110,17 @@ class Watches:
         resp = web.StreamResponse(status=200, headers={"Content-Type": content_type})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
+        since = held_rv(info.resource_version)
         try:
             if stored is not None and initial is not None:
-                await self._protobuf_initial_events(resp, info, list_key, initial, stored)
+                since = await self._protobuf_initial_events(resp, info, list_key, initial, stored)
                 held = len(stored)
                 del stored
                 if held > locallists.TRIM_ITEMS:
                     await asyncio.get_running_loop().run_in_executor(None, store.trim_heap)
             elif initial is not None:
                 try:
-                    await self._initial_events(resp, info, list_key, initial)
+                    since = await self._initial_events(resp, info, list_key, initial)
                 except store.CorruptRead:
                     # The list it streams is no longer whole: end the watch, the client lists
                     # again and gets the 404 a miss is.
@@ -115,7 +134,10 @@ class Watches:
                 if request.transport is None or request.transport.is_closing():
                     break
                 if bookmarks and now >= next_bookmark:
-                    await resp.write(self._bookmark(info, scope, list_key, protobuf=protobuf))
+                    rv = since or self._now_rv(info, scope, list_key, labels, fields)
+                    await resp.write(
+                        self._bookmark(info, scope, list_key, protobuf=protobuf, rv=rv)
+                    )
                     next_bookmark = now + self._bookmark_interval
                 wake = min(deadline, next_bookmark if bookmarks else deadline, now + HEALTH_POLL)
                 await asyncio.sleep(max(0.0, wake - now))
@@ -124,7 +146,24 @@ class Watches:
             pass
         return resp
 
+    def _now_rv(
+        self,
+        info: requestinfo.RequestInfo,
+        scope: keys.Scope,
+        list_key: keys.ListKey,
+        labels: selectors.LabelSelector,
+        fields: selectors.FieldSelector,
+    ) -> str:
+        """The version of a watch from "now": the cached list covering it (an offline list
+        of the same is at that version, ``locallists.listing_version``), else the cache's
+        version of ``list_key``."""
+        found = self._lists.covering(info, [scope], labels, fields)
+        if found is not None and found[1].resource_version:
+            return found[1].resource_version
+        return self._watch_rv(scope, list_key, info.namespace)
+
     def _watch_rv(self, scope: keys.Scope, list_key: keys.ListKey, namespace: str) -> str:
+        """The cache's version of ``list_key`` (its record, else its newest object)."""
         record = self._reader.store.list_record(list_key)
         if record is not None and record.resource_version:
             return record.resource_version
@@ -139,10 +178,12 @@ class Watches:
         *,
         protobuf: bool = False,
         annotations: dict[str, str] | None = None,
+        rv: str = "",
     ) -> bytes:
+        """A BOOKMARK at ``rv`` (empty: the cache's version of the list)."""
         record = self._reader.store.list_record(list_key)
         kind = self._lists.kind(scope, record, None)
-        rv = self._watch_rv(scope, list_key, info.namespace)
+        rv = rv or self._watch_rv(scope, list_key, info.namespace)
         if protobuf:
             body = enveloping.bookmark(localreplies.api_version(info), kind, rv, annotations)
             return enveloping.watch_frame("BOOKMARK", body)
@@ -182,16 +223,18 @@ class Watches:
         list_key: keys.ListKey,
         listing: locallists.Listing,
         bodies: list[bytes],
-    ) -> None:
+    ) -> str:
         """A streaming list in protobuf frames: each stored object as ADDED, then the end
         bookmark."""
         frame = enveloping.watch_frame
         for start in range(0, len(bodies), store.PAGE_ROWS):
             page = bodies[start : start + store.PAGE_ROWS]
             await resp.write(b"".join(frame("ADDED", body) for body in page))
+        sent = locallists.listing_version(listing) or "0"
         await resp.write(
-            self._bookmark(info, listing.scope, list_key, protobuf=True, annotations=END)
+            self._bookmark(info, listing.scope, list_key, protobuf=True, annotations=END, rv=sent)
         )
+        return sent
 
     async def _initial_events(
         self,
@@ -199,10 +242,12 @@ class Watches:
         info: requestinfo.RequestInfo,
         list_key: keys.ListKey,
         listing: locallists.Listing,
-    ) -> None:
+    ) -> str:
         # A list streamed: a filter's dropped object is left out.
         async for page in self._lists.filtered_pages(info, self._lists.pages(info, listing)):
             if page:
                 events = b"}\n".join(b'{"type":"ADDED","object":' + body for body in page)
                 await resp.write(events + b"}\n")
-        await resp.write(self._bookmark(info, listing.scope, list_key, annotations=END))
+        sent = locallists.listing_version(listing) or "0"
+        await resp.write(self._bookmark(info, listing.scope, list_key, annotations=END, rv=sent))
+        return sent

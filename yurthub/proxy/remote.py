@@ -151,8 +151,15 @@ class RemoteProxy:
         return out, own_identity
 
     async def forward(
-        self, request: web.Request, info: requestinfo.RequestInfo, server: str
+        self,
+        request: web.Request,
+        info: requestinfo.RequestInfo,
+        server: str,
+        *,
+        lane: bool = False,
     ) -> web.StreamResponse:
+        """``lane``: send it over the upstream's heartbeat lane (kubelet's own Lease and Node
+        requests, ``fairness.exempt``)."""
         if info.is_watch and self._closing:
             raise UpstreamUnavailable(server, "hub is shutting down", retryable=False)
         out_headers, own_identity = self.outgoing_headers(request, info)
@@ -172,7 +179,9 @@ class RemoteProxy:
             async with asyncio.timeout(info.deadline) as scope:
                 exchange.scope = scope
                 try:
-                    up = await self._send(request, info, server, out_headers, data, own_identity)
+                    up = await self._send(
+                        request, info, server, out_headers, data, own_identity, lane
+                    )
                 finally:
                     exchange.got_headers()
                 with self._tracked(up, info, server):
@@ -232,9 +241,11 @@ class RemoteProxy:
         out_headers: list[headers.Header],
         data: object,
         own_identity: bool,
+        lane: bool = False,
     ) -> aiohttp.ClientResponse:
+        session = self.client.lane if lane else self.client.session
         try:
-            return await self.client.session.request(
+            return await session.request(
                 request.method,
                 self.upstream_url(server, request),
                 headers=out_headers,

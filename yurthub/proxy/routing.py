@@ -7,7 +7,10 @@
 
 The hub's own requests are the ones that came over its own socket (``own``: the listener, not
 anything in the request, says so; ``listening``): only they skip the readiness gate, and they
-are never counted by the in-flight limits (``fairness.exempt``).
+are never counted by the in-flight limits (``fairness.exempt``); those that are not
+long-running take turns, ``OWN_SHORT_SHARE`` at a time: the hub's background work has a
+bounded share of the upstream. kubelet's own Lease and Node requests go over the upstream's
+heartbeat lane.
 
 Every outcome is an HTTP answer; errors are Kubernetes ``Status`` objects. A backend that fails
 with a transport error is reported to health (suspect + immediate probe) and, when nothing
@@ -37,6 +40,7 @@ from yurthub import (
     requestinfo,
     settings,
 )
+from yurthub.outages import recording
 from yurthub.proxy import headers, hosts, identifying, remote, responses, seams, upgrading
 
 log = logging.getLogger(__name__)
@@ -50,6 +54,12 @@ OTA_ELSEWHERE = (
     "the OTA API (upgrade, imagepull) is served on this node's hub server port "
     "(--bind-address:--serve-port, 127.0.0.1:10267), not on the proxy"
 )
+OWN_SHORT_SHARE = 8
+"""The hub's own requests that are not long-running (its loops' lists, the discovery documents,
+the offline Events posted after a heal) in flight at once; more wait their turn. Its loops never
+need more, and after a heal they never hold more of the upstream, or of the apiserver, than
+this while the node's own clients reconnect (kubelet's heartbeat has a lane of its own,
+``upstream.Upstream.lane``). Its watches (long-running) are not counted: a handful, held."""
 SOURCE = web.ResponseKey("source", str)
 """Key on a response (aiohttp responses are mappings) naming where its answer came from
 (``metrics.SOURCES``); unmarked answers are the hub's own. A typed key: aiohttp warns about a
@@ -69,10 +79,13 @@ class Router:
         local: seams.LocalAnswerer | None,
         identifier: identifying.Identifier | None = None,
         pool: seams.PoolServer | None = None,
+        outages: recording.Recorder | None = None,
     ) -> None:
         """``identifier``: who the caller is (``proxy/identifying``); None treats every request
-        as the node's own and caches Bearer answers under the component (tests only)."""
+        as the node's own and caches Bearer answers under the component (tests only).
+        ``outages``: told of every request answered during an outage."""
         self._settings = hub
+        self._outages = outages
         self.pool = pool
         self._balancer = balancer
         self._health = checker
@@ -98,6 +111,7 @@ class Router:
         )
         self.in_flight = 0
         """Every request in the handler, exempt ones too (shutdown waits for them)."""
+        self._own_short = asyncio.Semaphore(OWN_SHORT_SHARE)
         self._idle = asyncio.Event()
         self._idle.set()
         self._classified: memo.BoundedMemo[tuple[str, ...], requestinfo.RequestInfo] = (
@@ -111,7 +125,45 @@ class Router:
         self, request: web.Request, *, secure: bool = False, own: bool = False
     ) -> web.StreamResponse:
         """One proxied request; ``secure``: it came in on the TLS port (10268), where callers
-        must authenticate; ``own``: over the hub's own socket, from the hub's own clients."""
+        must authenticate; ``own``: over the hub's own socket, from the hub's own clients.
+
+        During an outage every answer is counted in its record, the hub's own refusals too
+        (a foreign host's 403, a bad request's 400, 405, the TLS port's 401 and 403, a 429 over
+        the in-flight limits); one that ended without an answer is ``aborted``."""
+        outages = self._outages
+        outage = outages.begin_request() if outages is not None else None
+        if outage is None or outages is None:
+            return await self._handle(request, secure, own, None)
+        seen = _Seen()
+        code = 0
+        source = "hub"
+        try:
+            resp = await self._handle(request, secure, own, seen)
+            code = resp.status
+            source = resp.get(SOURCE, "hub")
+            return resp
+        finally:
+            outages.answered(outage, self._outage_key(request, seen.info), source, code)
+
+    def _outage_key(
+        self, request: web.BaseRequest, info: requestinfo.RequestInfo | None
+    ) -> tuple[str, str, str]:
+        """(component, verb, resource[/subresource]) of a request, bounded as the metrics'
+        labels; one refused before it was classified: its User-Agent's component, its method
+        and no resource."""
+        bounds = self._metrics.bounds
+        if info is None:
+            component = requestinfo.component_of(request.headers.get("User-Agent", ""))
+            return bounds.component(component), bounds.verb(request.method.lower()), ""
+        resource = bounds.resource(info.resource)
+        if info.subresource:
+            resource = f"{resource}/{bounds.subresource(info.subresource)}"
+        return bounds.component(info.component), bounds.verb(info.verb), resource
+
+    async def _handle(
+        self, request: web.Request, secure: bool, own: bool, seen: _Seen | None
+    ) -> web.StreamResponse:
+        """``handle``; ``seen``: told what the request was, once classified (an outage's)."""
         started = time.perf_counter()
         # The DNS-rebinding guard is for the plain port, which authenticates nobody. The TLS
         # port's callers prove who they are, and pods name it as kubernetes.default.svc, the
@@ -126,6 +178,8 @@ class Router:
             info = self._classify(request)
         except requestinfo.BadRequestError as e:
             return responses.status(400, str(e))
+        if seen is not None:
+            seen.info = info
         if not info.is_known_verb:
             return responses.status(
                 405,
@@ -137,6 +191,8 @@ class Router:
             if isinstance(identified, web.Response):
                 return identified
             info = identified
+            if seen is not None:
+                seen.info = info
         long_running = info.is_long_running
         client = fairness.client_key(
             info, headers.bearer_token(request.headers.get("Authorization", ""))
@@ -159,14 +215,22 @@ class Router:
         code = 0
         source = "hub"
         try:
-            resp = await self._route(request, info, own)
+            if own and not long_running:
+                async with self._own_short:
+                    resp = await self._route(request, info, own, heartbeat=False)
+            else:
+                resp = await self._route(request, info, own, heartbeat=not counted and not own)
             code = resp.status
             source = resp.get(SOURCE, "hub")
             return resp
         finally:
-            collectors.child(
-                collectors.answers, source, collectors.bounds.component(info.component)
-            ).inc()
+            bounds = collectors.bounds
+            component, verb = bounds.component(info.component), bounds.verb(info.verb)
+            collectors.child(collectors.answers, source, component, verb).inc()
+            if source == "cloud" and (info.verb == "list" or info.send_initial_events):
+                collectors.child(
+                    collectors.cloud_lists, component, bounds.resource(info.resource)
+                ).inc()
             if counted:
                 self.admission.release(client, long_running)
             self.in_flight -= 1
@@ -212,8 +276,10 @@ class Router:
         return busy
 
     async def _route(
-        self, request: web.Request, info: requestinfo.RequestInfo, own: bool
+        self, request: web.Request, info: requestinfo.RequestInfo, own: bool, *, heartbeat: bool
     ) -> web.StreamResponse:
+        """``heartbeat``: kubelet's own Lease or Node request (``fairness.exempt``): forwarded
+        over the upstream's heartbeat lane."""
         # The hub's own clients must get through before it is ready (they are what makes it
         # ready); everyone else, the embedded agent too, waits (before the first probe it got
         # 404s from an empty cache). A ``yurthub/...`` User-Agent is no way past it.
@@ -227,6 +293,7 @@ class Router:
             # own upstream requests (and what it does not hold) take the ordinary path below.
             answer = await self.pool.answer(request, info)
             if answer is not None:
+                answer[SOURCE] = "pool"
                 return answer
 
         if info.component == "kubelet" and info.resource == "leases":
@@ -244,10 +311,10 @@ class Router:
             if answer is not None:
                 return answer
 
-        return await self._remote_or_local(request, info)
+        return await self._remote_or_local(request, info, heartbeat)
 
     async def _remote_or_local(
-        self, request: web.Request, info: requestinfo.RequestInfo
+        self, request: web.Request, info: requestinfo.RequestInfo, heartbeat: bool = False
     ) -> web.StreamResponse:
         tried: set[str] = set()
         last: remote.UpstreamUnavailable | None = None
@@ -268,7 +335,7 @@ class Router:
                 if info.is_upgrade:
                     answered = await upgrading.forward(self._remote, request, info, server)
                 else:
-                    answered = await self._remote.forward(request, info, server)
+                    answered = await self._remote.forward(request, info, server, lane=heartbeat)
                 answered[SOURCE] = "cloud"
                 return answered
             except remote.UpstreamUnavailable as e:
@@ -310,6 +377,15 @@ class Router:
         if answer is not None:
             answer[SOURCE] = "cache"
         return answer
+
+
+class _Seen:
+    """What ``Router._handle`` found a request to be (for the outage record's key)."""
+
+    __slots__ = ("info",)
+
+    def __init__(self) -> None:
+        self.info: requestinfo.RequestInfo | None = None
 
 
 def refused_host(accepted: hosts.AcceptedHosts, request: web.BaseRequest) -> web.Response | None:

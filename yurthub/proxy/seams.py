@@ -103,6 +103,10 @@ class OfflineWrites(Protocol):
         """Run until cancelled (a hub task): post whenever ``healthy_server`` names a server,
         with ``client``'s (the hub's own) identity."""
 
+    def dropped(self) -> int:
+        """Writes dropped over the bounds and not told to the cloud yet (the outage record
+        says how many an outage cost)."""
+
 
 class BodyTransform(Protocol):
     """Rewrites one upstream body on its way to the client (response filters)."""

@@ -22,6 +22,20 @@ once and tried again at every check until it loads.
 Requests that carry their own Bearer token use the ``bare`` context, which a certificate
 rotation leaves untouched (``kubeconfigs.carry_over``).
 
+The heartbeat lane (``lane``): a second, small pool (``LANE_PER_SERVER`` connections per
+apiserver) for kubelet's own heartbeat requests the proxy forwards (its Lease and its Node:
+get, update, patch; ``fairness.exempt``). After a heal every watch, list and relist of the
+node's clients and of the hub's own loops opens its connection at once; none of them can take
+the lane's slots, so a lease renewal never waits for a connection behind them. The health
+prober's renewals have a pool of their own (``probes``, ``PROBE_PER_SERVER`` connections per
+apiserver) that nothing the proxy forwards can use: the proxy authenticates nobody, so any
+process on the node can send "kubelet's" node PATCHes, and a few whose bodies never finish
+would otherwise hold every lane connection, the probes would time out waiting for one and the
+hub would go offline. The lanes' sockets close abortively (``SO_LINGER`` 0: a reset, the unsent
+bytes dropped): a renewal the hub gave up on (a link gone silent) is never delivered when the
+route comes back, minutes later, with a stale resourceVersion: the apiserver counted such late
+PUTs as 504s (their client gone) and the hub's next renewal on top of its own base as a 409.
+
 Dangers: every open watch holds a pooled connection until it ends, so ``pool_limit`` bounds
 concurrent watches; the aiohttp client keeps connections per (host, port, ssl context), so the
 Bearer-token requests (bare TLS context) never reuse a connection that presented the hub's client
@@ -36,10 +50,13 @@ import contextlib
 import datetime
 import logging
 import pathlib
+import socket
 import ssl
+import struct
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import aiohttp
 from aiohttp import client_proto, client_reqrep
@@ -52,18 +69,42 @@ MIN_RECHECK_GAP = 1.0
 """Auth failures wake the check at most this often: a burst of 401s costs one stat round."""
 
 
+LANE_PER_SERVER = 4
+"""Connections of the heartbeat lane per apiserver: kubelet's lease, its node get and its
+status patch (kubelet sends them one at a time), and one to spare."""
+PROBE_PER_SERVER = 2
+"""Connections of the prober's own lane per apiserver: it renews through one server at a time
+(a GET, then a PUT); a second while the first closes."""
+
+
+def abortive_socket(addr_info: tuple[Any, ...]) -> socket.socket:
+    """A TCP socket whose close is a reset (``SO_LINGER`` on, 0 s): bytes not yet acknowledged
+    are dropped, never delivered later (aiohttp's ``socket_factory``)."""
+    family, type_, proto = addr_info[0], addr_info[1], addr_info[2]
+    sock = socket.socket(family=family, type=type_, proto=proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    return sock
+
+
 class _RotatingConnector(aiohttp.TCPConnector):
     """A ``TCPConnector`` that can retire a TLS context: its idle connections are closed at
     once, its busy ones when released (never pooled again)."""
 
-    def __init__(self, upstream: settings.UpstreamSettings) -> None:
+    def __init__(self, upstream: settings.UpstreamSettings, *, lane: int = 0) -> None:
+        """``lane``: connections per server of a heartbeat lane (0: the main pool)."""
+        servers = max(1, len(upstream.servers))
         super().__init__(
-            limit=upstream.pool_limit,
-            limit_per_host=upstream.pool_limit_per_host,
+            limit=lane * servers if lane else upstream.pool_limit,
+            limit_per_host=lane if lane else upstream.pool_limit_per_host,
             keepalive_timeout=upstream.keepalive_timeout,
             enable_cleanup_closed=False,
+            socket_factory=abortive_socket if lane else None,
         )
         self._retired: weakref.WeakSet[ssl.SSLContext] = weakref.WeakSet()
+        self._abortive = bool(lane)
+        """Close by aborting: a TLS connection's graceful close waits for the peer's
+        close_notify (30 s on a silent link) before the socket goes, and the bytes it holds
+        would still be delivered if the route came back meanwhile."""
 
     def retire(self, context: ssl.SSLContext) -> int:
         """Stop pooling connections made with ``context``; returns how many idle ones closed."""
@@ -83,6 +124,8 @@ class _RotatingConnector(aiohttp.TCPConnector):
         should_close: bool = False,
     ) -> None:
         retired = isinstance(key.ssl, ssl.SSLContext) and key.ssl in self._retired
+        if self._abortive and (should_close or retired or protocol.should_close):
+            protocol.abort()
         super()._release(key, protocol, should_close=should_close or retired)
 
 
@@ -117,11 +160,13 @@ class Upstream:
         trust: kubeconfigs.TrustPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
         renewed_by_hub: bool = False,
+        key_passwords: Sequence[bytes] = (),
     ) -> None:
         """``kubeconfig``: where ``identity`` came from; ``follow_identity`` reloads it from
         there. ``None``: the identity is fixed. ``renewed_by_hub``: the hub's certificate
         manager renews it (short-lived certificates are "expiring" all their life: that is
-        logged at DEBUG; an expired one still warns)."""
+        logged at DEBUG; an expired one still warns). ``key_passwords``: what opens the hub's
+        sealed client key (``certs.sealedkeys``) on each reload."""
         self.settings = upstream
         self.identity = identity
         self.reloads = 0
@@ -130,6 +175,10 @@ class Upstream:
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
         self._connector: _RotatingConnector | None = None
+        self._lane: aiohttp.ClientSession | None = None
+        self._lane_connector: _RotatingConnector | None = None
+        self._probes: aiohttp.ClientSession | None = None
+        self._probe_connector: _RotatingConnector | None = None
         self._recheck = asyncio.Event()
         self._check_lock = asyncio.Lock()
         self._rejected = ""
@@ -137,14 +186,22 @@ class Upstream:
         self.trust_policy = trust or kubeconfigs.TrustPolicy()
         """What a reloaded kubeconfig may use beyond its own CA: the rule it was loaded by."""
         self._renewed_by_hub = renewed_by_hub
+        self._key_passwords = tuple(key_passwords)
 
     async def start(self) -> None:
-        connector = _RotatingConnector(self.settings)
+        self._connector = _RotatingConnector(self.settings)
+        self._session = self._new_session(self._connector)
+        self._lane_connector = _RotatingConnector(self.settings, lane=LANE_PER_SERVER)
+        self._lane = self._new_session(self._lane_connector)
+        self._probe_connector = _RotatingConnector(self.settings, lane=PROBE_PER_SERVER)
+        self._probes = self._new_session(self._probe_connector)
+        self._note_expiry(announce=True)
+
+    def _new_session(self, connector: _RotatingConnector) -> aiohttp.ClientSession:
         # Only a rotatable identity pays for the per-request hook (a middleware: about 3 us a
         # request, where aiohttp's trace signals cost about 15 us).
         middlewares = (self._notice_rejection,) if self._kubeconfig is not None else ()
-        self._connector = connector
-        self._session = aiohttp.ClientSession(
+        return aiohttp.ClientSession(
             connector=connector,
             auto_decompress=False,
             # The proxy sets per-request timeouts; no session-wide total for watches.
@@ -154,19 +211,34 @@ class Upstream:
             trust_env=False,
             middlewares=middlewares,
         )
-        self._note_expiry(announce=True)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-            self._connector = None
+        for session in (self._session, self._lane, self._probes):
+            if session is not None:
+                await session.close()
+        self._session = self._lane = self._probes = None
+        self._connector = self._lane_connector = self._probe_connector = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
             raise RuntimeError("upstream client is not started")
         return self._session
+
+    @property
+    def lane(self) -> aiohttp.ClientSession:
+        """The heartbeat lane for kubelet's requests (see the module docstring)."""
+        if self._lane is None:
+            raise RuntimeError("upstream client is not started")
+        return self._lane
+
+    @property
+    def probes(self) -> aiohttp.ClientSession:
+        """The health prober's own lane (see the module docstring): nothing the proxy
+        forwards uses it."""
+        if self._probes is None:
+            raise RuntimeError("upstream client is not started")
+        return self._probes
 
     def ssl_for(self, server: str, *, own_identity: bool) -> ssl.SSLContext | bool:
         """TLS context for ``server``: False for a loopback ``http://`` server."""
@@ -267,7 +339,11 @@ class Upstream:
                 return False
             try:
                 candidate = await loop.run_in_executor(
-                    None, kubeconfigs.load, self._kubeconfig, self.trust_policy
+                    None,
+                    kubeconfigs.load,
+                    self._kubeconfig,
+                    self.trust_policy,
+                    self._key_passwords,
                 )
                 candidate = self._acceptable(current, candidate)
             except kubeconfigs.KubeconfigError as e:
@@ -310,9 +386,11 @@ class Upstream:
         old, self.identity = self.identity, new
         self.reloads += 1
         closed = 0
-        if self._connector is not None:
+        for connector in (self._connector, self._lane_connector, self._probe_connector):
+            if connector is None:
+                continue
             for context in {old.with_identity, old.bare} - {new.with_identity, new.bare}:
-                closed += self._connector.retire(context)
+                closed += connector.retire(context)
         log.info(
             "hub identity reloaded from %s: %s (closed %d idle connections of the old one)",
             self._kubeconfig,

@@ -31,7 +31,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from yurthub.cache import entries, verifying
+from yurthub.cache import entries, keysealing, sealing, verifying
 from yurthub.testing import hollownodes, processes, realcluster
 
 T = TypeVar("T")
@@ -92,12 +92,15 @@ class EdgeNode:
         identity: pathlib.Path | None = None,
         serving_certificate: bool = False,
         die_with_parent: bool = True,
+        cache_key_source: str = "",
     ) -> None:
         """``kubelet=False``: a hub alone (no hollow node; ``start`` returns once the hub is
         ready). ``identity``: the hub's kubeconfig instead of the node's own identity.
         ``serving_certificate``: the hub reads that identity as kubelet's
         (``--bootstrap-mode=kubeletcertificate``, ``--root-dir`` under ``workdir``) and so
-        requests a serving certificate too (someone must approve its CSR: edgehub manager)."""
+        requests a serving certificate too (someone must approve its CSR: edgehub manager).
+        ``cache_key_source``: the hub's ``--cache-key-source`` (its default, ``auto``, when
+        empty); the cache helpers below open the sealed cache with it."""
         self.cluster = cluster
         self.name = name
         self.workdir = workdir
@@ -106,6 +109,8 @@ class EdgeNode:
         self._identity = identity
         self._serving_certificate = serving_certificate
         self._die = die_with_parent
+        self._cache_key_source = cache_key_source
+        self._hub_argv: list[str] = []
         self.partition_port, self.control_port, self.proxy_port, self.serve_port = (
             realcluster.free_ports(4)
         )
@@ -161,32 +166,40 @@ class EdgeNode:
             ),
         )
         self._partition.start()
-        self._hub = self._process(
+        self._hub_argv = edgehub_argv(
             "hub",
-            edgehub_argv(
-                "hub",
-                "--server-addr",
-                f"https://127.0.0.1:{self.partition_port}",
-                "--node-name",
-                self.name,
-                *(
-                    (
-                        "--bootstrap-mode=kubeletcertificate",
-                        f"--kubelet-kubeconfig={identity}",
-                        f"--root-dir={self.workdir / 'root'}",
-                    )
-                    if self._serving_certificate
-                    else ("--kubeconfig", str(identity))
-                ),
-                "--disk-cache-path",
-                str(self.cache_dir),
-                "--proxy-port",
-                str(self.proxy_port),
-                "--serve-port",
-                str(self.serve_port),
-                *self._hub_args,
+            "--server-addr",
+            f"https://127.0.0.1:{self.partition_port}",
+            "--node-name",
+            self.name,
+            *(
+                (
+                    "--bootstrap-mode=kubeletcertificate",
+                    f"--kubelet-kubeconfig={identity}",
+                    f"--root-dir={self.workdir / 'root'}",
+                )
+                if self._serving_certificate
+                else ("--kubeconfig", str(identity))
             ),
+            "--disk-cache-path",
+            str(self.cache_dir),
+            "--proxy-port",
+            str(self.proxy_port),
+            "--serve-port",
+            str(self.serve_port),
+            *(("--cache-key-source", self._cache_key_source) if self._cache_key_source else ()),
+            *self._hub_args,
         )
+        self._start_hub()
+        if not self._with_kubelet:
+            return
+        self.hollow.start()
+        if wait_ready:
+            self.wait_ready(timeout)
+
+    def _start_hub(self) -> None:
+        self._hub = self._process("hub", self._hub_argv)
+        self._killed = False
         self._hub.start()
         eventually(
             lambda: http("GET", f"{self.serve_url}/v1/readyz")[0] == 200,
@@ -195,11 +208,14 @@ class EdgeNode:
             interval=0.2,
             alive=self.check_alive,
         )
-        if not self._with_kubelet:
-            return
-        self.hollow.start()
-        if wait_ready:
-            self.wait_ready(timeout)
+
+    def restart_hub(self) -> None:
+        """Stop the hub (SIGTERM) and start it again with the same flags, its cache and root
+        dir as it left them; returns once it is ready (offline too: it answers from its
+        cache). The hollow node keeps running."""
+        if self._hub is not None:
+            self._hub.stop()
+        self._start_hub()
 
     def _process(self, component: str, argv: list[str]) -> processes.Process:
         return processes.Process(
@@ -290,13 +306,20 @@ class EdgeNode:
 
     # --- the hub's cache -----------------------------------------------------------------
 
+    def _sealer(self) -> sealing.Sealer:
+        """What opens the cache's entries: its key source's data keys (``PLAIN`` for a
+        plaintext cache)."""
+        source = keysealing.parse_source(self._cache_key_source or "auto")
+        return keysealing.read_sealer(self.cache_dir, source, os.environ)
+
     def cached(self, prefix: str) -> dict[str, str]:
         """``key -> resourceVersion`` of the objects cached under ``prefix`` (e.g.
         ``kubelet/pods.v1.core/ns/``), read-only beside the running hub; lists excluded."""
+        sealer = self._sealer()
         con = verifying.connect(self.cache_dir)
         try:
             return {
-                row.key: entries.decode_header(row.value).resource_version
+                row.key: entries.decode_header(sealer.unseal(row.key, row.value)).resource_version
                 for row in verifying.rows(con, prefix)
                 if row.kind == "object" and row.value is not None
             }
@@ -306,11 +329,12 @@ class EdgeNode:
     def cached_body(self, key: str) -> bytes | None:
         """The body the hub's cache holds under ``key`` as stored (JSON, or protobuf in its
         ``k8s\\x00`` envelope)."""
+        sealer = self._sealer()
         con = verifying.connect(self.cache_dir)
         try:
             for row in verifying.rows(con, key):
                 if row.key == key and row.kind == "object" and row.value is not None:
-                    return entries.body_of(row.value)
+                    return sealer.body(row.key, row.value)
             return None
         finally:
             con.close()
@@ -327,10 +351,11 @@ class EdgeNode:
     def cached_lists(self, prefix: str) -> dict[str, str]:
         """``list key -> resourceVersion`` of the list records under ``prefix``: the lists the
         hub saw whole and can answer offline."""
+        sealer = self._sealer()
         con = verifying.connect(self.cache_dir)
         try:
             return {
-                row.key: entries.decode_list(row.value).resource_version
+                row.key: entries.decode_list(sealer.unseal(row.key, row.value)).resource_version
                 for row in verifying.rows(con, prefix)
                 if row.kind == "list" and row.value is not None
             }

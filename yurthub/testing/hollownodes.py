@@ -11,8 +11,11 @@ kubemark's components identify as ``hollow-kubelet`` / ``hollow-proxy`` (User-Ag
 treats them as kubelet / kube-proxy (``requestinfo.COMPONENT_ALIASES``).
 
 The kubelet keeps no state between runs (kubemark makes a fresh root directory each start,
-under ``workdir/tmp``): a restarted hollow kubelet learns its pods from the apiserver (or
-the hub's cache) only, which is what the autonomy tests need.
+``/tmp/hollow-kubelet.*``, whatever TMPDIR says): a restarted hollow kubelet learns its pods
+from the apiserver (or the hub's cache) only, which is what the autonomy tests need. Its
+staticPodPath is a directory in there (``static_pod_path`` reads it from the kubelet's log):
+the kubelet posts the mirror Pods of the manifests written there, and its fake runtime runs
+them, without a process (``staticpods`` runs those).
 
 Dangers: kubemark's kubelet binds its server on 0.0.0.0 (kubemark hard-codes it) at a free
 port we pick; its healthz port is kubelet's default 10248 on loopback, and a second hollow
@@ -24,12 +27,16 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
+import time
 import urllib.request
 from collections.abc import Callable, Mapping
 
 import yaml
 
 from yurthub.testing import k8sbinaries, processes, realcluster
+
+_STATIC_POD_PATH = re.compile(r'"Adding static pod path" path="([^"]+)"')
 
 
 def hub_kubeconfig(server: str) -> str:
@@ -162,6 +169,20 @@ class HollowNode:
             meta = item.get("metadata") or {}
             pods[f"{meta.get('namespace')}/{meta.get('name')}"] = str(meta.get("uid") or "")
         return pods
+
+    def static_pod_path(self, timeout: float = 60.0) -> pathlib.Path:
+        """The running kubelet's staticPodPath (kubemark picks it at start and logs it)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._kubelet is None or not self._kubelet.alive:
+                raise processes.ProcessError(f"the hollow kubelet of {self.name} is not running")
+            text = self.kubelet_log.read_text(errors="replace") if self.kubelet_log.exists() else ""
+            found = _STATIC_POD_PATH.findall(text)
+            if found:
+                return pathlib.Path(found[-1])
+            if time.monotonic() > deadline:
+                raise processes.ProcessError(f"no static pod path in {self.kubelet_log}")
+            time.sleep(0.2)
 
     @property
     def kubelet_log(self) -> pathlib.Path:

@@ -14,7 +14,9 @@ Modes (what a client of the proxy sees):
   gone) and existing connections are reset.
 - ``blackhole``: new connections are accepted and never answered; existing ones stall in both
   directions (nothing is read, so TCP backpressure builds as on a dead route). Leaving the mode
-  delivers what was held, like TCP retransmission after a route comes back.
+  delivers what was held, like TCP retransmission after a route comes back; except what a
+  side sent before it reset its connection (an abortive close, ``SO_LINGER`` 0): a sender's
+  reset ends its retransmissions, so on a real route those bytes never arrive.
 - ``reset``: existing connections are reset (RST via ``SO_LINGER`` 0); new ones are reset right
   after accept.
 - ``latency``: each chunk waits ``latency`` seconds before it is forwarded, per direction.
@@ -301,6 +303,10 @@ class Partition:
                         writer.write_eof()
                     return
                 mode = await self._gate()
+                if isinstance(reader.exception(), ConnectionResetError):
+                    # The sender reset while its bytes were held: a reset drops what TCP had
+                    # not delivered yet, so they are never delivered.
+                    raise ConnectionResetError("the sender reset the connection")
                 if mode is Mode.LATENCY:
                     await asyncio.sleep(self.latency)
                     mode = await self._gate()

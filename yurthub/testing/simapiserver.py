@@ -52,6 +52,7 @@ from yurthub.testing.sim import (
     pki,
     seeding,
     storage,
+    throttling,
 )
 
 __all__ = ["SimApiserver", "SimApiserverThread", "State"]
@@ -358,6 +359,42 @@ class SimApiserver:
 
     def clear_audit_log(self) -> None:
         self._ctx.audit.clear()
+
+    def throttle(
+        self,
+        *,
+        verbs: Iterable[str] = (),
+        resources: Iterable[str] = (),
+        user_agents: Iterable[str] = (),
+        users: Iterable[str] = (),
+        count: int | None = None,
+        retry_after: int = 1,
+        as_status: bool = False,
+    ) -> throttling.Throttle:
+        """Answer 429 Too Many Requests, as API Priority and Fairness does (``Retry-After``,
+        the ``X-Kubernetes-PF-*`` headers, its plain-text body; ``as_status``: a
+        ``TooManyRequests`` Status instead, as a restarting apiserver's watch cache answers),
+        to the resource requests matching every given filter (verbs, resource names,
+        User-Agent prefixes, user names; none given: any), ``count`` times or until
+        ``unthrottle``. The returned ``Throttle`` counts what it refused (``refused``)."""
+        rule = throttling.Throttle(
+            verbs=frozenset(verbs),
+            resources=frozenset(resources),
+            user_agents=tuple(user_agents),
+            users=frozenset(users),
+            count=count,
+            retry_after=retry_after,
+            as_status=as_status,
+        )
+        self._ctx.throttles.append(rule)
+        return rule
+
+    def unthrottle(self, rule: throttling.Throttle | None = None) -> None:
+        """Stop ``rule`` (None: every throttle)."""
+        if rule is None:
+            self._ctx.throttles.clear()
+        elif rule in self._ctx.throttles:
+            self._ctx.throttles.remove(rule)
 
     def append_log(self, namespace: str, pod: str, container: str, line: str) -> None:
         """Add a container log line; ``logs -f`` followers receive it at once."""

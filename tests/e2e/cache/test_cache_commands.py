@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import pathlib
 import signal
 import subprocess
@@ -15,7 +16,9 @@ import diskcache
 import orjson
 import pytest
 
-from yurthub.cache import keys, sealing, store
+from tests.integration.identity import identity_keys
+from yurthub.cache import keys, keysealing, sealing, store
+from yurthub.certs import layout, pemfiles, sealedkeys
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 POD = keys.Scope("kubelet", "pods", "v1")
@@ -249,3 +252,37 @@ async def test_sealed_cache_commands_need_the_key_and_report_tampering(
     verified = run("cache", "verify", *flags)
     assert verified.returncode == 1
     assert f"PROBLEM {key}: sealed entry fails authentication" in verified.stdout, verified
+
+
+async def test_unseal_identity_writes_the_keys_back_plain_for_yurthub(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Rolling back to YurtHub on a shared --root-dir: the hub's sealed keys written back as
+    the plain PEM YurtHub reads, with the same key source the hub used."""
+    kek = tmp_path / "kek"
+    kek.write_bytes(bytes(range(32)))
+    kek.chmod(0o600)
+    path = tmp_path / "cache"
+    await (
+        await store.Store.open(path, key_source=sealing.Source(sealing.Kind.KEYFILE, kek))
+    ).close()
+    sealer = keysealing.read_sealer(path, sealing.Source(sealing.Kind.KEYFILE, kek), {})
+    seal = sealedkeys.from_data_keys(sealer.keys, sealer.current)
+    root = tmp_path / "root"
+    chain, key = identity_keys.pair(5)
+    now = datetime.datetime.now(datetime.UTC)
+    pemfiles.write_pair(
+        layout.Layout(root).pki, layout.CLIENT_PREFIX, sealedkeys.pair_pem(chain, key, seal), now
+    )
+    flags = ("--disk-cache-path", str(path), "--root-dir", str(root))
+
+    refused = run("cache", "unseal-identity", *flags)
+    assert refused.returncode == 3 and "is sealed" in refused.stderr, refused
+    done = run("cache", "unseal-identity", *flags, "--cache-key-file", str(kek))
+    assert done.returncode == 0, done
+    assert "yurthub-current.pem: now plain PEM" in done.stdout
+    assert "yurthub-server-current.pem: none" in done.stdout
+    pair = pemfiles.load_pair(layout.Layout(root).client_pair)  # no key needed any more
+    assert not pair.sealed and pair.certificate.serial_number == 5
+    again = run("cache", "unseal-identity", *flags, "--cache-key-file", str(kek))
+    assert "yurthub-current.pem: already plain PEM" in again.stdout

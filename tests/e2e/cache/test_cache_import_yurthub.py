@@ -86,6 +86,8 @@ def _digest(root: pathlib.Path) -> dict[str, str]:
         ("c/foos.v1alpha1.bars.extension.io/kube-system/foobar",
          ("c", "foos", "v1alpha1", "bars.extension.io"), "kube-system", "foobar"),
         ("kubelet/namespaces.v1.core/default", ("kubelet", "namespaces", "v1", ""), "", "default"),
+        # kubemark's hollow kubelet is kubelet to this hub (requestinfo.COMPONENT_ALIASES).
+        ("hollow-kubelet/pods.v1.core/ns/p", ("kubelet", "pods", "v1", ""), "ns", "p"),
     ],
 )  # fmt: skip
 def test_yurthub_paths(

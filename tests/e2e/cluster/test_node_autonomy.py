@@ -108,7 +108,12 @@ class Manager:
 
     def refusals(self) -> list[str]:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return [line for line in text.splitlines() if "403" in line or "refused" in line]
+        # kubeapi says "HTTP 403 Forbidden"; a bare "403" also matched log timestamps (",403").
+        return [
+            line
+            for line in text.splitlines()
+            if "HTTP 403" in line or "forbidden" in line.lower() or "refused" in line
+        ]
 
 
 def edgehub_argv_manager(kubeconfig: Path, port: int) -> list[str]:
@@ -278,93 +283,135 @@ def test_tolerations_follow_the_node_marking(
         fake_node("fake-plain", {}),
         fake_node("fake-bad", {DURATION: "1d"}),
     )
-    own = [{"key": UR, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 77}]
-    daemonset = {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "ds", "namespace": NS},
-        "spec": {
-            "selector": {"matchLabels": {"test": "ds"}},
-            "template": {
-                "metadata": {"labels": {"test": "ds"}},
-                "spec": {
-                    "nodeSelector": {"fake": "fake-auto"},
-                    "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+    try:
+        own = [{"key": UR, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 77}]
+        daemonset = {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "ds", "namespace": NS},
+            "spec": {
+                "selector": {"matchLabels": {"test": "ds"}},
+                "template": {
+                    "metadata": {"labels": {"test": "ds"}},
+                    "spec": {
+                        "nodeSelector": {"fake": "fake-auto"},
+                        "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+                    },
                 },
             },
-        },
-    }
-    apply(
-        cluster,
-        *(bare_pod(f"p-{n}", n, {"test": "marking"}) for n in (
-            "fake-auto", "fake-legacy", "fake-plain", "fake-bad"
-        )),
-        bare_pod("own", "fake-auto", {"test": "marking"}, tolerations=own),
-        daemonset,
-    )  # fmt: skip
-    expected = {
-        "p-fake-auto": {NR: 3600, UR: 3600},
-        "p-fake-legacy": {NR: None, UR: None},
-        "p-fake-plain": {NR: TOLERATION, UR: TOLERATION},
-        "p-fake-bad": {NR: TOLERATION, UR: TOLERATION},
-        "own": {NR: 3600, UR: 77},  # its own unreachable toleration is its own
-    }
-
-    def marked() -> bool:
-        got = {n: seconds_of(p) for n, p in pods(cluster, "test=marking").items()}
-        return got == expected
-
-    edgenodes.eventually(marked, 30, "tolerations set from the node markings")
-    # The DaemonSet's pod keeps its controller's tolerations (forever) and gets no record.
-    (ds_pod,) = pods(cluster, "test=ds").values()
-    assert seconds_of(ds_pod) == {NR: None, UR: None}
-    assert tolerating.MANAGED_ANNOTATION not in (ds_pod["metadata"].get("annotations") or {})
-    record = pods(cluster, "test=marking")["p-fake-auto"]["metadata"]["annotations"]
-    assert record[tolerating.MANAGED_ANNOTATION] == f"{NR},{UR}"
-
-    # One Warning on the node naming the bad value.
-    def warned() -> list[dict[str, Any]]:
-        events = get(cluster, "events", "-A", "--field-selector", "involvedObject.name=fake-bad")
-        return [e for e in events["items"] if e["reason"] == autonomy_controller.INVALID_DURATION]
-
-    (event,) = edgenodes.eventually(warned, 15, "an InvalidAutonomyDuration event")
-    assert "'1d'" in event["message"] and event["type"] == "Warning"
-    assert event["involvedObject"]["kind"] == "Node"
-
-    # The marking changes: forever, off, fixed.
-    cluster.kubectl("annotate", "node", "fake-plain", f"{DURATION}=0")
-    cluster.kubectl("annotate", "node", "fake-auto", f"{DURATION}-")
-    cluster.kubectl("annotate", "node", "fake-bad", f"{DURATION}=45m", "--overwrite")
-    expected.update(
-        {
-            "p-fake-plain": {NR: None, UR: None},
-            "p-fake-auto": {NR: TOLERATION, UR: TOLERATION},  # the cluster default again
-            "p-fake-bad": {NR: 2700, UR: 2700},
-            "own": {NR: TOLERATION, UR: 77},
         }
-    )
-    edgenodes.eventually(marked, 30, "tolerations following the changed markings")
-    restored = pods(cluster, "test=marking")["p-fake-auto"]["metadata"].get("annotations") or {}
-    assert tolerating.MANAGED_ANNOTATION not in restored
-    assert len(warned()) == 1  # fixed: no second Event
-    assert manager.refusals() == []  # RBAC and the admission policy allowed all of it
+        apply(
+            cluster,
+            *(bare_pod(f"p-{n}", n, {"test": "marking"}) for n in (
+                "fake-auto", "fake-legacy", "fake-plain", "fake-bad"
+            )),
+            bare_pod("own", "fake-auto", {"test": "marking"}, tolerations=own),
+            daemonset,
+        )  # fmt: skip
+        expected = {
+            "p-fake-auto": {NR: 3600, UR: 3600},
+            "p-fake-legacy": {NR: None, UR: None},
+            "p-fake-plain": {NR: TOLERATION, UR: TOLERATION},
+            "p-fake-bad": {NR: TOLERATION, UR: TOLERATION},
+            "own": {NR: 3600, UR: 77},  # its own unreachable toleration is its own
+        }
 
-    # The manager's identity may do what the controller does and nothing else.
-    identity = cluster.write_kubeconfig(
-        cluster.layout.root / "as-manager.kubeconfig", MANAGER_USER, MANAGER_GROUPS
-    )
-    pod = pods(cluster, "test=marking")["p-fake-plain"]
-    changed_image = json.loads(json.dumps(pod))
-    changed_image["spec"]["containers"][0]["image"] = "registry.example/evil:1"
-    refused = cluster.kubectl(
-        "replace", "-f", "-", kubeconfig=identity, input=json.dumps(changed_image), check=False
-    )
-    assert refused.returncode != 0
-    assert "edgehub manager may not change containers" in refused.stderr
+        def marked() -> bool:
+            got = {n: seconds_of(p) for n, p in pods(cluster, "test=marking").items()}
+            return got == expected
 
-    cluster.kubectl("delete", "daemonset", "ds", "-n", NS)
-    cluster.kubectl("delete", "pods", "-n", NS, "-l", "test=marking", "--force", "--grace-period=0")
-    cluster.kubectl("delete", "nodes", "fake-auto", "fake-legacy", "fake-plain", "fake-bad")
+        edgenodes.eventually(marked, 30, "tolerations set from the node markings")
+        # The DaemonSet's pod keeps its controller's tolerations (forever) and gets no record.
+        (ds_pod,) = pods(cluster, "test=ds").values()
+        assert seconds_of(ds_pod) == {NR: None, UR: None}
+        assert tolerating.MANAGED_ANNOTATION not in (ds_pod["metadata"].get("annotations") or {})
+        record = pods(cluster, "test=marking")["p-fake-auto"]["metadata"]["annotations"]
+        assert record[tolerating.MANAGED_ANNOTATION] == f"{NR},{UR}"
+
+        # One Warning on the node naming the bad value.
+        def warned() -> list[dict[str, Any]]:
+            events = get(
+                cluster, "events", "-A", "--field-selector", "involvedObject.name=fake-bad"
+            )
+            return [
+                e for e in events["items"] if e["reason"] == autonomy_controller.INVALID_DURATION
+            ]
+
+        (event,) = edgenodes.eventually(warned, 15, "an InvalidAutonomyDuration event")
+        assert "'1d'" in event["message"] and event["type"] == "Warning"
+        assert event["involvedObject"]["kind"] == "Node"
+
+        # The marking changes: forever, off, fixed.
+        cluster.kubectl("annotate", "node", "fake-plain", f"{DURATION}=0")
+        cluster.kubectl("annotate", "node", "fake-auto", f"{DURATION}-")
+        cluster.kubectl("annotate", "node", "fake-bad", f"{DURATION}=45m", "--overwrite")
+        expected.update(
+            {
+                "p-fake-plain": {NR: None, UR: None},
+                "p-fake-auto": {NR: TOLERATION, UR: TOLERATION},  # the cluster default again
+                "p-fake-bad": {NR: 2700, UR: 2700},
+                "own": {NR: TOLERATION, UR: 77},
+            }
+        )
+        edgenodes.eventually(marked, 30, "tolerations following the changed markings")
+        restored = pods(cluster, "test=marking")["p-fake-auto"]["metadata"].get("annotations") or {}
+        assert tolerating.MANAGED_ANNOTATION not in restored
+        assert len(warned()) == 1  # fixed: no second Event
+        assert manager.refusals() == []  # RBAC and the admission policy allowed all of it
+
+        # The manager's identity may do what the controller does and nothing else.
+        identity = cluster.write_kubeconfig(
+            cluster.layout.root / "as-manager.kubeconfig", MANAGER_USER, MANAGER_GROUPS
+        )
+        pod = pods(cluster, "test=marking")["p-fake-plain"]
+        changed_image = json.loads(json.dumps(pod))
+        changed_image["spec"]["containers"][0]["image"] = "registry.example/evil:1"
+        # It patches pods (a merge patch of the tolerations) and never updates them: RBAC refuses a
+        # PUT, and the admission policy a patch that touches anything but the tolerations.
+        replaced = cluster.kubectl(
+            "replace", "-f", "-", kubeconfig=identity, input=json.dumps(changed_image), check=False
+        )
+        assert replaced.returncode != 0
+        assert 'cannot update resource "pods"' in replaced.stderr
+        patched = cluster.kubectl(
+            "patch",
+            "pod",
+            "p-fake-plain",
+            "-n",
+            pod["metadata"]["namespace"],
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"containers": changed_image["spec"]["containers"]}}),
+            kubeconfig=identity,
+            check=False,
+        )
+        assert patched.returncode != 0
+        assert "edgehub manager may not change containers" in patched.stderr
+    finally:
+        # Even after a failure: fake nodes left NotReady would put the zone in partial
+        # disruption, where the outage test below sees no eviction at all.
+        cluster.kubectl("delete", "daemonset", "ds", "-n", NS, "--ignore-not-found", check=False)
+        cluster.kubectl(
+            "delete",
+            "pods",
+            "-n",
+            NS,
+            "-l",
+            "test=marking",
+            "--force",
+            "--grace-period=0",
+            check=False,
+        )
+        cluster.kubectl(
+            "delete",
+            "nodes",
+            "fake-auto",
+            "fake-legacy",
+            "fake-plain",
+            "fake-bad",
+            "--ignore-not-found",
+            check=False,
+        )
 
 
 # --------------------------------------------------------------------------- the outage

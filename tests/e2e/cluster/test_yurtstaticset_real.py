@@ -90,6 +90,11 @@ def test_the_manager_roles_grant_the_controller_and_no_more(
     assert can("watch", "leases.coordination.k8s.io/cloud-yurt-manager", "-n", "kube-system")
     assert not can("get", "leases.coordination.k8s.io/kube-controller-manager", "-n", "kube-system")
     assert not can("create", "yurtstaticsets.apps.openyurt.io", "-n", "default")
+    # A node's Lease after its swap (by name), the revisions kept for undo; never a Pod update.
+    assert can("get", "leases.coordination.k8s.io/edge-1", "-n", "kube-node-lease")
+    assert not can("list", "leases.coordination.k8s.io", "-n", "kube-node-lease")
+    assert can("create", "controllerrevisions.apps", "-n", "default")
+    assert not can("update", "pods", "-n", "default")
     docs = [
         d
         for d in yaml.safe_load_all((REPO / "manifests/manager/staticset-rbac.yaml").read_text())

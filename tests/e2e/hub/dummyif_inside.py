@@ -94,6 +94,27 @@ async def main() -> dict[str, object]:
                     plain = f"http://169.254.2.1:{proxy_port}/api/v1/namespaces/kube-system/pods"
                     async with s.get(plain) as r:
                         found["plain_status"] = r.status
+                # The hub server port's node-only endpoints, called from a local address that
+                # is not loopback (what a caller elsewhere would be if the port were bound
+                # beyond loopback): refused, whatever the body.
+                away = aiohttp.TCPConnector(local_addr=("169.254.2.1", 0))
+                async with aiohttp.ClientSession(connector=away) as s:
+                    async with s.post(
+                        hub.server_url + "/v1/token",
+                        data=b'{"jointoken": "abcdef.0123456789abcdef"}',
+                    ) as r:
+                        found["token_from_afar"] = [r.status, await r.text()]
+                    async with s.get(hub.server_url + "/pods") as r:
+                        found["ota_from_afar"] = r.status
+                    for path in ("/v1/outages", "/v1/status"):
+                        async with s.get(hub.server_url + path) as r:
+                            found[f"{path}_from_afar"] = [r.status, await r.text()]
+                    async with s.get(hub.server_url + "/v1/healthz") as r:
+                        found["healthz_from_afar"] = r.status  # a probe: open to all
+                async with aiohttp.ClientSession() as s:  # from loopback: answered
+                    for path in ("/v1/outages", "/v1/status"):
+                        async with s.get(hub.server_url + path) as r:
+                            found[f"{path}_from_loopback"] = r.status
                 subprocess.run(["ip", "link", "del", "hub-dummy0"], check=True)
                 await until(lambda: "169.254.2.1/32" in addresses("hub-dummy0"))
                 found["recreated"] = True

@@ -45,6 +45,15 @@ def test_dummy_interface_in_a_namespace(netns: str) -> None:
     assert found["secure_status"] == 200
     assert found["secure_anonymous"] == 401
     assert found["plain_status"] == 200
+    status, text = found["token_from_afar"]
+    assert status == 403 and "on this node only" in text and "169.254.2.1" in text
+    assert found["ota_from_afar"] == 403
+    for path in ("/v1/outages", "/v1/status"):  # pods, ServiceAccounts, apiservers, files
+        status, text = found[f"{path}_from_afar"]
+        assert status == 403 and f"{path} answers callers on this node only" in text
+        assert "169.254.2.1" in text
+        assert found[f"{path}_from_loopback"] == 200
+    assert found["healthz_from_afar"] == 200
     assert found["recreated"] is True
     assert found["after_stop"] == ""  # removed with the hub
 

@@ -237,8 +237,13 @@ async def test_offline_kubectl_with_a_fresh_discovery_cache_and_clear_404s(
         async with aiohttp.ClientSession() as s, s.get(hub.server + "/metrics") as r:
             text = await r.text()
         counts = {
-            source: _sample(
-                text, f'node_yurthub_answers_total{{component="kubectl",source="{source}"}}'
+            source: sum(
+                _sample(
+                    text,
+                    f'node_yurthub_answers_total{{component="kubectl",source="{source}",'
+                    f'verb="{verb}"}}',
+                )
+                for verb in ("get", "list")
             )
             for source in ("cloud", "cache")
         }

@@ -47,7 +47,11 @@ class Edge:
     async def start_hub(self) -> None:
         self.rt = await runtime.open(self.hub_settings)
         self.hub = server.Hub(
-            self.hub_settings, tee=self.rt.tee, local=self.rt.local, offline_writes=self.rt
+            self.hub_settings,
+            tee=self.rt.tee,
+            local=self.rt.local,
+            offline_writes=self.rt,
+            outage_history=self.rt.outages,
         )
         self.hub.on_lease = self.rt.on_lease
         self.rt.local.tokens = self.hub.verifier.offline  # as assembly.running wires it

@@ -223,3 +223,86 @@ async def test_a_watch_list_is_complete_or_404_too(tmp_path: pathlib.Path) -> No
         assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "a1")
         assert end["type"] == "BOOKMARK"
         assert end["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+
+
+async def test_offline_versions_let_a_client_resume_without_skipping_events(
+    tmp_path: pathlib.Path,
+) -> None:
+    # kubelet's pod list at 5, then its own status patch of one pod answered at 9 (stored),
+    # whose watch event (and any other change between 5 and 9) the cut kept from the cache.
+    patched = pod("a", 9)
+    jobs = (
+        store.PutList(
+            MY_PODS,
+            orjson.dumps(
+                {
+                    "kind": "PodList",
+                    "apiVersion": "v1",
+                    "metadata": {"resourceVersion": "5"},
+                    "items": [pod("a", 3), pod("b", 4)],
+                }
+            ),
+        ),
+        store.PutObject(PODS, orjson.dumps(patched), "d", "a"),
+    )
+    async with answering(tmp_path, *jobs) as (session, base):
+        mine = {"fieldSelector": f"spec.nodeName={NODE}"}
+        status, body = await get(session, base + "/api/v1/pods", "offline", params=mine)
+        assert status == 200 and names(body) == ["a", "b"]
+        # The list's own version: resuming from 9 would skip whatever happened in between.
+        assert body["metadata"]["resourceVersion"] == "5"
+        # A watch from where the client is (here 7) is held at 7: never moved past events it
+        # did not get, nor back to the cache's older version.
+        params = {**mine, "watch": "true", "allowWatchBookmarks": "true", "resourceVersion": "7"}
+        headers = {"User-Agent": KUBELET, "X-Reason": "offline"}
+        async with (
+            asyncio.timeout(10),
+            session.get(base + "/api/v1/pods", params=params, headers=headers) as resp,
+        ):
+            assert resp.status == 200
+            line = await resp.content.readline()
+        event = orjson.loads(line)
+        assert event["type"] == "BOOKMARK"
+        assert event["object"]["metadata"]["resourceVersion"] == "7"
+
+
+async def read_bookmark(session: Any, url: str, params: dict[str, str]) -> dict[str, Any]:
+    """The first BOOKMARK of an offline watch (a streaming list's end, or a plain watch's)."""
+    headers = {"Accept": "application/json", "X-Reason": "offline", "User-Agent": PROXY}
+    async with asyncio.timeout(10), session.get(url, params=params, headers=headers) as resp:
+        assert resp.status == 200
+        while True:
+            event = orjson.loads(await resp.content.readline())
+            if event["type"] == "BOOKMARK":
+                found: dict[str, Any] = event["object"]
+                return found
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming-list", "watch-from-now"])
+async def test_an_offline_watch_answered_from_a_broader_list_is_at_that_lists_version(
+    tmp_path: pathlib.Path, streaming: bool
+) -> None:
+    # kube-proxy's list of every Service at 9; then a get stored s1 at 12, ahead of the events
+    # the cache saw for the list. A watch of some of them (a selector no list of its own has)
+    # is answered from the broader list: it is at 9, as that list's offline answer is, never
+    # at 12 (a client resuming from 12 after the heal would skip what happened in between).
+    jobs = (
+        store.PutList(services_key(), service_list(9, service("a1", 1, app="a"), service("s1", 2))),
+        store.PutObject(SERVICES, orjson.dumps(service("s1", 12)), "d", "s1"),
+    )
+    async with answering(tmp_path, *jobs) as (session, base):
+        params = {"watch": "true", "allowWatchBookmarks": "true", "labelSelector": "app=a"}
+        if streaming:
+            params |= {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
+        else:
+            params["timeoutSeconds"] = "3"
+        status, body = await get(
+            session,
+            base + "/api/v1/services",
+            "offline",
+            ua=PROXY,
+            params={"labelSelector": "app=a"},
+        )
+        assert status == 200 and body["metadata"]["resourceVersion"] == "9"
+        mark = await read_bookmark(session, base + "/api/v1/services", params)
+        assert mark["metadata"]["resourceVersion"] == "9"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import pathlib
 import signal
 import sqlite3
@@ -100,6 +101,31 @@ async def test_an_entry_changed_while_posting_is_kept(tmp_path: pathlib.Path) ->
 
 async def test_a_damaged_journal_starts_empty(tmp_path: pathlib.Path) -> None:
     (tmp_path / eventjournal.FILE_NAME).write_bytes(b"this is not a database" * 100)
+    journal = await opened(tmp_path)
+    try:
+        assert journal.pending == 0
+        await journal.create(CORE, "default", event("e"))
+        assert journal.pending == 1
+    finally:
+        await journal.close()
+
+
+async def test_a_journal_with_damaged_pages_under_a_sound_header_starts_empty(
+    tmp_path: pathlib.Path,
+) -> None:
+    """SQLite opens such a file and fails every query after (the hub then ran without a
+    journal, its offline Events kept nowhere, until someone removed the file)."""
+    journal = await opened(tmp_path, eventfolding.Bounds(events=500, bytes=16 << 20))
+    for i in range(200):
+        await journal.create(CORE, "default", event(f"e{i}", reason=f"R{i}", message="m" * 400))
+    await journal.close()
+    path = tmp_path / eventjournal.FILE_NAME
+    pages = path.stat().st_size // 4096
+    assert pages > 8  # the header page stays whole, the table's pages do not
+    with path.open("r+b") as f:
+        for page in range(2, pages, 2):
+            f.seek(page * 4096 + 100)
+            f.write(os.urandom(2000))
     journal = await opened(tmp_path)
     try:
         assert journal.pending == 0

@@ -137,7 +137,12 @@ def hub_sample(edge: Edge, name: str, **labels: str) -> float:
 
 
 def cache_answers(edge: Edge, component: str) -> float:
-    return hub_sample(edge, "node_yurthub_answers_total", source="cache", component=component)
+    return sum(
+        hub_sample(
+            edge, "node_yurthub_answers_total", source="cache", component=component, verb=verb
+        )
+        for verb in ("get", "list", "watch")
+    )
 
 
 @pytest.mark.parametrize("client", ["kubectl", "kubelet"])

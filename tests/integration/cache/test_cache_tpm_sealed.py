@@ -7,60 +7,16 @@ cache directory taken to another TPM, where nothing opens and a fresh sealed cac
 
 from __future__ import annotations
 
-import contextlib
 import pathlib
-import socket
 import stat
-import subprocess
-import time
-from collections.abc import Iterator
 
 import orjson
 import pytest
 
+from tests.integration.cache.swtpms import free_ports, swtpm
 from yurthub.cache import keys, sealing, store, tpmsealing
 
 POD = keys.Scope("kubelet", "pods", "v1")
-
-
-def _free_ports() -> int:
-    """A free port whose next one is free too (the swtpm TCTI finds the control port there)."""
-    while True:
-        with socket.socket() as s, socket.socket() as t:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-            with contextlib.suppress(OSError):
-                t.bind(("127.0.0.1", port + 1))
-                return port
-
-
-@contextlib.contextmanager
-def swtpm(state: pathlib.Path) -> Iterator[str]:
-    """A software TPM with its state in ``state``; yields its TCTI."""
-    state.mkdir(parents=True, exist_ok=True)
-    port = _free_ports()
-    ctrl = port + 1
-    proc = subprocess.Popen(
-        ["swtpm", "socket", "--tpm2",
-         "--server", f"type=tcp,port={port},bindaddr=127.0.0.1",
-         "--ctrl", f"type=tcp,port={ctrl},bindaddr=127.0.0.1",
-         "--tpmstate", f"dir={state}", "--flags", "not-need-init,startup-clear"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 10
-        while True:  # until it accepts connections (bounded)
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            assert time.monotonic() < deadline, "swtpm did not listen"
-            time.sleep(0.02)
-        yield f"swtpm:host=127.0.0.1,port={port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        if proc.stderr is not None:
-            proc.stderr.close()
 
 
 async def _fill(
@@ -123,7 +79,7 @@ async def test_auto_passes_over_a_tpm_that_does_not_answer_until_one_seals_the_k
     key_file.write_bytes(bytes(range(32)))
     key_file.chmod(0o600)
     auto = sealing.Source(sealing.Kind.AUTO, key_file)
-    dead = {"TPM2TOOLS_TCTI": f"swtpm:host=127.0.0.1,port={_free_ports()}"}
+    dead = {"TPM2TOOLS_TCTI": f"swtpm:host=127.0.0.1,port={free_ports()}"}
     s = await store.Store.open(tmp_path / "cache", key_source=auto, environ=dead)
     try:
         assert s.sealed_by == f"key file {key_file}"

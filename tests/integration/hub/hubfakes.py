@@ -31,6 +31,9 @@ class FakeApiserver:
         self.lease_in_pieces = False
         """Send lease answers in two writes a moment apart (a reader must not stop at one)."""
         self.requests = 0
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        """Slow gets (``configmaps/slow``) being answered at once, and the most seen."""
         self.lease: dict[str, Any] | None = None
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -157,7 +160,12 @@ class FakeApiserver:
 
     async def _slow(self, request: web.Request) -> web.Response:
         self._record(request)
-        await asyncio.sleep(float(request.query.get("sleep", "0.5")))
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(float(request.query.get("sleep", "0.5")))
+        finally:
+            self.in_flight -= 1
         return web.json_response({"kind": "ConfigMap", "metadata": {"name": "slow"}})
 
     async def _slow_list(self, request: web.Request) -> web.Response:

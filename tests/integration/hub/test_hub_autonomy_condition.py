@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import pathlib
 import socket
@@ -23,8 +24,9 @@ from tmpfs_support import small_tmpfs
 from discovery.testing import cluster
 from yurthub import assembly, kubeconfigs, settings
 from yurthub.autonomy import conditions, reporting
+from yurthub.outages import records
 from yurthub.proxy import upstream
-from yurthub.testing import simapiserver
+from yurthub.testing import partition, simapiserver
 
 NODE = "edge-node-1"
 KUBELET = {"User-Agent": "kubelet/v1.32.4", "Accept": "application/json"}
@@ -213,3 +215,50 @@ async def test_a_cancel_meeting_the_request_timeout_stops_the_reporter(
                 assert stopped, f"the reporter outlived its cancel ({steps} steps)"
         finally:
             await client.close()
+
+
+async def test_the_condition_names_the_last_outage_once_it_ended(
+    sim_apiserver: simapiserver.SimApiserver, tmp_path: pathlib.Path
+) -> None:
+    sim = sim_apiserver
+    async with partition.Partition("127.0.0.1", sim.port) as link:
+        cache = tmp_path / "cache"
+        url = f"https://127.0.0.1:{link.port}"
+        identity = sim.write_kubeconfig(tmp_path / "id.kubeconfig", user=f"system:node:{NODE}")
+        hub = dataclasses.replace(
+            hub_settings(sim, cache),
+            upstream=settings.UpstreamSettings(servers=(url,), kubeconfig=identity),
+            heartbeat=settings.HeartbeatSettings(
+                interval=INTERVAL, timeout=1.0, healthy_threshold=1, failed_retry=1
+            ),
+        )
+        async with assembly.running(hub) as node:
+            disabled = await wait_reason(sim, "AutonomyDisabled")
+            assert "last outage" not in disabled["message"]
+            writes = condition_writes(sim)
+            checker = node.hub.health
+            assert checker is not None
+
+            async def offline() -> bool:
+                return not checker.any_healthy()
+
+            await link.set_mode(partition.Mode.REFUSE)
+            await cluster.eventually(offline, within=10)
+            outage = node.hub.outages.current
+            assert outage is not None
+            await link.set_mode(partition.Mode.PASS)
+
+            async def named() -> bool:
+                condition = await autonomy_condition(sim)
+                return condition is not None and "last outage:" in condition["message"]
+
+            await cluster.eventually(named, within=15)
+            condition = await autonomy_condition(sim)
+            assert condition is not None
+            assert condition["message"] == (
+                f"{disabled['message']}; last outage: {records.timestamp(outage.began)} for "
+                f"{records.lasted(outage.lasted or 0)} (connection refused)"
+            )
+            # One more write for the outage; the status, and its transition time, did not move.
+            assert condition_writes(sim) == writes + 1
+            assert condition["lastTransitionTime"] == disabled["lastTransitionTime"]

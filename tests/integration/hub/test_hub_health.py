@@ -201,3 +201,34 @@ async def test_a_healed_link_is_trusted_again_within_seconds_not_heartbeats(
                     await asyncio.sleep(0.05)
             # Trusted after real lease round trips: the threshold's two.
             assert apiserver.lease_puts >= puts + 2
+
+
+async def test_a_link_healed_after_a_long_outage_is_seen_within_seconds(
+    apiserver: FakeApiserver, make_hub: MakeHub
+) -> None:
+    from yurthub.testing import partition
+
+    host, port = apiserver.url.removeprefix("http://").split(":")
+    async with partition.Partition(host, int(port)) as link:
+        url = f"http://{link.address}"
+        async with make_hub([url], interval=60, timeout=0.5, healthy_threshold=2) as hub:
+            assert hub.health.is_healthy(url)
+            await link.set_mode(partition.Mode.RESET)
+            async with aiohttp.ClientSession() as s, s.get(hub.proxy_url + "/api/v1/pods") as r:
+                assert r.status in (502, 503)
+            async with asyncio.timeout(5):
+                while hub.health.is_healthy(url):
+                    await asyncio.sleep(0.02)
+            # Long enough for the probes' back-off to have grown: 1, 2, 4, 8 s apart before
+            # (the next one 16 s later), 1, 2, 2, 2 s now.
+            failures: set[float] = set()
+            async with asyncio.timeout(30):
+                while len(failures) < 4:
+                    when = hub.health.reports[url].last_error_at
+                    if when is not None:
+                        failures.add(when)
+                    await asyncio.sleep(0.02)
+            await link.set_mode(partition.Mode.PASS)
+            async with asyncio.timeout(8):
+                while not hub.health.is_healthy(url):
+                    await asyncio.sleep(0.05)

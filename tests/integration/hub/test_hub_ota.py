@@ -363,3 +363,28 @@ async def test_without_a_cache_get_pods_lists_this_nodes_pods_from_the_apiserver
             await hub.stop(grace=1.0)
         assert answer["kind"] == "PodList" and answer["items"]
         assert {p["spec"]["nodeName"] for p in answer["items"]} == {NODE}
+
+
+async def test_a_static_pod_marked_while_the_node_is_cut_off_is_taken_once_it_is_back(
+    tmp_path: pathlib.Path,
+) -> None:
+    """OTA during a rollout: the cloud marks the node's mirror Pod while the node is away; the
+    node's upgrade request is refused (503) until its link heals, then it takes the template."""
+    async with bed(tmp_path) as b:
+        live = b.manifests / "hub.yaml"
+        live.write_text(OLD_MANIFEST)
+        await b.static_set_manifest("hub", NEW_MANIFEST)
+        owner = await b.owner("Node", f"/api/v1/nodes/{NODE}", NODE)
+        owner["apiVersion"] = "v1"
+        await b.link.set_mode(partition.Mode.BLACKHOLE)
+        await b.health(False)
+        # Marked by the yurtstaticset controller in the cloud while the node is cut off.
+        await b.pod_with_condition(f"hub-{NODE}", owner, "True", namespace="kube-system")
+        code, body = await b.ota("upgrade", f"hub-{NODE}", namespace="kube-system")
+        assert code == 503, body
+        assert live.read_text() == OLD_MANIFEST
+        await b.link.set_mode(partition.Mode.PASS)
+        await b.health(True)
+        code, body = await b.ota("upgrade", f"hub-{NODE}", namespace="kube-system")
+        assert code == 200, body
+        assert live.read_text() == NEW_MANIFEST

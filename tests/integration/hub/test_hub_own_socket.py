@@ -106,3 +106,27 @@ def test_a_directory_whose_socket_still_listens_is_kept(
             own.remove()
     listening.OwnSocket().remove()  # nothing listens any more: now it is stale
     assert not elsewhere.exists()
+
+
+async def test_the_hubs_own_short_requests_take_turns(
+    apiserver: FakeApiserver, make_hub: MakeHub
+) -> None:
+    """However many of the hub's own lists and gets are in flight, at most ``OWN_SHORT_SHARE``
+    go upstream at once (its background work has a bounded share); all are answered."""
+    from yurthub.proxy import routing
+
+    async with make_hub([apiserver.url]) as hub:
+        route = hub.own_route
+        async with route.session() as session:
+
+            async def get() -> int:
+                async with session.get(
+                    route.url + "/api/v1/namespaces/d/configmaps/slow?sleep=0.3",
+                    headers={"User-Agent": "yurthub/edgehub", "Accept": "application/json"},
+                ) as resp:
+                    await resp.read()
+                    return resp.status
+
+            codes = await asyncio.gather(*(get() for _ in range(3 * routing.OWN_SHORT_SHARE)))
+    assert codes == [200] * (3 * routing.OWN_SHORT_SHARE)
+    assert 2 <= apiserver.peak_in_flight <= routing.OWN_SHORT_SHARE, apiserver.peak_in_flight

@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import pathlib
 
+from tests.integration.identity.identity_keys import leaks, needles
+from tests.integration.identity.identity_keys import pair as _pair
 from yurthub import migrating, settings
-from yurthub.certs import layout
+from yurthub.certs import layout, pemfiles, sealedkeys
 
 STAMPED = "yurthub-2026-01-02-03-04-05.pem"
 SERVING = "yurthub-server-2026-01-02-03-04-05.pem"
@@ -80,3 +82,38 @@ def test_the_same_directory_is_left_as_it_is(tmp_path: pathlib.Path) -> None:
     before = _snapshot(yurthub)
     assert migrating.adopt_certificates(yurthub, _migration(yurthub)) == []
     assert _snapshot(yurthub) == before
+
+
+def test_the_copied_keys_are_sealed_and_yurthubs_stay_plain(tmp_path: pathlib.Path) -> None:
+    """With a data key, no plaintext copy of YurtHub's keys is made under this hub's root:
+    the copies are sealed as they are written; YurtHub's files stay byte for byte."""
+    yurthub, own = tmp_path / "var-lib-yurthub", tmp_path / "edgehub"
+    _yurthub_root(yurthub)
+    chain, key = _pair(9)
+    (yurthub / "pki" / STAMPED).write_bytes(sealedkeys.pair_pem(chain, key, sealedkeys.PLAIN))
+    before = _snapshot(yurthub)
+    seal = sealedkeys.from_data_keys({1: os.urandom(32)}, 1)
+
+    copied = migrating.adopt_certificates(own, _migration(yurthub), seal)
+
+    assert "pki/yurthub-current.pem" in copied
+    assert leaks([own], needles(key)) == []
+    pair = pemfiles.load_pair(layout.Layout(own).client_pair, seal)
+    assert pair.sealed and pair.certificate.serial_number == 9
+    assert _snapshot(yurthub) == before
+    # The fake serving file holds no key: copied as it is.
+    assert layout.Layout(own).serving_pair.read_bytes() == b"serving cert and key\n"
+
+
+def test_a_key_that_cannot_be_sealed_is_not_copied(tmp_path: pathlib.Path) -> None:
+    yurthub, own = tmp_path / "var-lib-yurthub", tmp_path / "edgehub"
+    _yurthub_root(yurthub)
+    chain, key = _pair(10)
+    (yurthub / "pki" / STAMPED).write_bytes(sealedkeys.pair_pem(chain, key, sealedkeys.PLAIN))
+
+    copied = migrating.adopt_certificates(
+        own, _migration(yurthub), sealedkeys.unavailable("no key file")
+    )
+
+    assert "pki/yurthub-current.pem" not in copied
+    assert not (own / "pki" / STAMPED).exists()

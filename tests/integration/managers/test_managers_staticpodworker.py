@@ -71,7 +71,40 @@ def fake_hub(readyz: int, started: str) -> Iterator[str]:
         thread.join()
 
 
+@contextlib.contextmanager
+def fake_yurthub(down_after: int | None) -> Iterator[str]:
+    """YurtHub's /v1/readyz with no /v1/status (404): 200, then (``down_after`` probes in, as
+    kubelet swaps the process) 503 twice, then 200 again; ``None``: always 200 (the old YurtHub
+    never went away)."""
+    probes = [0]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            code = 404
+            if self.path == "/v1/readyz":
+                probes[0] += 1
+                down = down_after is not None and down_after < probes[0] <= down_after + 2
+                code = 503 if down else 200
+            self.send_response(code)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, name="fake yurthub", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
 def node(tmp_path: Path, new_hash: str = "new") -> tuple[Path, Path]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     manifests = tmp_path / "manifests"
     data = tmp_path / "data"
     manifests.mkdir()
@@ -141,6 +174,20 @@ def test_the_old_hub_still_answering_is_not_the_new_one(tmp_path: Path) -> None:
         done = upgrade(manifests, data, hub, "--timeout=0.3s")
     assert done.returncode == 1, done.stderr
     assert (manifests / "edgehub-hub.yaml").read_text() == manifest("old", "edgehub:1")
+
+
+def test_a_hub_without_status_is_ready_once_the_old_one_went_away(tmp_path: Path) -> None:
+    """A rollback to YurtHub: no /v1/status, so readiness after a failure seen is the sign."""
+    manifests, data = node(tmp_path)
+    with fake_yurthub(down_after=3) as hub:
+        done = upgrade(manifests, data, hub, "--timeout=30s")
+    assert done.returncode == 0, done.stderr
+    assert (manifests / "edgehub-hub.yaml").read_text() == manifest("new", "edgehub:2")
+    manifests2, data2 = node(tmp_path / "again")
+    with fake_yurthub(down_after=None) as hub:  # the old one never stopped answering
+        done = upgrade(manifests2, data2, hub, "--timeout=0.5s")
+    assert done.returncode == 1, done.stderr
+    assert (manifests2 / "edgehub-hub.yaml").read_text() == manifest("old", "edgehub:1")
 
 
 def test_nothing_answering_and_no_old_manifest_removes_the_new_one(tmp_path: Path) -> None:

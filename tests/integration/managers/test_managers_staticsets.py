@@ -7,118 +7,33 @@ is allowed by the manifests' roles."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import logging
 from pathlib import Path
-from typing import Any
 
 import pytest
 import rbac_support as rbac
 import yaml
-from managers_support import FAST, eventually, manager_settings, service_account_dir
+from managers_support import eventually, service_account_dir
+from staticsets_support import (
+    CRD,
+    LATEST,
+    MANAGER_RBAC,
+    NS,
+    RBAC,
+    TEMPLATE,
+    finish,
+    mirror,
+    node,
+    set_ready,
+    status,
+    workers,
+    yss,
+    yss_settings,
+)
 
-from managers import running, settings, staticsetplanning
+from managers import running, staticsetplanning
 from yurthub.testing import simapiserver
-
-REPO = Path(__file__).resolve().parents[3]
-CRD = REPO / "manifests" / "crds" / "yurtstaticsets.apps.openyurt.io.yaml"
-RBAC = REPO / "manifests" / "manager" / "staticset-rbac.yaml"
-MANAGER_RBAC = REPO / "manifests" / "manager" / "rbac.yaml"
-NS = "kube-system"
-TEMPLATE = {
-    "metadata": {"labels": {"k8s-app": "edgehub-hub"}},
-    "spec": {"containers": [{"name": "hub", "image": "ghcr.io/edgehub/edgehub:0.2.0"}]},
-}
-LATEST = staticsetplanning.template_hash(TEMPLATE)
-
-
-def node(name: str, ready: bool = True) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name},
-        "status": {
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-            "addresses": [{"type": "InternalIP", "address": "10.0.0.9"}],
-        },
-    }
-
-
-def set_ready(sim: simapiserver.SimApiserver, name: str, ready: bool) -> None:
-    obj = sim.state.get("nodes", None, name)
-    obj["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
-    sim.state.update(obj)
-
-
-def mirror(sim: simapiserver.SimApiserver, node_name: str, digest: str) -> None:
-    """The mirror Pod kubelet keeps for a static Pod, Ready, running template ``digest``."""
-    name = f"hub-{node_name}"
-    annotations = {"kubernetes.io/config.mirror": "x", staticsetplanning.HASH_ANNOTATION: digest}
-    existing = sim.state.list("pods", NS, field_selector=f"metadata.name={name}")
-    if existing:
-        pod = existing[0]
-        pod["metadata"]["annotations"] = annotations
-    else:
-        pod = sim.state.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "namespace": NS, "annotations": annotations},
-                "spec": {
-                    "nodeName": node_name,
-                    "containers": [{"name": "hub", "image": "ghcr.io/edgehub/edgehub:0.1.0"}],
-                },
-            }
-        )
-    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-    pod["metadata"].pop("resourceVersion", None)  # kubelet's word is final here
-    sim.state.update(pod)
-
-
-def yss(name: str = "hub", strategy: str = "AdvancedRollingUpdate", **meta: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps.openyurt.io/v1alpha1",
-        "kind": "YurtStaticSet",
-        "metadata": {"name": name, "namespace": NS, **meta},
-        "spec": {
-            "staticPodManifest": "edgehub-hub",
-            "upgradeStrategy": {"type": strategy, "maxUnavailable": 1},
-            "template": TEMPLATE,
-        },
-    }
-
-
-def workers(sim: simapiserver.SimApiserver) -> dict[str, dict[str, Any]]:
-    return {
-        p["spec"]["nodeName"]: p
-        for p in sim.state.list("pods", NS)
-        if p["metadata"]["name"].startswith("yss-upgrade-worker-hub-")
-    }
-
-
-def status(sim: simapiserver.SimApiserver, name: str = "hub") -> dict[str, Any]:
-    return dict(sim.state.get("yurtstaticsets", NS, name).get("status") or {})
-
-
-def finish(sim: simapiserver.SimApiserver, node_name: str) -> None:
-    """What the worker on ``node_name`` achieves: the new static Pod, and the worker done."""
-    mirror(sim, node_name, LATEST)
-    pod = workers(sim)[node_name]
-    pod["status"] = {**pod.get("status", {}), "phase": "Succeeded"}
-    pod["metadata"].pop("resourceVersion", None)
-    sim.state.update(pod)
-
-
-def yss_settings(sim: simapiserver.SimApiserver, account: Path) -> settings.ManagerSettings:
-    base = manager_settings(sim, account)
-    return dataclasses.replace(
-        base,
-        controllers=("yurtstaticset",),
-        static_sets=settings.StaticSets(
-            owner="edgehub", worker_image="mirror/edgehub:9", timings=FAST
-        ),
-    )
 
 
 async def test_rolls_out_one_node_at_a_time_past_a_notready_node(
@@ -194,10 +109,17 @@ async def test_rolls_out_one_node_at_a_time_past_a_notready_node(
                 if d["kind"] == "ClusterRole"
             )["rules"],
         ]
-        lease_rules = next(d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "Role")[
-            "rules"
-        ]
-        assert rbac.denied(seen, cluster_rules, lease_rules, NS) == []
+        roles = {
+            d["metadata"]["namespace"]: d["rules"]
+            for d in yaml.safe_load_all(RBAC.read_text())
+            if d["kind"] == "Role"
+        }
+        node_leases = {r for r in seen if r[3] == "kube-node-lease"}
+        assert node_leases and {r[:3] for r in node_leases} == {
+            ("get", "coordination.k8s.io", "leases")
+        }
+        assert rbac.denied(seen - node_leases, cluster_rules, roles[NS], NS) == []
+        assert rbac.denied(node_leases, [], roles["kube-node-lease"], "kube-node-lease") == []
         assert ("create", "", "pods") in rbac.kinds(seen)
         assert ("update", "apps.openyurt.io", "yurtstaticsets/status") in rbac.kinds(seen)
 
@@ -286,3 +208,27 @@ async def test_nothing_is_touched_while_yurt_manager_leads_or_owns(
         assert not sim.state.list(
             "configmaps", NS, field_selector="metadata.name=yurt-static-set-theirs"
         )
+
+
+async def test_without_the_lease_check_a_running_yurt_manager_does_not_hold_it_off(
+    sim_apiserver: simapiserver.SimApiserver, tmp_path: Path
+) -> None:
+    """--yurt-manager-lease='': yurt-manager runs (its other controllers), its YurtStaticSet
+    controller is off, the operator says so: edgehub acts although the Lease is held."""
+    sim = sim_apiserver
+    sim.state.create(yaml.safe_load(CRD.read_text()))
+    sim.state.create(node("a"))
+    mirror(sim, "a", "old")
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    sim.state.create(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "cloud-yurt-manager", "namespace": NS},
+            "spec": {"holderIdentity": "ym-0", "leaseDurationSeconds": 3600, "renewTime": now},
+        }
+    )
+    sim.state.create(yss())
+    account = service_account_dir(sim, tmp_path / "sa")
+    async with running.running(yss_settings(sim, account, lease=None)):
+        await eventually(lambda: list(workers(sim)) == ["a"])

@@ -49,7 +49,7 @@ def test_the_autonomy_role_is_bound_to_the_manager_and_grants_exactly_its_reques
         ("", autonomy.NODES.plural, "watch"),
         ("", autonomy.PODS.plural, "list"),
         ("", autonomy.PODS.plural, "watch"),
-        ("", autonomy.PODS.plural, "update"),
+        ("", autonomy.PODS.plural, "patch"),
     }
 
 

@@ -27,6 +27,7 @@ import yaml
 from edgehub import agent as agent_command
 from edgehub import handler as handler_command
 from edgehub import hub as hub_command
+from edgehub import hubsettings
 from edgehub import manager as manager_command
 from manifests_support import (
     HANDLERS,
@@ -211,7 +212,7 @@ def test_static_pod_command_builds_the_settings_it_promises(
     assert command_line(hub)[:2] == ["edgehub", "hub"]
     assert "--node-name=$(NODE_NAME)" in hub["command"]
     _, params = parse(hub, monkeypatch)
-    built = hub_command.build_settings(params)
+    built = hubsettings.build_settings(params)
     assert built.node_name == NODE
     assert built.upstream.servers == ("https://apiserver_host:6443",)  # the placeholder
     liveness = probe(hub, "livenessProbe")
@@ -378,7 +379,7 @@ def test_every_flag_exists_in_the_installed_binary() -> None:
     missing: list[str] = []
     for sub, wanted in sorted(needed.items()):
         shown = subprocess.run(
-            [EDGEHUB, *sub, "--help"], capture_output=True, text=True, timeout=60, check=True
+            [EDGEHUB, *sub, "--help-all"], capture_output=True, text=True, timeout=60, check=True
         ).stdout
         missing += [
             f"edgehub {' '.join(sub)} {flag}"
@@ -655,9 +656,9 @@ def test_dockerfile_copies_every_package_it_installs() -> None:
             copied.update(w.rstrip("/") for w in words[1:-1])
     for source in copied:
         assert (REPO / source).exists(), source
-    # What the wheel installs, as pyproject's include list names it (``edgehub*`` is ``cmd/``).
-    include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    wheel = {p.rstrip("*") for p in include["packages"]["find"]["include"]}
-    assert "yurthub" in wheel and "edgehub" in wheel
-    for package in [*sorted(wheel - {"edgehub"}), "cmd"]:
+    # What the wheel installs, as pyproject's package list names it (``cmd/edgehub``).
+    tool = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]
+    wheel = tool["hatch"]["build"]["targets"]["wheel"]["packages"]
+    assert "yurthub" in wheel and "cmd/edgehub" in wheel
+    for package in sorted({p.split("/")[0] for p in wheel}):
         assert package in copied, package

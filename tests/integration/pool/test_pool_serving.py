@@ -231,6 +231,10 @@ async def test_the_pool_scoped_set_changes_live(tmp_path: pathlib.Path) -> None:
             'node_yurthub_multiplexer_served_total{resource="/v1/services",verb="list"}' in metrics
         )
         assert "node_yurthub_multiplexer_store_bytes" in metrics
+        # The multiplexer's answers are counted as the pool's (not the hub's own refusals).
+        assert 'node_yurthub_answers_total{component="kube-proxy",source="pool",verb="list"}' in (
+            metrics
+        )
 
 
 @pytest.mark.slow

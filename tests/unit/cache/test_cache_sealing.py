@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import os
 import pathlib
 
 import pytest
 
-from yurthub.cache import entries, sealing
+from yurthub.cache import entries, keysealing, opening, sealing
+from yurthub.certs import sealedkeys
 
 KEY_A = bytes(range(32))
 KEY_B = bytes(range(1, 33))
@@ -156,3 +158,19 @@ def test_an_authenticated_header_decodes_without_its_crc() -> None:
     assert entries.decode_header(value, authenticated=True) == entries.decode_header(value)
     with pytest.raises(entries.CorruptEntry):
         entries.decode_header(b"EHS1" + value[4:], authenticated=True)
+
+
+def test_no_repr_shows_a_key() -> None:
+    """A data key or the key that seals it in a log line, an assertion message or a traceback's
+    locals would undo the sealing: the reprs name ids and sources only."""
+    data, other, kek = b"\x11" * 32, b"\x22" * 32, b"\x33" * 32
+    sealer = sealing.Sealer({1: data, 2: other}, 2, os.urandom)
+    ring = keysealing.Ring({1: data, 2: other}, 2)
+    wrapping = keysealing.Kek(kek, "key file /k")
+    keys = opening.Keys(sealer, ring, wrapping)
+    seal = sealedkeys.from_data_keys(ring.keys, ring.current)
+    shown = " ".join(repr(x) for x in (sealer, ring, wrapping, keys, seal))
+    assert "ids=[1, 2]" in shown and "key file /k" in shown
+    for secret in (data, other, kek, *seal.passwords.values()):
+        for form in (repr(secret), secret.hex(), secret.decode("latin-1")):
+            assert form not in shown

@@ -93,6 +93,28 @@ def test_ready(readyz: int | None, started: float | None, check: bool, ready: bo
     assert staticpodupgrading.ready(readyz, started, WRITTEN, check_start=check) is ready
 
 
+# A static Pod with no status document (its status URL answers 404: YurtHub on a rollback).
+NO_STATUS = [
+    ("200 before anything failed: the old process", False, False),
+    ("200 after the readiness URL failed once: a new process", True, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("seen_down", "ready"), [r[1:] for r in NO_STATUS], ids=[r[0] for r in NO_STATUS]
+)
+def test_ready_without_a_status_document(seen_down: bool, ready: bool) -> None:
+    got = staticpodupgrading.ready(
+        200, None, WRITTEN, check_start=True, no_status=True, seen_down=seen_down
+    )
+    assert got is ready
+    # A status document that answers (the old edgehub) is never overruled by a failure seen.
+    old = staticpodupgrading.ready(
+        200, WRITTEN - 60, WRITTEN, check_start=True, no_status=False, seen_down=True
+    )
+    assert old is False
+
+
 def test_started_at_reads_the_hubs_status() -> None:
     assert staticpodupgrading.started_at({"startedAt": "2026-01-01T00:00:00Z"}) == 1767225600.0
     assert staticpodupgrading.started_at({"startedAt": "yesterday"}) is None

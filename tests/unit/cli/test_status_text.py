@@ -63,6 +63,7 @@ HUB: dict[str, Any] = {
             "expiresInSeconds": 86400,
             "file": "/var/lib/yurthub/pki/yurthub-current.pem",
             "problem": "",
+            "keySealedWith": 2,
         },
         {"name": "serving", "problem": "waiting for CSR csr-x"},
     ],
@@ -239,3 +240,10 @@ def test_a_pool_resource_read_while_the_cloud_is_away_is_stale_and_from_the_cach
     (row,) = [line for line in statustext.pool_lines(pool, NOW) if "/v1/services" in line]
     assert row.split() == ["/v1/services", "no", "(stale", "since", "3m", "ago)", "40", "2",
                            "cache", "-"]  # fmt: skip
+
+
+def test_whether_the_private_key_is_sealed_is_shown() -> None:
+    text = statustext.render(HUB, "u", NOW)
+    assert "sealed (data key 2)" in text
+    plain = {**HUB, "certificates": [{**HUB["certificates"][0], "keySealedWith": None}]}
+    assert "plain PEM" in statustext.render(plain, "u", NOW)

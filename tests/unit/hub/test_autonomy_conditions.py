@@ -106,3 +106,34 @@ def test_status_patch_sets_only_this_condition_and_keeps_the_transition_time() -
     assert same_status["lastTransitionTime"] == "2024-01-01T00:00:00Z"
     flipped = c.status_patch(earlier, c.desired(m.UNMARKED, HEALTHY), now)
     assert flipped["status"]["conditions"][0]["lastTransitionTime"] == now
+
+
+LAST = c.LastOutage("2026-01-01T00:00:00Z", "5m12s", "connection refused")
+
+
+@pytest.mark.parametrize(
+    ("marking", "cache"),
+    [(HOUR, HEALTHY), (HOUR, FAILING), (FOREVER, NO_CACHE), (m.UNMARKED, HEALTHY)],
+)
+def test_the_last_outage_is_named_whatever_the_status(
+    marking: m.Marking, cache: c.CacheHealth
+) -> None:
+    without = c.desired(marking, cache)
+    got = c.desired(marking, cache, LAST)
+    assert (got.status, got.reason) == (without.status, without.reason)
+    assert got.message == (
+        f"{without.message}; last outage: 2026-01-01T00:00:00Z for 5m12s (connection refused)"
+    )
+
+
+def test_a_new_outage_rewrites_the_message_and_keeps_the_transition_time() -> None:
+    before = c.desired(HOUR, HEALTHY, LAST)
+    have = node(
+        autonomy("True", before.reason, before.message, lastTransitionTime="2024-01-01T00:00:00Z")
+    )
+    assert not c.needs_update(have, c.desired(HOUR, HEALTHY, LAST))
+    after = c.desired(HOUR, HEALTHY, c.LastOutage("2026-02-01T00:00:00Z", "3h02m", "TLS"))
+    assert c.needs_update(have, after)
+    patch = c.status_patch(have, after, "2026-02-01T03:02:00Z")["status"]["conditions"][0]
+    assert patch["lastTransitionTime"] == "2024-01-01T00:00:00Z"
+    assert patch["message"].endswith("last outage: 2026-02-01T00:00:00Z for 3h02m (TLS)")

@@ -144,3 +144,20 @@ def test_an_unhealthy_server_is_probed_sooner_than_the_heartbeat(
     attempt: int, interval: float, jitter: float, expected: float
 ) -> None:
     assert health.recovery_delay(attempt, interval, jitter) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("attempt", "interval", "jitter", "expected"),
+    [
+        (0, 10.0, 0.0, 1.0),
+        (1, 10.0, 0.0, 2.0),
+        (2, 10.0, 0.0, 2.0),  # a silent server: never more than RECOVERY_CAP apart
+        (30, 10.0, 0.99, 2.0),
+        (0, 10.0, 0.99, 1.2475),
+        (5, 0.5, 0.0, 0.5),  # nor more than the heartbeat
+    ],
+)
+def test_a_server_that_gives_no_answer_is_probed_every_couple_of_seconds(
+    attempt: int, interval: float, jitter: float, expected: float
+) -> None:
+    assert health.recovery_delay(attempt, interval, jitter, silent=True) == pytest.approx(expected)

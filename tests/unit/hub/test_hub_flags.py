@@ -8,9 +8,10 @@ import sys
 from collections.abc import Coroutine
 from typing import Any
 
+import click
 import pytest
 from click import testing
-from edgehub import cli, hub
+from edgehub import cli, hub, hubsettings
 
 from yurthub import settings
 
@@ -37,7 +38,7 @@ def test_durations_must_be_positive(flag: str, value: str) -> None:
 
 @pytest.mark.parametrize(("value", "seconds"), [("40", 40.0), ("40s", 40.0), ("1m30s", 90.0)])
 def test_durations(value: str, seconds: float) -> None:
-    assert hub._duration(value) == seconds
+    assert hubsettings.duration(value) == seconds
 
 
 def test_hardening_flags_reach_the_settings() -> None:
@@ -58,7 +59,7 @@ def test_hardening_flags_reach_the_settings() -> None:
             "--allow-system-trust-store",
         ],
     )  # fmt: skip
-    built = hub.build_settings(ctx.params)
+    built = hubsettings.build_settings(ctx.params)
     assert built.listen.accept_hosts == ("hub.example", "other.example")
     proxy = built.proxy
     assert (proxy.read_header_timeout, proxy.max_connections) == (3.0, 100)
@@ -74,12 +75,26 @@ def test_default_flags_are_the_settings_defaults() -> None:
     ctx = hub.command.make_context(
         "hub", ["--node-name", "n1", "--server-addr", "http://127.0.0.1:1"]
     )
-    built = hub.build_settings(ctx.params)
+    built = hubsettings.build_settings(ctx.params)
     assert built.proxy == dataclasses.replace(
         settings.ProxySettings(), min_request_timeout=built.proxy.min_request_timeout
     )
     assert built.upstream.header_deadline == settings.UpstreamSettings().header_deadline
     assert built.upstream.idle_timeout == settings.UpstreamSettings().idle_timeout
+    assert built.outage_save_interval == 30.0
+
+
+def test_the_outage_save_interval_reaches_the_settings_and_must_be_positive() -> None:
+    args = ["--node-name", "n1", "--server-addr", "http://127.0.0.1:1"]
+    ctx = hub.command.make_context("hub", [*args, "--outage-save-interval-seconds=5"])
+    assert hubsettings.build_settings(ctx.params).outage_save_interval == 5.0
+    with pytest.raises(click.BadParameter):
+        hub.command.make_context("hub", [*args, "--outage-save-interval-seconds=0"])
+    with pytest.raises(settings.ConfigError):
+        settings.HubSettings(
+            node_name="n1", upstream=settings.UpstreamSettings(servers=("https://a:6443",)),
+            outage_save_interval=0,
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -96,7 +111,7 @@ def test_default_flags_are_the_settings_defaults() -> None:
 def test_the_hidden_master_service_address(value: str, address: tuple[str, int]) -> None:
     args = ["--node-name", "n1", "--server-addr", "http://127.0.0.1:1"]
     ctx = hub.command.make_context("hub", [*args, f"--master-service-address={value}"])
-    assert hub.build_settings(ctx.params).hub_address == address
+    assert hubsettings.build_settings(ctx.params).hub_address == address
 
 
 @pytest.mark.parametrize("value", ["h:x", "[fd00::1", "[fd00::1]x", "h:", "h:99999", ":1"])

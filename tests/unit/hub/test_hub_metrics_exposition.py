@@ -13,7 +13,7 @@ from yurthub import metrics
 def test_a_counter_yurthub_names_bare_is_exported_bare_and_nothing_has_created() -> None:
     hub = metrics.Metrics()
     hub.child(hub.proxy_traffic, "kubelet", "list", "pods", "").inc(42)
-    hub.answers.labels("cloud", "kubelet").inc()
+    hub.answers.labels("cloud", "kubelet", "list").inc()
     hub.request_duration.labels("kubelet", "list", "pods", "200").observe(0.01)
     text = hub.exposition().decode()
     assert "# TYPE node_yurthub_proxy_traffic_collector counter\n" in text
@@ -22,7 +22,9 @@ def test_a_counter_yurthub_names_bare_is_exported_bare_and_nothing_has_created()
         'verb="list"} 42.0\n'
     ) in text
     assert "# TYPE node_yurthub_answers_total counter\n" in text
-    assert 'node_yurthub_answers_total{component="kubelet",source="cloud"} 1.0\n' in text
+    assert (
+        'node_yurthub_answers_total{component="kubelet",source="cloud",verb="list"} 1.0\n'
+    ) in text
     assert 'node_yurthub_request_duration_seconds_count{code="200"' in text
     assert "_created" not in text
     assert "proxy_traffic_collector_total" not in text

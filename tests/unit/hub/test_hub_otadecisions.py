@@ -209,3 +209,10 @@ def test_pod_list_is_a_v1_podlist() -> None:
 def test_a_manifest_is_of_the_static_pod_the_upgrade_names(text: str, problem: str) -> None:
     found = otadecisions.manifest_pod_problem(text, "kube-system", "hub", "hub.yaml")
     assert (found == "") if not problem else (problem in found and found.startswith("hub.yaml"))
+
+
+def test_the_refusal_names_the_api_it_guards() -> None:
+    assert otadecisions.peer_refusal("10.0.0.5", "/v1/token") == (
+        "/v1/token answers callers on this node only (loopback), not 10.0.0.5"
+    )
+    assert "the OTA API" in otadecisions.peer_refusal(None)

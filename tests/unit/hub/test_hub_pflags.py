@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 from click import testing
-from edgehub import cli, hub, pflags
+from edgehub import cli, hub, hubsettings, pflags
 
 from yurthub.certs import modes
 
@@ -115,7 +115,7 @@ def test_bad_identity_flags(extra: list[str], message: str, tmp_path: object) ->
     [("https://127.0.0.1:6443", "127.0.0.1"), ("https://[::1]:6443", "::1"), ("bad://x", "")],
 )
 def test_node_ip_defaults_to_the_address_towards_the_cloud(server: str, address: str) -> None:
-    assert hub._local_address(server) == address
+    assert hubsettings.local_address(server) == address
 
 
 TOKEN = "abcdef.0123456789abcdef"
@@ -154,6 +154,6 @@ def test_join_token_file_makes_join_token_mode(tmp_path: pathlib.Path) -> None:
         "join_token_file": path,
         "discovery_token_ca_cert_hash": ("sha256:" + "0" * 64,),
     }
-    built = hub._cert_settings(opts, None)
+    built = hubsettings.cert_settings(opts, None)
     assert built.source is modes.Source.JOIN_TOKEN
     assert (built.join_token, built.join_token_file) == ("", path)

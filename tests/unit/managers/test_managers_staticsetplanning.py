@@ -121,12 +121,12 @@ ROLLING = [
         (2, 1, 0),
     ),
     (
-        "a Succeeded worker is deleted and the next node gets one",
+        "a Succeeded worker holds its slot until its node's kubelet is seen back",
         yss(),
         [node("a"), node("b")],
         [mirror("a", LATEST), mirror("b"), worker("a", "Succeeded")],
-        ("b",),
-        ("a",),
+        (),
+        (),
         (2, 2, 1),
     ),
     (
@@ -236,13 +236,22 @@ def test_advanced_rolling_update(
 
 
 def test_a_failed_worker_halts_the_rollout_and_is_kept() -> None:
+    failed = worker("a", "Failed")
+    failed["status"]["containerStatuses"] = [
+        {"state": {"terminated": {"exitCode": 1, "message": "x\nerror: not ready within 2 s"}}}
+    ]
     plan = staticsetplanning.plan(
         SPEC,
         nodes_of(node("a"), node("b")),
-        [mirror("a"), mirror("b"), worker("a", "Failed")],
+        [mirror("a"), mirror("b"), failed],
+        staticsetplanning.Facts(now=NOW),
     )
     assert plan.create == () and plan.delete == ()
-    assert [w.node for w in plan.failed] == ["a"]
+    assert [w.node for w in plan.failed] == ["a"] and [w.node for w in plan.mark] == ["a"]
+    assert plan.halt is not None and plan.halt == plan.halted
+    assert (plan.halt.hash, plan.halt.node, plan.halt.reason) == (LATEST, "a", "WorkerFailed")
+    assert plan.halt.message == "error: not ready within 2 s"
+    assert plan.halt.since == "2026-01-01T00:00:05Z"
     assert plan.waiting == 2
 
 
@@ -350,7 +359,7 @@ def test_worker_pod_runs_static_pod_upgrade_on_its_node() -> None:
     assert pod["metadata"]["annotations"] == {staticsetplanning.HASH_ANNOTATION: LATEST}
     spec = pod["spec"]
     assert spec["nodeName"] == "edge-1" and spec["restartPolicy"] == "Never"
-    assert spec["hostNetwork"] is True
+    assert spec["hostNetwork"] is True and spec["automountServiceAccountToken"] is False
     container = spec["containers"][0]
     assert container["image"] == "mirror/edgehub:9"
     assert container["command"] == [

@@ -15,7 +15,7 @@ import weakref
 from aiohttp import web
 
 from yurthub.kubeproto import converting
-from yurthub.testing.sim import auditing, auth, storage
+from yurthub.testing.sim import auditing, auth, storage, throttling
 
 
 @dataclasses.dataclass(slots=True)
@@ -34,6 +34,8 @@ class ServerContext:
     # Open watches: closed on stop(), so their streams end cleanly (final chunk written).
     watchers: set[storage.Watcher] = dataclasses.field(default_factory=set)
     audit: auditing.AuditLog = dataclasses.field(default_factory=auditing.AuditLog)
+    # 429s a test asked for (``SimApiserver.throttle``), checked in order.
+    throttles: list[throttling.Throttle] = dataclasses.field(default_factory=list)
     # Protobuf request bodies (kubectl's typed clients, kubelet) -> JSON-shaped dicts.
     converter: converting.Converter = dataclasses.field(default_factory=converting.Converter)
     # Every connection seen, so stop() can drop the ones a graceful TLS close would leave

@@ -11,6 +11,8 @@ Middlewares, outermost first:
    (the apiserver's anonymous public-info role), and so is GET of
    ``kube-public/cluster-info`` (kubeadm's RBAC for join-token discovery). The insecure
    listener, when enabled, treats every caller as the admin.
+3. throttling: a test's ``throttling.Throttle`` answers 429 as API Priority and Fairness
+   does (``SimApiserver.throttle``).
 
 Every answer is recorded in the apiserver's audit log when its headers go out
 (``on_response_prepare``), so streams are recorded when they start.
@@ -163,6 +165,31 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
             return await handler(request)
         raise errors.ApiError(statuses.failure(401, "Unauthorized"))
     request[context.USER] = user
+    return await handler(request)
+
+
+@web.middleware
+async def throttle_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """429 for what a test's ``throttling.Throttle`` matches (after authentication: APF
+    classifies by user), as API Priority and Fairness refuses."""
+    throttles = request.app[context.CONTEXT].throttles
+    if throttles:
+        parsed = paths.parse(request.path)
+        if isinstance(parsed, paths.ResourcePath):
+            verb = auditing.verb_of(
+                request.method, parsed, crud.flag(request.query, "watch") is True
+            )
+            user = request.get(context.USER)
+            name = user.name if user is not None else ""
+            agent = request.headers.get("User-Agent", "")
+            for throttle in throttles:
+                if throttle.matches(verb, parsed.resource, agent, name):
+                    throttle.take()
+                    content_type, body = throttle.body()
+                    refused = web.Response(status=429, body=body)
+                    refused.headers.update(throttle.headers())
+                    refused.headers["Content-Type"] = content_type
+                    return refused
     return await handler(request)
 
 
@@ -346,7 +373,7 @@ async def fallback(request: web.Request) -> web.StreamResponse:
 def build_app(ctx: context.ServerContext) -> web.Application:
     # The body limit is enforced by bodies.read (413 as a Status), not by aiohttp.
     app = web.Application(
-        middlewares=[error_middleware, auth_middleware],
+        middlewares=[error_middleware, auth_middleware, throttle_middleware],
         client_max_size=ctx.max_body_bytes + 1,
     )
     app[context.CONTEXT] = ctx

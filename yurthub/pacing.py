@@ -1,0 +1,128 @@
+"""When the hub's own list/watch loops go back to an apiserver after their watch ended.
+
+PURE: a cause and the settings in, seconds out; randomness comes in as a number in [0, 1).
+
+A fleet's hubs meet the same events at the same instant (a region's links healing, an
+apiserver restarting, etcd compacting its history), so whatever each does next, all do
+together. The loops (``following``, the pool's ``feeding``) therefore:
+
+- **resume, never relist** when they can: a watch that ended for any reason but 410 Gone
+  (the link dropped, the hub went offline and back, a 429, a 5xx, a body cut short) is opened
+  again from the resourceVersion the loop holds. An apiserver that still has that version
+  sends only what changed; a LIST of everything is asked for only after it said 410 (or
+  before the first list). ``Pacer`` only says how long to wait before that next request;
+- spread what must be listed again (``Cause.GONE``: a 410 after a compaction or an apiserver
+  restart) over ``relist_spread`` seconds, uniformly: N hubs' relists land spread over that
+  window, not in the same second. Meanwhile the loop keeps serving what it holds (a pool
+  store, the filters' inputs), just not newer, and that lag is bounded by the spread;
+- honour the apiserver's pushback (``Cause.BUSY``: 429 Too Many Requests, which is also
+  what API Priority and Fairness answers when a priority level's queues are full, or a 503
+  that carries ``Retry-After``): wait the ``Retry-After`` seconds it asked for, bounded to
+  [1, ``max_retry_after``] (a hostile or broken value cannot park a loop for a day, nor
+  make it spin) and stretched by up to a quarter, so hubs told the same number do not come
+  back in step. Without a Retry-After it is a failure;
+- back off after any other failure (``Cause.FAILURE``: a transport error, a 5xx, a body
+  that does not parse) exponentially, ``first_backoff`` doubling to ``max_backoff``,
+  stretched by up to a half. A success resets it.
+
+Defaults and why: ``relist_spread`` 10 s: a fleet's relist peak drops about tenfold against
+"all in the same second" (hubs' heal detection is already spread over a second or two) while
+a relisted store lags the cloud by 10 s at most, well within the ≤ 60 s the issue's
+fleet target allows for every cache to equal the apiserver again; ``max_retry_after`` 60 s:
+kube-apiserver's APF asks for 1 s, a restarting apiserver's initialising watch cache for 1 s,
+a proxy may ask for more, a minute is the most a hub may stay behind on its own loops
+(kubelet's own requests pass through, see ``docs/operating.md``); 0.5 s doubling to 30 s is
+client-go's reflector back-off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+MIN_RETRY_AFTER = 1.0
+"""Seconds: a ``Retry-After`` of 0 (or less) is taken as 1 (a loop must not spin)."""
+
+
+class Cause(enum.Enum):
+    GONE = "gone"
+    """410: the version held is too old; the next request is a list."""
+    BUSY = "busy"
+    """429, or 503 with ``Retry-After``: the apiserver asks to come back later."""
+    FAILURE = "failure"
+    """Anything else that failed (transport, 5xx, a body that does not parse)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settings:
+    relist_spread: float = 10.0
+    """Seconds over which a relist after 410 is spread (0: at once)."""
+    max_retry_after: float = 60.0
+    """The most seconds a ``Retry-After`` is honoured for."""
+    first_backoff: float = 0.5
+    max_backoff: float = 30.0
+
+
+def retry_after(value: str | None) -> float | None:
+    """The seconds of a ``Retry-After`` header (kube-apiserver sends whole seconds), or None
+    when absent or not a number (an HTTP-date is not what an apiserver sends: treated as
+    absent). PURE."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text or len(text) > 16:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        return None
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):  # NaN, inf
+        return None
+    return seconds
+
+
+def delay(
+    cause: Cause,
+    *,
+    attempt: int,
+    rand: float,
+    settings: Settings,
+    retry_after_seconds: float | None = None,
+) -> float:
+    """Seconds to wait before the next request of a loop. ``attempt``: failures in a row
+    before this one (0: the first); ``rand`` in [0, 1). PURE."""
+    rand = min(max(rand, 0.0), 1.0)
+    if cause is Cause.GONE:
+        return settings.relist_spread * rand
+    if cause is Cause.BUSY and retry_after_seconds is not None:
+        asked = min(max(retry_after_seconds, MIN_RETRY_AFTER), settings.max_retry_after)
+        return asked * (1 + rand / 4)
+    base = settings.first_backoff * float(2 ** min(max(attempt, 0), 32))
+    return min(base, settings.max_backoff) * (1 + rand / 2)
+
+
+class Pacer:
+    """One loop's pacing: counts the failures in a row (``delay``'s ``attempt``)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.failures = 0
+
+    def succeeded(self) -> None:
+        """A request succeeded (a list, a watch that delivered something): start over."""
+        self.failures = 0
+
+    def next_delay(
+        self, cause: Cause, rand: float, retry_after_seconds: float | None = None
+    ) -> float:
+        """Seconds to wait after a ``cause``; a FAILURE or BUSY counts one failure more."""
+        seconds = delay(
+            cause,
+            attempt=self.failures,
+            rand=rand,
+            settings=self.settings,
+            retry_after_seconds=retry_after_seconds,
+        )
+        if cause is not Cause.GONE:
+            self.failures += 1
+        return seconds
