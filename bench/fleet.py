@@ -511,7 +511,17 @@ def print_model(out: Mapping[str, Any], s: Settings) -> None:
         ),
     ]
     table("model to 10,000 nodes (extrapolated; per-node figures measured)", modes, rows)
-    print("  the manager at fleet size: measured apart (issue 26 item 4), see docs/fleet.md")
+    print(
+        "  the cloud-side manager (not run by this bench: measured by bench/manager_scale.py at "
+        "5,000 nodes / 50,000 pods, docs/performance.md), RSS extrapolated to this size:"
+    )
+    for m in fleetmodel.MANAGERS_MEASURED:
+        size = fleetmodel.manager_rss_mb(m, target)
+        print(
+            f"    {m.name:<16} {m.rss_empty_mb:,.0f} MB empty, {m.rss_at_size_mb:,.0f} MB measured "
+            f"at {m.nodes:,} nodes / {m.pods:,} pods -> ~{size:,.0f} MB at {target.nodes:,} / "
+            f"{target.pods:,} (extrapolated)"
+        )
 
 
 # --- output -------------------------------------------------------------------------------------

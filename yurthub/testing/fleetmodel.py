@@ -137,3 +137,36 @@ def model(
         mode: extrapolate(per_node(m, base), target, pooled=mode != "direct")
         for mode, m in measured.items()
     }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ManagerMeasured:
+    """A cloud-side manager's RSS measured at one size (``bench/manager_scale.py``): with an
+    empty cluster, and leading with synced caches at ``nodes`` Nodes and ``pods`` Pods."""
+
+    name: str
+    nodes: int
+    pods: int
+    rss_empty_mb: float
+    rss_at_size_mb: float
+
+
+MANAGERS_MEASURED = (
+    ManagerMeasured("edgehub manager", 5_000, 50_000, rss_empty_mb=102.0, rss_at_size_mb=173.0),
+    ManagerMeasured("yurt-manager", 5_000, 50_000, rss_empty_mb=64.0, rss_at_size_mb=1_772.0),
+)
+"""The latest ``bench/manager_scale.py --nodes 5000 --pods 50000 --pools 100`` run (docs/
+performance.md, "Manager at fleet size"; load average 2.7). The fleet bench does not run the
+manager at that size (it takes its own bench): these are its measured inputs, kept here so the
+model prints the manager beside the fleet."""
+
+
+def manager_rss_mb(m: ManagerMeasured, target: Target = Target()) -> float:
+    """A manager's RSS at ``target``, extrapolated: its empty RSS plus what it grew by per
+    object at the measured size, times the target's objects (pods and nodes together, as the
+    informers hold both). The measured mix, ten pods a node, is not the target's thirty: where
+    a node costs more than a pod (edgehub's informers: ~2.0 KB a node, ~0.9 KB a pod) this is
+    an upper bound; where a pod costs more (yurt-manager keeps whole objects) a lower one."""
+    objects = max(1, m.pods + m.nodes)
+    per_object = max(0.0, m.rss_at_size_mb - m.rss_empty_mb) / objects
+    return m.rss_empty_mb + per_object * (target.pods + target.nodes)

@@ -50,6 +50,7 @@ import json
 import os
 import pathlib
 import random
+import shutil
 import socket
 import ssl
 import sys
@@ -493,11 +494,18 @@ class Member:
             if proc.returncode is None:
                 continue
             if name == "hub" and self.fleet.restart_hubs and len(self.crashes) < MAX_CRASHES:
+                # The log as it was at the crash (faulthandler's stacks at its end) is kept
+                # apart: the restarted hub appends to the same log.
+                kept = proc.log.with_name(f"{proc.log.stem}.crash{len(self.crashes) + 1}.log")
+                shutil.copyfile(proc.log, kept)
                 self.crashes.append(
-                    f"{self.name}: exited with {proc.returncode}; "
-                    f"last lines:\n{processes.tail(proc.log, 40)}"
+                    f"{self.name}: exited with {proc.returncode}; the log to the crash (with "
+                    f"faulthandler's stacks if it was a native crash): {kept}; last lines:\n"
+                    f"{processes.tail(proc.log, 40)}"
                 )
-                self.fleet.log(f"hub of {self.name} exited with {proc.returncode}: restarted")
+                self.fleet.log(
+                    f"hub of {self.name} exited with {proc.returncode}: restarted (log: {kept})"
+                )
                 proc.start()
                 continue
             raise proc.failure("is not running")

@@ -101,3 +101,22 @@ def test_millicores(before: float, after: float, seconds: float, want: float) ->
     assert (
         procstats.millicores(procstats.Usage(before, 0), procstats.Usage(after, 0), seconds) == want
     )
+
+
+@pytest.mark.parametrize(
+    ("empty", "at_size", "expected"),
+    [
+        # 55,000 objects measured: 1 MB each over the empty 100 MB; 310,000 at the target.
+        (100.0, 100.0 + 55_000, 100.0 + 310_000),
+        (50.0, 50.0, 50.0),  # grew by nothing: stays at its empty RSS
+        (80.0, 70.0, 80.0),  # smaller at size (a GC between samples): never below empty
+    ],
+)
+def test_manager_rss_grows_with_the_objects(empty: float, at_size: float, expected: float) -> None:
+    m = fleetmodel.ManagerMeasured("m", 5_000, 50_000, rss_empty_mb=empty, rss_at_size_mb=at_size)
+    assert fleetmodel.manager_rss_mb(m) == pytest.approx(expected)
+
+
+def test_the_measured_managers_extrapolate_in_their_measured_order() -> None:
+    edgehub, yurt = fleetmodel.MANAGERS_MEASURED
+    assert fleetmodel.manager_rss_mb(edgehub) < fleetmodel.manager_rss_mb(yurt)
