@@ -57,7 +57,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from yurthub.testing import fleetmeasures, fleetmodel, fleets, k8sbinaries, realcluster
+from yurthub.testing import fleetaudit, fleetmeasures, fleetmodel, fleets, k8sbinaries, realcluster
 
 HERE = pathlib.Path(__file__).resolve().parent
 Storm = fleetmeasures.Storm
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace, s: Settings, workdir: pathlib.Path) -> dict[st
         workdir / "cluster",
         k8sbinaries.locate(),
         die_with_parent=True,
-        extra_args={"kube-apiserver": fleets.audit_args(audit)},
+        extra_args={"kube-apiserver": fleetaudit.audit_args(audit)},
     )
     spec = fleets.FleetSpec(
         nodes=s.nodes,

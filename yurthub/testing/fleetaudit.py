@@ -1,4 +1,4 @@
-"""Who listed what, from kube-apiserver's audit log (``fleets.audit_args``: LISTs and WATCHes).
+"""Who listed what, from kube-apiserver's audit log (``audit_args``: LISTs and WATCHes).
 
 kube-apiserver's metrics count requests per resource, not per client nor per resourceVersion;
 the audit log says both. A **relist** (the fleet's targets' sense: asking for everything anew)
@@ -23,6 +23,7 @@ import urllib.parse
 from collections.abc import Iterable
 
 import orjson
+import yaml
 
 MAX_READ = 256 << 20
 
@@ -154,3 +155,30 @@ def summarize(calls: Iterable[ListCall], users: frozenset[str] | None = None) ->
         by_component[component] += 1
         by_resource[call.resource] += 1
     return Lists(dict(by_version), dict(by_component), dict(by_resource))
+
+
+def write_audit_policy(path: pathlib.Path) -> pathlib.Path:
+    """An audit policy recording every LIST and WATCH (metadata only) and nothing else: which
+    client listed or watched what from which resourceVersion (``fleetaudit``), at a cost the
+    fleet's steady state hardly notices (a watch is re-opened every 5-10 min)."""
+    policy = {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [{"level": "Metadata", "verbs": ["list", "watch"]}, {"level": "None"}],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(policy))
+    return path
+
+
+def audit_args(directory: pathlib.Path) -> dict[str, str]:
+    """kube-apiserver flags for ``write_audit_policy``'s log in ``directory``."""
+    policy = write_audit_policy(directory / "audit-policy.yaml")
+    return {
+        "audit-policy-file": str(policy),
+        "audit-log-path": str(directory / "audit.log"),
+        "audit-log-maxsize": "200",
+        "audit-log-maxbackup": "1",
+        "audit-log-format": "json",
+    }

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from yurthub.testing import apimetrics, fleetaudit, fleetcaches, fleets, procstats
+from yurthub.testing import apimetrics, fleetaudit, fleetcaches, fleetplumbing, fleets, procstats
 
 FAMILIES = (apimetrics.REQUESTS, apimetrics.LONGRUNNING, apimetrics.REJECTED)
 
@@ -63,7 +63,9 @@ class Recorder:
     (``with Recorder(admin) as rec``); ``points`` keeps the last ``limit`` readings. A scrape
     that fails (the apiserver restarting) is counted and skipped."""
 
-    def __init__(self, admin: fleets.Admin, interval: float = 1.0, limit: int = 7200) -> None:
+    def __init__(
+        self, admin: fleetplumbing.Admin, interval: float = 1.0, limit: int = 7200
+    ) -> None:
         self.admin = admin
         self.interval = interval
         self.points: collections.deque[Point] = collections.deque(maxlen=limit)
@@ -214,7 +216,7 @@ def followers_on_cloud(fleet: fleets.Fleet) -> tuple[int, int]:
     are no leader)."""
     leaders = {name for names in fleet.leaders().values() for name in names}
     followers = [m for m in fleet.members if m.hub is not None and m.name not in leaders]
-    texts = fleets.in_parallel([m.hub_metrics for m in followers])
+    texts = fleetplumbing.in_parallel([m.hub_metrics for m in followers])
     on_cloud = sum(1 for m, t in zip(followers, texts, strict=True) if hub_source(m, t) == "cloud")
     return on_cloud, len(followers)
 
@@ -222,7 +224,7 @@ def followers_on_cloud(fleet: fleets.Fleet) -> tuple[int, int]:
 def kubelet_429s(fleet: fleets.Fleet) -> float:
     """429s the hollow kubelets were answered so far (their client-go counters; a restarted
     kubelet starts from zero)."""
-    texts = fleets.in_parallel([m.hollow.metrics for m in fleet.members])
+    texts = fleetplumbing.in_parallel([m.hollow.metrics for m in fleet.members])
     return sum(
         apimetrics.rest_client_codes(apimetrics.select(t, (apimetrics.REST_CLIENT,))).get(
             "429", 0.0
@@ -251,7 +253,7 @@ def cache_differences(fleet: fleets.Fleet) -> dict[str, list[str]]:
             return [f"cache unreadable: {e}"]
         return fleetcaches.differences(copies, cloud, member.name)
 
-    found = fleets.in_parallel([functools.partial(one, m) for m in fleet.members], workers=4)
+    found = fleetplumbing.in_parallel([functools.partial(one, m) for m in fleet.members], workers=4)
     return {m.name: d for m, d in zip(fleet.members, found, strict=True)}
 
 
@@ -291,7 +293,7 @@ class Steady:
 
 def steady(
     fleet: fleets.Fleet | None,
-    admin: fleets.Admin,
+    admin: fleetplumbing.Admin,
     seconds: float,
     *,
     procs: Processes | None = None,
@@ -434,7 +436,7 @@ def storm(
     long links stay cut / leaders stay dead; ``deadline``: the most the recovery is waited
     for (what did not recover by then is reported as such); ``pool_target``: the apiserver's
     Services + EndpointSlices watches at steady state (the ``pooled_after`` goal);
-    ``audit_log``: the apiserver's audit log path (``fleets.audit_args``)."""
+    ``audit_log``: the apiserver's audit log path (``fleetaudit.audit_args``)."""
     admin = fleet.admin
     uids = fleet.pod_uids()
     leaders_before = fleet.leaders()
@@ -472,7 +474,7 @@ def storm(
             if not hubs:
                 raise ValueError("leaders-killed needs hubs (not mode direct)")
             victims = fleet.leader_members()
-            fleets.in_parallel([m.kill_hub for m in victims])
+            fleetplumbing.in_parallel([m.kill_hub for m in victims])
             _wait(outage, watcher)
             audit0 = fleetaudit.size(audit_log) if audit_log else 0
             bytes0 = fleet.link_bytes()
