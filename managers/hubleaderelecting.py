@@ -8,13 +8,16 @@ write out. The random pick takes a ``random.Random`` so tests can seed it.
   InternalIP; with strategy ``mark`` also carrying every label of ``leaderNodeLabelSelector``.
 - Current leaders stay (their address follows the node's InternalIP) unless they are *gone*
   (deleted, being deleted, left the pool, no InternalIP, ``mark`` labels removed) or have a
-  problem of their own: NotReady for ``replace_after`` seconds (the Ready condition's
-  ``lastTransitionTime``; unknown counts as long ago) while a Ready candidate that does not
-  lead yet could take their place. When the whole pool goes NotReady at once (its cloud link
-  dropped), no candidate is better and the leaders stay: the hubs keep reading from them
-  instead of all going to the cloud. The grace keeps a leader whose NotReady came a little
-  before the rest of the pool's. ``recheck`` says when a grace ends (the controller decides
-  again then).
+  problem of their own: NotReady for ``replace_after`` seconds while a Ready candidate that
+  does not lead yet could take their place, both at once (from the later of the leader's
+  NotReady and the longest-Ready candidate's Ready ``lastTransitionTime``; unknown counts as
+  long ago). When the whole pool goes NotReady at once (its cloud link dropped), no candidate
+  is better and the leaders stay: the hubs keep reading from them instead of all going to the
+  cloud. The grace keeps a leader whose NotReady came a little before the rest of the pool's,
+  and one whose Ready comes a little after the others' when the link returns after a long
+  outage (its nodes come back one by one; counting from the leader's NotReady alone would
+  replace it by the first one back). ``recheck`` says when a grace ends (the controller
+  decides again then).
 - Missing places, up to ``leaderReplicas``, go to random candidates; extras (replicas lowered)
   leave NotReady ones first, then in name order from the end.
 - No leader left and no candidate: no leaders; every hub of the pool then reads from the cloud.
@@ -106,7 +109,11 @@ def decide(
     members = {n.name: n for n in nodes if _may_lead(spec, n)}
     eligible = {n.name: n for n in candidates(spec, nodes)}
     leading = {leader.node for leader in leaders}
-    spare = any(name not in leading for name in eligible)
+    spares = [n for name, n in eligible.items() if name not in leading]
+    spare = bool(spares)
+    # Since when a Ready candidate has been waiting (the longest-waiting one); None: long ago.
+    known = [n.ready_since for n in spares]
+    spare_since = None if not known or None in known else min(t for t in known if t is not None)
     kept: list[nodepools.NodeFacts] = []
     grace: dict[str, float] = {}
     for leader in leaders:
@@ -116,7 +123,9 @@ def decide(
         if member.ready or not spare:
             kept.append(member)
             continue
-        since = member.not_ready_since
+        since = max(
+            (t for t in (member.not_ready_since, spare_since) if t is not None), default=None
+        )
         left = 0.0
         if now is not None and since is not None:
             left = replace_after - (now - since).total_seconds()

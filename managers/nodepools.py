@@ -61,6 +61,8 @@ class NodeFacts:
     """The node carries a ``deletionTimestamp``."""
     not_ready_since: datetime.datetime | None = None
     """When a NotReady node's Ready condition last changed (None: Ready, or not said)."""
+    ready_since: datetime.datetime | None = None
+    """When a Ready node's Ready condition last changed (None: NotReady, or not said)."""
 
 
 def read_pool(obj: Mapping[str, Any]) -> PoolSpec:
@@ -167,4 +169,5 @@ def read_node(obj: Mapping[str, Any]) -> NodeFacts:
         labels={str(k): str(v) for k, v in labels.items()},
         deleting=deleting,
         not_ready_since=None if ready else changed,
+        ready_since=changed if ready else None,
     )

@@ -30,7 +30,7 @@ import pathlib
 import re
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import yaml
 
@@ -96,12 +96,20 @@ class HollowNode:
         labels: Mapping[str, str] | None = None,
         proxy: bool = True,
         die_with_parent: bool = False,
+        kubeconfig: str | None = None,
+        port: Callable[[], int] | None = None,
     ) -> None:
+        """``kubeconfig``: the kubeconfig's text, when the node talks to ``server`` with
+        credentials of its own (no hub: a client certificate); by default none (a hub's plain
+        HTTP proxy). ``port``: where the kubelet's server port comes from (by default a free
+        ephemeral port, ``realcluster.free_ports``)."""
         self.name = name
         self.workdir = workdir
         self.kubeconfig = workdir / "kubeconfig"
         self._binaries = binaries
         self._server = server
+        self._kubeconfig_text = kubeconfig
+        self._port = port or (lambda: realcluster.free_ports(1)[0])
         self._labels = dict(labels or {})
         self._with_proxy = proxy
         self._die_with_parent = die_with_parent
@@ -111,7 +119,7 @@ class HollowNode:
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.kubeconfig.write_text(hub_kubeconfig(self._server))
+        self.kubeconfig.write_text(self._kubeconfig_text or hub_kubeconfig(self._server))
         self.start_kubelet()
         if self._with_proxy:
             self._proxy = self._process(
@@ -123,7 +131,7 @@ class HollowNode:
     def start_kubelet(self) -> None:
         if self._kubelet is not None and self._kubelet.alive:
             raise processes.ProcessError(f"the hollow kubelet of {self.name} already runs")
-        (self.kubelet_port,) = realcluster.free_ports(1)
+        self.kubelet_port = self._port()
         self._kubelet = self._process(
             "kubelet",
             kubelet_argv(
@@ -183,6 +191,24 @@ class HollowNode:
     @property
     def proxy_log(self) -> pathlib.Path:
         return self.workdir / "logs" / "kube-proxy.log"
+
+    def components(self) -> dict[str, processes.Process]:
+        """The processes started so far: ``kubelet``, ``kube-proxy``."""
+        found = {"kubelet": self._kubelet, "kube-proxy": self._proxy}
+        return {name: proc for name, proc in found.items() if proc is not None}
+
+    def metrics(self) -> str | None:
+        """The hollow kubelet's ``/metrics`` (client-go's ``rest_client_*`` among them: what
+        it asked and was answered), or None when it does not answer."""
+        if self._kubelet is None or not self._kubelet.alive:
+            return None
+        url = f"http://127.0.0.1:{self.kubelet_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                text: str = r.read(32 << 20).decode()
+                return text
+        except (OSError, ValueError):
+            return None
 
     def check_alive(self) -> None:
         """Raise with the log tail if a component that should run has exited."""

@@ -33,7 +33,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from yurthub.testing import clusterflags, k8sbinaries, processes, workdirs
 from yurthub.testing.sim import kubeconfigs, pki
@@ -220,6 +220,51 @@ class RealCluster:
 
     def log(self, component: str) -> pathlib.Path:
         return self.layout.log(component)
+
+    def process(self, component: str) -> processes.Process:
+        """The running component this object started (``kube-apiserver``, ``etcd``...)."""
+        for proc in self._procs:
+            if proc.name == component:
+                return proc
+        raise processes.ProcessError(f"{component} was not started by this cluster object")
+
+    def restart_apiserver(self, timeout: float = 90.0) -> float:
+        """Stop kube-apiserver (SIGTERM, as a rolling restart does) and start it again on the
+        same port with the same flags; returns once ``/readyz`` answers 200, with the seconds
+        it was away. Clients see their connections end, then refused, then served again."""
+        proc = self.process("kube-apiserver")
+        stopped = time.monotonic()
+        proc.stop()
+        proc.start()
+        self._save_state()
+        self._wait(proc, time.monotonic() + timeout, f"{self.url}/readyz", self.admin_ssl_context())
+        return time.monotonic() - stopped
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (its v3 JSON gateway, ``/v3/kv/range``)."""
+        doc = self._etcd("/v3/kv/range", {"key": "AA==", "limit": 1})
+        return int(doc["header"]["revision"])
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (physically), as
+        kube-apiserver's own periodic compaction does: any read or watch of an older revision
+        from etcd is then refused (410 Gone from the apiserver). Returns that revision."""
+        revision = self.etcd_revision()
+        self._etcd("/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
+
+    def _etcd(self, path: str, body: Mapping[str, object]) -> dict[str, Any]:
+        if self.ports is None:
+            raise RuntimeError("the cluster is not up")
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.ports.etcd_client}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=30) as r:
+            doc: dict[str, Any] = json.loads(r.read(1 << 20))
+        return doc
 
     # --- up / down ----------------------------------------------------------------------
 

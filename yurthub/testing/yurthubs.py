@@ -4,17 +4,32 @@ own token bootstrap leaves it, and its command line against a real control plane
 The identity is a client certificate of ``system:node:<node>`` (groups as given, YurtHub's
 ``openyurt:yurthub`` among them) and a serving pair for loopback, written where YurtHub looks
 (``pki/yurthub-current.pem``, ``pki/yurthub-server-current.pem``, ``yurthub.conf``), so it makes
-no CSR; the bootstrap file its flags require is the same kubeconfig (never used: the pairs
-exist). Used by ``bench/side_by_side.py`` and the side-by-side metrics test.
+no client CSR. Its serving certificate it renews at once for the IPs and names it wants: a CSR
+that ``edgehub manager``'s csrapprover (or yurt-manager's) approves; without one it keeps the
+laid-out pair. The bootstrap file its flags require is the same kubeconfig (never used: the
+pairs exist). Used by ``bench/side_by_side.py``, the side-by-side metrics test and the fleet
+(``fleets``).
 """
 
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from yurthub.testing import realcluster
 from yurthub.testing.sim import kubeconfigs
+
+
+def _store(pki: pathlib.Path, prefix: str, pem: bytes) -> None:
+    """``<prefix>-<stamp>.pem`` and the ``<prefix>-current.pem`` symlink to it, as client-go's
+    certificate file store (YurtHub's) keeps them: YurtHub's certificate managers rotate a
+    certificate that does not match their template (its serving one here: other IPs and
+    names) and refuse to store the new pair unless ``-current.pem`` is such a link."""
+    stamped = pki / f"{prefix}-2000-01-01-00-00-00.pem"
+    stamped.write_bytes(pem)
+    current = pki / f"{prefix}-current.pem"
+    current.unlink(missing_ok=True)
+    current.symlink_to(stamped.name)
 
 
 def lay_out_root(
@@ -28,9 +43,9 @@ def lay_out_root(
     pki = root / "pki"
     pki.mkdir(parents=True, exist_ok=True)
     cert, key = cluster.issue_identity(user, groups)
-    (pki / "yurthub-current.pem").write_bytes(cert + key)
+    _store(pki, "yurthub", cert + key)
     serving_cert, serving_key = cluster.authority().issue_serving(["127.0.0.1", "localhost", node])
-    (pki / "yurthub-server-current.pem").write_bytes(serving_cert + serving_key)
+    _store(pki, "yurthub-server", serving_cert + serving_key)
     (pki / "ca.crt").write_bytes(cluster.ca_pem)
     text = kubeconfigs.render(
         server=server, ca_pem=cluster.ca_pem, user=user, cert_pem=cert, key_pem=key
@@ -47,8 +62,12 @@ def argv(
     node: str,
     pool: str,
     ports: tuple[int, int, int, int],
+    *,
+    node_ip: str = "127.0.0.1",
+    extra: Sequence[str] = (),
 ) -> list[str]:
-    """YurtHub's command line; ``ports``: serve, proxy, proxy-secure, multiplexer."""
+    """YurtHub's command line; ``ports``: serve, proxy, proxy-secure, multiplexer (bound on
+    ``node_ip``, where the pool's other hubs dial a leader: the node's InternalIP)."""
     serve, proxy, secure, multiplexer = ports
     return [
         binary,
@@ -64,7 +83,8 @@ def argv(
         f"--proxy-port={proxy}",
         f"--proxy-secure-port={secure}",
         f"--multiplexer-port={multiplexer}",
-        "--node-ip=127.0.0.1",
+        f"--node-ip={node_ip}",
         "--enable-dummy-if=false",
         "--v=1",
+        *extra,
     ]

@@ -262,6 +262,28 @@ N1 = (Endpoint("n1", "10.0.0.1"),)
         ([node("n1", ready=False, changed=LONG_AGO), node("n2")], N1, ["n2"], None),
         # ... kept within it, decided again when it ends.
         ([node("n1", ready=False, changed=JUST_NOW), node("n2")], N1, ["n1"], 20.0),
+        # The pool's link back after a long outage: its nodes turn Ready one by one. The
+        # first one back has not waited the grace yet, though the leader has been NotReady
+        # for long: kept (the leader's own Ready is only seconds behind).
+        (
+            [node("n1", ready=False, changed=LONG_AGO), node("n2", changed=JUST_NOW)],
+            N1,
+            ["n1"],
+            20.0,
+        ),
+        # The leader stays NotReady while the other has been Ready past the grace: replaced.
+        (
+            [node("n1", ready=False, changed=JUST_NOW), node("n2", changed=LONG_AGO)],
+            N1,
+            ["n1"],
+            20.0,
+        ),
+        (
+            [node("n1", ready=False, changed=LONG_AGO), node("n2", changed=LONG_AGO)],
+            N1,
+            ["n2"],
+            None,
+        ),
         # Ready members that may not lead (no InternalIP) are no replacement.
         ([node("n1", ready=False, changed=LONG_AGO), node("n2", ip=None)], N1, ["n1"], None),
         # A deleted leader (no longer a member) or one being deleted is gone: replaced, or
@@ -299,5 +321,8 @@ def test_a_node_says_when_it_went_not_ready() -> None:
     facts = node("n1", ready=False, changed=LONG_AGO)
     assert facts.not_ready_since == datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     assert node("n1", changed=LONG_AGO).not_ready_since is None
+    ready = node("n1", changed=LONG_AGO)
+    assert ready.ready_since == datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    assert node("n1", ready=False, changed=LONG_AGO).ready_since is None
     assert node("n1", ready=False, changed="yesterday").not_ready_since is None
     assert node("n1", deleting=True).deleting
