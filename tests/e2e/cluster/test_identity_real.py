@@ -212,6 +212,9 @@ async def test_join_serve_rotate_and_kill_on_the_real_cluster(
             "--proxy-port=0",
             "--serve-port=0",
             f"--proxy-secure-port={secure}",
+            # No pool: no multiplexer port (its default, 10269 on 127.0.0.1, is one for the
+            # whole machine, and any other hub holding it made this hub log an ERROR).
+            "--multiplexer-port=0",
             "--cache-agents=pod-client",
             "--heartbeat-interval-seconds=2",
             "--cert-expiration-seconds=600",
