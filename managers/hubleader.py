@@ -4,8 +4,9 @@
 It follows NodePools (apps.openyurt.io/v1beta2) and Nodes; a node event queues the pool the
 node is in (and the one it left, when its pool label changed), so a leader whose node
 loses its InternalIP or is deleted is replaced at once, one NotReady while others are Ready
-after a grace (``hubleaderelecting.REPLACE_AFTER``; the reconcile comes back when it ends),
-and one NotReady with the whole pool (its cloud link dropped) not at all. The status is
+after a grace (``hubleaderelecting.REPLACE_AFTER``, the hidden ``--hub-leader-replace-after``
+for tests; the reconcile comes back when it ends), and one NotReady with the whole pool (its
+cloud link dropped) not at all. The status is
 written with a conditional PUT of ``nodepools/<name>/status`` (409 -> decided again from the
 newer pool), and a changed set of leaders is posted as a Normal Event ``LeadersElected``; a
 spec that cannot be used as a Warning Event ``InvalidLeaderElection`` naming the field
@@ -39,6 +40,7 @@ class HubLeader:
         self.api = ctx.api
         self.recorder = ctx.recorder
         self.rng = rng or random.Random()
+        self.replace_after = ctx.settings.hub_leader.replace_after
         self.controller = controlling.Controller(
             NAME,
             self.reconcile,
@@ -90,7 +92,12 @@ class HubLeader:
             return None
         before = hubleaderelecting.current(pool)
         decided = hubleaderelecting.decide(
-            spec, self.members(spec.name), before, self.rng, now=datetime.datetime.now(datetime.UTC)
+            spec,
+            self.members(spec.name),
+            before,
+            self.rng,
+            now=datetime.datetime.now(datetime.UTC),
+            replace_after=self.replace_after,
         )
         leaders = decided.leaders
         status = hubleaderelecting.status(pool, leaders, _now())

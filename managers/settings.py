@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 
 from kubecontrol import controlling, credentials
-from managers import csrapproving
+from managers import csrapproving, hubleaderelecting
 
 HEALTH_PORT = 10272
 # CSRs are decided on their events; the resync retries what a lost write left pending.
@@ -125,6 +125,9 @@ class HubLeader:
     namespace: str = "kube-system"
     """``--namespace``: where the hubs read ``leader-hub-<pool>`` (their ``--namespace``)."""
     timings: controlling.Timings = HUB_LEADER_TIMINGS
+    replace_after: float = hubleaderelecting.REPLACE_AFTER
+    """Hidden ``--hub-leader-replace-after``: seconds a leader must be NotReady, while a Ready
+    candidate waits, before it is replaced (shortened by tests only)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

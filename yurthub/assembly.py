@@ -22,8 +22,9 @@ that is safe:
    whatever runs beside the hub talks to it at once, and would otherwise meet the readiness
    gate's 503.
 
-Teardown runs in reverse: stop following, stop the hub (phased), close the cache (queued
-writes flushed, bounded).
+Teardown: the hub's phased stop (``Hub.stop``), which stops the followers as the hub's own
+loops once nothing new is accepted (before it waits for the requests being answered), then
+close the cache (queued writes flushed, bounded).
 
 A damaged database is moved aside by the store and a new one started (``/v1/readyz`` shows a
 warning, ``node_yurthub_cache_resets_total`` counts it); so do cache writes that fail (a disk
@@ -330,10 +331,11 @@ async def running(
                 try:
                     yield Node(hub=hub, cache=cache, filters=filters, pool=pool)
                 finally:
-                    for follower in followers:
-                        follower.cancel()
+                    # The followers are the hub's own loops: its stop ends them once nothing
+                    # new is accepted, before it waits for the requests in flight.
+                    await hub.stop(force=force, own_loops=followers)
         finally:
-            await hub.stop(force=force)
+            await hub.stop(force=force)  # a start that failed above (else stopped already)
     finally:
         if cache is not None:
             await cache.close()

@@ -9,8 +9,9 @@ this), then starts any companions (e.g. the discovery agent of ``edgehub hub
 the hub is ready (``/v1/readyz`` would answer 200: every readiness condition holds; a wrong
 ``--server-addr`` with nothing cached never is), it prints ``EDGEHUB_HUB_READY proxy=<url>
 server=<url>``, once, however late. Then it waits for SIGTERM/SIGINT. The first signal stops
-gracefully (``Hub.stop``: stop accepting, end watches, in-flight get ``shutdown_grace``); a
-second one forces: the grace wait ends at once and whatever is still running is cancelled.
+gracefully (``Hub.stop``: stop accepting, stop the hub's own loops, end watches, the requests
+being answered get ``shutdown_grace``); a second one forces: the grace wait ends at once and
+whatever is still running is cancelled.
 """
 
 from __future__ import annotations

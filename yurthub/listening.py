@@ -13,6 +13,9 @@
   pool keeps); only when none is idle is it answered 503 and closed. So idle sockets cannot
   keep kubelet's next lease renewal out. A connection that has not sent its first request is
   not idle: the header timer ends it.
+- When the hub stops (``stop_taking_requests``), as Go's ``http.Server.Shutdown``: a connection
+  between two requests is closed at once, one answering a request after its answer; none
+  takes another request.
 - ``own_process_only`` (the hub's own socket, ``OwnSocket``): a Unix socket in a directory only
   the hub's user may enter, whose every connection must come from this very process (the
   kernel's ``SO_PEERCRED``); any other is answered 403 and closed before it can send anything.
@@ -21,8 +24,9 @@
 
 ``server.Hub`` builds one ``ProxyServer`` per listener with ``routing.Router.handle`` as its
 handler. Dangers: this subclasses aiohttp's ``RequestHandler`` and reads some of its private
-state (``_current_request``, ``_messages``, ``_request_count``, ``_waiter``); an aiohttp upgrade
-must keep ``tests/integration/hub/test_hub_slow_clients.py`` passing. ``SO_PEERCRED`` is
+state (``_current_request``, ``_messages``, ``_request_count``, ``_waiter``, the server's
+``_connections``); an aiohttp upgrade must keep ``tests/integration/hub/test_hub_slow_clients.py``
+and ``test_hub_graceful_stop.py`` passing. ``SO_PEERCRED`` is
 Linux's: elsewhere the own socket refuses everyone (the hub runs on Linux).
 """
 
@@ -201,6 +205,11 @@ class StatusRequestHandler(web_protocol.RequestHandler):
     def close_idle(self) -> None:
         self.force_close()  # as aiohttp's keep-alive timer does: closed, nothing written
 
+    def between_requests(self) -> bool:
+        """No request in hand: waiting for the next one (parts of its head may have come)."""
+        waiter = self._waiter
+        return waiter is not None and not waiter.done() and not self._messages
+
     def _arm_header_timer(self) -> None:
         if self._header_handle is None:
             server = self._manager
@@ -320,6 +329,21 @@ class ProxyServer(web_server.Server):
         if handler.counted:
             handler.counted = False
             self.open -= 1
+
+    def stop_taking_requests(self) -> int:
+        """The hub is stopping (as Go's ``http.Server.Shutdown``): no connection takes another
+        request. One between requests (idle, or with part of a head) is closed now, nothing
+        written; one answering a request closes after its answer. aiohttp's ``pre_shutdown``
+        would leave an idle one open until the listener's cleanup. Returns how many were
+        closed now."""
+        closed = 0
+        for handler in list(self._connections):
+            if isinstance(handler, StatusRequestHandler) and handler.between_requests():
+                handler.close_idle()
+                closed += 1
+            else:
+                handler.close()
+        return closed
 
     def timed_out(self) -> None:
         self._metrics.header_timeouts.inc()

@@ -34,7 +34,7 @@ Usage (tests, the demo, the CLI)::
     hub = server.Hub(settings, tee=None, local=None)
     await hub.start()          # listeners bound; health probing started
     hub.proxy_url, hub.server_url
-    await hub.stop()           # phased: stop accepting, end watches, drain, cancel, close
+    await hub.stop()           # phased: stop accepting, own loops, end watches, drain, close
 
 ``start`` and ``stop`` must be awaited by the same task: it owns the hub's TaskGroup, whose tasks
 are the health checker, the identity follower (``Upstream.follow_identity``: rotated
@@ -55,7 +55,7 @@ import datetime
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from typing import Any
 
 import aiohttp
@@ -123,6 +123,8 @@ class Hub:
         self._identity = identity
         self._stack = contextlib.AsyncExitStack()
         self._tasks: list[asyncio.Task[None]] = []
+        self._own_loops: list[asyncio.Task[None]] = []
+        """The tasks of ``_tasks`` that ``stop`` ends before the drain."""
         self._proxy_runner: web.BaseRunner | None = None
         self._secure_runner: web.BaseRunner | None = None
         self._server_runner: web.AppRunner | None = None
@@ -272,15 +274,21 @@ class Hub:
         )
         tg = await self._stack.enter_async_context(asyncio.TaskGroup())
 
-        def task(coro: Coroutine[Any, Any, None], name: str) -> None:
-            self._tasks.append(tg.create_task(coro, name=name))
+        def task(coro: Coroutine[Any, Any, None], name: str, *, own_loop: bool = True) -> None:
+            """``own_loop``: one of the hub's own loops, stopped before the drain (``stop``);
+            False: one the requests still being answered need (health, the outage record,
+            the dummy interface), stopped after it."""
+            made = tg.create_task(coro, name=name)
+            self._tasks.append(made)
+            if own_loop:
+                self._own_loops.append(made)
 
-        task(checker.run(), "health-checker")
+        task(checker.run(), "health-checker", own_loop=False)
 
         def first_healthy() -> str | None:
             return next((u for u in checker.servers if checker.is_healthy(u)), None)
 
-        task(self.outages.run(), "outage-record")
+        task(self.outages.run(), "outage-record", own_loop=False)
         task(
             posting.Poster(
                 self.outages,
@@ -313,7 +321,7 @@ class Hub:
             if self.dummy is not None:
                 await self.dummy.ensure()
                 self._stack.push_async_callback(self.dummy.remove)
-                task(self.dummy.run(), "dummy-interface")
+                task(self.dummy.run(), "dummy-interface", own_loop=False)
             await self._start_listeners()
             if self.certs is not None and s.listen.proxy_secure_port is not None:
                 task(self._serve_secure(), "secure-listener")
@@ -540,17 +548,60 @@ class Hub:
         self.secure_url = _url_of(runner).replace("http://", "https://", 1)
         log.info("secure proxy listening on %s", self.secure_url)
 
-    async def stop(self, grace: float | None = None, *, force: asyncio.Event | None = None) -> None:
-        """Phased stop: stop accepting, end watches, let in-flight finish (``grace`` seconds, or
-        until ``force`` is set), cancel the rest, close the upstream pool."""
+    async def stop(
+        self,
+        grace: float | None = None,
+        *,
+        force: asyncio.Event | None = None,
+        own_loops: Collection[asyncio.Task[Any]] = (),
+    ) -> None:
+        """Phased stop, as Go's ``http.Server.Shutdown`` (YurtHub's) and then some:
+
+        1. stop accepting: the listeners close; on the proxy ports an idle keep-alive
+           connection is closed at once and a busy one after its answer (no next request is
+           read from it: its client's next request finds the port closed);
+        2. the hub's own loops stop (they are not clients to wait for, and left running they
+           would send requests again): ``own_loops`` (the assembly's followers, the pool's
+           feeders) and the hub's own tasks but health, the outage record and the dummy
+           interface (which the requests still being answered need);
+        3. every watch ends cleanly (the upstream ones, the pool multiplexer's, the ones held
+           offline): the client sees the stream end and watches again, elsewhere;
+        4. the requests still being answered get ``grace`` seconds (or until ``force`` is set):
+           all but watches and upgraded streams (``routing.finishes``);
+        5. whatever is left is cancelled, the listeners cleaned up, the upstream pool closed.
+
+        Steps 1-3 happen in one go (no await between them): a follower whose watch is ended
+        is cancelled already, and a client whose watch is ended has no connection to send its
+        next one on. A stop with nothing but watches and idle connections takes no time.
+        """
         if self._stopping:
             return
         self._stopping = True
         grace = self.settings.proxy.shutdown_grace if grace is None else grace
-        for runner in (self._proxy_runner, self._secure_runner, self._own_runner):
+        try:
+            await self._stop_gracefully(grace, force, own_loops)
+        finally:
+            # Also when the above is cut short (its caller cancelled): nothing is left open.
+            await self._cleanup_runners()
+            self._cancel_tasks()
+            await self._stack.aclose()
+            self._api.close()
+
+    async def _stop_gracefully(
+        self, grace: float, force: asyncio.Event | None, own_loops: Collection[asyncio.Task[Any]]
+    ) -> None:
+        """``stop``'s steps 1-4."""
+        ports = (self._proxy_runner, self._secure_runner)
+        for runner in (*ports, self._own_runner):
             if runner is not None:
                 for site in list(runner.sites):
                     await site.stop()
+        for runner in ports:
+            if runner is not None and isinstance(runner.server, listening.ProxyServer):
+                runner.server.stop_taking_requests()
+        loops = [*own_loops, *self._own_loops]
+        for loop_task in loops:
+            loop_task.cancel()
         if self.remote is not None:
             ended = self.remote.end_watches()
             if ended:
@@ -559,18 +610,17 @@ class Hub:
             self._local.close()
         if self._pool is not None:
             self._pool.close()
-        if self.router is not None and self.router.in_flight:
-            log.info("waiting up to %ss for %d in-flight requests", grace, self.router.in_flight)
-            waiters: list[Coroutine[Any, Any, Any]] = [self.router.wait_idle()]
+        if loops:
+            await asyncio.wait(loops, timeout=grace)
+        router = self.router
+        if router is not None and router.finishing:
+            log.info("waiting up to %ss for %d requests in flight", grace, router.finishing)
+            waiters: list[Coroutine[Any, Any, Any]] = [router.wait_finished()]
             if force is not None:
                 waiters.append(force.wait())
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(grace):
                     await _first(*waiters)
-        await self._cleanup_runners()
-        self._cancel_tasks()
-        await self._stack.aclose()
-        self._api.close()
 
     def _cancel_tasks(self) -> None:
         for task in self._tasks:
@@ -584,9 +634,12 @@ class Hub:
             self._own_runner,
             self._metrics_runner,
         )
-        for runner in runners:
-            if runner is not None:
-                await runner.cleanup()
+        # At once: each gives its connections still busy (a watch being ended, a request past
+        # the grace) up to its shutdown timeout before it cancels them.
+        async with asyncio.TaskGroup() as tg:
+            for runner in runners:
+                if runner is not None:
+                    tg.create_task(runner.cleanup(), name="hub-listener-cleanup")
         self._proxy_runner = self._secure_runner = self._server_runner = self._own_runner = None
         self._metrics_runner = None
         if self._own_socket is not None:

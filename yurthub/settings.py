@@ -192,8 +192,9 @@ class ProxySettings:
     chunk_size: int = 65536
     """Read size of upstream bodies; each read is written (and flushed) to the client at once."""
     shutdown_grace: float = 10.0
-    """Seconds in-flight requests get on SIGTERM before they are cancelled; open watches are
-    ended cleanly at once (clients re-watch elsewhere)."""
+    """Seconds the requests being answered get on SIGTERM before they are cancelled; open
+    watches are ended cleanly at once (clients re-watch elsewhere) and are not waited for
+    (``server.Hub.stop``)."""
     read_header_timeout: float = 10.0
     """``--proxy-read-header-timeout``: seconds a proxy connection has to send a whole request
     head, from accept and from the first byte of each later request (Go's ``ReadHeaderTimeout``);

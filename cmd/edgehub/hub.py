@@ -287,7 +287,8 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     "--shutdown-grace-seconds",
     default=10.0,
     type=click.FloatRange(min=0),
-    help="On SIGTERM, seconds in-flight requests get to finish (open watches end at once).",
+    help="On SIGTERM, seconds the requests being answered get to finish (open watches end "
+    "at once and are not waited for).",
 )
 @click.option(
     "--working-mode",

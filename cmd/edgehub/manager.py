@@ -26,7 +26,7 @@ import click
 from discovery import signalling
 from edgehub import cli, helpgroups
 from kubecontrol import credentials
-from managers import csrapproving, registry, running, settings
+from managers import csrapproving, hubleaderelecting, registry, running, settings
 
 
 def _version() -> str:
@@ -223,6 +223,12 @@ def _comma_list(value: str) -> frozenset[str]:
     help="yurtstaticset: seconds a node's kubelet has, after its worker ended, to renew its Lease "
     "through the new hub with the Node Ready; past it the rollout halts (docs/rollout.md).",
 )
+@click.option(
+    "--hub-leader-replace-after",
+    type=click.FloatRange(min=0),
+    default=hubleaderelecting.REPLACE_AFTER,
+    hidden=True,
+)
 def command(
     kubeconfig: Path | None,
     service_account_dir: Path,
@@ -253,6 +259,7 @@ def command(
     static_pod_upgrade_timeout: float,
     yurt_manager_lease: str,
     rollout_node_ready_timeout: float,
+    hub_leader_replace_after: float,
 ) -> None:
     """Run the cloud-side controllers (CSR approver for hubs, Akri brokers, node watcher, pod
     tolerations of autonomous nodes, hub leaders) with Lease leader election, and the
@@ -331,7 +338,7 @@ def command(
             not_ready_toleration_seconds=default_not_ready_toleration_seconds,
             unreachable_toleration_seconds=default_unreachable_toleration_seconds,
         ),
-        hub_leader=settings.HubLeader(namespace=namespace),
+        hub_leader=settings.HubLeader(namespace=namespace, replace_after=hub_leader_replace_after),
         static_sets=settings.StaticSets(
             owner=yurtstaticset_owner,
             worker_image=static_pod_upgrade_image,

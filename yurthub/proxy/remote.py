@@ -115,7 +115,9 @@ class RemoteProxy:
         self._streaming = aiohttp.ClientTimeout(total=None, sock_connect=connect)
 
     def end_watches(self) -> int:
-        """Shutdown phase: end every open watch cleanly; new ones are refused. Returns count."""
+        """Shutdown phase: end every open watch cleanly (its relay meets the closed upstream
+        at once and ends the client's stream with its final chunk); new ones are refused, and
+        one still waiting for its response headers ends as soon as they come. Returns count."""
         self._closing = True
         count = len(self._watches)
         for response in list(self._watches):
@@ -294,6 +296,10 @@ class RemoteProxy:
         watch = info.is_watch
         if watch:
             self._watches.add(up)
+            if self._closing:
+                # Its headers came after ``end_watches``: it ends now, like the others (its
+                # first read meets the closed connection and the relay ends the stream).
+                up.close()
         # node_yurthub_closable_conns_collector: upstream exchanges open per server (host:port).
         conns = self._metrics.child(self._metrics.closable_conns, server.split("://", 1)[-1])
         conns.inc()

@@ -110,16 +110,19 @@ class Router:
             )
         )
         self.in_flight = 0
-        """Every request in the handler, exempt ones too (shutdown waits for them)."""
+        """Every request in the handler, exempt ones too."""
+        self.finishing = 0
+        """The requests in the handler a graceful stop lets finish (``finishes``)."""
         self._own_short = asyncio.Semaphore(OWN_SHORT_SHARE)
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._finished = asyncio.Event()
+        self._finished.set()
         self._classified: memo.BoundedMemo[tuple[str, ...], requestinfo.RequestInfo] = (
             memo.BoundedMemo(_MEMO_ENTRIES)
         )
 
-    async def wait_idle(self) -> None:
-        await self._idle.wait()
+    async def wait_finished(self) -> None:
+        """Until no request a graceful stop waits for is in the handler (``finishing`` 0)."""
+        await self._finished.wait()
 
     async def handle(
         self, request: web.Request, *, secure: bool = False, own: bool = False
@@ -211,7 +214,10 @@ class Router:
             in_flight.inc()
         collectors.in_flight_requests_total.inc()
         self.in_flight += 1
-        self._idle.clear()
+        waited = finishes(info)
+        if waited:
+            self.finishing += 1
+            self._finished.clear()
         code = 0
         source = "hub"
         try:
@@ -234,8 +240,10 @@ class Router:
             if counted:
                 self.admission.release(client, long_running)
             self.in_flight -= 1
-            if self.in_flight == 0:
-                self._idle.set()
+            if waited:
+                self.finishing -= 1
+                if self.finishing == 0:
+                    self._finished.set()
             collectors.in_flight_requests_total.dec()
             if in_flight is not None:
                 in_flight.dec()
@@ -377,6 +385,15 @@ class Router:
         if answer is not None:
             answer[SOURCE] = "cache"
         return answer
+
+
+def finishes(info: requestinfo.RequestInfo) -> bool:
+    """PURE: whether a graceful stop waits for this request to finish. Not for a watch (the
+    stop ends every watch cleanly and its client re-watches: nothing to wait for) nor an
+    upgraded stream (exec, attach, port-forward: as Go's ``http.Server.Shutdown``, YurtHub's,
+    which does not wait for hijacked connections); every other request, a log stream too, gets
+    the grace period."""
+    return not (info.is_watch or info.is_upgrade)
 
 
 class _Seen:

@@ -100,14 +100,18 @@ class StaticPodNode:
         """Where the node's ``node_path`` is on this host."""
         return self.root / node_path.lstrip("/")
 
-    def start(self, manifests: Mapping[str, str], *, timeout: float = 120.0) -> None:
+    def start(
+        self, manifests: Mapping[str, str], *, timeout: float = 120.0, wait_ready: bool = True
+    ) -> None:
+        """``wait_ready=False``: return once everything is started, without waiting for the
+        Node to be Ready (``wait_ready`` then; several nodes start side by side)."""
         try:
-            self._start(manifests, timeout)
+            self._start(manifests, timeout, wait_ready)
         except BaseException:
             self.stop()
             raise
 
-    def _start(self, manifests: Mapping[str, str], timeout: float) -> None:
+    def _start(self, manifests: Mapping[str, str], timeout: float, wait_ready: bool) -> None:
         assert self.cluster.ports is not None
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._partition = processes.Process(
@@ -143,7 +147,8 @@ class StaticPodNode:
             self.workdir / "pods",
         )
         self.runner.start()
-        self.wait_ready(timeout)
+        if wait_ready:
+            self.wait_ready(timeout)
 
     def sh(self, line: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         """``line`` run by ``sh`` as an operator on the node runs it: in a private mount

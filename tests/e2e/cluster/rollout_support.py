@@ -161,6 +161,19 @@ class Api:
             raise
 
 
+def unknown_ready() -> dict[str, str]:
+    """The Ready condition the node lifecycle controller writes on a node silent for its
+    grace period."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {
+        "type": "Ready",
+        "status": "Unknown",
+        "reason": "NodeStatusUnknown",
+        "message": "Kubelet stopped posting node status.",
+        "lastTransitionTime": now,
+    }
+
+
 def ready_of(node: dict[str, Any]) -> bool:
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"

@@ -14,7 +14,9 @@ the container runtime, which starts, replaces and stops the hub process when the
 changes, as kubelet would, and runs the YurtStaticSet's worker Pods from what the Pod says
 (its command line, environment, ConfigMap and hostPath volumes), reporting their end through
 the node's hub. What stands in for what: ``podcommands`` (images, the node's network and
-filesystem) and ``rollout_support`` (the second build). Everything else is real: the control
+filesystem), ``rollout_support`` (the second build) and the cut node's NotReady mark, written
+at the cut as the node lifecycle controller writes it after its 50 s grace period (the
+controller takes it from there). Everything else is real: the control
 plane, kubelet's mirror Pods and Leases, the manager's yurtstaticset controller, the worker
 (``edgehub static-pod-upgrade``), the hub processes, YurtHub's files and the links.
 
@@ -284,7 +286,9 @@ def pool(
             yurthubs.lay_out_root(cluster, node.path("/var/lib/yurthub"), node.apiserver_url,
                                   name, ("system:nodes", "openyurt:yurthub"))  # fmt: skip
             node.path("/etc/kubernetes").mkdir(parents=True, exist_ok=True)
-            node.start({"yurthub.yaml": first})
+            node.start({"yurthub.yaml": first}, wait_ready=False)
+        for node in nodes:  # started side by side: each takes tens of seconds to be Ready
+            node.wait_ready()
         yield Pool(cluster, nodes)
     finally:
         for node in nodes:
@@ -386,6 +390,13 @@ def test_a_pool_moves_from_yurthub_to_edgehub_and_back_with_no_hands_on_the_node
         # others are migrated (it goes NotReady: a rollout must not wait for it).
         cut_at = time.time()
         nodes[CUT].cut()
+        # NotReady as the node lifecycle controller marks it once its grace period (50 s)
+        # has passed without a word from the node: written now instead of waited for (the
+        # controller takes it from there: its taints; its own mark later changes nothing).
+        # A status the kubelet had sent just before the cut may land after it: then the
+        # controller's own mark is what ends the wait below.
+        pool.kubectl("patch", "node", CUT, "--subresource=status", "--type=strategic", "-p",
+                     json.dumps({"status": {"conditions": [rs.unknown_ready()]}}))  # fmt: skip
         _eventually(lambda: not rs.ready_of(pool.api.get(f"/api/v1/nodes/{CUT}")), 180,
                     f"{CUT} NotReady", pool)  # fmt: skip
 

@@ -35,6 +35,14 @@ class FakeApiserver:
         self.peak_in_flight = 0
         """Slow gets (``configmaps/slow``) being answered at once, and the most seen."""
         self.lease: dict[str, Any] | None = None
+        self.watch_headers: asyncio.Event | None = None
+        """When given, a pods watch waits for it before its headers (a slow apiserver);
+        ``watches_held`` counts the ones that came."""
+        self.watches_held = 0
+        self.release_held = asyncio.Event()
+        """Secret ``held`` (any method) is answered once this is set; ``held`` counts the
+        requests for it that came."""
+        self.held = 0
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -122,6 +130,9 @@ class FakeApiserver:
     async def _pods(self, request: web.Request) -> web.StreamResponse:
         self._record(request)
         if request.query.get("watch") in ("1", "true"):
+            if self.watch_headers is not None:
+                self.watches_held += 1
+                await self.watch_headers.wait()
             resp = web.StreamResponse(headers={"Content-Type": "application/json"})
             await resp.prepare(request)
             while True:
@@ -192,6 +203,11 @@ class FakeApiserver:
             return web.json_response(body, status=403)
         if name == "gone" and request.method == "DELETE":
             return web.Response(status=204)
+        if name == "held":
+            await request.read()
+            self.held += 1
+            await self.release_held.wait()
+            return web.json_response({"kind": "Secret", "metadata": {"name": "held"}})
         # hop-by-hop headers the hub must not pass on
         headers = {
             "Connection": "X-Hop",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import pathlib
 
 import aiohttp
+import pytest
 
 from yurthub import assembly, settings
-from yurthub.testing import simapiserver
+from yurthub.testing import kubelet, simapiserver
 
 KUBELET = {"User-Agent": "kubelet/v1.32.4"}
 
@@ -116,6 +118,45 @@ async def test_stop_ends_watches_held_offline_at_once(
         async with asyncio.timeout(2):
             assert await watch.content.read() == b""
         watch.release()
+
+
+async def test_a_stop_with_watches_and_its_own_loops_running_does_not_wait_its_grace(
+    sim_apiserver: simapiserver.SimApiserver,
+    tmp_path: pathlib.Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """kubelet-style watches (pods through the proxy, services answered by the pool
+    multiplexer), the hub's own loops following through its own socket (config, filter
+    inputs, the multiplexer's feeders, discovery) and a grace of 600 s: the stop has nothing to
+    wait for and returns well before it (a deadline to wait, not a time asserted), and stopping
+    the loops logs no traceback."""
+    loop = asyncio.get_running_loop()
+    caplog.set_level(logging.WARNING)
+    cfg = hub_settings(sim_apiserver, tmp_path / "c", grace=600)
+    async with asyncio.TaskGroup() as tg:
+        async with asyncio.timeout(None) as deadline, assembly.running(cfg) as node:
+            await wait_ready(node)
+            client = kubelet.KubeletClient(
+                node.hub.proxy_url, "edge-node-1", lease_interval=1.0, status_interval=1.0
+            )
+            running = tg.create_task(client.run(), name="kubelet-like")
+            assert node.pool is not None and node.hub.router is not None
+            stores = [resource.store for resource in node.pool.mux.resources.values()]
+            router = node.hub.router
+            async with asyncio.timeout(30):
+                # Both of kubelet's watches open, one of them the multiplexer's, and the own
+                # loops' watches through the proxy besides.
+                while not (
+                    client.watching == {"pods", "services"}
+                    and any(store.watchers for store in stores)
+                    and router.in_flight > 2
+                ):
+                    await asyncio.sleep(0.05)
+            caplog.clear()
+            deadline.reschedule(loop.time() + 60)
+        running.cancel()
+    noisy = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert not noisy, [r.getMessage() for r in noisy]
 
 
 async def test_the_hub_is_ready_when_running_yields(
