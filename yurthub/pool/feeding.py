@@ -1,6 +1,6 @@
 """One upstream list + watch per pool-scoped resource, into its ``watchcache.Store``.
 
-Where the data comes from (``Sources.choose``, reference §8.3):
+Where the data comes from (``feedsources.Sources.choose``, reference §8.3):
 
 - a follower (``leaderconfigs.source`` says ``pool``) reads from a usable leader hub, directly,
   over HTTPS with the hub's client certificate (``https://<leader>:<--multiplexer-port>``); what
@@ -61,18 +61,24 @@ import dataclasses
 import logging
 import random
 import ssl
-from collections.abc import AsyncGenerator, Callable, Container, Iterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any, Protocol
 
 import aiohttp
-import orjson
 from multidict import CIMultiDict
 
-from yurthub import following, jsonlists, pacing, requestinfo, statuses
+from yurthub import jsonlists, pacing, requestinfo, statuses
 from yurthub.cache import framing
-from yurthub.filters import responding
 from yurthub.kubeproto import converting, wire
-from yurthub.pool import encoding, gvrs, leaderconfigs, leaders, retrying, watchcache
+from yurthub.pool import (
+    encoding,
+    feedanswers,
+    feedsources,
+    gvrs,
+    leaderconfigs,
+    retrying,
+    watchcache,
+)
 from yurthub.proxy import seams
 
 log = logging.getLogger(__name__)
@@ -84,127 +90,6 @@ CLOUD_LIST_IDLE = 60.0
 """Seconds the hub's own proxy may stay silent during a list."""
 CLOUD_ACCEPT = f"{converting.CONTENT_TYPE},application/json"
 """What the cloud is asked for: protobuf (fewer bytes on the edge link), else JSON."""
-
-
-class _SourceFailed(Exception):
-    def __init__(
-        self,
-        why: str,
-        status: statuses.Status | None = None,
-        *,
-        busy: bool = False,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(why)
-        self.status = status
-        self.busy = busy
-        """A leader that is starting (429 not synced, 503 not ready), or behind this hub: a soft
-        failure (``retrying``), tried again soon. From the cloud: the apiserver's pushback
-        (429, APF), honoured for ``retry_after`` seconds (``pacing``)."""
-        self.retry_after = retry_after
-
-
-class _TooLarge(_SourceFailed):
-    """The source has not reached the version asked for (this hub read a newer state
-    elsewhere): resume from the store's version there instead of listing."""
-
-    def __init__(self, why: str) -> None:
-        super().__init__(why, busy=True)
-
-
-class _Gone(Exception):
-    pass
-
-
-class _Switch(Exception):
-    pass
-
-
-class _NoStreaming(Exception):
-    """The upstream refuses ``sendInitialEvents`` (an apiserver without WatchList)."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Source:
-    name: str
-    """``cloud`` or the leader's node name (logs, metrics)."""
-    base: str
-    leader: leaderconfigs.Leader | None = None
-
-
-class Sources:
-    """Which source a feeder should read from now, and a way to wait for that to change."""
-
-    def __init__(
-        self,
-        route: Callable[[], following.ProxyRoute],
-        pool_leaders: leaders.Leaders,
-        *,
-        leader_tls: bool = True,
-    ) -> None:
-        """``route``: how to reach the hub's own proxy (``hub.own_route``, known once the hub
-        listens)."""
-        self.route = route
-        self.leaders = pool_leaders
-        self.leader_tls = leader_tls
-        self.mode = leaderconfigs.Source.API
-        self.generation = 0
-        self._wake = asyncio.Event()
-        self.configured = asyncio.Event()
-        """Set once the pool's configuration was read (or there is none to read)."""
-        pool_leaders.on_change = self.bump
-
-    def bump(self) -> None:
-        self.generation += 1
-        wake, self._wake = self._wake, asyncio.Event()
-        wake.set()
-
-    def set_mode(self, mode: leaderconfigs.Source) -> None:
-        if mode is not self.mode:
-            self.mode = mode
-            self.bump()
-
-    async def wait_configured(self, seconds: float) -> None:
-        """Until the pool's configuration is known, at most ``seconds``: a follower's first
-        list should go to its leader, not to the cloud because the ConfigMap came late."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self.configured.wait()
-
-    async def wait_change(self, since: int) -> None:
-        while self.generation == since:
-            await self._wake.wait()
-
-    def cloud(self) -> Source:
-        return Source("cloud", self.route().url.rstrip("/"))
-
-    def leader_source(self, leader: leaderconfigs.Leader) -> Source:
-        base = leader.url(self.leaders.port)
-        if not self.leader_tls:
-            base = base.replace("https://", "http://", 1)
-        return Source(leader.node, base, leader)
-
-    def choose(self, skip: Container[str] = ()) -> Source:
-        """A usable leader (round robin) but those in ``skip`` (node names: leaders one
-        feeder leaves for a while), else the cloud."""
-        if self.mode is leaderconfigs.Source.POOL:
-            leader = self.leaders.pick(skip)
-            if leader is not None:
-                return self.leader_source(leader)
-        return self.cloud()
-
-    def still_good(self, source: Source, skip: Container[str] = ()) -> bool:
-        """Whether ``choose`` could keep ``source`` (without moving the round robin)."""
-        if source.leader is None:
-            return self.mode is not leaderconfigs.Source.POOL or not any(
-                self.leaders.usable(leader) and leader.node not in skip
-                for leader in self.leaders.leaders
-            )
-        return (
-            self.mode is leaderconfigs.Source.POOL
-            and self.leaders.usable(source.leader)
-            and source.leader.node not in skip
-        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -233,7 +118,7 @@ class Feeder:
         self,
         gvr: gvrs.Gvr,
         store: watchcache.Store,
-        sources: Sources,
+        sources: feedsources.Sources,
         *,
         session: aiohttp.ClientSession,
         own_session: aiohttp.ClientSession | None = None,
@@ -251,7 +136,7 @@ class Feeder:
         self._session = session
         """For leaders."""
         self._own_session = own_session or session
-        """For the cloud, through the hub's own proxy (``Sources.route``)."""
+        """For the cloud, through the hub's own proxy (``feedsources.Sources.route``)."""
         self._leader_ssl = leader_ssl
         self._tee = tee
         self._feed = feed
@@ -259,7 +144,7 @@ class Feeder:
         self._on_advance = on_advance
         self.failure: statuses.Status | None = None
         """A definitive answer while not synced (clients take the ordinary path)."""
-        self.source: Source | None = None
+        self.source: feedsources.Source | None = None
         self._gone_from: str | None = None
         """The source that said the store's version is too old (410): list from it."""
         self._strikes: dict[str, int] = {}
@@ -293,10 +178,10 @@ class Feeder:
                 pacer.succeeded()
                 self._said = ""
                 continue
-            except _Switch:
+            except feedanswers.Switch:
                 log.info("%s: switching from %s", self.gvr, source.name)
                 continue
-            except _Gone:
+            except feedanswers.Gone:
                 self._gone_from = source.name
                 # From the cloud, a relist every hub of a fleet may need at once (a compaction,
                 # an apiserver restart): spread (``pacing``); the store serves what it has
@@ -313,7 +198,7 @@ class Feeder:
                 if wait:
                     await self._wait_unless_switched(wait)
                 continue
-            except _SourceFailed as e:
+            except feedanswers.SourceFailed as e:
                 if source.leader is not None:
                     delay = self._leader_failed(source, source.leader, e)
                     if delay:
@@ -342,13 +227,13 @@ class Feeder:
                 await self._until_switch(self.source or self.sources.cloud(), generation)
 
     def _leader_failed(
-        self, source: Source, leader: leaderconfigs.Leader, e: _SourceFailed
+        self, source: feedsources.Source, leader: leaderconfigs.Leader, e: feedanswers.SourceFailed
     ) -> float:
         """Carries out ``retrying``'s decision; the seconds to wait before choosing again."""
         current = {x.node for x in self.sources.leaders.leaders}
         self._strikes = {k: v for k, v in self._strikes.items() if k in current}  # bounded
         strikes = self._strikes[leader.node] = self._strikes.get(leader.node, 0) + 1
-        if isinstance(e, _TooLarge) and self.store.synced:
+        if isinstance(e, feedanswers.TooLarge) and self.store.synced:
             self._gone_from = None  # resume from our version there: the leader is behind us
         decision = retrying.after_failure(
             strikes, soft=e.busy, penalty=self.sources.leaders.penalty
@@ -384,7 +269,7 @@ class Feeder:
         self._avoid_timer = loop.call_later(decision.seconds + 0.01, self.sources.bump)
         return 0.0
 
-    def _leader_good(self, source: Source) -> None:
+    def _leader_good(self, source: feedsources.Source) -> None:
         if self._strikes and source.leader is not None:
             self._strikes.pop(source.leader.node, None)
 
@@ -398,7 +283,7 @@ class Feeder:
         self._said = cause
         return logging.INFO if self.store.synced else logging.WARNING
 
-    async def _attempt(self, source: Source) -> None:
+    async def _attempt(self, source: feedsources.Source) -> None:
         """List (when needed) and watch ``source`` until the watch ends, or the source should
         change."""
         generation = self.sources.generation
@@ -409,16 +294,16 @@ class Feeder:
             async def work() -> None:
                 try:
                     await self._list_and_watch(source)
-                except (_Gone, _SourceFailed) as e:
+                except (feedanswers.Gone, feedanswers.SourceFailed) as e:
                     failed.append(e)
-                except _OverBudget as e:
+                except feedanswers.OverBudget as e:
                     log.error("%s: %s", self.gvr, e)
                     self.store.over_budget = True
                     self._on_advance()  # the multiplexer drops the resource (and this feeder)
-                    failed.append(_SourceFailed(str(e)))
+                    failed.append(feedanswers.SourceFailed(str(e)))
                 except Exception as e:  # a bug must not end the feeder
                     log.exception("%s: reading from %s failed", self.gvr, source.name)
-                    failed.append(_SourceFailed(f"internal error: {type(e).__name__}"))
+                    failed.append(feedanswers.SourceFailed(f"internal error: {type(e).__name__}"))
                 finally:
                     switch.cancel()
 
@@ -433,9 +318,9 @@ class Feeder:
         if failed:
             raise failed[0]
         if switched:
-            raise _Switch
+            raise feedanswers.Switch
 
-    async def _until_switch(self, source: Source, generation: int) -> None:
+    async def _until_switch(self, source: feedsources.Source, generation: int) -> None:
         while True:
             await self.sources.wait_change(generation)
             generation = self.sources.generation
@@ -450,7 +335,7 @@ class Feeder:
         self._avoid = {node: until for node, until in self._avoid.items() if until > now}
         return frozenset(self._avoid)
 
-    async def _list_and_watch(self, source: Source) -> None:
+    async def _list_and_watch(self, source: feedsources.Source) -> None:
         # A synced store resumes from its version on any source but one that said it is too
         # old: a source switch never lists again (a leader behind this hub could not answer a
         # list not older than the store, and a follower would bounce off it to the cloud).
@@ -459,7 +344,7 @@ class Feeder:
                 try:
                     await self._watch(source, initial=True)
                     return
-                except _NoStreaming as e:
+                except feedanswers.NoStreaming as e:
                     log.info(
                         "%s: %s cannot stream lists (%s); listing instead", self.gvr, source.name, e
                     )
@@ -469,7 +354,7 @@ class Feeder:
 
     # --- requests ----------------------------------------------------------------------------
 
-    def _request_args(self, source: Source, *, watch: bool) -> dict[str, Any]:
+    def _request_args(self, source: feedsources.Source, *, watch: bool) -> dict[str, Any]:
         accept = CLOUD_ACCEPT if source.leader is None else "application/json"
         headers = {"User-Agent": self._feed.user_agent, "Accept": accept}
         if source.leader is None:
@@ -489,7 +374,7 @@ class Feeder:
         }
 
     @contextlib.asynccontextmanager
-    async def _get(self, source: Source, query: dict[str, str], *, watch: bool) -> Any:
+    async def _get(self, source: feedsources.Source, query: dict[str, str], *, watch: bool) -> Any:
         url = source.base + self.gvr.path()
         verb = "watch" if watch else "list"
         server = source.base.split("://", 1)[-1]
@@ -501,12 +386,14 @@ class Feeder:
             ) as resp:
                 yield resp
         except (aiohttp.ClientError, TimeoutError) as e:
-            raise _SourceFailed(f"{verb} from {source.name}: {type(e).__name__}: {e}") from e
+            raise feedanswers.SourceFailed(
+                f"{verb} from {source.name}: {type(e).__name__}: {e}"
+            ) from e
         finally:
             self._meter.target(self.gvr, verb, server, -1)
 
     def _sink(
-        self, source: Source, query: Mapping[str, str], resp: aiohttp.ClientResponse
+        self, source: feedsources.Source, query: Mapping[str, str], resp: aiohttp.ClientResponse
     ) -> seams.TeeSink | None:
         """The cache's sink for what a leader answered (the proxy tees the cloud's itself)."""
         if source.leader is None or self._tee is None:
@@ -523,17 +410,17 @@ class Feeder:
 
     # --- list --------------------------------------------------------------------------------
 
-    async def _list(self, source: Source) -> None:
+    async def _list(self, source: feedsources.Source) -> None:
         query = {"resourceVersion": "0"}
         if self.store.synced:
             query = {"resourceVersion": str(self.store.rv), "resourceVersionMatch": "NotOlderThan"}
         async with self._get(source, query, watch=False) as resp:
             if resp.status == 504 and source.leader is not None and self.store.synced:
-                raise _TooLarge(f"list from {source.name}: HTTP 504 (behind this hub)")
+                raise feedanswers.TooLarge(f"list from {source.name}: HTTP 504 (behind this hub)")
             if resp.status != 200:
-                raise await _refusal(f"list from {source.name}", resp)
+                raise await feedanswers.refusal(f"list from {source.name}", resp)
             sink = self._sink(source, query, resp)
-            read = self._read_protobuf_list if _is_protobuf(resp) else self._read_list
+            read = self._read_protobuf_list if feedanswers.is_protobuf(resp) else self._read_list
             try:
                 entries, rv, kinds = await read(source, resp, sink)
             except BaseException as e:
@@ -546,7 +433,7 @@ class Feeder:
         try:
             self.store.replace(entries, rv, kind=kind, list_kind=list_kind, api_version=api_version)
         except watchcache.Behind as e:
-            raise _SourceFailed(f"list from {source.name} is behind: {e}") from e
+            raise feedanswers.SourceFailed(f"list from {source.name} is behind: {e}") from e
         self.failure = None
         self._gone_from = None
         self._leader_good(source)
@@ -554,29 +441,29 @@ class Feeder:
         log.info("%s: %d objects at %d from %s", self.gvr, len(entries), rv, source.name)
 
     async def _list_body(
-        self, source: Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
+        self, source: feedsources.Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
     ) -> AsyncGenerator[bytes, None]:
         """A list's body decoded as it comes (each chunk fed to ``sink`` as received, and
         counted)."""
-        inflate = _inflater(source, resp)
+        inflate = feedanswers.inflater(source, resp)
         count = 0
         try:
             async for chunk in resp.content.iter_chunked(READ_SIZE):
                 count += len(chunk)
                 if sink is not None:
                     sink.feed(chunk)
-                for plain in _plain(source, inflate, chunk):
+                for plain in feedanswers.plain(source, inflate, chunk):
                     yield plain
-            for plain in _plain(source, inflate, None):
+            for plain in feedanswers.plain(source, inflate, None):
                 yield plain
         finally:
-            self._meter.upstream_bytes(self.gvr, _kind(source), count)
+            self._meter.upstream_bytes(self.gvr, feedanswers.kind_of(source), count)
 
     async def _read_list(
-        self, source: Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
+        self, source: feedsources.Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
     ) -> tuple[list[watchcache.Entry], int, tuple[str, str, str]]:
         reader = jsonlists.ListReader(self._feed.max_item)
-        entries = _Collected(self.store)
+        entries = feedanswers.Collected(self.store)
         async with contextlib.aclosing(self._list_body(source, resp, sink)) as plains:
             async for plain in plains:
                 for piece in reader.feed(plain):
@@ -584,17 +471,17 @@ class Feeder:
         for piece in reader.finish():
             entries.extend(self._items(piece, reader.head))
         if reader.broken:
-            raise _SourceFailed(f"list from {source.name}: {reader.broken}")
+            raise feedanswers.SourceFailed(f"list from {source.name}: {reader.broken}")
         meta = reader.head.get("metadata")
         rv_text = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
         try:
             rv = int(rv_text)
         except ValueError as e:
-            raise _SourceFailed(f"list from {source.name}: no resourceVersion") from e
+            raise feedanswers.SourceFailed(f"list from {source.name}: no resourceVersion") from e
         return entries.entries, rv, self._kinds(reader.head)
 
     async def _read_protobuf_list(
-        self, source: Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
+        self, source: feedsources.Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
     ) -> tuple[list[watchcache.Entry], int, tuple[str, str, str]]:
         """A protobuf list: held whole (within the store's budget), then converted item by
         item in a worker thread."""
@@ -604,37 +491,39 @@ class Feeder:
             async for plain in plains:
                 body += plain
                 if len(body) > budget:
-                    raise _OverBudget(f"a list of more than {budget} bytes")
+                    raise feedanswers.OverBudget(f"a list of more than {budget} bytes")
         loop = asyncio.get_running_loop()
         # The buffer as it is (never changed after this): bytes() of it would be a second copy.
         return await loop.run_in_executor(None, self._protobuf_entries, source, body)
 
     def _protobuf_entries(
-        self, source: Source, body: wire.Buffer
+        self, source: feedsources.Source, body: wire.Buffer
     ) -> tuple[list[watchcache.Entry], int, tuple[str, str, str]]:
         """(entries, resourceVersion, kinds) of a protobuf list (worker thread)."""
         try:
             split = self._converter.split_list(body)
             if split is None:
-                raise _SourceFailed(f"list from {source.name}: not a list of the built-in API")
+                raise feedanswers.SourceFailed(
+                    f"list from {source.name}: not a list of the built-in API"
+                )
             kinds = self._kinds(split.head)
             meta = split.head.get("metadata") or {}
-            entries = _Collected(self.store)
+            entries = feedanswers.Collected(self.store)
             for span in split.items:
                 entries.extend(self._items_of(split.item(span), kinds))
         except converting.Undecodable as e:
-            raise _SourceFailed(f"list from {source.name}: {e}") from e
+            raise feedanswers.SourceFailed(f"list from {source.name}: {e}") from e
         try:
             rv = int(str(meta.get("resourceVersion") or ""))
         except ValueError as e:
-            raise _SourceFailed(f"list from {source.name}: no resourceVersion") from e
+            raise feedanswers.SourceFailed(f"list from {source.name}: no resourceVersion") from e
         return entries.entries, rv, kinds
 
     def _kinds(self, head: Mapping[str, Any]) -> tuple[str, str, str]:
         list_kind = str(head.get("kind") or "")
         api_version = str(head.get("apiVersion") or self.gvr.api_version)
         if not list_kind.endswith("List") or list_kind == "List":
-            raise _SourceFailed(f"a list of kind {list_kind[:64]!r}")
+            raise feedanswers.SourceFailed(f"a list of kind {list_kind[:64]!r}")
         return list_kind.removesuffix("List"), list_kind, api_version
 
     def _items(self, piece: jsonlists.Piece, head: Mapping[str, Any]) -> list[watchcache.Entry]:
@@ -643,7 +532,7 @@ class Feeder:
         if not isinstance(piece, jsonlists.Item):
             return []
         if not isinstance(piece.value, dict):
-            raise _SourceFailed("a list item is not an object")
+            raise feedanswers.SourceFailed("a list item is not an object")
         return self._items_of(piece.value, self._kinds(head))
 
     def _items_of(
@@ -653,11 +542,11 @@ class Feeder:
         try:
             return [watchcache.entry_of(self.gvr.resource, item, kind, api_version)]
         except ValueError as e:
-            raise _SourceFailed(f"a list item: {e}") from e
+            raise feedanswers.SourceFailed(f"a list item: {e}") from e
 
     # --- watch -------------------------------------------------------------------------------
 
-    async def _watch(self, source: Source, *, initial: bool) -> None:
+    async def _watch(self, source: feedsources.Source, *, initial: bool) -> None:
         """A watch from the store's version, or (``initial``) a streaming list: the whole state
         as ADDED events up to the ``k8s.io/initial-events-end`` BOOKMARK, then changes."""
         low, high = self._feed.watch_timeout
@@ -675,16 +564,16 @@ class Feeder:
             query["resourceVersion"] = str(self.store.rv)
         async with self._get(source, query, watch=True) as resp:
             if resp.status == 410:
-                raise _Gone
+                raise feedanswers.Gone
             if initial and resp.status in (400, 422):
-                raise _NoStreaming(f"HTTP {resp.status}")
+                raise feedanswers.NoStreaming(f"HTTP {resp.status}")
             if resp.status != 200:
-                raise await _refusal(f"watch from {source.name}", resp)
+                raise await feedanswers.refusal(f"watch from {source.name}", resp)
             sink = self._sink(source, query, resp)
             self.watching = True
-            self._meter.upstream_watch(self.gvr, _kind(source), 1)
-            stream = _Stream(initial, self.store)
-            read = self._read_frames if _is_protobuf(resp) else self._read_events
+            self._meter.upstream_watch(self.gvr, feedanswers.kind_of(source), 1)
+            stream = feedanswers.Stream(initial, self.store)
+            read = self._read_frames if feedanswers.is_protobuf(resp) else self._read_events
             try:
                 await read(source, resp, sink, stream)
             except BaseException as e:
@@ -694,31 +583,33 @@ class Feeder:
                 raise
             finally:
                 self.watching = False
-                self._meter.upstream_watch(self.gvr, _kind(source), -1)
+                self._meter.upstream_watch(self.gvr, feedanswers.kind_of(source), -1)
             if sink is not None:
                 await sink.finish()
             if stream.collecting is not None:
-                raise _SourceFailed(f"{source.name} ended a streaming list before its end")
+                raise feedanswers.SourceFailed(
+                    f"{source.name} ended a streaming list before its end"
+                )
 
     async def _watch_body(
-        self, source: Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
+        self, source: feedsources.Source, resp: aiohttp.ClientResponse, sink: seams.TeeSink | None
     ) -> AsyncGenerator[list[bytes], None]:
         """A watch's body decoded: the pieces of each chunk as it comes (each chunk fed to
         ``sink`` as received, and counted), then what the decoder held at the end."""
-        inflate = _inflater(source, resp)
+        inflate = feedanswers.inflater(source, resp)
         async for chunk in resp.content.iter_any():
-            self._meter.upstream_bytes(self.gvr, _kind(source), len(chunk))
+            self._meter.upstream_bytes(self.gvr, feedanswers.kind_of(source), len(chunk))
             if sink is not None:
                 sink.feed(chunk)
-            yield list(_plain(source, inflate, chunk))
-        yield list(_plain(source, inflate, None))
+            yield list(feedanswers.plain(source, inflate, chunk))
+        yield list(feedanswers.plain(source, inflate, None))
 
     async def _read_events(
         self,
-        source: Source,
+        source: feedsources.Source,
         resp: aiohttp.ClientResponse,
         sink: seams.TeeSink | None,
-        stream: _Stream,
+        stream: feedanswers.Stream,
     ) -> None:
         splitter = framing.LineSplitter(self._feed.max_item)
         async with contextlib.aclosing(self._watch_body(source, resp, sink)) as chunks:
@@ -727,7 +618,7 @@ class Feeder:
                     try:
                         lines = splitter.feed(plain)
                     except framing.FrameTooLarge as e:
-                        raise _SourceFailed(f"watch from {source.name}: {e}") from e
+                        raise feedanswers.SourceFailed(f"watch from {source.name}: {e}") from e
                     for line in lines:
                         self._event(source, line, stream)
         rest = splitter.rest()
@@ -736,10 +627,10 @@ class Feeder:
 
     async def _read_frames(
         self,
-        source: Source,
+        source: feedsources.Source,
         resp: aiohttp.ClientResponse,
         sink: seams.TeeSink | None,
-        stream: _Stream,
+        stream: feedanswers.Stream,
     ) -> None:
         """A protobuf watch stream: frames cut at their length prefixes, each chunk's frames
         converted in a worker thread (in order: one chunk at a time)."""
@@ -752,14 +643,16 @@ class Feeder:
                     for plain in plains:
                         frames.extend(splitter.feed(plain))
                 except framing.FrameTooLarge as e:
-                    raise _SourceFailed(f"watch from {source.name}: {e}") from e
+                    raise feedanswers.SourceFailed(f"watch from {source.name}: {e}") from e
                 if not frames:
                     continue
                 events = await loop.run_in_executor(None, self._decode_frames, source, frames)
                 for event in events:
                     self._apply(source, event, stream)
 
-    def _decode_frames(self, source: Source, frames: list[bytes]) -> list[framing.WatchEvent]:
+    def _decode_frames(
+        self, source: feedsources.Source, frames: list[bytes]
+    ) -> list[framing.WatchEvent]:
         """Protobuf watch frames as the JSON events the apiserver would send (worker thread)."""
         try:
             return [
@@ -767,31 +660,35 @@ class Feeder:
                 for e in map(self._converter.event, frames)
             ]
         except converting.Undecodable as e:
-            raise _SourceFailed(f"watch from {source.name}: {e}") from e
+            raise feedanswers.SourceFailed(f"watch from {source.name}: {e}") from e
 
-    def _event(self, source: Source, line: bytes, stream: _Stream) -> None:
+    def _event(self, source: feedsources.Source, line: bytes, stream: feedanswers.Stream) -> None:
         try:
             event = framing.parse_event(line)
         except framing.BadBody as e:
-            raise _SourceFailed(f"watch from {source.name}: {e}") from e
+            raise feedanswers.SourceFailed(f"watch from {source.name}: {e}") from e
         self._apply(source, event, stream)
 
-    def _apply(self, source: Source, event: framing.WatchEvent, stream: _Stream) -> None:
+    def _apply(
+        self, source: feedsources.Source, event: framing.WatchEvent, stream: feedanswers.Stream
+    ) -> None:
         obj = event.object
         if event.type == "ERROR":
             if obj.get("code") == 410:
-                raise _Gone
+                raise feedanswers.Gone
             message = str(obj.get("message") or "")[:200]
             if obj.get("code") == 504 and source.leader is not None and self.store.synced:
-                raise _TooLarge(f"watch from {source.name}: {message}")
-            raise _SourceFailed(f"watch from {source.name}: error event: {message}")
+                raise feedanswers.TooLarge(f"watch from {source.name}: {message}")
+            raise feedanswers.SourceFailed(f"watch from {source.name}: error event: {message}")
         kind, api_version = stream.kinds(obj, self.store, self.gvr)
         self._leader_good(source)
         if event.type == "BOOKMARK":
             meta = obj.get("metadata")
             rv_text = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
             if not rv_text.isdigit():
-                raise _SourceFailed(f"watch from {source.name}: a BOOKMARK without a version")
+                raise feedanswers.SourceFailed(
+                    f"watch from {source.name}: a BOOKMARK without a version"
+                )
             annotations = meta.get("annotations") if isinstance(meta, dict) else None
             ended = (
                 isinstance(annotations, dict)
@@ -805,21 +702,25 @@ class Feeder:
                 self._on_advance()
             return
         if event.type not in (watchcache.ADDED, watchcache.MODIFIED, watchcache.DELETED):
-            raise _SourceFailed(f"watch from {source.name}: event type {event.type[:32]!r}")
+            raise feedanswers.SourceFailed(
+                f"watch from {source.name}: event type {event.type[:32]!r}"
+            )
         try:
             entry = watchcache.entry_of(self.gvr.resource, obj, kind, api_version)
         except ValueError as e:
-            raise _SourceFailed(f"watch from {source.name}: {e}") from e
+            raise feedanswers.SourceFailed(f"watch from {source.name}: {e}") from e
         if stream.collecting is not None:
             if event.type != watchcache.ADDED:
-                raise _SourceFailed(f"{source.name}: a {event.type} among the initial events")
+                raise feedanswers.SourceFailed(
+                    f"{source.name}: a {event.type} among the initial events"
+                )
             stream.collecting.extend([entry])
         elif self.store.apply(event.type, entry):
             self._on_advance()
 
     def _replace(
         self,
-        source: Source,
+        source: feedsources.Source,
         entries: list[watchcache.Entry],
         rv: int,
         kind: str,
@@ -830,113 +731,9 @@ class Feeder:
                 entries, rv, kind=kind, list_kind=f"{kind}List", api_version=api_version
             )
         except watchcache.Behind as e:
-            raise _SourceFailed(f"the state from {source.name} is behind: {e}") from e
+            raise feedanswers.SourceFailed(f"the state from {source.name} is behind: {e}") from e
         self.failure = None
         self._gone_from = None
         self._leader_good(source)
         self._on_advance()
         log.info("%s: %d objects at %d from %s", self.gvr, len(entries), rv, source.name)
-
-
-class _OverBudget(Exception):
-    pass
-
-
-class _Collected:
-    """The entries of a list being read, bounded by the store's memory budget: a list that
-    does not fit marks the store over budget (its owner gives up on the resource) instead of
-    growing without end."""
-
-    def __init__(self, store: watchcache.Store) -> None:
-        self.entries: list[watchcache.Entry] = []
-        self._store = store
-        self._bytes = 0
-
-    def extend(self, entries: list[watchcache.Entry]) -> None:
-        for entry in entries:
-            self._bytes += entry.size
-            self.entries.append(entry)
-        if self._bytes > self._store.limits.max_bytes:
-            self.entries = []
-            raise _OverBudget(f"a list of more than {self._store.limits.max_bytes} bytes")
-
-
-class _Stream:
-    """One upstream watch: the initial state while it is collected, the objects' kind."""
-
-    def __init__(self, initial: bool, store: watchcache.Store) -> None:
-        self.collecting: _Collected | None = _Collected(store) if initial else None
-        self._kind = ""
-        self._api_version = ""
-
-    def kinds(
-        self, obj: Mapping[str, Any], store: watchcache.Store, gvr: gvrs.Gvr
-    ) -> tuple[str, str]:
-        if not self._kind:
-            kind, api_version = obj.get("kind"), obj.get("apiVersion")
-            if isinstance(kind, str) and kind and isinstance(api_version, str) and api_version:
-                self._kind, self._api_version = kind, api_version
-            elif store.kind:
-                self._kind, self._api_version = store.kind, store.api_version
-            else:
-                raise _SourceFailed(f"{gvr}: an event whose object has no kind")
-        return self._kind, self._api_version
-
-
-def _inflater(source: Source, resp: aiohttp.ClientResponse) -> responding.Inflate | None:
-    encoding_ = responding.encoding_of(resp.headers)
-    if encoding_ is None:
-        raise _SourceFailed(
-            f"{source.name} answered with Content-Encoding {resp.headers.get('Content-Encoding')}"
-        )
-    return responding.Inflate(encoding_) if encoding_ else None
-
-
-def _plain(
-    source: Source, inflate: responding.Inflate | None, chunk: bytes | None
-) -> Iterator[bytes]:
-    """``chunk`` decoded (None: the end of the body)."""
-    if inflate is None:
-        if chunk:
-            yield chunk
-        return
-    try:
-        yield from (inflate.feed(chunk) if chunk is not None else inflate.finish())
-    except responding.BrokenBody as e:
-        raise _SourceFailed(f"from {source.name}: {e}") from e
-
-
-def _kind(source: Source) -> str:
-    return "cloud" if source.leader is None else "leader"
-
-
-def _is_protobuf(resp: aiohttp.ClientResponse) -> bool:
-    return resp.content_type == converting.CONTENT_TYPE
-
-
-async def _refusal(what: str, resp: aiohttp.ClientResponse) -> _SourceFailed:
-    """A non-200 answer: busy for 429 and 503 (a leader starting; the apiserver's pushback,
-    with its ``Retry-After``), else a failure."""
-    return _SourceFailed(
-        f"{what}: HTTP {resp.status}",
-        await _status_of(resp),
-        busy=resp.status in (429, 503),
-        retry_after=pacing.retry_after(resp.headers.get("Retry-After")),
-    )
-
-
-async def _status_of(resp: aiohttp.ClientResponse) -> statuses.Status:
-    """The answer's ``Status`` (bounded read), or one made from the HTTP code."""
-    body = bytearray()
-    try:
-        async for chunk in resp.content.iter_any():
-            body += chunk
-            if len(body) > 64 << 10:
-                break
-        decoded = orjson.loads(body)
-    except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
-        decoded = None
-    if statuses.is_status(decoded):
-        assert isinstance(decoded, dict)
-        return decoded  # type: ignore[return-value]
-    return statuses.failure(resp.status, f"HTTP {resp.status} from the hub's proxy")

@@ -40,7 +40,7 @@ from aiohttp import web
 
 from yurthub import requestinfo, statuses
 from yurthub.kubeproto import converting
-from yurthub.pool import feeding, gvrs, rvrules, selection, serving, watchcache
+from yurthub.pool import feeding, feedsources, gvrs, rvrules, selection, serving, watchcache
 from yurthub.proxy import headers, seams
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class Multiplexer:
     def __init__(
         self,
         settings: Settings,
-        sources: feeding.Sources,
+        sources: feedsources.Sources,
         *,
         leader_ssl: Callable[[], ssl.SSLContext | bool],
         tee: seams.Tee | None,

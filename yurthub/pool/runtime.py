@@ -40,7 +40,16 @@ from aiohttp import web
 
 from yurthub import following, metrics, requestinfo, settings
 from yurthub.kubeproto import converting
-from yurthub.pool import feeding, gvrs, leaderconfigs, leaders, metering, multiplexer, watchcache
+from yurthub.pool import (
+    feeding,
+    feedsources,
+    gvrs,
+    leaderconfigs,
+    leaders,
+    metering,
+    multiplexer,
+    watchcache,
+)
 from yurthub.proxy import identifying, responses, seams
 
 log = logging.getLogger(__name__)
@@ -81,7 +90,9 @@ class Pool:
             timeout=p.leader_check_timeout,
             penalty=p.leader_penalty,
         )
-        self.sources = feeding.Sources(lambda: self.route, self.leaders, leader_tls=p.leader_tls)
+        self.sources = feedsources.Sources(
+            lambda: self.route, self.leaders, leader_tls=p.leader_tls
+        )
         self._leader_ssl: Callable[[], ssl.SSLContext | bool] = lambda: True
         self.meter: metering.PoolMeter | None = None
         self._meter_proxy = _LateMeter(self)
@@ -394,7 +405,7 @@ class Pool:
 
 
 def freshness(
-    synced: bool, source: feeding.Source | None, cloud_healthy: bool, last_seen: float | None
+    synced: bool, source: feedsources.Source | None, cloud_healthy: bool, last_seen: float | None
 ) -> dict[str, Any]:
     """``synced``, ``readFrom`` and ``staleSince`` of one pool-scoped resource for
     ``/v1/status``. PURE.

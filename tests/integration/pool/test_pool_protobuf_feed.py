@@ -18,7 +18,7 @@ from aiohttp import web
 
 from yurthub import following
 from yurthub.kubeproto import converting, enveloping
-from yurthub.pool import feeding, gvrs, leaders, selection, watchcache
+from yurthub.pool import feeding, feedsources, gvrs, leaders, selection, watchcache
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "data" / "kubeproto"
 WATCH_TYPE = enveloping.WATCH_CONTENT_TYPE
@@ -67,7 +67,7 @@ async def feeding_from(
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     gvr = gvrs.Gvr("", "v1", "services")
     store = watchcache.Store("services", watchcache.Limits())
-    sources = feeding.Sources(lambda: following.ProxyRoute(url), leaders.Leaders(0))
+    sources = feedsources.Sources(lambda: following.ProxyRoute(url), leaders.Leaders(0))
     sources.configured.set()
     try:
         async with aiohttp.ClientSession() as session:

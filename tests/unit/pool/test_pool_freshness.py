@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from yurthub.pool import feeding, leaderconfigs, runtime
+from yurthub.pool import feedsources, leaderconfigs, runtime
 
-CLOUD = feeding.Source("cloud", "http://localhost")
-LEADER = feeding.Source(
+CLOUD = feedsources.Source("cloud", "http://localhost")
+LEADER = feedsources.Source(
     "edge-2", "https://10.0.0.2:10269", leaderconfigs.Leader("edge-2", "10.0.0.2")
 )
 SEEN = 1_800_000_000.0  # 2027-01-15T08:00:00Z
@@ -28,6 +28,6 @@ SEEN = 1_800_000_000.0  # 2027-01-15T08:00:00Z
     ],
 )  # fmt: skip
 def test_freshness(
-    synced: bool, source: feeding.Source | None, healthy: bool, expected: dict[str, object]
+    synced: bool, source: feedsources.Source | None, healthy: bool, expected: dict[str, object]
 ) -> None:
     assert runtime.freshness(synced, source, healthy, SEEN) == expected

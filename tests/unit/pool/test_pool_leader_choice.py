@@ -1,10 +1,10 @@
 """Choosing a leader hub: round robin over usable leaders, penalties, and when a feeder must
-switch (``feeding.Sources``). No sockets: the TCP check results are recorded directly."""
+switch (``feedsources.Sources``). No sockets: the TCP check results are recorded directly."""
 
 from __future__ import annotations
 
 from yurthub import following
-from yurthub.pool import feeding, leaderconfigs, leaders
+from yurthub.pool import feedsources, leaderconfigs, leaders
 
 A = leaderconfigs.Leader("edge-1", "10.0.0.1")
 B = leaderconfigs.Leader("edge-2", "10.0.0.2")
@@ -53,7 +53,7 @@ async def test_round_robin_over_usable_leaders_and_penalties() -> None:
 
 async def test_sources_switch_only_when_the_choice_must_change() -> None:
     pool = leaders.Leaders(10269)
-    sources = feeding.Sources(
+    sources = feedsources.Sources(
         lambda: following.ProxyRoute("http://127.0.0.1:10261"), pool, leader_tls=True
     )
     cloud = sources.choose()
@@ -72,5 +72,7 @@ async def test_sources_switch_only_when_the_choice_must_change() -> None:
     pool.penalize(A, "hang")
     assert not sources.still_good(first)
     assert sources.choose().leader is None
-    plain = feeding.Sources(lambda: following.ProxyRoute(""), leaders.Leaders(7), leader_tls=False)
+    plain = feedsources.Sources(
+        lambda: following.ProxyRoute(""), leaders.Leaders(7), leader_tls=False
+    )
     assert plain.leader_source(A).base == "http://10.0.0.1:7"
