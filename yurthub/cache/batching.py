@@ -582,21 +582,25 @@ class Batch:
             found = transcoder.watch_events(job.lines, job.list_key.scope.resource)
             events.extend((event, None) for event in found)
             self.outcome.bad_bodies += transcoder.failures - failures
-            self._events(job.list_key, events)
+            self._events(job.list_key, events, advance=not job.snapshot)
             return
         for line in job.lines:
             try:
                 events.append((framing.parse_event(line), None))
             except framing.BadBody:
                 self.outcome.bad_bodies += 1
-        self._events(job.list_key, events)
+        self._events(job.list_key, events, advance=not job.snapshot)
 
     def _events(
         self,
         list_key: keys.ListKey,
         events: Iterable[tuple[framing.WatchEvent, tuple[Any, ...] | None]],
+        *,
+        advance: bool = True,
     ) -> None:
-        """Watch events (with the cells of the Table row each came in, if any), in order."""
+        """Watch events (with the cells of the Table row each came in, if any), in order.
+        ``advance``: the last event's version becomes the list's (False: a streaming list's
+        initial events cut short, ``jobs.WatchLines.snapshot``)."""
         # A watch never makes a list whole: without the list's record its events are held like
         # gets (a hub restarted on an empty cache sees clients re-watch without relisting).
         owner = str(list_key) if self.has_record(list_key) else entries.DIRECT
@@ -658,6 +662,8 @@ class Batch:
             last_rv = rv or last_rv
             if change is not None:
                 self.change(change)
+        if not advance:
+            last_rv = ""
         if kind or last_rv:
             self.touch_list(list_key, last_rv, kind, api_version)
 

@@ -63,6 +63,13 @@ class WatchLines:
     protobuf: bool = False
     """``lines`` are protobuf frames (``WatchEvent`` messages): their objects are stored as
     received (``transcoding``)."""
+    snapshot: bool = False
+    """``lines`` are the initial events of a streaming list cut short before its end bookmark:
+    each object is stored as a watch event's would be, but the list's version is not moved.
+    Initial events come in key order, not in resourceVersion order: the last one's version
+    says nothing of the objects after the cut, whose newer states this hub has not seen (a
+    list version moved past them would be handed to a client as a state it may resume from,
+    and the client would skip those changes for good)."""
 
     @property
     def size(self) -> int:

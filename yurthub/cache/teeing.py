@@ -264,6 +264,7 @@ class _WatchSink:
         "_dropped",
         "_held",
         "_held_bytes",
+        "_initial",
         "_list_key",
         "_protobuf",
         "_splitter",
@@ -289,6 +290,10 @@ class _WatchSink:
         self._dropped = False
         self._held: list[bytes] | None = [] if streaming_list else None
         self._held_bytes = 0
+        self._initial = streaming_list
+        """Before a streaming list's end bookmark: its events are a snapshot in key order, and
+        applied apart from it (one too large to hold, one cut short) they never move the list's
+        version (``jobs.WatchLines.snapshot``)."""
 
     @property
     def collecting(self) -> bool:
@@ -308,7 +313,19 @@ class _WatchSink:
         self._submit(lines)
 
     def _submit(self, lines: list[bytes]) -> None:
-        if lines and not self._tee.submit(self._events(lines), "watch"):
+        if lines and self._initial:
+            end = next((i for i, line in enumerate(lines) if self._ends_initial_events(line)), -1)
+            if end < 0:
+                self._submit_job(self._events(lines, snapshot=True))
+                return
+            self._initial = False
+            self._submit_job(self._events(lines[: end + 1], snapshot=True))
+            lines = lines[end + 1 :]
+        if lines:
+            self._submit_job(self._events(lines))
+
+    def _submit_job(self, job: store.WatchLines) -> None:
+        if not self._dropped and not self._tee.submit(job, "watch"):
             # Later events without these would leave gaps: stop caching this stream. Objects it
             # missed stay stale until they change again or the client lists again.
             self._stop()
@@ -330,6 +347,7 @@ class _WatchSink:
             held.append(line)
             self._held_bytes += len(line)
             if self._ends_initial_events(line):
+                self._initial = False
                 whole = self._release()
                 job = store.InitialEvents(self._list_key, tuple(whole), protobuf=self._protobuf)
                 if not self._tee.submit(job, "streaming list"):
@@ -343,8 +361,10 @@ class _WatchSink:
             return self._tee._store.transcoder.is_initial_events_end(line)
         return is_initial_events_end(line)
 
-    def _events(self, lines: list[bytes]) -> store.WatchLines:
-        return store.WatchLines(self._list_key, tuple(lines), protobuf=self._protobuf)
+    def _events(self, lines: list[bytes], *, snapshot: bool = False) -> store.WatchLines:
+        return store.WatchLines(
+            self._list_key, tuple(lines), protobuf=self._protobuf, snapshot=snapshot
+        )
 
     def _release(self) -> list[bytes]:
         """Stop holding: the held lines, their bytes given back to the tee's bound."""
@@ -361,21 +381,25 @@ class _WatchSink:
     async def finish(self) -> None:
         if self._dropped:
             return
-        # A stream that ended before its end bookmark proved no list: its events are events.
+        # A stream that ended before its end bookmark proved no list: its events are events,
+        # and initial events a snapshot cut short (they do not move the list's version).
+        snapshot = self._initial
         lines = self._release()
         rest = self._splitter.rest()
         if rest and not self._protobuf:  # a protobuf frame cut short is no event
             lines.append(rest)
         self._dropped = True
         if lines:
-            self._tee.submit(self._events(lines), "watch")
+            self._tee.submit(self._events(lines, snapshot=snapshot), "watch")
 
     def abort(self, reason: str) -> None:
-        # Complete events are applied (held ones now, as events); an unfinished one is dropped.
+        # Complete events are applied (held ones now, as a snapshot cut short); an unfinished
+        # one is dropped.
+        snapshot = self._initial
         lines = self._release()
         self._dropped = True
         if lines:
-            self._tee.submit(self._events(lines), "watch")
+            self._tee.submit(self._events(lines, snapshot=snapshot), "watch")
 
 
 class _Gunzip:

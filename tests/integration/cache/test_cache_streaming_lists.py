@@ -87,6 +87,47 @@ async def test_a_stream_cut_before_the_end_bookmark_proves_no_list(cache: store.
     assert cache.list_record(LIST_KEY) is None
 
 
+@pytest.mark.parametrize("ending", ["abort", "finish"])
+async def test_a_snapshot_cut_short_never_moves_the_lists_version(
+    cache: store.Store, ending: str
+) -> None:
+    # Seen in a fleet: a flap cut kubelet's streaming relist after "a"; "a" came at 12, so the
+    # list's version became 12 while "z" (after the cut, in key order) had changed at 11 unseen.
+    # Offline, kubelet then got 12 as the list's version, resumed from it and never saw z@11.
+    await seed_list(cache, "a", "z")  # both at 2, the list at 3
+    sink = tee_for(cache).open(watch_info(), 200, JSON)
+    assert sink is not None
+    sink.feed(event("ADDED", pod("a", 12)))
+    if ending == "abort":
+        sink.abort("upstream went away")
+    else:
+        await sink.finish()
+    assert await cache.flush(5)
+    assert names(cache) == ["a", "z"]  # a@12 is kept: gets can use it
+    record = cache.list_record(LIST_KEY)
+    assert record is not None and record.resource_version == "3"
+
+
+async def test_a_snapshot_too_large_to_hold_moves_the_version_only_at_its_end(
+    cache: store.Store,
+) -> None:
+    await seed_list(cache, "a", "z")
+    first = event("ADDED", pod("a", 12))
+    sink = tee_for(cache, max_body=len(first) + 10).open(watch_info(), 200, JSON)
+    assert sink is not None
+    sink.feed(first + event("ADDED", pod("b", 11)))
+    assert await cache.flush(5)
+    record = cache.list_record(LIST_KEY)
+    assert record is not None and record.resource_version == "3"
+    sink.feed(event("ADDED", pod("z", 10)) + end_bookmark(14) + event("MODIFIED", pod("b", 15)))
+    await sink.finish()
+    assert await cache.flush(5)
+    # Not replaced as a list (it was never held whole), so not moved by its end bookmark
+    # either; live events after the end move it as any watch's.
+    record = cache.list_record(LIST_KEY)
+    assert record is not None and record.resource_version == "15"
+
+
 async def test_a_streaming_list_over_the_body_bound_is_cached_event_by_event(
     cache: store.Store,
 ) -> None:
