@@ -414,13 +414,15 @@ def test_a_pool_moves_from_yurthub_to_edgehub_and_back_with_no_hands_on_the_node
             ]
             == 0
         )
-        # The manager with the line's flags, plus this test's own: its ports, no election, and
-        # the yurtstaticset controller alone (the others need what this cluster lacks).
+        # The manager with the line's flags, plus this test's own: its ports, no election, the
+        # yurtstaticset controller alone (the others need what this cluster lacks), and a node's
+        # wait before a halt long enough for a machine loaded by other work (the halt has tests
+        # of its own; here a slow node must not stop the rollout).
         pool.manager = processes.Process(
             "manager",
             [EDGEHUB, *shlex.split(manager_line)[1:], "--leader-elect=false",
              "--controllers=yurtstaticset", "--bind-address=127.0.0.1", "--health-port=0",
-             "--webhook-port=0"],
+             "--webhook-port=0", "--rollout-node-ready-timeout=600"],
             manager_log,
             env=pool.env,
             die_with_parent=True,
@@ -439,11 +441,18 @@ def test_a_pool_moves_from_yurthub_to_edgehub_and_back_with_no_hands_on_the_node
 
         # Where it stands, once roll-b's kubelet is seen back: roll-c offline, nothing else to
         # do, and the totals those of `kubectl get yss`.
+        seen: list[Any] = []
+
         def standing() -> dict[str, Any] | None:
             (row,) = json.loads(pool.sh(f"{status_line} --pool {POOL} -o json").stdout)["items"]
+            seen[:] = [row["state"]]
+            assert not str(row["state"]).startswith("Halted"), row
             return row if row["state"] == "Waiting for offline nodes" else None
 
-        row = _eventually(standing, 120, "roll-a and roll-b done, roll-c offline", pool)
+        try:
+            row = _eventually(standing, 300, "roll-a and roll-b done, roll-c offline", pool)
+        except TimeoutError as e:
+            raise TimeoutError(f"{e} (the last state: {seen})") from e
         table = pool.sh(status_line).stdout.splitlines()
         assert table[0].split()[:6] == ["NAMESPACE", "YURTSTATICSET", "POOL", "TOTAL",
                                         "UPGRADED", "READY"], table  # fmt: skip
