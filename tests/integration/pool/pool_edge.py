@@ -149,8 +149,10 @@ def hub_settings(
         nodepool_name=POOL,
         upstream=settings.UpstreamSettings(servers=(server,), connect_timeout=1.0),
         listen=settings.ListenSettings(serve_port=0, proxy_port=0),
+        # Probed often; each probe may take the product's 2 s (0.5 s made a loaded machine's
+        # hubs declare the cloud gone mid-test: a CPU hog beside the suite did it once).
         heartbeat=settings.HeartbeatSettings(
-            interval=0.5, timeout=0.5, healthy_threshold=1, failed_retry=1
+            interval=0.5, timeout=2.0, healthy_threshold=1, failed_retry=1
         ),
         proxy=settings.ProxySettings(min_request_timeout=30.0, shutdown_grace=1.0),
         cache=settings.CacheSettings(
