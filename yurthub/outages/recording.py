@@ -11,6 +11,17 @@ first probe round decides: a hub that starts offline begins an outage then, or g
 one it was recording when it stopped (restarted during it: ``restarts`` counts it); a hub that
 starts online ends the one it was recording (the end is when it saw the cloud again).
 
+A flapping link is one outage (``flapping``): an ended outage stays open for ``flap_window``
+seconds (``--outage-flap-window-seconds``, ``records.FLAP_WINDOW``) while its Event is not
+posted, and a drop within it reopens it (``records.Outage.reopen``: ``flaps`` counted, its
+length running on from its first beginning, the brief up-time counted in it) instead of
+beginning a new one; that works across a restart within the boot (the ended record is picked
+up as ``last``; reopened, it counts the restart). Only once the link has stayed up for the
+window is the outage final: ``due`` offers its Event to the poster, the histogram observes it,
+and ``last_outage`` names it to the Autonomy condition, which meanwhile keeps naming the one it
+named before (so a flapping link rewrites the condition once, not at every flap). While a
+reopened outage goes on, ``last`` is None and ``/v1/status`` shows the one before it as the last.
+
 Fed by (all on the loop, none blocks, none raises):
 
 - ``cloud(up)``: health's transitions;
@@ -26,7 +37,7 @@ shutdown (``close``), and otherwise only when the record changed and at most eve
 ``save_interval`` seconds (``--outage-save-interval-seconds``, ``SAVE_INTERVAL``): flash wears
 with every write, and a busy outage changes its counts all the time. A kill -9 (or a power cut)
 loses at most that much of the counts, never the outage. ``node_yurthub_outage_seconds``
-observes each ended outage.
+observes each outage once final; ``node_yurthub_outage_flaps_total`` counts the reopens.
 
 Clocks (``records.Instant``, from ``clock``: ``SystemClock`` on a hub): an outage's length is
 monotonic (``CLOCK_BOOTTIME`` within one boot id), its start and end wall-clock readings are

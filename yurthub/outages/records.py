@@ -32,7 +32,12 @@ What a record holds:
 - answers per source (``cloud``, ``cache``, ``pool``, ``hub``; at most ``MAX_SOURCES``);
 - the ServiceAccount tokens the hub issued offline: namespace, account, pod, audiences and
   expiry (never the token), at most ``MAX_TOKENS`` listed and all counted;
-- how often the hub restarted during it, and how many offline Events the journal dropped.
+- how often the hub restarted during it, and how many offline Events the journal dropped;
+- how often the link came back within the flap window and dropped again (``flaps``, with the
+  up-times summed: ``flap_seconds``; ``reopen``), and the monotonic reading at its end
+  (``until``) the window is measured from (``flapping`` decides). Its length then runs from
+  its first beginning to its final end, the brief up-times counted in it: the record's
+  ``began`` and ``ended`` say so, and the link was not usable between drops that close.
 
 So a record is a few KiB in practice and at most about 150 KiB (every name at its longest),
 after an hour or a month. Nothing in it is secret:

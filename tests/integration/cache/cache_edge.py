@@ -173,9 +173,10 @@ def edge_settings(
     heartbeat: settings.HeartbeatSettings = FAST_HEARTBEAT,
     offline_event_qps: float = 50.0,
     key_source: sealing.Source | None = None,
+    outage_flap_window: float = 0.5,
 ) -> settings.HubSettings:
-    """Offline Events are posted fast after a heal (50/s, no start spread): tests wait for
-    them."""
+    """Offline Events are posted fast after a heal (50/s, no start spread), and an outage's
+    Event once the link stayed up 0.5 s (not the hub's 30 s): tests wait for them."""
     return settings.HubSettings(
         node_name=NODE,
         upstream=settings.UpstreamSettings(servers=(server_url,), connect_timeout=1.0),
@@ -190,6 +191,7 @@ def edge_settings(
             offline_event_spread=0.0,
             key_source=key_source,
         ),
+        outage_flap_window=outage_flap_window,
     )
 
 
