@@ -5,8 +5,10 @@
 cached objects as ADDED plus the end bookmark, under the list rule (``locallists``: complete, or
 a 404 before the stream). The stream ends when ``timeoutSeconds`` elapses (absent or 0:
 ``min-request-timeout`` x (1+rand)), when the cloud is healthy again (clients re-watch
-upstream), or at hub shutdown (``close``). A protobuf-first client gets protobuf frames when
-every object is stored so; a plain watch carries bookmarks only.
+upstream; each at a random moment within ``heal_spread``, ``--heal-spread-seconds``, so a
+fleet's clients do not all come back in the same half second, and not at all if the cloud is
+gone again before that moment), or at hub shutdown (``close``). A protobuf-first client gets
+protobuf frames when every object is stored so; a plain watch carries bookmarks only.
 
 The resourceVersion a held watch's BOOKMARKs carry is where the client resumes upstream after
 the heal (client-go's reflector watches again from the last one), so it must be one the
@@ -49,6 +51,20 @@ def held_rv(requested: str) -> str:
     return requested if requested.isdigit() and requested.strip("0") else ""
 
 
+def heal_end(
+    ends: float | None, now: float, healthy: bool, spread: float, rand: Callable[[], float]
+) -> float | None:
+    """When a held watch ends, given when it was to end (``ends``, None: not yet decided), the
+    time, and whether the cloud is healthy: once healthy, at a random moment within
+    ``spread`` seconds (kept while it stays healthy); unhealthy again before that, not at
+    all (a link that flaps does not send the client to it). PURE (``rand`` in [0, 1))."""
+    if not healthy:
+        return None
+    if ends is not None:
+        return ends
+    return now + max(spread, 0.0) * min(max(rand(), 0.0), 1.0)
+
+
 class Watches:
     """The watches held open over one ``localreplies.Reader``."""
 
@@ -60,13 +76,18 @@ class Watches:
         min_request_timeout: float,
         bookmark_interval: float,
         cloud_healthy: Callable[[], bool],
+        heal_spread: float = 0.0,
+        rand: Callable[[], float] = random.random,
     ) -> None:
-        """``cloud_healthy``: asked while holding (a watch ends when the cloud is back)."""
+        """``cloud_healthy``: asked while holding (a watch ends when the cloud is back, at a
+        random moment within ``heal_spread`` seconds: ``heal_end``)."""
         self._reader = reader
         self._lists = lists
         self._min_request_timeout = min_request_timeout
         self._bookmark_interval = bookmark_interval
         self._cloud_healthy = cloud_healthy
+        self._heal_spread = heal_spread
+        self._rand = rand
         self._closing = asyncio.Event()
 
     def close(self) -> None:
@@ -127,9 +148,13 @@ class Watches:
                     await resp.write_eof()
                     return resp
             next_bookmark = asyncio.get_running_loop().time() + self._bookmark_interval
+            ends: float | None = None
             while True:
                 now = asyncio.get_running_loop().time()
-                if now >= deadline or self._closing.is_set() or self._cloud_healthy():
+                if now >= deadline or self._closing.is_set():
+                    break
+                ends = heal_end(ends, now, self._cloud_healthy(), self._heal_spread, self._rand)
+                if ends is not None and now >= ends:
                     break
                 if request.transport is None or request.transport.is_closing():
                     break
@@ -140,6 +165,8 @@ class Watches:
                     )
                     next_bookmark = now + self._bookmark_interval
                 wake = min(deadline, next_bookmark if bookmarks else deadline, now + HEALTH_POLL)
+                if ends is not None:
+                    wake = min(wake, ends)
                 await asyncio.sleep(max(0.0, wake - now))
             await resp.write_eof()
         except ConnectionError:
