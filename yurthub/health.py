@@ -643,10 +643,9 @@ class HealthChecker:
     def _slow_but_alive(self, server: str) -> None:
         self.slow_alive += 1
         self._metrics.heartbeat_slow_alive.labels(server).inc()
-        level = logging.DEBUG if server in self._slow_alive_logged else logging.INFO
-        self._slow_alive_logged.add(server)
-        log.log(
-            level,
+        _once_per_spell(
+            self._slow_alive_logged,
+            server,
             "%s did not answer the heartbeat within %g s, but its answers to the proxy kept "
             "arriving meanwhile: slow, not gone; it stays in use",
             server,
@@ -656,10 +655,9 @@ class HealthChecker:
     def _pushed_back(self, server: str, e: _PushedBack) -> None:
         self.pushbacks += 1
         self._metrics.heartbeat_pushbacks.labels(server).inc()
-        level = logging.DEBUG if server in self._pushing_back else logging.INFO
-        self._pushing_back.add(server)
-        log.log(
-            level,
+        _once_per_spell(
+            self._pushing_back,
+            server,
             "%s answered the heartbeat 429 (Retry-After %s): it is up but busy; the lease is "
             "renewed at the next heartbeat",
             server,
@@ -775,6 +773,14 @@ class HealthChecker:
             # would store it as kubelet's lease.
             raise _ProbeFailed(f"{method} {path}", resp.status, "the answer is not a JSON object")
         return resp.status, {}, raw
+
+
+def _once_per_spell(said: set[str], server: str, message: str, *args: object) -> None:
+    """Log ``message`` at INFO the first time in a spell of ``server`` (``said``, cleared by a
+    renewal accepted), at DEBUG after that."""
+    level = logging.DEBUG if server in said else logging.INFO
+    said.add(server)
+    log.log(level, message, *args)
 
 
 def _call_each(callbacks: list[Callable[..., object]], *args: object) -> None:

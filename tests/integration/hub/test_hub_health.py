@@ -93,12 +93,12 @@ async def test_transport_error_probes_at_once(make_hub: MakeHub) -> None:
         await api.stop()
 
 
-async def test_a_blackholed_server_in_use_is_gone_after_failed_retry_timeouts(
-    apiserver: FakeApiserver, make_hub: MakeHub, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A server in use is declared gone only after ``failed_retry`` renewals in a row got no
-    answer (YurtHub's three heartbeat attempts): one late answer from a busy apiserver is not a
-    cut. The order of the hub's own log lines is asserted, not how long it took."""
+async def cut_until_gone(
+    apiserver: FakeApiserver, make_hub: MakeHub, caplog: pytest.LogCaptureFixture, mode: Any
+) -> tuple[str, list[str], str]:
+    """A hub in front of ``apiserver`` through a partition (3 attempts of 0.5 s) that is put
+    in ``mode`` until the hub declares the server unhealthy: its URL, the hub's log lines from
+    the cut on, and the server's last error."""
     from yurthub.testing import partition
 
     caplog.set_level(logging.INFO, logger="yurthub")
@@ -108,11 +108,23 @@ async def test_a_blackholed_server_in_use_is_gone_after_failed_retry_timeouts(
         async with make_hub([url], interval=0.2, timeout=0.5, failed_retry=3) as hub:
             assert hub.health.is_healthy(url)
             caplog.clear()
-            await link.set_mode(partition.Mode.BLACKHOLE)
+            await link.set_mode(mode)
             async with asyncio.timeout(30):
                 while hub.health._states[url].healthy:
                     await asyncio.sleep(0.02)
-    lines = [r.getMessage() for r in caplog.records]
+            last_error = hub.health.reports[url].last_error
+    return url, [r.getMessage() for r in caplog.records], last_error
+
+
+async def test_a_blackholed_server_in_use_is_gone_after_failed_retry_timeouts(
+    apiserver: FakeApiserver, make_hub: MakeHub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server in use is declared gone only after ``failed_retry`` renewals in a row got no
+    answer (YurtHub's three heartbeat attempts): one late answer from a busy apiserver is not a
+    cut. The order of the hub's own log lines is asserted, not how long it took."""
+    from yurthub.testing import partition
+
+    url, lines, _ = await cut_until_gone(apiserver, make_hub, caplog, partition.Mode.BLACKHOLE)
     retries = [n for n, m in enumerate(lines) if "trying again before declaring it gone" in m]
     gone = lines.index(f"server {url} is now unhealthy")
     assert [lines[n].split("(attempt ")[1][:6] for n in retries] == ["1 of 3", "2 of 3"], lines
@@ -125,23 +137,14 @@ async def test_a_refused_connection_is_gone_at_the_first_attempt(
     """Nothing listens: the next attempt would say the same at once, so none is made."""
     from yurthub.testing import partition
 
-    caplog.set_level(logging.INFO, logger="yurthub")
-    host, port = apiserver.url.removeprefix("http://").split(":")
-    async with partition.Partition(host, int(port)) as link:
-        url = f"http://{link.address}"
-        async with make_hub([url], interval=0.2, timeout=0.5, failed_retry=3) as hub:
-            assert hub.health.is_healthy(url)
-            caplog.clear()
-            await link.set_mode(partition.Mode.REFUSE)
-            async with asyncio.timeout(30):
-                while hub.health._states[url].healthy:
-                    await asyncio.sleep(0.02)
-    lines = [r.getMessage() for r in caplog.records]
+    url, lines, last_error = await cut_until_gone(
+        apiserver, make_hub, caplog, partition.Mode.REFUSE
+    )
     gone = lines.index(f"server {url} is now unhealthy")
     # The pooled connection's reset may be tried again; the refusal never is.
     retried = [m for m in lines[:gone] if "trying again before declaring it gone" in m]
     assert not [m for m in retried if "refused" in m], lines
-    assert "refused" in hub.health.reports[url].last_error
+    assert "refused" in last_error
 
 
 async def test_a_slow_heartbeat_of_a_server_still_answering_keeps_it_in_use(
