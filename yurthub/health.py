@@ -4,8 +4,18 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
 
 - One ``ProbeState`` per ``--server-addr`` URL. The first probe round (all servers at once)
   decides the initial state: success -> healthy at once, failure -> unhealthy. Afterwards a
-  failure makes a server unhealthy at once; ``healthy_threshold`` consecutive successes make it
-  healthy again.
+  failed probe makes a server unhealthy at once; ``healthy_threshold`` consecutive successes
+  make it healthy again.
+- Slow is not gone (beyond YurtHub's three attempts, which it keeps): a probe of a server in
+  use tries a renewal that got no answer (a timeout, a reset) up to ``failed_retry`` times
+  before it fails (``retry_unanswered``; a refusal, no route, a refused handshake fail at
+  once: nothing listens), and a renewal that timed out while the server's answers to the
+  proxy kept arriving (``heard``, fed by the remote proxy with every chunk) counts as
+  alive, not failed (``alive_meanwhile``, ``node_yurthub_heartbeat_slow_alive_total``): an
+  apiserver busy with a whole fleet coming back at once answers late, and declaring it gone
+  would end every watch and send them all back moments later (in a fleet of 30 hubs healed at
+  once, hubs that gave up at one 2 s timeout went offline 248 times in a minute). A silent link
+  carries nothing, so it is noticed after ``failed_retry`` timeouts (6 s by default).
 - Every ``interval`` seconds servers are probed one by one from a rotating start and the round
   stops at the first success, as YurtHub does (normally one probe per tick, servers alternating).
 - Beyond YurtHub: while a server is unhealthy it is probed more often than that
@@ -20,7 +30,8 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
   PUT on top of the last lease that server returned, a base kept only while the last renewal
   was answered (an unanswered PUT may have been applied); a missing base is fetched (created
   if absent);
-  a conflict drops the base and retries, up to ``failed_retry`` attempts with 0.2/0.4/0.8 s backoff.
+  a conflict (or another HTTP error) drops the base and retries, up to ``failed_retry`` attempts
+  with 0.2/0.4/0.8 s backoff.
   A 429 (API Priority and Fairness pushing back) proves the server is up: it is not retried,
   and it keeps the server as it was. A healthy server stays healthy (going offline under load,
   then back all at once, would feed the storm the apiserver is refusing); an unhealthy one
@@ -38,10 +49,10 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
 - Beyond YurtHub: ``report_transport_error(server)`` marks a healthy server *suspect* (skipped by
   the balancer) and wakes the prober to probe it at once. Success clears the suspicion (a
   one-off network blip costs nothing); failure makes it unhealthy. A dead apiserver is left
-  within one probe timeout instead of a heartbeat interval. ``report_slow(server)`` (a request
+  within one probe instead of a heartbeat interval. ``report_slow(server)`` (a request
   got no response headers within ``header_deadline``) probes it at once too, without skipping
   it meanwhile: a silent link (blackhole, a stopped apiserver) is noticed in about
-  ``header_deadline`` + ``timeout`` whenever traffic is in flight.
+  ``header_deadline`` + ``failed_retry`` x ``timeout`` whenever traffic is in flight.
 - ``on_unhealthy`` callbacks run when a server turns unhealthy: the remote proxy then answers
   the reads in flight to it from the cache and ends its watches (``remote.RemoteProxy.abandon``).
 - Outages (``outages.recording``): ``on_cloud`` callbacks are told, after the first probe round
@@ -134,6 +145,37 @@ def recovery_delay(attempt: int, interval: float, jitter: float, *, silent: bool
     base = RECOVERY_FIRST * float(2 ** min(max(attempt, 0), 32))
     limit = min(interval, RECOVERY_CAP) if silent else interval
     return min(limit, base * (1 + jitter / 4))
+
+
+_DEFINITIVE = frozenset(
+    {causes.Cause.REFUSED, causes.Cause.UNREACHABLE, causes.Cause.DNS, causes.Cause.TLS}
+)
+
+
+def retry_unanswered(cause: causes.Cause, *, in_use: bool) -> bool:
+    """Whether a lease renewal that got no HTTP answer (``cause``) is tried again, up to
+    ``failed_retry`` attempts, before its server is declared gone.
+
+    Only for a server in use (healthy): one not in use stays as it is after one failure, and
+    is probed again soon anyway. Never for an answer that is final at once (nothing listens,
+    no route, no such name, a refused handshake: the next attempt would say the same within
+    milliseconds). A timeout or a reset is tried again: an apiserver busy with a fleet coming
+    back at once answers late, and a pooled connection the server closed meanwhile resets, and
+    neither means it is gone (YurtHub tries every failed heartbeat three times). A silent link
+    is so noticed after ``failed_retry`` timeouts, not one.
+
+    PURE."""
+    return in_use and cause not in _DEFINITIVE
+
+
+def alive_meanwhile(cause: causes.Cause, began: float, heard: float | None) -> bool:
+    """Whether a renewal that timed out (``cause``) still shows its server alive: some answer
+    of that server to the proxy arrived (``heard``, the clock's reading) after the renewal
+    began (``began``). A busy apiserver keeps streaming watch events and answering; a silent
+    link carries nothing at all.
+
+    PURE."""
+    return cause is causes.Cause.SILENT and heard is not None and heard >= began
 
 
 class KubeletGate:
@@ -280,6 +322,11 @@ class HealthChecker:
         """Called (on the loop, must not block) after the first probe round and whenever it
         changes: whether any server's probe state is healthy."""
         self._cloud_up: bool | None = None
+        self._heard: dict[str, float | None] = dict.fromkeys(self.servers)
+        """When an answer of each server last reached the proxy (``heard``)."""
+        self.slow_alive = 0
+        """Renewals that timed out while the server's answers kept arriving (kept healthy)."""
+        self._slow_alive_logged: set[str] = set()
         for server in self.servers:
             self._metrics.server_healthy_status.labels(server).set(0)
 
@@ -319,6 +366,13 @@ class HealthChecker:
         self._suspects.add(server)
         self._pending.add(server)
         self._wake.set()
+
+    def heard(self, server: str) -> None:
+        """Bytes of an answer from ``server`` reached the proxy (response headers, a chunk of
+        a body or a watch): it is alive, whatever a lease renewal timing out meanwhile says.
+        Hot path: one clock reading and a dict store."""
+        if server in self._heard:
+            self._heard[server] = self._clock()
 
     def report_slow(self, server: str) -> None:
         """A request to ``server`` has had no response headers for a while: probe it now (it
@@ -496,6 +550,7 @@ class HealthChecker:
         attempt = 0
         while attempt < self._hb.failed_retry:
             used = self._client.identity
+            began = self._clock()
             try:
                 await self._renew(server)
                 self._silent.discard(server)
@@ -521,6 +576,14 @@ class HealthChecker:
                 self._failure(server, reason, causes.of_error(e))
                 return False
             except (_ProbeFailed, aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
+                cause = causes.of_error(e)
+                if self._alive_meanwhile(server, cause, began):
+                    # Slow, not gone: the lease got no answer in time, but the server's answers
+                    # to the proxy kept arriving meanwhile (an apiserver busy with a fleet
+                    # coming back at once). Declaring it gone would end every watch and send
+                    # them all back a moment later, to the same busy server.
+                    self._slow_but_alive(server)
+                    return True
                 if not rotated and _rejected_credentials(e):
                     # Rejected credentials may just be rotated ones we have not loaded yet: one
                     # extra attempt (not counted) with the reloaded identity, if there is one.
@@ -537,16 +600,26 @@ class HealthChecker:
                     self._hb.failed_retry,
                     reason,
                 )
-                self._failure(server, reason, causes.of_error(e))
+                self._failure(server, reason, cause)
                 if isinstance(e, _ProbeFailed):
                     self._silent.discard(server)
                 else:
                     self._silent.add(server)
-                if not isinstance(e, _ProbeFailed):
-                    # No answer at all (refused, reset, timed out): retrying the same dead route
-                    # only multiplies the detection time by --heartbeat-failed-retry. Retries are
-                    # for answers that say "try again" (a lease conflict, a 5xx).
-                    return False
+                    if not retry_unanswered(cause, in_use=self._states[server].healthy):
+                        # Nothing listens there, or the server is not in use anyway: retrying
+                        # the same dead route only multiplies the detection time.
+                        return False
+                    if attempt + 1 < self._hb.failed_retry:
+                        log.info(
+                            "heartbeat via %s failed: %s (attempt %d of %d): trying again "
+                            "before declaring it gone",
+                            server,
+                            reason,
+                            attempt + 1,
+                            self._hb.failed_retry,
+                        )
+                    attempt += 1
+                    continue
                 if attempt + 1 < self._hb.failed_retry:
                     await asyncio.sleep(CONFLICT_BACKOFF[min(attempt, len(CONFLICT_BACKOFF) - 1)])
                 attempt += 1
@@ -562,13 +635,29 @@ class HealthChecker:
                 return False
         return False
 
+    def _alive_meanwhile(self, server: str, cause: causes.Cause, began: float) -> bool:
+        return self._states[server].healthy and alive_meanwhile(
+            cause, began, self._heard.get(server)
+        )
+
+    def _slow_but_alive(self, server: str) -> None:
+        self.slow_alive += 1
+        self._metrics.heartbeat_slow_alive.labels(server).inc()
+        _once_per_spell(
+            self._slow_alive_logged,
+            server,
+            "%s did not answer the heartbeat within %g s, but its answers to the proxy kept "
+            "arriving meanwhile: slow, not gone; it stays in use",
+            server,
+            self._hb.timeout,
+        )
+
     def _pushed_back(self, server: str, e: _PushedBack) -> None:
         self.pushbacks += 1
         self._metrics.heartbeat_pushbacks.labels(server).inc()
-        level = logging.DEBUG if server in self._pushing_back else logging.INFO
-        self._pushing_back.add(server)
-        log.log(
-            level,
+        _once_per_spell(
+            self._pushing_back,
+            server,
             "%s answered the heartbeat 429 (Retry-After %s): it is up but busy; the lease is "
             "renewed at the next heartbeat",
             server,
@@ -623,6 +712,7 @@ class HealthChecker:
     async def _accept(self, server: str, lease: dict[str, Any], raw: bytes) -> None:
         self._leases[server] = lease
         self._pushing_back.discard(server)
+        self._slow_alive_logged.discard(server)
         if self.on_lease is not None:
             try:
                 await self.on_lease(server, lease, raw)
@@ -683,6 +773,14 @@ class HealthChecker:
             # would store it as kubelet's lease.
             raise _ProbeFailed(f"{method} {path}", resp.status, "the answer is not a JSON object")
         return resp.status, {}, raw
+
+
+def _once_per_spell(said: set[str], server: str, message: str, *args: object) -> None:
+    """Log ``message`` at INFO the first time in a spell of ``server`` (``said``, cleared by a
+    renewal accepted), at DEBUG after that."""
+    level = logging.DEBUG if server in said else logging.INFO
+    said.add(server)
+    log.log(level, message, *args)
 
 
 def _call_each(callbacks: list[Callable[..., object]], *args: object) -> None:

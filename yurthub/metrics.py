@@ -297,6 +297,17 @@ class Metrics:
             registry=r,
         )
 
+        self.heartbeat_slow_alive = Counter(
+            "heartbeat_slow_alive",
+            "Heartbeats that got no answer within --heartbeat-timeout-seconds while the "
+            "server's answers to the proxy kept arriving: the server was kept in use (slow, "
+            "not gone)",
+            ["server"],
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
+        )
+
     def child(self, collector: Any, *values: str) -> Any:
         """``collector.labels(*values)`` (values in the collector's label order), memoised:
         ``labels()`` takes a lock and builds its key on every call, too slow for the

@@ -25,7 +25,15 @@ together. The loops (``following``, the pool's ``feeding``) therefore:
   that does not parse) exponentially, ``first_backoff`` doubling to ``max_backoff``,
   stretched by up to a half. A success resets it.
 
-Defaults and why: ``relist_spread`` 10 s: a fleet's relist peak drops about tenfold against
+The clients' own watches, held open from the cache while offline, end after the heal at a
+random moment within ``heal_spread`` (``localwatches``): each client then watches the
+apiserver again from where it was, and a fleet's kubelets and kube-proxies do not all do so in
+the same half second.
+
+Defaults and why: ``heal_spread`` 5 s: a client's view lags the cloud by at most that after a
+heal (kubelet's node status and lease are no watches and are not delayed), and a fleet's
+resumed watches, about 45 a node, land over 5 s instead of the health poll's half second;
+``relist_spread`` 10 s: a fleet's relist peak drops about tenfold against
 "all in the same second" (hubs' heal detection is already spread over a second or two) while
 a relisted store lags the cloud by 10 s at most, well within the ≤ 60 s the issue's
 fleet target allows for every cache to equal the apiserver again; ``max_retry_after`` 60 s:
@@ -59,6 +67,9 @@ class Settings:
     """Seconds over which a relist after 410 is spread (0: at once)."""
     max_retry_after: float = 60.0
     """The most seconds a ``Retry-After`` is honoured for."""
+    heal_spread: float = 5.0
+    """Seconds within which each client watch held open offline ends after the cloud is back
+    (``localwatches``; 0: at once)."""
     first_backoff: float = 0.5
     max_backoff: float = 30.0
 

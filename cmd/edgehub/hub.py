@@ -194,7 +194,8 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     "--heartbeat-failed-retry",
     default=3,
     type=click.IntRange(min=1),
-    help="Lease updates tried per health check (a conflict retries).",
+    help="Lease updates tried per health check before an apiserver in use is given up (a "
+    "late answer, a reset, a conflict or a 5xx is tried again; a refusal is not).",
 )
 @click.option(
     "--kubelet-health-grace-period",
@@ -251,6 +252,14 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     type=click.FloatRange(min=0, max=600),
     help="The hub's own lists after a 410 (a compaction, an apiserver restart) start at a random "
     "moment within this many seconds, so a fleet's hubs do not relist in the same second.",
+)
+@click.option(
+    "--heal-spread-seconds",
+    default=5.0,
+    type=click.FloatRange(min=0, max=600),
+    help="After the cloud is back, each client watch the hub held open offline ends at a random "
+    "moment within this many seconds (the client then watches the apiserver again), so a "
+    "fleet's clients do not come back in the same second.",
 )
 @click.option(
     "--max-retry-after-seconds",

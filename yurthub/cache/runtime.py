@@ -84,6 +84,7 @@ class CacheRuntime:
             node_name=hub_settings.node_name,
             min_request_timeout=hub_settings.proxy.min_request_timeout,
             bookmark_interval=cfg.bookmark_interval,
+            heal_spread=hub_settings.pace.heal_spread,
             journal=journal,
         )
 

@@ -118,6 +118,7 @@ class Answerer:
         node_name: str,
         min_request_timeout: float,
         bookmark_interval: float,
+        heal_spread: float = 0.0,
         cloud_healthy: HealthView | None = None,
         clock: Callable[[], float] = time.time,
         tokens: offlinetokens.OfflineTokens | None = None,
@@ -126,7 +127,8 @@ class Answerer:
         """``node_name``: this node (offline tokens are for its pods only); ``tokens``: issues
         offline TokenRequest answers (shared with the hub's token verifier, so a pod holding
         one is recognised); ``journal``: where offline Events wait for the cloud (None: they
-        are answered, not kept)."""
+        are answered, not kept); ``heal_spread``: seconds within which a watch held open
+        offline ends after the cloud is back (``localwatches``)."""
         self._store = cache
         self._agents = agent_set
         self.cloud_healthy: HealthView = cloud_healthy or (lambda: False)
@@ -138,6 +140,7 @@ class Answerer:
             self._lists,
             min_request_timeout=min_request_timeout,
             bookmark_interval=bookmark_interval,
+            heal_spread=heal_spread,
             cloud_healthy=lambda: self.cloud_healthy(),
         )
         self._events = localevents.Events(journal)

@@ -20,7 +20,7 @@ from aiohttp import web
 from yurthub import requestinfo
 from yurthub.cache import cacheability, coverage, entries, framing, keys, selectors, store, tables
 from yurthub.kubeproto import converting, enveloping, wire
-from yurthub.proxy import localreplies, seams
+from yurthub.proxy import localkinds, localreplies, seams
 
 ONE_WRITE = 1 << 20
 """Protobuf list bytes up to which the answer is one write (a bigger one streams in parts)."""
@@ -72,6 +72,7 @@ class Lists:
 
     def __init__(self, reader: localreplies.Reader) -> None:
         self._reader = reader
+        self._kinds = localkinds.Kinds(reader.store)
 
     async def answer(
         self, request: web.Request, info: requestinfo.RequestInfo, reason: seams.LocalReason
@@ -109,7 +110,7 @@ class Lists:
         if media.representation is cacheability.Representation.OBJECT or (
             media.representation is cacheability.Representation.PARTIAL and scope.partial
         ):
-            kind = self.kind(scope, record, listing)
+            kind = await self.kind(scope, record, listing)
             api_version = (
                 f"meta.k8s.io/{scope.partial}" if scope.partial else localreplies.api_version(info)
             )
@@ -184,7 +185,7 @@ class Lists:
                 kept = stored.protobuf_item(body[start:end])
                 if kept is not None:
                     items.append(kept)
-        kind = self.kind(listing.scope, listing.record, listing)
+        kind = await self.kind(listing.scope, listing.record, listing)
         assembled = enveloping.ListBody(
             localreplies.api_version(info), f"{kind}List", resource_version, items
         )
@@ -332,19 +333,14 @@ class Lists:
                     best = record
         return best.columns if best is not None else None
 
-    def kind(
+    async def kind(
         self, scope: keys.Scope, record: entries.ListRecord | None, listing: Listing | None
     ) -> str:
-        if scope.partial:
-            return "PartialObjectMetadata"
-        if record is not None and record.kind:
-            return record.kind
-        if listing is not None and listing.kind:
-            return listing.kind
-        for _, other in self._reader.store.list_records(scope):
-            if other.kind:
-                return other.kind
-        return ""
+        """The item kind of an answer over ``scope`` (``localkinds.Kinds.kind``)."""
+        listed = (record.kind if record is not None else "") or (
+            listing.kind if listing is not None else ""
+        )
+        return await self._kinds.kind(scope, listed)
 
 
 # --- helpers -------------------------------------------------------------------------------------

@@ -5,8 +5,10 @@
 cached objects as ADDED plus the end bookmark, under the list rule (``locallists``: complete, or
 a 404 before the stream). The stream ends when ``timeoutSeconds`` elapses (absent or 0:
 ``min-request-timeout`` x (1+rand)), when the cloud is healthy again (clients re-watch
-upstream), or at hub shutdown (``close``). A protobuf-first client gets protobuf frames when
-every object is stored so; a plain watch carries bookmarks only.
+upstream; each at a random moment within ``heal_spread``, ``--heal-spread-seconds``, so a
+fleet's clients do not all come back in the same half second, and not at all if the cloud is
+gone again before that moment), or at hub shutdown (``close``). A protobuf-first client gets
+protobuf frames when every object is stored so; a plain watch carries bookmarks only.
 
 The resourceVersion a held watch's BOOKMARKs carry is where the client resumes upstream after
 the heal (client-go's reflector watches again from the last one), so it must be one the
@@ -19,6 +21,15 @@ list of the same is at: ``locallists.listing_version``). Only a watch from "now"
 or ``0``) gets the cache's version of the list covering it, which the apiserver gave it. So
 after a heal kubelet and kube-proxy resume their watches instead of listing again, as long as
 the apiserver still has that version.
+
+Every BOOKMARK names the kind of the resource (client-go decodes a watch event's object by its
+own ``kind`` and fails the watch on an empty one): ``localkinds.Kinds.kind``, decided once per
+watch from the built-in resources, the list's record, the cached discovery documents, then any
+stored object or list of the resource. When nothing names it (a custom resource the hub never
+saw), a plain watch is held with no bookmarks at all (they are optional to every client, and
+one it cannot decode would end its watch with an error each interval), and a streaming list is
+refused with a 503 before it starts (its end bookmark is not optional; client-go falls back to
+a plain list on the error).
 """
 
 from __future__ import annotations
@@ -49,6 +60,30 @@ def held_rv(requested: str) -> str:
     return requested if requested.isdigit() and requested.strip("0") else ""
 
 
+def heal_end(
+    ends: float | None, now: float, healthy: bool, spread: float, rand: Callable[[], float]
+) -> float | None:
+    """When a held watch ends, given when it was to end (``ends``, None: not yet decided), the
+    time, and whether the cloud is healthy: once healthy, at a random moment within
+    ``spread`` seconds (kept while it stays healthy); unhealthy again before that, not at
+    all (a link that flaps does not send the client to it). PURE (``rand`` in [0, 1))."""
+    if not healthy:
+        return None
+    if ends is not None:
+        return ends
+    return now + max(spread, 0.0) * min(max(rand(), 0.0), 1.0)
+
+
+def unnamed(info: requestinfo.RequestInfo) -> str:
+    """Why a streaming list of a resource the hub cannot name the kind of is refused. PURE."""
+    resource = f"{info.resource}.{info.group}" if info.group else info.resource
+    return (
+        f"the cloud is unreachable and the hub knows no kind for {resource} in "
+        f"{localreplies.api_version(info)} (no discovery document, object or list of it is "
+        "cached), so it cannot end a streaming list with a bookmark the client decodes"
+    )
+
+
 class Watches:
     """The watches held open over one ``localreplies.Reader``."""
 
@@ -60,13 +95,18 @@ class Watches:
         min_request_timeout: float,
         bookmark_interval: float,
         cloud_healthy: Callable[[], bool],
+        heal_spread: float = 0.0,
+        rand: Callable[[], float] = random.random,
     ) -> None:
-        """``cloud_healthy``: asked while holding (a watch ends when the cloud is back)."""
+        """``cloud_healthy``: asked while holding (a watch ends when the cloud is back, at a
+        random moment within ``heal_spread`` seconds: ``heal_end``)."""
         self._reader = reader
         self._lists = lists
         self._min_request_timeout = min_request_timeout
         self._bookmark_interval = bookmark_interval
         self._cloud_healthy = cloud_healthy
+        self._heal_spread = heal_spread
+        self._rand = rand
         self._closing = asyncio.Event()
 
     def close(self) -> None:
@@ -106,6 +146,12 @@ class Watches:
             # Offline a plain watch carries bookmarks only: JSON, as before, for any client
             # that takes it; a protobuf-only client gets protobuf ones.
             protobuf = False
+        record = self._reader.store.list_record(list_key)
+        kind = await self._lists.kind(scope, record, initial) if bookmarks else ""
+        if initial is not None and not kind:
+            # Its end bookmark would not decode: an error now (client-go's reflector falls
+            # back to a plain list) beats a stream the client fails on at its end.
+            return localreplies.status(503, unnamed(info))
         content_type = enveloping.WATCH_CONTENT_TYPE if protobuf else localreplies.JSON
         resp = web.StreamResponse(status=200, headers={"Content-Type": content_type})
         resp.enable_chunked_encoding()
@@ -113,33 +159,37 @@ class Watches:
         since = held_rv(info.resource_version)
         try:
             if stored is not None and initial is not None:
-                since = await self._protobuf_initial_events(resp, info, list_key, initial, stored)
+                since = await self._protobuf_initial_events(resp, info, kind, initial, stored)
                 held = len(stored)
                 del stored
                 if held > locallists.TRIM_ITEMS:
                     await asyncio.get_running_loop().run_in_executor(None, store.trim_heap)
             elif initial is not None:
                 try:
-                    since = await self._initial_events(resp, info, list_key, initial)
+                    since = await self._initial_events(resp, info, kind, initial)
                 except store.CorruptRead:
                     # The list it streams is no longer whole: end the watch, the client lists
                     # again and gets the 404 a miss is.
                     await resp.write_eof()
                     return resp
             next_bookmark = asyncio.get_running_loop().time() + self._bookmark_interval
+            ends: float | None = None
             while True:
                 now = asyncio.get_running_loop().time()
-                if now >= deadline or self._closing.is_set() or self._cloud_healthy():
+                if now >= deadline or self._closing.is_set():
+                    break
+                ends = heal_end(ends, now, self._cloud_healthy(), self._heal_spread, self._rand)
+                if ends is not None and now >= ends:
                     break
                 if request.transport is None or request.transport.is_closing():
                     break
-                if bookmarks and now >= next_bookmark:
+                if kind and now >= next_bookmark:
                     rv = since or self._now_rv(info, scope, list_key, labels, fields)
-                    await resp.write(
-                        self._bookmark(info, scope, list_key, protobuf=protobuf, rv=rv)
-                    )
+                    await resp.write(self._bookmark(info, kind, rv, protobuf=protobuf))
                     next_bookmark = now + self._bookmark_interval
-                wake = min(deadline, next_bookmark if bookmarks else deadline, now + HEALTH_POLL)
+                wake = min(deadline, next_bookmark if kind else deadline, now + HEALTH_POLL)
+                if ends is not None:
+                    wake = min(wake, ends)
                 await asyncio.sleep(max(0.0, wake - now))
             await resp.write_eof()
         except ConnectionError:
@@ -173,17 +223,13 @@ class Watches:
     def _bookmark(
         self,
         info: requestinfo.RequestInfo,
-        scope: keys.Scope,
-        list_key: keys.ListKey,
+        kind: str,
+        rv: str,
         *,
         protobuf: bool = False,
         annotations: dict[str, str] | None = None,
-        rv: str = "",
     ) -> bytes:
-        """A BOOKMARK at ``rv`` (empty: the cache's version of the list)."""
-        record = self._reader.store.list_record(list_key)
-        kind = self._lists.kind(scope, record, None)
-        rv = rv or self._watch_rv(scope, list_key, info.namespace)
+        """A BOOKMARK of a ``kind`` object at ``rv``."""
         if protobuf:
             body = enveloping.bookmark(localreplies.api_version(info), kind, rv, annotations)
             return enveloping.watch_frame("BOOKMARK", body)
@@ -220,7 +266,7 @@ class Watches:
         self,
         resp: web.StreamResponse,
         info: requestinfo.RequestInfo,
-        list_key: keys.ListKey,
+        kind: str,
         listing: locallists.Listing,
         bodies: list[bytes],
     ) -> str:
@@ -231,16 +277,14 @@ class Watches:
             page = bodies[start : start + store.PAGE_ROWS]
             await resp.write(b"".join(frame("ADDED", body) for body in page))
         sent = locallists.listing_version(listing) or "0"
-        await resp.write(
-            self._bookmark(info, listing.scope, list_key, protobuf=True, annotations=END, rv=sent)
-        )
+        await resp.write(self._bookmark(info, kind, sent, protobuf=True, annotations=END))
         return sent
 
     async def _initial_events(
         self,
         resp: web.StreamResponse,
         info: requestinfo.RequestInfo,
-        list_key: keys.ListKey,
+        kind: str,
         listing: locallists.Listing,
     ) -> str:
         # A list streamed: a filter's dropped object is left out.
@@ -249,5 +293,5 @@ class Watches:
                 events = b"}\n".join(b'{"type":"ADDED","object":' + body for body in page)
                 await resp.write(events + b"}\n")
         sent = locallists.listing_version(listing) or "0"
-        await resp.write(self._bookmark(info, listing.scope, list_key, annotations=END, rv=sent))
+        await resp.write(self._bookmark(info, kind, sent, annotations=END))
         return sent

@@ -108,6 +108,9 @@ class RemoteProxy:
         self.on_slow: Callable[[str], object] | None = None
         """Called with a server that left a request without response headers past
         ``header_deadline`` (health probes it at once)."""
+        self.on_heard: Callable[[str], object] = _nobody
+        """Called with a server whenever bytes of its answers arrive (response headers, each
+        chunk of a body): health takes it as proof of life when a heartbeat times out."""
         connect = client.settings.connect_timeout
         self._idle = aiohttp.ClientTimeout(
             total=None, sock_connect=connect, sock_read=client.settings.idle_timeout
@@ -186,8 +189,9 @@ class RemoteProxy:
                     )
                 finally:
                     exchange.got_headers()
+                self.on_heard(server)
                 with self._tracked(up, info, server):
-                    return await self._relay(request, info, up, started)
+                    return await self._relay(request, info, up, started, server)
         except TimeoutError as e:
             if not started:
                 raise self._unanswered(exchange, request, data) from e
@@ -317,8 +321,10 @@ class RemoteProxy:
         info: requestinfo.RequestInfo,
         up: aiohttp.ClientResponse,
         started: list[web.StreamResponse],
+        server: str,
     ) -> web.StreamResponse:
         resp = web.StreamResponse(status=up.status, reason=up.reason)
+        heard = self.on_heard
         out = _Out(resp, whole=not info.is_long_running and up.content.is_eof())
         transform = self._transform(info, up)
         out_headers = headers.response_headers(up.headers.items())
@@ -357,6 +363,7 @@ class RemoteProxy:
                     log.warning("upstream broke mid-body for %s: %r", info.describe(), e)
                     await out.cut(request)
                     return resp
+                heard(server)
                 if transform is None:
                     await out.write(chunk)
                 elif not await _write_filtered(out, transform.feed(chunk), info):
@@ -472,3 +479,7 @@ async def _write_filtered(
             return False
         if piece:
             await out.write(piece)
+
+
+def _nobody(server: str) -> None:
+    """``on_heard`` when nobody listens."""

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from yurthub import server, settings
+from yurthub import pacing, server, settings
 from yurthub.cache import runtime, sealing
 from yurthub.testing import partition, simapiserver
 from yurthub.testing.fixtures import KUBECTL
@@ -173,10 +173,12 @@ def edge_settings(
     heartbeat: settings.HeartbeatSettings = FAST_HEARTBEAT,
     offline_event_qps: float = 50.0,
     key_source: sealing.Source | None = None,
+    heal_spread: float = 0.0,
     outage_flap_window: float = 0.5,
 ) -> settings.HubSettings:
     """Offline Events are posted fast after a heal (50/s, no start spread), and an outage's
-    Event once the link stayed up 0.5 s (not the hub's 30 s): tests wait for them."""
+    Event once the link stayed up 0.5 s (not the hub's 30 s): tests wait for them. Held
+    watches end at the heal (no ``heal_spread`` unless given): tests wait for that too."""
     return settings.HubSettings(
         node_name=NODE,
         upstream=settings.UpstreamSettings(servers=(server_url,), connect_timeout=1.0),
@@ -191,6 +193,7 @@ def edge_settings(
             offline_event_spread=0.0,
             key_source=key_source,
         ),
+        pace=pacing.Settings(heal_spread=heal_spread),
         outage_flap_window=outage_flap_window,
     )
 
@@ -204,6 +207,7 @@ async def edge_node(
     heartbeat: settings.HeartbeatSettings = FAST_HEARTBEAT,
     offline_event_qps: float = 50.0,
     key_source: sealing.Source | None = None,
+    heal_spread: float = 0.0,
 ) -> AsyncIterator[Edge]:
     async with simapiserver.SimApiserver(
         workdir=workdir / "sim", seed=seed, insecure_port=0, bookmark_interval=1.0
@@ -218,6 +222,7 @@ async def edge_node(
                 heartbeat=heartbeat,
                 offline_event_qps=offline_event_qps,
                 key_source=key_source,
+                heal_spread=heal_spread,
             )
             async with aiohttp.ClientSession() as session:
                 edge = Edge(workdir, sim, link, hub_settings, None, None, session)  # type: ignore[arg-type]

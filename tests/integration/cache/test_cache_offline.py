@@ -230,6 +230,43 @@ async def test_held_watch_ends_when_the_cloud_is_back(edge: Edge) -> None:
     assert watch.result() < 10
 
 
+async def test_a_held_watch_outlives_the_heal_within_the_heal_spread(
+    tmp_path: pathlib.Path,
+) -> None:
+    """With the heal spread, the hub is back online (a new read is answered by the apiserver)
+    while the watch it held offline stays open: the client comes back at its own random moment
+    within the spread, not with every other one. A cut again before that moment keeps it held
+    (a flapping link does not send the client to it)."""
+    async with edge_node(tmp_path, heal_spread=600.0) as node:
+        await warm(node)
+        await node.cut()
+        params = {**MY_PODS, "watch": "true", "timeoutSeconds": "60", "allowWatchBookmarks": "1"}
+        async with node.session.get(
+            node.url + PODS, params=params, headers={"User-Agent": KUBELET_UA}
+        ) as resp:
+            assert resp.status == 200
+            await node.heal()
+            node.sim.state.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "after-heal", "namespace": "default"},
+                    "data": {},
+                }
+            )
+            status, _ = await node.get("/api/v1/namespaces/default/configmaps/after-heal")
+            assert status == 200  # only the apiserver has it: the hub is online
+            # Held on while online: old code ended it within its half-second health poll,
+            # four bookmarks (0.3 s apart) take longer than that.
+            async with asyncio.timeout(30):
+                for _ in range(4):
+                    assert orjson.loads(await resp.content.readline())["type"] == "BOOKMARK"
+            await node.cut()
+            async with asyncio.timeout(30):
+                for _ in range(2):
+                    assert orjson.loads(await resp.content.readline())["type"] == "BOOKMARK"
+
+
 async def test_writes_offline(edge: Edge) -> None:
     await warm(edge)
     await edge.cut()

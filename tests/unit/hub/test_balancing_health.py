@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from yurthub import balancing, health, settings
+from yurthub.outages import causes
 
 SERVERS = [f"https://127.0.0.1:{p}" for p in (8080, 8081, 8082, 8083)]
 
@@ -161,3 +162,40 @@ def test_a_server_that_gives_no_answer_is_probed_every_couple_of_seconds(
     attempt: int, interval: float, jitter: float, expected: float
 ) -> None:
     assert health.recovery_delay(attempt, interval, jitter, silent=True) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("cause", "in_use", "retried"),
+    [
+        (causes.Cause.SILENT, True, True),  # a busy apiserver answers late
+        (causes.Cause.RESET, True, True),  # a pooled connection the server closed
+        (causes.Cause.OTHER, True, True),
+        (causes.Cause.REFUSED, True, False),  # nothing listens: final at once
+        (causes.Cause.UNREACHABLE, True, False),
+        (causes.Cause.DNS, True, False),
+        (causes.Cause.TLS, True, False),
+        (causes.Cause.SILENT, False, False),  # not in use: probed again soon anyway
+        (causes.Cause.RESET, False, False),
+    ],
+)
+def test_which_unanswered_renewals_are_tried_again(
+    cause: causes.Cause, in_use: bool, retried: bool
+) -> None:
+    assert health.retry_unanswered(cause, in_use=in_use) is retried
+
+
+@pytest.mark.parametrize(
+    ("cause", "began", "heard", "alive"),
+    [
+        (causes.Cause.SILENT, 10.0, 10.5, True),  # an answer arrived while the lease waited
+        (causes.Cause.SILENT, 10.0, 10.0, True),
+        (causes.Cause.SILENT, 10.0, 9.9, False),  # only before it: no proof of life
+        (causes.Cause.SILENT, 10.0, None, False),  # never heard
+        (causes.Cause.RESET, 10.0, 10.5, False),  # an answer, and it was a reset: not slow
+        (causes.Cause.REFUSED, 10.0, 10.5, False),
+    ],
+)
+def test_a_timed_out_renewal_with_answers_meanwhile_shows_the_server_alive(
+    cause: causes.Cause, began: float, heard: float | None, alive: bool
+) -> None:
+    assert health.alive_meanwhile(cause, began, heard) is alive
