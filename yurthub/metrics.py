@@ -257,11 +257,21 @@ class Metrics:
         self.outage_seconds = Histogram(
             "outage_seconds",
             "Ended outages (no apiserver usable, the hub answering locally) by how long they "
-            "lasted, as the hub saw them (a hub restarted during one observes it whole)",
+            "lasted, as the hub saw them (a hub restarted during one observes it whole), observed "
+            "once final: when the link stayed up for the flap window after it",
             namespace=_NS,
             subsystem=_SUB,
             registry=r,
             buckets=_OUTAGE_BUCKETS,
+        )
+        self.outage_flaps = Counter(
+            "outage_flaps",
+            "Times the link came back and dropped again within the flap window "
+            "(--outage-flap-window-seconds) after an outage ended: each went on with that outage "
+            "(one record, one Event) instead of beginning a new one",
+            namespace=_NS,
+            subsystem=_SUB,
+            registry=r,
         )
 
         self.cloud_lists = Counter(

@@ -167,7 +167,10 @@ class Hub:
         self.started_at = time.time()
         self.metrics.registry.register(metrics.CertificateExpiry(self.certificate_expiry))
         self.outages = recording.Recorder(
-            outage_history, self.metrics, save_interval=hub_settings.outage_save_interval
+            outage_history,
+            self.metrics,
+            save_interval=hub_settings.outage_save_interval,
+            flap_window=hub_settings.outage_flap_window,
         )
         """The outage record (``outages``): ``GET /v1/outages``, the Node Event after each."""
         self.metrics.registry.register(metrics.OngoingOutage(self.outages.ongoing_seconds))

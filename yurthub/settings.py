@@ -384,6 +384,10 @@ class HubSettings:
     """``--outage-save-interval-seconds``: a changing outage record is written at most this
     often (and at once when an outage begins or ends, and at shutdown): what a kill -9 or a
     power cut may lose of its counts, against the writes a flash card takes."""
+    outage_flap_window: float = 30.0
+    """``--outage-flap-window-seconds``: the link must stay up this long after an outage
+    before it is over for good (``outages.flapping``): a drop within it goes on with the same
+    outage (one record, one Event), and its Event waits that long; 0: every drop a new one."""
 
     @property
     def hub_address(self) -> tuple[str, int]:
@@ -407,6 +411,8 @@ class HubSettings:
             raise ConfigError("heartbeat interval and timeout must be positive")
         if not self.outage_save_interval > 0:
             raise ConfigError("--outage-save-interval-seconds must be positive")
+        if not 0 <= self.outage_flap_window <= 3600:
+            raise ConfigError("--outage-flap-window-seconds must be within 0 and 3600")
         scope = self.pool
         if scope.follower_bookmark_interval * 2 > scope.leader_idle_timeout:
             raise ConfigError(

@@ -84,6 +84,7 @@ TOPICS: dict[str, tuple[Topic, ...]] = {
                 "--cache-key-file",
                 "--offline-event-qps",
                 "--outage-save-interval-seconds",
+                "--outage-flap-window-seconds",
             ),
         ),
         Topic(

@@ -238,6 +238,15 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     "power cut loses at most this many seconds of its counts; each write wears flash.",
 )
 @click.option(
+    "--outage-flap-window-seconds",
+    default=30.0,
+    type=click.FloatRange(min=0, max=3600),
+    help="The link must stay up this long after an outage before it is over: dropping again "
+    "within it goes on with the same outage (one record, one Event on the Node, its flaps "
+    "counted), and the outage's Event is posted once it has passed (0: every drop is a new "
+    "outage, its Event posted at the heal).",
+)
+@click.option(
     "--relist-spread-seconds",
     default=10.0,
     type=click.FloatRange(min=0, max=600),

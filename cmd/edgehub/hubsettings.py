@@ -167,6 +167,7 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             str(opts.get("static_pod_path") or "/etc/kubernetes/manifests")
         ),
         outage_save_interval=f("outage_save_interval_seconds"),
+        outage_flap_window=f("outage_flap_window_seconds"),
         filters=settings.FilterSettings(
             enabled=bool(opts["enable_resource_filter"]),
             disabled=disabled,

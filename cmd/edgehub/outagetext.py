@@ -58,13 +58,25 @@ def status_lines(section: Any) -> list[str]:
             f"  NOW: the cloud is unreachable since {ongoing.get('began', '-')} "
             f"({length(ongoing)}): {ongoing.get('causeWords', '-')}; "
             f"{ongoing.get('answered', 0)} answered locally, {ongoing.get('refused', 0)} refused"
+            + _flapped(ongoing)
         )
     if isinstance(last, Mapping):
         lines.append(
             f"  last: {last.get('began', '-')} for {length(last)}: "
-            f"{last.get('causeWords', '-')} (Event: {last.get('event') or '-'})"
+            f"{last.get('causeWords', '-')}{_flapped(last)} (Event: {last.get('event') or '-'})"
         )
     return lines
+
+
+def _flapped(outage: Mapping[str, Any]) -> str:
+    flaps = outage.get("flaps")
+    if not isinstance(flaps, int) or isinstance(flaps, bool) or flaps <= 0:
+        return ""
+    return f"; the link came back {_times(flaps)} briefly"
+
+
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
 
 
 def _event(outage: Mapping[str, Any]) -> str:
@@ -86,7 +98,9 @@ def history(document: Mapping[str, Any] | None, url: str, problem: str = "") -> 
     if not outages:
         lines.append("  none: the hub has always reached an apiserver since it keeps a history")
         return "\n".join(lines) + "\n"
-    rows = [["BEGAN", "ENDED", "LASTED", "CAUSE", "ANSWERED", "REFUSED", "TOKENS", "EVENT"]]
+    rows = [
+        ["BEGAN", "ENDED", "LASTED", "CAUSE", "FLAPS", "ANSWERED", "REFUSED", "TOKENS", "EVENT"]
+    ]
     for o in outages:
         rows.append(
             [
@@ -94,6 +108,7 @@ def history(document: Mapping[str, Any] | None, url: str, problem: str = "") -> 
                 "ongoing" if o.get("ongoing") else str(o.get("ended") or "-"),
                 lasted(o.get("seconds")) + ("+" if o.get("atLeast") is True else ""),
                 str(o.get("cause", "-")),
+                str(o.get("flaps", 0)),
                 str(o.get("answered", 0)),
                 str(o.get("refused", 0)),
                 str(o.get("tokensIssued", 0)),
@@ -129,6 +144,12 @@ def detail_lines(outage: Mapping[str, Any]) -> list[str]:
         restarts = outage["hubRestarts"]
         times = "once" if restarts == 1 else f"{restarts} times"
         lines.append(f"  the hub restarted {times} during it")
+    flaps = outage.get("flaps")
+    if isinstance(flaps, int) and not isinstance(flaps, bool) and flaps > 0:
+        lines.append(
+            f"  the link came back {_times(flaps)} within the flap window "
+            f"(up {lasted(outage.get('flapSeconds'))} in all, counted in its length)"
+        )
     if outage.get("eventsRecorded") or outage.get("eventsDropped"):
         lines.append(
             f"  offline Events: {outage.get('eventsRecorded', 0)} recorded, "

@@ -16,7 +16,11 @@ directory: the history lasts as long as the process).
 Order is the insertion sequence, never a time: the wall clock a record shows may be far
 behind or ahead (a node with no battery-backed clock, NTP stepping it), and the newest
 outage must stay the newest. A file from an older hub (no ``seq``) is given one from its
-rows' insertion order (SQLite's rowid) when opened.
+rows' insertion order (SQLite's rowid) when opened. Fields a record gained later (``until``,
+``flaps``, ``flapSeconds``) live in its JSON, not in columns: a row an older hub wrote reads
+back with their defaults (no flaps; no end reading, so its outage is final at once), and an
+older hub reading a newer row ignores them. A reopened outage (a flap) keeps its row and its
+``seq``: saved with ``ended`` NULL again, it is the ongoing one, not a new row.
 
 Invariants: at most ``limit`` rows, oldest inserted first out; every call one hop to the
 history's own thread (the loop never blocks on SQLite); a row that does not read back as a

@@ -9,10 +9,15 @@ same door as the offline Events, ``upstream.Upstream.call_as_hub``).
 - At most once per outage: the Event's name comes from the outage (``records.event_name``), so
   a post retried after a lost answer, or by a hub restarted before it saved "posted", meets a
   409, which means the cloud has it.
-- After the heal it first waits for the requests begun during the outage to end (an offline
-  watch ends when the cloud returns; at most ``recording.SETTLE`` seconds), so the counts are
-  whole, then a random delay within ``spread`` (``--offline-event-spread``): a fleet healing
-  at once does not post at once.
+- Only once the outage is final (``Recorder.due``, ``flapping``): the link has stayed up for
+  the flap window (``--outage-flap-window-seconds``, 30 s) since it ended, so a link that
+  drops again meanwhile goes on with the same outage and its one Event. A hub stopped within
+  the window finds the outage unposted in the history and posts it once the window has passed
+  (measured on the monotonic clock of that boot; after a reboot, at once).
+- Then it waits for the requests begun during the outage to end (an offline watch ends when
+  the cloud returns; at most ``recording.SETTLE`` seconds), so the counts are whole, then a
+  random delay within ``spread`` (``--offline-event-spread``): a fleet healing at once does
+  not post at once.
 - Per answer (``eventfolding.outcome``): 2xx or 409: posted; a refusal (403, 422, ...): logged
   once and not retried (the history says why); no answer, 429, 401 or 5xx: tried again with a
   capped back-off (1 s doubling to ``BACKOFF_CAP``, jittered) while a server is healthy.
@@ -64,12 +69,15 @@ class Poster:
         self._rand = rand
         self.posted = 0
         """Events the cloud took since start (tests)."""
+        self.rounds = 0
+        """Looks at what is due since start (tests: wait for a look, never a time)."""
 
     async def run(self) -> None:
         backoff = 1.0
         while True:
             self._recorder.ended.clear()
-            pending = await self._recorder.unposted()
+            pending, wait = await self._recorder.due()
+            self.rounds += 1
             if pending and self._healthy_server() is not None:
                 try:
                     done = await self._post_all(pending)
@@ -84,8 +92,11 @@ class Poster:
                 await asyncio.sleep(backoff * (0.5 + self._rand()))
                 backoff = min(backoff * 2, BACKOFF_CAP)
                 continue
+            # The next look: when health may have changed, an outage ended, or the next one's
+            # flap window closes (a little after, not to wake a moment early).
+            look = self._poll if wait is None else min(self._poll, wait + 0.01)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._poll):
+                async with asyncio.timeout(look):
                     await self._recorder.ended.wait()
 
     async def _post_all(self, pending: list[records.Outage]) -> bool:
@@ -104,7 +115,7 @@ class Poster:
         return True
 
     async def _post(self, server: str, outage: records.Outage) -> bool:
-        body = records.event(outage, self._node)
+        body = records.event(outage, self._node, self._recorder.flap_window)
         status, answer = await self._client.call_as_hub(
             server,
             "POST",

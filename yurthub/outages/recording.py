@@ -11,6 +11,17 @@ first probe round decides: a hub that starts offline begins an outage then, or g
 one it was recording when it stopped (restarted during it: ``restarts`` counts it); a hub that
 starts online ends the one it was recording (the end is when it saw the cloud again).
 
+A flapping link is one outage (``flapping``): an ended outage stays open for ``flap_window``
+seconds (``--outage-flap-window-seconds``, ``records.FLAP_WINDOW``) while its Event is not
+posted, and a drop within it reopens it (``records.Outage.reopen``: ``flaps`` counted, its
+length running on from its first beginning, the brief up-time counted in it) instead of
+beginning a new one; that works across a restart within the boot (the ended record is picked
+up as ``last``; reopened, it counts the restart). Only once the link has stayed up for the
+window is the outage final: ``due`` offers its Event to the poster, the histogram observes it,
+and ``last_outage`` names it to the Autonomy condition, which meanwhile keeps naming the one it
+named before (so a flapping link rewrites the condition once, not at every flap). While a
+reopened outage goes on, ``last`` is None and ``/v1/status`` shows the one before it as the last.
+
 Fed by (all on the loop, none blocks, none raises):
 
 - ``cloud(up)``: health's transitions;
@@ -26,7 +37,7 @@ shutdown (``close``), and otherwise only when the record changed and at most eve
 ``save_interval`` seconds (``--outage-save-interval-seconds``, ``SAVE_INTERVAL``): flash wears
 with every write, and a busy outage changes its counts all the time. A kill -9 (or a power cut)
 loses at most that much of the counts, never the outage. ``node_yurthub_outage_seconds``
-observes each ended outage.
+observes each outage once final; ``node_yurthub_outage_flaps_total`` counts the reopens.
 
 Clocks (``records.Instant``, from ``clock``: ``SystemClock`` on a hub): an outage's length is
 monotonic (``CLOCK_BOOTTIME`` within one boot id), its start and end wall-clock readings are
@@ -48,7 +59,7 @@ from typing import Any
 from yurthub import metrics
 from yurthub.authn import offlinetokens
 from yurthub.autonomy import conditions
-from yurthub.outages import causes, history, records
+from yurthub.outages import causes, flapping, history, records
 
 log = logging.getLogger(__name__)
 
@@ -94,19 +105,30 @@ class Recorder:
         clock: Callable[[], records.Instant] | None = None,
         make_id: Callable[[], str] = new_id,
         save_interval: float = SAVE_INTERVAL,
+        flap_window: float = records.FLAP_WINDOW,
     ) -> None:
         """``store``: the history on disk (None: ``open`` makes one in memory); ``clock``:
         ``SystemClock()`` unless given; ``save_interval``: seconds between two saves of a
-        changing record at most."""
+        changing record at most; ``flap_window``: seconds the link must stay up before an
+        ended outage is final (``flapping``; 0: every drop a new outage)."""
         self._given = store
         self._store = store
         self._metrics = collectors
         self._clock: Callable[[], records.Instant] = clock if clock is not None else SystemClock()
         self._make_id = make_id
         self.save_interval = save_interval
+        self.flap_window = flap_window
         self.current: records.Outage | None = None
         self.last: records.Outage | None = None
-        """The last ended outage (its Event may still be pending)."""
+        """The last ended outage (its Event may still be pending; None while it goes on
+        again after a flap: it is ``current`` then)."""
+        self._unobserved: records.Outage | None = None
+        """The last ended outage, not final yet: the histogram observes it once it is."""
+        self._shown: conditions.LastOutage | None = None
+        """What ``last_outage`` names: the last final outage's words."""
+        self._picked_up = ""
+        """The id of ``last`` when it was read from the history at ``open``: reopened, it
+        counts a restart."""
         self._latest: tuple[str, str, str] | None = None
         """(server, cause, reason) of the last failed probe."""
         self._down = False
@@ -139,10 +161,16 @@ class Recorder:
             # Damaged since it opened: the hub starts all the same (its saves log their errors).
             log.error("the outage history cannot be read: no outage is picked up: %s", e)
             ongoing, self.last = [], None
+        now = self._clock()
+        if self.last is not None:
+            self._picked_up = self.last.id
+            self._shown = self._words(self.last, now)
+            if flapping.left(self.last, now, self.flap_window) > 0:
+                self._unobserved = self.last  # stopped before it was final: observed once it is
         newest_end = self.last.seq if self.last is not None else 0
         for outage in ongoing:
             if self.current is None and outage.seq > newest_end:
-                outage.resume(self._clock())
+                outage.resume(now)
                 self.current = outage
                 self._save_now.set()  # the restart (and a reboot's new segment) at once
                 log.info(
@@ -167,13 +195,13 @@ class Recorder:
     def cloud(self, up: bool) -> None:
         self._down = not up
         now = self._clock()
+        self._settle(now)
         if up:
             outage, self.current = self.current, None
             if outage is None:
                 return
             outage.end(now, self.journal_dropped())
-            self.last = outage
-            self._metrics.outage_seconds.observe(outage.seconds(now))
+            self.last = self._unobserved = outage
             log.info(
                 "the cloud is back after %s (outage began %s: %s)",
                 records.length(outage, now),
@@ -198,6 +226,12 @@ class Recorder:
 
     def _begin(self) -> None:
         now = self._clock()
+        last = self.last
+        if flapping.on_drop(last, now, self.flap_window) is flapping.Drop.REOPEN:
+            assert last is not None
+            self._reopen(last, now)
+            return
+        self._settle(now)
         server, cause, reason = self._latest or ("", causes.Cause.OTHER.value, "")
         outage = records.begin(
             now,
@@ -216,6 +250,36 @@ class Recorder:
         )
         self._dirty[outage.id] = outage
         self._save_now.set()
+
+    def _reopen(self, outage: records.Outage, now: records.Instant) -> None:
+        """The link dropped again within the flap window: the last outage goes on."""
+        up = now.mono - outage.until if outage.until is not None else 0.0
+        outage.reopen(now)
+        if outage.id == self._picked_up:  # the hub stopped and started since it ended
+            outage.restarts += 1
+            self._picked_up = ""
+        if self._latest is not None:
+            outage.failed(*self._latest)
+        self.current, self.last = outage, None
+        self._metrics.outage_flaps.inc()
+        log.info(
+            "the link dropped again %s after the cloud came back: the outage that began %s "
+            "goes on (the link came back %s for less than %s)",
+            records.lasted(up),
+            records.timestamp(outage.began),
+            "once" if outage.flaps == 1 else f"{outage.flaps} times",
+            records.lasted(self.flap_window),
+        )
+        self._dirty[outage.id] = outage
+        self._save_now.set()
+
+    def _settle(self, now: records.Instant) -> None:
+        """Observe the last ended outage in the histogram once it is final (the link stayed up
+        for the flap window, or a new outage begins): once per outage, however it flapped."""
+        outage = self._unobserved
+        if outage is not None and flapping.left(outage, now, self.flap_window) <= 0:
+            self._unobserved = None  # ended (one going on is never final)
+            self._metrics.outage_seconds.observe(outage.seconds(now))
 
     def begin_request(self) -> records.Outage | None:
         """The outage a request begins in (None: online). Hot path."""
@@ -257,13 +321,24 @@ class Recorder:
         return outage.seconds(self._clock()) if outage is not None else 0.0
 
     def last_outage(self) -> conditions.LastOutage | None:
-        """The last ended outage for the node's ``Autonomy`` condition."""
+        """The last final outage for the node's ``Autonomy`` condition. While the last one
+        may still flap (within its flap window, or going on again) the condition keeps
+        naming the one it named before (none, the first time), so it is rewritten once per
+        outage, not once per flap; a hub restarted within the window names the last one as
+        it ended first, then as it ended for good."""
         outage = self.last
-        if outage is None or outage.ended is None:
+        now = self._clock()
+        if outage is not None and flapping.left(outage, now, self.flap_window) <= 0:
+            self._shown = self._words(outage, now)
+        return self._shown
+
+    @staticmethod
+    def _words(outage: records.Outage, now: records.Instant) -> conditions.LastOutage | None:
+        if outage.ended is None:
             return None
         return conditions.LastOutage(
             records.timestamp(outage.began),
-            records.length(outage, self._clock()),
+            records.length(outage, now),
             causes.words(outage.cause),
         )
 
@@ -287,12 +362,18 @@ class Recorder:
                 "keys": records.MAX_KEYS,
                 "tokens": records.MAX_TOKENS,
                 "saveIntervalSeconds": self.save_interval,
+                "flapWindowSeconds": self.flap_window,
             },
         }
 
     async def status(self) -> dict[str, Any]:
-        """The ``outages`` section of ``/v1/status``: the ongoing one and the last."""
+        """The ``outages`` section of ``/v1/status``: the ongoing one and the last ended (the
+        one before it, when the ongoing one went on again after a flap)."""
         now = self._clock()
+        last = self.last
+        if last is None and self.current is not None and self.current.flaps:
+            found = await self.outages()
+            last = next((o for o in found if o.ended is not None), None)
 
         def brief(outage: records.Outage | None) -> dict[str, Any] | None:
             if outage is None:
@@ -306,19 +387,25 @@ class Recorder:
                 "causeWords": records.cause_words(outage),
                 "answered": outage.answered_total,
                 "refused": outage.refused_total,
+                "flaps": outage.flaps,
                 "event": outage.event or ("pending" if outage.ended is not None else ""),
             }
 
-        return {"ongoing": brief(self.current), "last": brief(self.last)}
+        return {"ongoing": brief(self.current), "last": brief(last)}
 
     # --- Event state --------------------------------------------------------------------------
 
     async def unposted(self) -> list[records.Outage]:
         """Ended outages whose Event is not in the cloud yet, oldest first (in-memory ones as
-        they are now)."""
+        they are now; not the one going on again after a flap, whose row may still say it
+        ended)."""
         stored = await self.history.unposted()
-        last = self.last
-        out = [last if last is not None and o.id == last.id else o for o in stored]
+        last, current = self.last, self.current
+        out = [
+            last if last is not None and o.id == last.id else o
+            for o in stored
+            if current is None or o.id != current.id
+        ]
         if (
             last is not None
             and last.ended is not None
@@ -327,6 +414,23 @@ class Recorder:
         ):
             out.append(last)  # ended a moment ago, not saved yet
         return out
+
+    async def due(self) -> tuple[list[records.Outage], float | None]:
+        """The unposted outages whose Event may be posted now (final: the link stayed up for
+        the flap window since they ended), oldest first, and the seconds until the next of the
+        others is final (None: none waits)."""
+        pending = await self.unposted()
+        now = self._clock()
+        self._settle(now)
+        ready: list[records.Outage] = []
+        wait: float | None = None
+        for outage in pending:
+            left = flapping.left(outage, now, self.flap_window)
+            if left > 0:
+                wait = left if wait is None else min(wait, left)
+            else:
+                ready.append(outage)
+        return ready, wait
 
     async def event_done(self, outage: records.Outage, state: str) -> None:
         outage.event = state

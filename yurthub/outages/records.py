@@ -32,7 +32,12 @@ What a record holds:
 - answers per source (``cloud``, ``cache``, ``pool``, ``hub``; at most ``MAX_SOURCES``);
 - the ServiceAccount tokens the hub issued offline: namespace, account, pod, audiences and
   expiry (never the token), at most ``MAX_TOKENS`` listed and all counted;
-- how often the hub restarted during it, and how many offline Events the journal dropped.
+- how often the hub restarted during it, and how many offline Events the journal dropped;
+- how often the link came back within the flap window and dropped again (``flaps``, with the
+  up-times summed: ``flap_seconds``; ``reopen``), and the monotonic reading at its end
+  (``until``) the window is measured from (``flapping`` decides). Its length then runs from
+  its first beginning to its final end, the brief up-times counted in it: the record's
+  ``began`` and ``ended`` say so, and the link was not usable between drops that close.
 
 So a record is a few KiB in practice and at most about 150 KiB (every name at its longest),
 after an hour or a month. Nothing in it is secret:
@@ -66,6 +71,9 @@ EVENT_REASON = "EdgeOutageEnded"
 EVENT_COMPONENT = "edgehub"
 POSTED = "posted"
 """``Outage.event`` once the cloud holds the Event."""
+FLAP_WINDOW = 30.0
+"""Seconds the link must stay up after an outage before it is over for good (``flapping``;
+the default of ``--outage-flap-window-seconds``)."""
 
 
 def _cut(text: str, limit: int = MAX_TEXT) -> str:
@@ -152,6 +160,14 @@ class Outage:
     tokens: list[Token] = dataclasses.field(default_factory=list)
     tokens_issued: int = 0
     restarts: int = 0
+    until: float | None = None
+    """``Instant.mono`` when it ended (in ``boot``; None while it lasts, or a record from an
+    older hub): where its flap window (``flapping``) is measured from."""
+    flaps: int = 0
+    """How often the link came back and dropped again within the flap window: each time this
+    outage went on (``reopen``) instead of a new one beginning."""
+    flap_seconds: float = 0.0
+    """The brief up-times between those drops, summed (counted in its length too)."""
     dropped_before: int = 0
     """Offline Events the journal had dropped (and not told) when the outage began."""
     events_dropped: int = 0
@@ -220,7 +236,22 @@ class Outage:
         """The outage ended at ``now``; ``dropped_now``: the journal's untold drops then."""
         self.lasted = self.seconds(now)
         self.ended = max(now.wall, self.began)  # shown: a clock stepped back shows no end first
+        self.until = now.mono if now.boot == self.boot else None
         self.events_dropped = max(0, dropped_now - self.dropped_before)
+
+    def reopen(self, now: Instant) -> None:
+        """The link dropped again at ``now``, within the flap window after this outage ended
+        (``flapping.on_drop`` decided, so ``now`` is in its ``boot``): it goes on. Its length
+        runs on from its first beginning, the brief up-time counted in it (``flap_seconds``
+        says how much); its counts keep accumulating."""
+        if self.until is not None and now.boot == self.boot and now.mono >= self.until:
+            self.flap_seconds += now.mono - self.until
+            self.seen = now.mono
+        else:  # not measurable (never so when decided by ``flapping``): counted from now on
+            self.prior = self.seconds(now)
+            self.boot, self.since, self.seen = now.boot, now.mono, now.mono
+        self.flaps += 1
+        self.ended = self.lasted = self.until = None
 
     def abandon(self) -> None:
         """End a stale ongoing record (one a hub left behind a newer one: a failed save) as
@@ -329,8 +360,9 @@ def _top(counts: Mapping[str, int], limit: int) -> str:
     return ", ".join(shown)
 
 
-def summary(outage: Outage, node: str) -> str:
-    """The Event's message (at most ``MAX_MESSAGE`` characters)."""
+def summary(outage: Outage, node: str, flap_window: float = FLAP_WINDOW) -> str:
+    """The Event's message (at most ``MAX_MESSAGE`` characters); ``flap_window``: the hub's
+    (``flapping``), named when the link came back briefly."""
     assert outage.ended is not None and outage.lasted is not None
     parts = [
         f"Node {node} could not reach the cloud for {length(outage, _ENDED)}, "
@@ -366,6 +398,12 @@ def summary(outage: Outage, node: str) -> str:
     if outage.restarts:
         times = "once" if outage.restarts == 1 else f"{outage.restarts} times"
         parts.append(f"The hub restarted {times} during it.")
+    if outage.flaps:
+        times = "once" if outage.flaps == 1 else f"{outage.flaps} times"
+        parts.append(
+            f"The link came back {times} for less than {lasted(flap_window)} "
+            f"({lasted(outage.flap_seconds)} in all, counted in its length)."
+        )
     parts.append("On the node: edgehub status --history.")
     return _cut(" ".join(parts), MAX_MESSAGE)
 
@@ -380,7 +418,7 @@ def event_name(node: str, outage_id: str) -> str:
     return eventnames.on_node(node, f"edge-outage-{outage_id}")
 
 
-def event(outage: Outage, node: str) -> dict[str, Any]:
+def event(outage: Outage, node: str, flap_window: float = FLAP_WINDOW) -> dict[str, Any]:
     """The Node Event summarising an ended outage (in ``default``, as kubelet records Node
     Events; the node's name as its uid, as kubelet does, which ``kubectl describe node``
     finds)."""
@@ -391,7 +429,7 @@ def event(outage: Outage, node: str) -> dict[str, Any]:
         "metadata": {"name": event_name(node, outage.id), "namespace": "default"},
         "involvedObject": {"kind": "Node", "name": node, "uid": node, "apiVersion": "v1"},
         "reason": EVENT_REASON,
-        "message": summary(outage, node),
+        "message": summary(outage, node, flap_window),
         "type": "Normal",
         "source": {"component": EVENT_COMPONENT, "host": node},
         "count": 1,
@@ -432,6 +470,9 @@ def to_stored(outage: Outage) -> dict[str, Any]:
         ],
         "tokensIssued": outage.tokens_issued,
         "restarts": outage.restarts,
+        "until": outage.until,
+        "flaps": outage.flaps,
+        "flapSeconds": outage.flap_seconds,
         "droppedBefore": outage.dropped_before,
         "eventsDropped": outage.events_dropped,
         "event": outage.event,
@@ -491,6 +532,9 @@ def from_stored(data: Any) -> Outage:
             sources=_counts(data.get("sources", {}), MAX_SOURCES + 1),
             tokens_issued=_int(data.get("tokensIssued", 0)),
             restarts=_int(data.get("restarts", 0)),
+            until=None if data.get("until") is None else _num(data["until"]),
+            flaps=_int(data.get("flaps", 0)),
+            flap_seconds=max(0.0, _num(data.get("flapSeconds", 0.0))),
             dropped_before=_int(data.get("droppedBefore", 0)),
             events_dropped=_int(data.get("eventsDropped", 0)),
             event=_cut(data.get("event", "")),
@@ -565,5 +609,7 @@ def view(outage: Outage, now: Instant) -> dict[str, Any]:
         "eventsRecorded": outage.events_recorded,
         "eventsDropped": outage.events_dropped,
         "hubRestarts": outage.restarts,
+        "flaps": outage.flaps,
+        "flapSeconds": round(outage.flap_seconds),
         "event": outage.event or ("pending" if outage.ended is not None else ""),
     }

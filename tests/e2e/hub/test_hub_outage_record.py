@@ -56,6 +56,7 @@ async def hub_process(
             "--heartbeat-healthy-threshold=1",
             "--heartbeat-failed-retry=1",
             "--outage-save-interval-seconds=1",  # what a kill -9 may lose of the counts
+            "--outage-flap-window-seconds=1",  # the Event once the link stayed up 1 s
             env=dict(os.environ, EDGEHUB_LOG_LEVEL="info"),
             stdout=asyncio.subprocess.PIPE,
             stderr=err,
@@ -168,7 +169,7 @@ async def test_a_hub_killed_during_an_outage_records_it_once_whole(tmp_path: pat
             text = await cli("status", "--history", "--server", hub.server)
             assert f"edgehub hub on node {NODE}" in text and "1 outages recorded" in text
             row = next(line for line in text.splitlines() if line.startswith(f"  {began['began']}"))
-            assert row.split()[3:5] == ["refused", str(outage["answered"])]
+            assert row.split()[3:6] == ["refused", "0", str(outage["answered"])]  # no flaps
             assert row.split()[-1] == "posted"
             shown = json.loads(
                 await cli("status", "--history", "--server", hub.server, "-o", "json")

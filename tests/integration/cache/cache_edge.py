@@ -174,10 +174,11 @@ def edge_settings(
     offline_event_qps: float = 50.0,
     key_source: sealing.Source | None = None,
     heal_spread: float = 0.0,
+    outage_flap_window: float = 0.5,
 ) -> settings.HubSettings:
-    """Offline Events are posted fast after a heal (50/s, no start spread): tests wait for
-    them. Held watches end at the heal (no ``heal_spread`` unless given): tests wait for that
-    too."""
+    """Offline Events are posted fast after a heal (50/s, no start spread), and an outage's
+    Event once the link stayed up 0.5 s (not the hub's 30 s): tests wait for them. Held
+    watches end at the heal (no ``heal_spread`` unless given): tests wait for that too."""
     return settings.HubSettings(
         node_name=NODE,
         upstream=settings.UpstreamSettings(servers=(server_url,), connect_timeout=1.0),
@@ -193,6 +194,7 @@ def edge_settings(
             key_source=key_source,
         ),
         pace=pacing.Settings(heal_spread=heal_spread),
+        outage_flap_window=outage_flap_window,
     )
 
 

@@ -131,6 +131,40 @@ async def test_a_cut_is_one_outage_with_its_cause_and_one_event_after_the_heal(
     assert len((await outages_document(edge))["outages"]) == 2
 
 
+async def test_a_link_that_drops_again_soon_after_the_heal_is_one_outage_that_flapped(
+    edge: Edge,
+) -> None:
+    """Within the flap window (a minute here) the second cut goes on with the first outage:
+    one record, its flap counted, no Event while the link may still flap (the Event once it
+    stayed up: ``tests/integration/hub/test_outages_flaps.py``, with a stepped clock)."""
+    edge.hub_settings = dataclasses.replace(edge.hub_settings, outage_flap_window=60.0)
+    await edge.restart_hub()
+    await edge.wait_health(True)
+    assert (await edge.get(NAMESPACES, ua=KUBECTL_UA))[0] == 200
+    await edge.flush()
+    await edge.cut(partition.Mode.REFUSE)
+    first = edge.hub.outages.current
+    assert first is not None
+    assert (await edge.get(NAMESPACES, ua=KUBECTL_UA))[0] == 200
+    await edge.heal()
+    await edge.cut(partition.Mode.REFUSE)
+    assert edge.hub.outages.current is first and first.flaps >= 1
+    assert (await edge.get(NAMESPACES, ua=KUBECTL_UA))[0] == 200
+    async with edge.session.get(edge.hub.server_url + "/v1/status") as resp:
+        ongoing = (await resp.json())["outages"]["ongoing"]
+    assert ongoing["flaps"] == first.flaps and ongoing["answered"] == 2
+    assert sample(edge, "node_yurthub_outage_flaps_total") == first.flaps
+    await edge.heal()
+    (outage,) = (await outages_document(edge))["outages"]
+    assert outage["id"] == first.id and outage["flaps"] == first.flaps
+    assert outage["answered"] == 2 and outage["event"] == "pending"
+    assert (await outages_document(edge))["bounds"]["flapWindowSeconds"] == 60.0
+    ready, wait = await edge.hub.outages.due()
+    assert ready == [] and wait is not None  # its Event waits for the link to stay up
+    assert outage_events(edge.sim) == []
+    assert sample(edge, "node_yurthub_outage_seconds_count") == 0  # observed once final
+
+
 async def test_a_silent_kubelet_is_an_outage_of_its_own_cause(tmp_path: pathlib.Path) -> None:
     heartbeat = dataclasses.replace(FAST_HEARTBEAT, kubelet_health_grace_period=2.0)
     async with edge_node(tmp_path, heartbeat=heartbeat) as edge:

@@ -231,6 +231,7 @@ async def test_the_condition_names_the_last_outage_once_it_ended(
             heartbeat=settings.HeartbeatSettings(
                 interval=INTERVAL, timeout=1.0, healthy_threshold=1, failed_retry=1
             ),
+            outage_flap_window=1.0,  # named once the link stayed up that long
         )
         async with assembly.running(hub) as node:
             disabled = await wait_reason(sim, "AutonomyDisabled")

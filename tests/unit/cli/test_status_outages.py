@@ -35,6 +35,7 @@ def ongoing() -> records.Outage:
     o = records.begin(at(3600), "2", "silent", "https://a:6443: no answer within 2 s")
     o.answered(("kube-proxy", "watch", "services"), "pool", 200)
     o.restarts = 1
+    o.flaps, o.flap_seconds = 2, 7.0  # the link came back twice within the flap window
     return o
 
 
@@ -61,18 +62,22 @@ def test_the_history_is_a_table_newest_first_with_the_newest_in_detail() -> None
         "ENDED",
         "LASTED",
         "CAUSE",
+        "FLAPS",
         "ANSWERED",
         "REFUSED",
         "TOKENS",
         "EVENT",
     ]
     rows = lines[lines.index(header) + 1 : lines.index(header) + 3]
-    ongoing_row = ["2026-01-01T01:00:00Z", "ongoing", "1m40s", "silent", "1", "0", "0", "-"]
+    ongoing_row = ["2026-01-01T01:00:00Z", "ongoing", "1m40s", "silent", "2", "1", "0", "0", "-"]
     assert rows[0].split() == ongoing_row
-    ended_row = ["2026-01-01T00:00:00Z", "2026-01-01T00:05:12Z", "5m12s", "refused", "8", "1"]
+    ended_row = ["2026-01-01T00:00:00Z", "2026-01-01T00:05:12Z", "5m12s", "refused", "0", "8", "1"]
     assert rows[1].split() == [*ended_row, "1", "posted"]
     assert "ONGOING OUTAGE  2026-01-01T01:00:00Z, 1m40s: no answer in time (a silent link)" in text
     assert "the hub restarted once during it" in text
+    assert (
+        "the link came back 2 times within the flap window (up 7s in all, counted in its length)"
+    ) in text
     assert "answers by source: pool 1" in text
 
 
@@ -116,6 +121,7 @@ def test_the_status_screen_names_the_ongoing_and_the_last_outage() -> None:
             "causeWords": "no answer in time (a silent link)",
             "answered": 1,
             "refused": 0,
+            "flaps": 1,
         },
         "last": {
             "began": "2026-01-01T00:00:00Z",
@@ -128,7 +134,7 @@ def test_the_status_screen_names_the_ongoing_and_the_last_outage() -> None:
     text = statustext.render(hub, "u", T0)
     assert (
         "  NOW: the cloud is unreachable since 2026-01-01T01:00:00Z (1m40s): no answer in time "
-        "(a silent link); 1 answered locally, 0 refused"
+        "(a silent link); 1 answered locally, 0 refused; the link came back once briefly"
     ) in text
     assert "  last: 2026-01-01T00:00:00Z for 5m12s: connection refused (Event: posted)" in text
     quiet = statustext.render({**hub, "outages": {"ongoing": None, "last": None}}, "u", T0)

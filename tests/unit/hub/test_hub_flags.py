@@ -14,6 +14,7 @@ from click import testing
 from edgehub import cli, hub, hubsettings
 
 from yurthub import settings
+from yurthub.outages import records
 
 # A missing kubeconfig also ends the command before it serves: a flag that slipped through
 # fails the message check at once instead of running a hub.
@@ -82,6 +83,7 @@ def test_default_flags_are_the_settings_defaults() -> None:
     assert built.upstream.header_deadline == settings.UpstreamSettings().header_deadline
     assert built.upstream.idle_timeout == settings.UpstreamSettings().idle_timeout
     assert built.outage_save_interval == 30.0
+    assert built.outage_flap_window == records.FLAP_WINDOW == 30.0
 
 
 def test_the_outage_save_interval_reaches_the_settings_and_must_be_positive() -> None:
@@ -94,6 +96,21 @@ def test_the_outage_save_interval_reaches_the_settings_and_must_be_positive() ->
         settings.HubSettings(
             node_name="n1", upstream=settings.UpstreamSettings(servers=("https://a:6443",)),
             outage_save_interval=0,
+        )  # fmt: skip
+
+
+def test_the_outage_flap_window_reaches_the_settings_and_may_be_zero() -> None:
+    args = ["--node-name", "n1", "--server-addr", "http://127.0.0.1:1"]
+    for given, want in (("5", 5.0), ("0", 0.0)):
+        ctx = hub.command.make_context("hub", [*args, f"--outage-flap-window-seconds={given}"])
+        assert hubsettings.build_settings(ctx.params).outage_flap_window == want
+    for bad in ("-1", "3601"):
+        with pytest.raises(click.BadParameter):
+            hub.command.make_context("hub", [*args, f"--outage-flap-window-seconds={bad}"])
+    with pytest.raises(settings.ConfigError):
+        settings.HubSettings(
+            node_name="n1", upstream=settings.UpstreamSettings(servers=("https://a:6443",)),
+            outage_flap_window=-1,
         )  # fmt: skip
 
 

@@ -149,7 +149,13 @@ async def test_the_metric_and_the_condition_use_the_monotonic_length(
     assert recorder.ongoing_seconds() == 90
     clocks.run(30, wall_step=+2 * DAY)
     recorder.cloud(True)
+    registry = recorder._metrics.registry
+    # Not final until the link has stayed up for the flap window: neither named nor observed.
+    assert recorder.last_outage() is None
+    assert await recorder.due() == ([], records.FLAP_WINDOW)
+    assert registry.get_sample_value("node_yurthub_outage_seconds_count") == 0
+    clocks.run(records.FLAP_WINDOW, wall_step=-DAY)
+    assert [o.id for o in (await recorder.due())[0]] == [recorder.last.id]
     last = recorder.last_outage()
     assert last is not None and last.lasted == "2m00s"
-    registry = recorder._metrics.registry
     assert registry.get_sample_value("node_yurthub_outage_seconds_sum") == 120

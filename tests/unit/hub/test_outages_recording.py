@@ -109,6 +109,7 @@ async def test_a_busy_outage_is_written_at_begin_end_and_shutdown_not_per_change
         saver.cancel()
     await recorder.save()
     assert store.writes == 2  # nothing changed since: nothing written
+    clock.now = records.Instant(T0 + 60, "boot-1", 160.0)  # past the flap window: a new one
     recorder.failure(SERVER, causes.Cause.REFUSED, "connection refused")
     recorder.cloud(False)
     outage = recorder.begin_request()
