@@ -23,10 +23,16 @@ def edge_node(
     tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> Iterator[edgenodes.EdgeNode]:
-    """An edge node (partition, hub, hollow kubelet + kube-proxy) named after the module."""
+    """An edge node (partition, hub, hollow kubelet + kube-proxy) named after the module; its
+    hub gets the module's ``HUB_ARGS`` (a sequence of flags) if it has any."""
     module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
     name = module.replace("_", "-")
-    node = edgenodes.EdgeNode(real_cluster, name, workdir=tmp_path_factory.mktemp(name))
+    node = edgenodes.EdgeNode(
+        real_cluster,
+        name,
+        workdir=tmp_path_factory.mktemp(name),
+        hub_args=tuple(getattr(request.module, "HUB_ARGS", ())),
+    )
     node.start()
     try:
         yield node

@@ -21,6 +21,10 @@ from yurthub.testing import edgenodes, realcluster
 pytestmark = pytest.mark.slow
 
 
+HUB_ARGS = ("--outage-flap-window-seconds=5",)
+"""The Event waits until the link has stayed up this long (30 s by default: a flap folds in)."""
+
+
 def history(node: edgenodes.EdgeNode) -> dict[str, Any]:
     status, body = edgenodes.http("GET", f"{node.serve_url}/v1/outages")
     assert status == 200, body
