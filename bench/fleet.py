@@ -424,6 +424,9 @@ def storm_table(kind: str, by_mode: Mapping[str, fleetmeasures.StormResult], s: 
     ]
     table(f"storm {kind} (N={s.nodes}, deadline {s.deadline:.0f} s)", list(by_mode), rows)
     for m, r in by_mode.items():
+        if r.peak_mix:
+            mix = ", ".join(f"{k} {v:g}" for k, v in r.peak_mix.items())
+            print(f"  {m}: the peak second, requests/s: {mix}")
         if r.lists is not None and r.lists.relists:
             print(
                 f"  {m}: relists by component {r.lists.by_component}, by resource "

@@ -21,6 +21,7 @@ import collections
 import dataclasses
 import enum
 import functools
+import itertools
 import os
 import statistics
 import threading
@@ -42,6 +43,8 @@ class Point:
     lists: float
     pool_watches: float
     watches: float
+    kinds: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Requests so far by ``VERB resource`` (what a peak is made of)."""
 
 
 def point(t: float, scrape: apimetrics.Scrape) -> Point:
@@ -55,7 +58,30 @@ def point(t: float, scrape: apimetrics.Scrape) -> Point:
         lists=apimetrics.total(counts, verb="LIST"),
         pool_watches=sum(all_watches.get(r, 0.0) for r in apimetrics.POOL_RESOURCES),
         watches=sum(all_watches.values()),
+        kinds={f"{v} {r}": n for (v, r), n in apimetrics.by_verb_resource(counts).items()},
     )
+
+
+def peak_mix(points: list[Point], most: int = 6) -> dict[str, float]:
+    """What the fastest interval between consecutive points was made of: requests per second
+    by ``VERB resource``, the ``most`` largest (a counter that went down restarts from zero,
+    as in ``apimetrics.peak_rate``). PURE."""
+    best: tuple[float, Point, Point] | None = None
+    for a, b in itertools.pairwise(points):
+        if b.t <= a.t:
+            continue
+        rate = (b.requests - a.requests if b.requests >= a.requests else b.requests) / (b.t - a.t)
+        if best is None or rate > best[0]:
+            best = (rate, a, b)
+    if best is None:
+        return {}
+    _, a, b = best
+    rates = {
+        kind: (n - a.kinds.get(kind, 0.0) if n >= a.kinds.get(kind, 0.0) else n) / (b.t - a.t)
+        for kind, n in b.kinds.items()
+    }
+    top = sorted(((r, k) for k, r in rates.items() if r > 0), reverse=True)[:most]
+    return {k: round(r, 1) for r, k in top}
 
 
 class Recorder:
@@ -371,6 +397,8 @@ class StormResult:
     load_average: tuple[float, float, float]
     peak_request_rate: float
     """The highest 1-second request rate after the recovery began."""
+    peak_mix: dict[str, float]
+    """What that second was made of: requests/s by ``VERB resource``, the largest."""
     baseline_request_rate: float
     """The mean request rate in the 20 s before the storm."""
     requests: float
@@ -512,6 +540,7 @@ def storm(
         spread_seconds=spread,
         load_average=os.getloadavg(),
         peak_request_rate=apimetrics.peak_rate((p.t, p.requests) for p in points),
+        peak_mix=peak_mix(points),
         baseline_request_rate=baseline,
         requests=grew("requests"),
         code_429=grew("code_429"),
