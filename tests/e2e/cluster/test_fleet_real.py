@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Iterator
 
+import cluster_support as support
 import pytest
 
 from yurthub.testing import (
@@ -36,7 +37,6 @@ from yurthub.testing import (
     edgenodes,
     fleetmeasures,
     fleets,
-    k8sbinaries,
     realcluster,
 )
 
@@ -51,28 +51,19 @@ UNREACHABLE = "node.kubernetes.io/unreachable"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[realcluster.RealCluster]:
-    try:
-        binaries = k8sbinaries.locate()
-    except k8sbinaries.MissingBinariesError as e:
-        pytest.fail(str(e), pytrace=False)
-    bed = realcluster.RealCluster(
-        tmp_path_factory.mktemp("fleet-cluster"),
-        binaries,
-        die_with_parent=True,
-        extra_args={
-            "kube-apiserver": {
-                "default-not-ready-toleration-seconds": str(TOLERATION),
-                "default-unreachable-toleration-seconds": str(TOLERATION),
-            },
-            "kube-controller-manager": {
-                "node-monitor-grace-period": GRACE,
-                "node-monitor-period": "2s",
-                # A silent zone's nodes tainted one a second, not one per 10 s.
-                "node-eviction-rate": "1",
-            },
+    extra_args = {
+        "kube-apiserver": {
+            "default-not-ready-toleration-seconds": str(TOLERATION),
+            "default-unreachable-toleration-seconds": str(TOLERATION),
         },
-    )
-    with bed:
+        "kube-controller-manager": {
+            "node-monitor-grace-period": GRACE,
+            "node-monitor-period": "2s",
+            # A silent zone's nodes tainted one a second, not one per 10 s.
+            "node-eviction-rate": "1",
+        },
+    }
+    with support.own_cluster(tmp_path_factory, "fleet-cluster", extra_args) as bed:
         yield bed
 
 

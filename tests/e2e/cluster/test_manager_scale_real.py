@@ -30,10 +30,10 @@ from typing import Any
 
 import csr_support as cs
 import pytest
-from cluster_support import REPO
+from cluster_support import REPO, own_cluster
 
 from nodeautonomy import marking
-from yurthub.testing import edgenodes, fleetobjects, k8sbinaries, processes, realcluster
+from yurthub.testing import edgenodes, fleetobjects, processes, realcluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -47,17 +47,8 @@ DEFAULT = 300
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[realcluster.RealCluster]:
-    try:
-        binaries = k8sbinaries.locate()
-    except k8sbinaries.MissingBinariesError as e:
-        pytest.fail(str(e), pytrace=False)
-    bed = realcluster.RealCluster(
-        tmp_path_factory.mktemp("scale-cluster"),
-        binaries,
-        die_with_parent=True,
-        extra_args={"kube-controller-manager": {"controllers": fleetobjects.KCM_CONTROLLERS}},
-    )
-    with bed:
+    extra_args = {"kube-controller-manager": {"controllers": fleetobjects.KCM_CONTROLLERS}}
+    with own_cluster(tmp_path_factory, "scale-cluster", extra_args) as bed:
         bed.kubectl("create", "namespace", "edgehub-system")
         for manifest in (
             "crds/nodepools.apps.openyurt.io.yaml",

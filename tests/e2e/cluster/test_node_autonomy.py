@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_support import REPO
+from cluster_support import REPO, own_cluster
 
 from managers import autonomy as autonomy_controller
 from managers import tolerating
-from yurthub.testing import edgenodes, k8sbinaries, processes, realcluster
+from yurthub.testing import edgenodes, processes, realcluster
 
 # The outage test alone is a 60 s cut plus recovery; pytest-timeout counts its fixtures' setup
 # and teardown (two edge nodes, the manager, the cluster) in the same budget.
@@ -51,27 +51,18 @@ NS = "autonomy"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[realcluster.RealCluster]:
-    try:
-        binaries = k8sbinaries.locate()
-    except k8sbinaries.MissingBinariesError as e:
-        pytest.fail(str(e), pytrace=False)
     seconds = str(TOLERATION)
-    bed = realcluster.RealCluster(
-        tmp_path_factory.mktemp("autonomy-cluster"),
-        binaries,
-        die_with_parent=True,
-        extra_args={
-            "kube-apiserver": {
-                "default-not-ready-toleration-seconds": seconds,
-                "default-unreachable-toleration-seconds": seconds,
-            },
-            "kube-controller-manager": {
-                "node-monitor-grace-period": GRACE,
-                "node-monitor-period": "2s",
-            },
+    extra_args = {
+        "kube-apiserver": {
+            "default-not-ready-toleration-seconds": seconds,
+            "default-unreachable-toleration-seconds": seconds,
         },
-    )
-    with bed:
+        "kube-controller-manager": {
+            "node-monitor-grace-period": GRACE,
+            "node-monitor-period": "2s",
+        },
+    }
+    with own_cluster(tmp_path_factory, "autonomy-cluster", extra_args) as bed:
         bed.kubectl("create", "namespace", "edgehub-system")
         bed.kubectl("create", "namespace", NS)
         for manifest in (

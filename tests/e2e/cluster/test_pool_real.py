@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import socket
 import ssl
 import sys
 import time
@@ -49,25 +48,15 @@ import aiohttp
 import cluster_support as support
 import pytest
 
-from yurthub.testing import edgenodes, processes, realcluster
+from yurthub.testing import edgenodes, realcluster
 
 pytestmark = pytest.mark.slow
 
 POOL = "pool-e2e"
 NAMES = ("127.0.0.21", "127.0.0.22", "127.0.0.23")
-POOL_LABEL = "apps.openyurt.io/nodepool"
-NAMESPACE = "edgehub-system"
 KUBE_PROXY = "kube-proxy/v1.37.2 (linux/amd64) kubernetes/abcdef0"
 KUBELET = "kubelet/v1.37.2 (linux/amd64) kubernetes/abcdef0"
-REPO = support.REPO
 REPLACE_AFTER = 5  # seconds the manager waits before it replaces a NotReady leader
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def apiserver_watches(cluster: realcluster.RealCluster) -> dict[str, float]:
@@ -144,11 +133,6 @@ def upstream_bytes(node: edgenodes.EdgeNode, src: str) -> float:
     )
 
 
-def leaders(cluster: realcluster.RealCluster) -> list[str]:
-    pool: Any = support.get_json(cluster, "nodepool", POOL)
-    return [e["nodeName"] for e in (pool.get("status") or {}).get("leaderEndpoints") or []]
-
-
 def configmap_leaders(cluster: realcluster.RealCluster) -> str:
     found = cluster.kubectl(
         "get", "configmap", f"leader-hub-{POOL}", "-n", "kube-system", "-o", "json", check=False
@@ -212,230 +196,178 @@ def test_pool_scope_on_the_real_cluster(
     real_cluster: realcluster.RealCluster, hub_rbac: None, tmp_path: Path
 ) -> None:
     cluster = real_cluster
-    for manifest in (
-        "crds/nodepools.apps.openyurt.io.yaml",
-        "discovery/00-namespace.yaml",
-        "manager/rbac.yaml",
-        "manager/hubleader-rbac.yaml",
-        "hub/multiplexer-rbac.yaml",
-    ):
-        cluster.kubectl("apply", "-f", str(REPO / "manifests" / manifest))
-    edgenodes.eventually(
-        lambda: cluster.kubectl("get", "nodepools", check=False).returncode == 0, 30, "NodePool CRD"
-    )
-    cluster.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps(
-            {
-                "apiVersion": "apps.openyurt.io/v1beta2",
-                "kind": "NodePool",
-                "metadata": {"name": POOL},
-                "spec": {"type": "Edge", "enableLeaderElection": True, "interConnectivity": True},
-            }
-        ),
-    )
-    token = cluster.kubectl(
-        "create", "token", "edgehub-manager", "-n", NAMESPACE, "--duration=1h"
-    ).stdout
-    kubeconfig = support.token_kubeconfig(
-        tmp_path / "manager.kubeconfig", cluster.url, token.strip(), cluster.ca_pem
-    )
-    manager = processes.Process(
-        "manager",
-        edgenodes.edgehub_argv(
-            "manager",
-            "--controllers=csrapprover,hubleader,hubleaderconfig,hubleaderrbac",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            "--health-port=0",
-            f"--kubeconfig={kubeconfig}",
-            f"--hub-leader-replace-after={REPLACE_AFTER}",
-        ),
-        tmp_path / "manager.log",
-        die_with_parent=True,
-    )
     baseline = apiserver_watches(cluster)
-    port = free_port(NAMES[0])
-    nodes = [
-        edgenodes.EdgeNode(
-            cluster,
-            name,
-            workdir=tmp_path / name,
-            labels={POOL_LABEL: POOL},
-            serving_certificate=True,
-            hub_args=[
-                f"--nodepool-name={POOL}",
-                f"--node-ip={name}",
-                f"--multiplexer-port={port}",
-                "--proxy-secure-port=0",
-            ],
-        )
-        for name in NAMES
-    ]
-    manager.start()
+    pool = support.hub_pool(
+        cluster, tmp_path, POOL, NAMES, [f"--hub-leader-replace-after={REPLACE_AFTER}"]
+    )
     try:
-        for node in nodes:
-            node.start(wait_ready=False)
-        for node in nodes:
-            node.wait_ready()
-            assert node.node()["status"]["addresses"][0] == {
-                "type": "InternalIP",
-                "address": node.name,
-            }
+        with pool as (nodes, port):
+            for node in nodes:
+                node.wait_ready()
+                assert node.node()["status"]["addresses"][0] == {
+                    "type": "InternalIP",
+                    "address": node.name,
+                }
 
-        # The manager elects one leader; the ConfigMap names it; the others follow it.
-        (leader_name,) = edgenodes.eventually(lambda: leaders(cluster) or None, 60, "a leader")
-        edgenodes.eventually(
-            lambda: configmap_leaders(cluster) == f"{leader_name}/{leader_name}",
-            30,
-            "leader-hub ConfigMap",
-        )
-        leader = next(n for n in nodes if n.name == leader_name)
-        followers = [n for n in nodes if n is not leader]
-        for node in followers:
-            for resource in ("/v1/services", "discovery.k8s.io/v1/endpointslices"):
-                edgenodes.eventually(
-                    lambda n=node, r=resource: source(n, r) == "leader",
-                    30,
-                    f"{node.name} following",
-                )
-        assert source(leader) == "cloud"
-        # The leader reads the cloud as kube-proxy would, in protobuf, cached as received.
-        key = f"multiplexer-proxy-{leader.name}/services.v1.core/default/kubernetes"
-        stored = edgenodes.eventually(lambda: leader.cached_body(key), 30, "the leader's cache")
-        assert stored.startswith(b"k8s\x00"), stored[:40]
-
-        # One services watch and one endpointslices watch for the whole pool.
-        seen: list[dict[str, float]] = []
-
-        def pool_watches() -> dict[str, float] | None:
-            now = apiserver_watches(cluster)
-            delta = {k: now[k] - baseline[k] for k in now}
-            seen.append(delta)
-            return delta if all(v == 1 for v in delta.values()) else None
-
-        edgenodes.eventually(pool_watches, 30, f"one watch per resource (seen {seen[-3:]})")
-        for node in nodes:  # kubelet and kube-proxy were answered by the multiplexer
-            assert (
-                metric(
-                    node,
-                    'node_yurthub_multiplexer_served_total{resource="/v1/services",verb="watch"}',
-                )
-                >= 2
+            # The manager elects one leader; the ConfigMap names it; the others follow it.
+            (leader_name,) = edgenodes.eventually(
+                lambda: support.pool_leaders(cluster, POOL) or None, 60, "a leader"
             )
-            assert (
-                metric(
-                    node,
-                    'node_yurthub_multiplexer_served_total{resource="discovery.k8s.io/v1/endpointslices",verb="watch"}',
-                )
-                >= 1
-            )
-
-        # The leader's port: HTTPS with its serving certificate (the cluster CA's, for its IP);
-        # a node's client certificate is required, and only pool-scoped list/watch answered.
-        url = f"https://{leader_name}:{port}/api/v1/services"
-        assert port_status(cluster, tmp_path, url, None) == 401
-        assert port_status(cluster, tmp_path, url, ("someone", ())) == 403
-        assert port_status(cluster, tmp_path, url, ("system:node:x", ("system:nodes",))) == 200
-        pods = f"https://{leader_name}:{port}/api/v1/pods"
-        assert port_status(cluster, tmp_path, pods, ("system:node:x", ("system:nodes",))) == 403
-
-        # A Service created in the cloud reaches every hub's kube-proxy as an event of the
-        # watches already open: the leader's one upstream watch carries it, the followers'
-        # watches on the leader pass it on; nothing lists or watches anew to get it.
-        urls = [n.proxy_url for n in nodes]
-        leader_served = served_lists(leader)
-        from_leader = {n.name: upstream_bytes(n, "leader") for n in followers}
-        took = asyncio.run(
-            arrival(
-                urls,
-                lambda: cluster.kubectl("apply", "-f", "-", input=service("pool-e2e-a")),
-                "pool-e2e-a",
-                120,
-            )
-        )
-        # No relist: a follower that fell back to listing (the slow path) shows on the leader.
-        # (Watches may be re-opened from where they were when they time out: that is normal.)
-        assert served_lists(leader) == leader_served, (leader_served, served_lists(leader))
-        edgenodes.eventually(pool_watches, 30, f"still one watch per resource (seen {seen[-3:]})")
-        for node in followers:
-            assert source(node) == "leader"
-            assert upstream_bytes(node, "leader") > from_leader[node.name], node.name
-        print(f"new Service on each hub's kube-proxy watch after {[round(t, 3) for t in took]} s")
-
-        # The leader's hub dies: followers are served again within 10 s, on the same watches.
-        follower_urls = [n.proxy_url for n in followers]
-
-        def crash_and_create() -> None:
-            leader.kill_hub()
-            cluster.kubectl("apply", "-f", "-", input=service("pool-e2e-b"))
-
-        took = asyncio.run(
-            arrival(follower_urls, crash_and_create, "pool-e2e-b", 120, from_start=True)
-        )
-        print(f"leader killed: followers served again after {[round(t, 3) for t in took]} s")
-        for node in followers:
             edgenodes.eventually(
-                lambda n=node: source(n) == "cloud", 10, f"{node.name} on the cloud"
+                lambda: configmap_leaders(cluster) == f"{leader_name}/{leader_name}",
+                30,
+                "leader-hub ConfigMap",
+            )
+            leader = next(n for n in nodes if n.name == leader_name)
+            followers = [n for n in nodes if n is not leader]
+            for node in followers:
+                for resource in ("/v1/services", "discovery.k8s.io/v1/endpointslices"):
+                    edgenodes.eventually(
+                        lambda n=node, r=resource: source(n, r) == "leader",
+                        30,
+                        f"{node.name} following",
+                    )
+            assert source(leader) == "cloud"
+            # The leader reads the cloud as kube-proxy would, in protobuf, cached as received.
+            key = f"multiplexer-proxy-{leader.name}/services.v1.core/default/kubernetes"
+            stored = edgenodes.eventually(lambda: leader.cached_body(key), 30, "the leader's cache")
+            assert stored.startswith(b"k8s\x00"), stored[:40]
+
+            # One services watch and one endpointslices watch for the whole pool.
+            seen: list[dict[str, float]] = []
+
+            def pool_watches() -> dict[str, float] | None:
+                now = apiserver_watches(cluster)
+                delta = {k: now[k] - baseline[k] for k in now}
+                seen.append(delta)
+                return delta if all(v == 1 for v in delta.values()) else None
+
+            edgenodes.eventually(pool_watches, 30, f"one watch per resource (seen {seen[-3:]})")
+            for node in nodes:  # kubelet and kube-proxy were answered by the multiplexer
+                assert (
+                    metric(
+                        node,
+                        'node_yurthub_multiplexer_served_total{resource="/v1/services",verb="watch"}',
+                    )
+                    >= 2
+                )
+                assert (
+                    metric(
+                        node,
+                        'node_yurthub_multiplexer_served_total{resource="discovery.k8s.io/v1/endpointslices",verb="watch"}',
+                    )
+                    >= 1
+                )
+
+            # The leader's port: HTTPS with its serving certificate (the cluster CA's, for its IP);
+            # a node's client certificate is required, and only pool-scoped list/watch answered.
+            url = f"https://{leader_name}:{port}/api/v1/services"
+            assert port_status(cluster, tmp_path, url, None) == 401
+            assert port_status(cluster, tmp_path, url, ("someone", ())) == 403
+            assert port_status(cluster, tmp_path, url, ("system:node:x", ("system:nodes",))) == 200
+            pods = f"https://{leader_name}:{port}/api/v1/pods"
+            assert port_status(cluster, tmp_path, pods, ("system:node:x", ("system:nodes",))) == 403
+
+            # A Service created in the cloud reaches every hub's kube-proxy as an event of the
+            # watches already open: the leader's one upstream watch carries it, the followers'
+            # watches on the leader pass it on; nothing lists or watches anew to get it.
+            urls = [n.proxy_url for n in nodes]
+            leader_served = served_lists(leader)
+            from_leader = {n.name: upstream_bytes(n, "leader") for n in followers}
+            took = asyncio.run(
+                arrival(
+                    urls,
+                    lambda: cluster.kubectl("apply", "-f", "-", input=service("pool-e2e-a")),
+                    "pool-e2e-a",
+                    120,
+                )
+            )
+            # No relist: a follower that fell back to listing (the slow path) shows on the leader.
+            # (Watches may be re-opened from where they were when they time out: that is normal.)
+            assert served_lists(leader) == leader_served, (leader_served, served_lists(leader))
+            edgenodes.eventually(
+                pool_watches, 30, f"still one watch per resource (seen {seen[-3:]})"
+            )
+            for node in followers:
+                assert source(node) == "leader"
+                assert upstream_bytes(node, "leader") > from_leader[node.name], node.name
+            print(
+                f"new Service on each hub's kube-proxy watch after {[round(t, 3) for t in took]} s"
             )
 
-        # The leader's node goes NotReady (as the node lifecycle controller writes it) while the
-        # others are Ready: a problem of its own, so once the manager's grace is over another
-        # leader is elected and followed.
-        marked = time.monotonic()
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        not_ready = {
-            "type": "Ready",
-            "status": "False",
-            "reason": "NodeStatusUnknown",
-            "lastTransitionTime": now,
-        }
-        cluster.kubectl(
-            "patch",
-            "node",
-            leader.name,
-            "--subresource=status",
-            "--type=strategic",
-            "-p",
-            json.dumps({"status": {"conditions": [not_ready]}}),
-        )
-        (new_leader,) = edgenodes.eventually(
-            lambda: [n for n in leaders(cluster) if n != leader.name] or None,
-            REPLACE_AFTER + 60,
-            "a new leader",
-        )
-        print(f"new leader {new_leader} elected {time.monotonic() - marked:.1f} s after NotReady")
-        other = next(n for n in followers if n.name != new_leader)
-        edgenodes.eventually(lambda: source(other) == "leader", 30, "following the new leader")
-        assert source(next(n for n in followers if n.name == new_leader)) == "cloud"
-        edgenodes.eventually(pool_watches, 30, f"one watch per resource again (seen {seen[-3:]})")
+            # The leader's hub dies: followers are served again within 10 s, on the same watches.
+            follower_urls = [n.proxy_url for n in followers]
 
-        # The cloud cut for the whole pool: every hub answers from its cache (or the leader).
-        for node in followers:
-            node.cut()
-        for node in followers:
-            node.wait_cloud(False)
-        for node in followers:
-            status, body = edgenodes.http("GET", f"{node.proxy_url}/api/v1/services")
-            names = {s["metadata"]["name"] for s in json.loads(body)["items"]}
-            assert status == 200 and {"pool-e2e-a", "pool-e2e-b"} <= names
+            def crash_and_create() -> None:
+                leader.kill_hub()
+                cluster.kubectl("apply", "-f", "-", input=service("pool-e2e-b"))
 
-        # The manager did all of it with its own roles: nothing refused, the role for the hubs.
-        role: Any = support.get_json(cluster, "clusterrole", "yurt-hub-multiplexer")
-        assert {"apiGroups": [""], "resources": ["services"], "verbs": ["list", "watch"]} in role[
-            "rules"
-        ]
-        log = (tmp_path / "manager.log").read_text(errors="replace")
-        assert "forbidden" not in log.lower(), log[-3000:]
+            took = asyncio.run(
+                arrival(follower_urls, crash_and_create, "pool-e2e-b", 120, from_start=True)
+            )
+            print(f"leader killed: followers served again after {[round(t, 3) for t in took]} s")
+            for node in followers:
+                edgenodes.eventually(
+                    lambda n=node: source(n) == "cloud", 10, f"{node.name} on the cloud"
+                )
+
+            # The leader's node goes NotReady (as the node lifecycle controller writes it) while the
+            # others are Ready: a problem of its own, so once the manager's grace is over another
+            # leader is elected and followed.
+            marked = time.monotonic()
+            now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            not_ready = {
+                "type": "Ready",
+                "status": "False",
+                "reason": "NodeStatusUnknown",
+                "lastTransitionTime": now,
+            }
+            cluster.kubectl(
+                "patch",
+                "node",
+                leader.name,
+                "--subresource=status",
+                "--type=strategic",
+                "-p",
+                json.dumps({"status": {"conditions": [not_ready]}}),
+            )
+            (new_leader,) = edgenodes.eventually(
+                lambda: (
+                    [n for n in support.pool_leaders(cluster, POOL) if n != leader.name] or None
+                ),
+                REPLACE_AFTER + 60,
+                "a new leader",
+            )
+            print(
+                f"new leader {new_leader} elected {time.monotonic() - marked:.1f} s after NotReady"
+            )
+            other = next(n for n in followers if n.name != new_leader)
+            edgenodes.eventually(lambda: source(other) == "leader", 30, "following the new leader")
+            assert source(next(n for n in followers if n.name == new_leader)) == "cloud"
+            edgenodes.eventually(
+                pool_watches, 30, f"one watch per resource again (seen {seen[-3:]})"
+            )
+
+            # The cloud cut for the whole pool: every hub answers from its cache (or the leader).
+            for node in followers:
+                node.cut()
+            for node in followers:
+                node.wait_cloud(False)
+            for node in followers:
+                status, body = edgenodes.http("GET", f"{node.proxy_url}/api/v1/services")
+                names = {s["metadata"]["name"] for s in json.loads(body)["items"]}
+                assert status == 200 and {"pool-e2e-a", "pool-e2e-b"} <= names
+
+            # The manager did all of it with its own roles: nothing refused, the role for the hubs.
+            role: Any = support.get_json(cluster, "clusterrole", "yurt-hub-multiplexer")
+            assert {
+                "apiGroups": [""],
+                "resources": ["services"],
+                "verbs": ["list", "watch"],
+            } in role["rules"]
+            log = (tmp_path / "manager.log").read_text(errors="replace")
+            assert "forbidden" not in log.lower(), log[-3000:]
     finally:
-        for node in nodes:
-            node.stop()
-        manager.stop()
-        for node in nodes:
-            cluster.kubectl("delete", "node", node.name, "--wait=false", check=False)
-        cluster.kubectl("delete", "nodepool", POOL, "--wait=false", check=False)
         cluster.kubectl(
             "delete", "service", "pool-e2e-a", "pool-e2e-b", "--wait=false", check=False
         )

@@ -26,32 +26,21 @@ from __future__ import annotations
 
 import collections
 import json
-import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import cluster_support as support
 import pytest
 
-from yurthub.testing import edgenodes, processes, realcluster
+from yurthub.testing import edgenodes, realcluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]  # a 60 s cut, NotReady, the heal
 
 POOL = "pool-storm"
 NAMES = ("127.0.0.41", "127.0.0.42", "127.0.0.43")
-POOL_LABEL = "apps.openyurt.io/nodepool"
-REPO = support.REPO
 CREATED = 300
 NODE_RESOURCES = ("pods", "nodes", "services", "endpointslices", "configmaps", "nodepools")
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
@@ -153,11 +142,6 @@ def sources(nodes: list[edgenodes.EdgeNode]) -> list[tuple[str, str]]:
     ]
 
 
-def leaders(cluster: realcluster.RealCluster) -> list[str]:
-    pool: Any = support.get_json(cluster, "nodepool", POOL)
-    return [e["nodeName"] for e in (pool.get("status") or {}).get("leaderEndpoints") or []]
-
-
 def create(cluster: realcluster.RealCluster, kind: str, count: int) -> None:
     for start in range(0, count, 100):
         items = []
@@ -183,178 +167,120 @@ def test_a_pool_healed_at_once_resumes_renews_and_stays_pooled(
 ) -> None:
     cluster = real_cluster
     api = Apiserver(cluster)
-    for manifest in (
-        "crds/nodepools.apps.openyurt.io.yaml",
-        "discovery/00-namespace.yaml",
-        "manager/rbac.yaml",
-        "manager/hubleader-rbac.yaml",
-        "hub/multiplexer-rbac.yaml",
-    ):
-        cluster.kubectl("apply", "-f", str(REPO / "manifests" / manifest))
-    edgenodes.eventually(
-        lambda: cluster.kubectl("get", "nodepools", check=False).returncode == 0, 30, "NodePool CRD"
-    )
-    pool = {
-        "apiVersion": "apps.openyurt.io/v1beta2",
-        "kind": "NodePool",
-        "metadata": {"name": POOL},
-        "spec": {"type": "Edge", "enableLeaderElection": True, "interConnectivity": True},
-    }
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(pool))
-    token = cluster.kubectl(
-        "create", "token", "edgehub-manager", "-n", "edgehub-system", "--duration=1h"
-    ).stdout
-    kubeconfig = support.token_kubeconfig(
-        tmp_path / "manager.kubeconfig", cluster.url, token.strip(), cluster.ca_pem
-    )
-    manager = processes.Process(
-        "manager",
-        edgenodes.edgehub_argv(
-            "manager",
-            "--controllers=csrapprover,hubleader,hubleaderconfig,hubleaderrbac",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            "--health-port=0",
-            f"--kubeconfig={kubeconfig}",
-        ),
-        tmp_path / "manager.log",
-        die_with_parent=True,
-    )
-    port = free_port(NAMES[0])
-    nodes = [
-        edgenodes.EdgeNode(
-            cluster,
-            name,
-            workdir=tmp_path / name,
-            labels={POOL_LABEL: POOL},
-            serving_certificate=True,
-            hub_args=[
-                f"--nodepool-name={POOL}",
-                f"--node-ip={name}",
-                f"--multiplexer-port={port}",
-                "--proxy-secure-port=0",
-            ],
-        )
-        for name in NAMES
-    ]
-    manager.start()
     try:
-        for node in nodes:
-            node.start(wait_ready=False)
-        for node in nodes:
-            node.wait_ready(120)
-        (leader_name,) = edgenodes.eventually(lambda: leaders(cluster) or None, 60, "a leader")
-        pooled = sorted([("cloud", "cloud"), ("leader", "leader"), ("leader", "leader")])
-        edgenodes.eventually(lambda: sorted(sources(nodes)) == pooled, 60, "the pool settled")
-        before_cut = api.page()
-        steady_watches = api.pool_watches(before_cut)
+        with support.hub_pool(cluster, tmp_path, POOL, NAMES) as (nodes, _port):
+            for node in nodes:
+                node.wait_ready(120)
+            (leader_name,) = edgenodes.eventually(
+                lambda: support.pool_leaders(cluster, POOL) or None, 60, "a leader"
+            )
+            pooled = sorted([("cloud", "cloud"), ("leader", "leader"), ("leader", "leader")])
+            edgenodes.eventually(lambda: sorted(sources(nodes)) == pooled, 60, "the pool settled")
+            before_cut = api.page()
+            steady_watches = api.pool_watches(before_cut)
 
-        # Every link cut; the cloud changes meanwhile; the nodes go NotReady.
-        for node in nodes:
-            node.cut()
-        for node in nodes:
-            node.wait_cloud(False, 60)
-        create(cluster, "Service", CREATED)
-        create(cluster, "ConfigMap", CREATED)
-        for node in nodes:
-            edgenodes.eventually(
-                lambda n=node: n.condition() == "Unknown", 120, f"{node.name} NotReady"
+            # Every link cut; the cloud changes meanwhile; the nodes go NotReady.
+            for node in nodes:
+                node.cut()
+            for node in nodes:
+                node.wait_cloud(False, 60)
+            create(cluster, "Service", CREATED)
+            create(cluster, "ConfigMap", CREATED)
+            for node in nodes:
+                edgenodes.eventually(
+                    lambda n=node: n.condition() == "Unknown", 120, f"{node.name} NotReady"
+                )
+
+            # Healed in the same second.
+            before = api.page()
+            leases_before = {n.name: lease_put_buckets(n) for n in nodes}
+            lists_before = {n.name: hub_total(n, "node_yurthub_cloud_lists_total") for n in nodes}
+            for node in nodes:
+                node.heal()
+            healed = time.monotonic()
+            forwarded: dict[str, float] = {}
+            ready: dict[str, float] = {}
+            watch_counts: list[int] = []
+            source_seen: list[list[tuple[str, str]]] = []
+            done = threading.Event()
+
+            def watch_the_hubs() -> None:
+                # The moment each hub trusts the cloud again is the moment it forwards again: the
+                # watches it held end and kubelet's and kube-proxy's resume upstream at once.
+                while not done.is_set():
+                    for n in nodes:
+                        if n.name not in forwarded and n.cloud_healthy():
+                            forwarded[n.name] = time.monotonic() - healed
+                    time.sleep(0.1)
+
+            poller = threading.Thread(target=watch_the_hubs, name="hub-poller", daemon=True)
+            poller.start()
+            try:
+
+                def all_ready() -> bool:
+                    watch_counts.append(api.pool_watches(api.page()))
+                    source_seen.append(sources(nodes))
+                    for n in nodes:
+                        if n.name not in ready and n.condition() == "True":
+                            ready[n.name] = time.monotonic() - healed
+                    return len(ready) == len(nodes)
+
+                edgenodes.eventually(all_ready, 90, "every node Ready after the heal", interval=0.3)
+                # A while longer: late relists or pool changes would show now.
+                settle = time.monotonic() + 20
+                while time.monotonic() < settle:
+                    watch_counts.append(api.pool_watches(api.page()))
+                    source_seen.append(sources(nodes))
+                    time.sleep(0.5)
+            finally:
+                done.set()
+                poller.join(5)
+            after = api.page()
+            lease_latency = {
+                n.name: slowest(leases_before[n.name], lease_put_buckets(n)) for n in nodes
+            }
+            print(f"leader {leader_name}; heal -> the hub forwards again (s):",
+                  {k: round(v, 1) for k, v in sorted(forwarded.items())})  # fmt: skip
+            print("heal -> NodeReady (s):", {k: round(v, 1) for k, v in sorted(ready.items())})
+
+            relists_before, relists_after = api.relists(before), api.relists(after)
+            relisted = {k: v - relists_before.get(k, 0) for k, v in relists_after.items()}
+            hub_lists = {
+                n.name: hub_total(n, "node_yurthub_cloud_lists_total") - lists_before[n.name]
+                for n in nodes
+            }
+            puts_before, puts_after = api.lease_puts(before), api.lease_puts(after)
+            puts = {k: v - puts_before.get(k, 0) for k, v in puts_after.items()}
+            followers = [i for i, n in enumerate(nodes) if n.name != leader_name]
+            on_the_cloud = [
+                seen for seen in source_seen if any("cloud" in seen[i] for i in followers)
+            ]
+            print("apiserver streaming lists after the heal:", relisted)
+            print("lists the hubs sent to the cloud after the heal:", hub_lists)
+            print("Lease PUTs after the heal by code:", puts)
+            print(
+                "kubelet's Lease PUTs through the hub after the heal (count, slowest <= s):",
+                lease_latency,
+            )
+            print(
+                f"Services+EndpointSlices watches after the heal: {max(watch_counts)} (steady "
+                f"{steady_watches}); followers seen on the cloud {len(on_the_cloud)} times"
             )
 
-        # Healed in the same second.
-        before = api.page()
-        leases_before = {n.name: lease_put_buckets(n) for n in nodes}
-        lists_before = {n.name: hub_total(n, "node_yurthub_cloud_lists_total") for n in nodes}
-        for node in nodes:
-            node.heal()
-        healed = time.monotonic()
-        forwarded: dict[str, float] = {}
-        ready: dict[str, float] = {}
-        watch_counts: list[int] = []
-        source_seen: list[list[tuple[str, str]]] = []
-        done = threading.Event()
-
-        def watch_the_hubs() -> None:
-            # The moment each hub trusts the cloud again is the moment it forwards again: the
-            # watches it held end and kubelet's and kube-proxy's resume upstream at once.
-            while not done.is_set():
-                for n in nodes:
-                    if n.name not in forwarded and n.cloud_healthy():
-                        forwarded[n.name] = time.monotonic() - healed
-                time.sleep(0.1)
-
-        poller = threading.Thread(target=watch_the_hubs, name="hub-poller", daemon=True)
-        poller.start()
-        try:
-
-            def all_ready() -> bool:
-                watch_counts.append(api.pool_watches(api.page()))
-                source_seen.append(sources(nodes))
-                for n in nodes:
-                    if n.name not in ready and n.condition() == "True":
-                        ready[n.name] = time.monotonic() - healed
-                return len(ready) == len(nodes)
-
-            edgenodes.eventually(all_ready, 90, "every node Ready after the heal", interval=0.3)
-            # A while longer: late relists or pool changes would show now.
-            settle = time.monotonic() + 20
-            while time.monotonic() < settle:
-                watch_counts.append(api.pool_watches(api.page()))
-                source_seen.append(sources(nodes))
-                time.sleep(0.5)
-        finally:
-            done.set()
-            poller.join(5)
-        after = api.page()
-        lease_latency = {
-            n.name: slowest(leases_before[n.name], lease_put_buckets(n)) for n in nodes
-        }
-        print(f"leader {leader_name}; heal -> the hub forwards again (s):",
-              {k: round(v, 1) for k, v in sorted(forwarded.items())})  # fmt: skip
-        print("heal -> NodeReady (s):", {k: round(v, 1) for k, v in sorted(ready.items())})
-
-        relists_before, relists_after = api.relists(before), api.relists(after)
-        relisted = {k: v - relists_before.get(k, 0) for k, v in relists_after.items()}
-        hub_lists = {
-            n.name: hub_total(n, "node_yurthub_cloud_lists_total") - lists_before[n.name]
-            for n in nodes
-        }
-        puts_before, puts_after = api.lease_puts(before), api.lease_puts(after)
-        puts = {k: v - puts_before.get(k, 0) for k, v in puts_after.items()}
-        followers = [i for i, n in enumerate(nodes) if n.name != leader_name]
-        on_the_cloud = [seen for seen in source_seen if any("cloud" in seen[i] for i in followers)]
-        print("apiserver streaming lists after the heal:", relisted)
-        print("lists the hubs sent to the cloud after the heal:", hub_lists)
-        print("Lease PUTs after the heal by code:", puts)
-        print(
-            "kubelet's Lease PUTs through the hub after the heal (count, slowest <= s):",
-            lease_latency,
-        )
-        print(
-            f"Services+EndpointSlices watches after the heal: {max(watch_counts)} (steady "
-            f"{steady_watches}); followers seen on the cloud {len(on_the_cloud)} times"
-        )
-
-        # No relist: nothing listed again, by the hubs or through them (the hubs count every
-        # list and streaming list they send to the cloud, their own and kubelet's and
-        # kube-proxy's). The apiserver-wide count above is context only: the control plane's
-        # own informers (the controller-manager's) may relist after this many writes.
-        assert all(v == 0 for v in hub_lists.values()), hub_lists
-        # No failed lease renewal.
-        assert puts.get("409", 0) == 0 and puts.get("504", 0) == 0, puts
-        assert puts.get("200", 0) >= len(nodes)
-        # The pool stayed whole: never more watches than before the cut, followers on their
-        # leader throughout.
-        assert max(watch_counts) <= steady_watches, watch_counts
-        assert not on_the_cloud, on_the_cloud[:3]
-        assert sorted(source_seen[-1]) == pooled, source_seen[-1]
+            # No relist: nothing listed again, by the hubs or through them (the hubs count every
+            # list and streaming list they send to the cloud, their own and kubelet's and
+            # kube-proxy's). The apiserver-wide count above is context only: the control plane's
+            # own informers (the controller-manager's) may relist after this many writes.
+            assert all(v == 0 for v in hub_lists.values()), hub_lists
+            # No failed lease renewal.
+            assert puts.get("409", 0) == 0 and puts.get("504", 0) == 0, puts
+            assert puts.get("200", 0) >= len(nodes)
+            # The pool stayed whole: never more watches than before the cut, followers on their
+            # leader throughout.
+            assert max(watch_counts) <= steady_watches, watch_counts
+            assert not on_the_cloud, on_the_cloud[:3]
+            assert sorted(source_seen[-1]) == pooled, source_seen[-1]
     finally:
-        for node in nodes:
-            node.stop()
-        manager.stop()
-        for node in nodes:
-            cluster.kubectl("delete", "node", node.name, "--wait=false", check=False)
-        cluster.kubectl("delete", "nodepool", POOL, "--wait=false", check=False)
         cluster.kubectl(
             "delete", "services,configmaps", "-n", "default", "-l", "edgehub-test=storm",
             "--wait=false", check=False,

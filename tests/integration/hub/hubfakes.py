@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import pathlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from aiohttp import web
 
 from yurthub import server, settings
 from yurthub.proxy import seams
+from yurthub.testing import partition, simapiserver
 
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
@@ -314,6 +316,42 @@ async def running_hub(
         yield hub
     finally:
         await hub.stop()
+
+
+@contextlib.asynccontextmanager
+async def hub_behind_a_link(
+    tmp_path: pathlib.Path, *, interval: float
+) -> AsyncIterator[tuple[simapiserver.SimApiserver, partition.Partition, server.Hub]]:
+    """A simulated apiserver behind a link the test can cut or blackhole, and a hub (node n1,
+    a client certificate) that probes it every ``interval`` s (0.5 s timeout, two good probes
+    to trust it again); yielded once the hub trusts it."""
+    sim = simapiserver.SimApiserver(workdir=tmp_path / "sim")
+    await sim.start()
+    identity = tmp_path / "hub.kubeconfig"
+    sim.write_kubeconfig(identity, user="system:node:n1", groups=["system:nodes"], auth="cert")
+    try:
+        async with (
+            partition.Partition("127.0.0.1", sim.port) as link,
+            running_hub(
+                [link.url.replace("http://", "https://")],
+                upstream={"kubeconfig": identity},
+                interval=interval,
+                timeout=0.5,
+                healthy_threshold=2,
+            ) as hub,
+        ):
+            assert hub.health is not None
+            async with asyncio.timeout(10):
+                while not hub.health.any_healthy():
+                    await asyncio.sleep(0.05)
+            yield sim, link, hub
+    finally:
+        await sim.stop()
+
+
+def lease_requests(sim: simapiserver.SimApiserver, verb: str) -> list[int]:
+    """The codes ``sim`` answered the Lease requests of ``verb`` with, in order."""
+    return [r.code for r in sim.audit_log() if r.resource == "leases" and r.verb == verb]
 
 
 async def raw(url: str, head: bytes) -> tuple[int, bytes]:

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from hubfakes import running_hub
+from hubfakes import hub_behind_a_link, lease_requests, running_hub
 
 from yurthub import server
 from yurthub.testing import partition, simapiserver
@@ -104,45 +104,13 @@ async def test_a_heartbeat_answered_429_keeps_the_apiserver_healthy(
             assert len(leases) == rules[(a, b).index(sim)].refused
 
 
-@contextlib.asynccontextmanager
-async def a_hub_behind_a_link(
-    tmp_path: pathlib.Path,
-) -> AsyncIterator[tuple[simapiserver.SimApiserver, partition.Partition, server.Hub]]:
-    sim = simapiserver.SimApiserver(workdir=tmp_path / "sim")
-    await sim.start()
-    identity = tmp_path / "hub.kubeconfig"
-    sim.write_kubeconfig(identity, user="system:node:n1", groups=["system:nodes"], auth="cert")
-    try:
-        async with (
-            partition.Partition("127.0.0.1", sim.port) as link,
-            running_hub(
-                [link.url.replace("http://", "https://")],
-                upstream={"kubeconfig": identity},
-                interval=0.3,
-                timeout=0.5,
-                healthy_threshold=2,
-            ) as hub,
-        ):
-            assert hub.health is not None
-            async with asyncio.timeout(10):
-                while not hub.health.any_healthy():
-                    await asyncio.sleep(0.05)
-            yield sim, link, hub
-    finally:
-        await sim.stop()
-
-
-def lease_requests(sim: simapiserver.SimApiserver, verb: str) -> list[int]:
-    return [r.code for r in sim.audit_log() if r.resource == "leases" and r.verb == verb]
-
-
 async def test_an_apiserver_back_from_an_outage_that_answers_429_is_not_trusted_yet(
     tmp_path: pathlib.Path,
 ) -> None:
     # The link heals while the apiserver is pushing back (a fleet's hubs all reconnecting):
     # a 429 shows it is up, but the hub does not send its clients back to it until it accepts
     # a renewal, or every hub's clients would return at once to the apiserver that is refusing.
-    async with a_hub_behind_a_link(tmp_path) as (sim, link, hub):
+    async with hub_behind_a_link(tmp_path, interval=0.3) as (sim, link, hub):
         assert hub.health is not None
         await link.set_mode(partition.Mode.RESET)
         async with asyncio.timeout(10):
@@ -163,7 +131,7 @@ async def test_an_apiserver_back_from_an_outage_that_answers_429_is_not_trusted_
 async def test_a_renewal_refused_429_keeps_its_base(tmp_path: pathlib.Path) -> None:
     # A 429 is answered before the request is handled: the lease is as it was, and the next
     # renewal is one PUT on the same base, not a GET and a PUT to an apiserver that is busy.
-    async with a_hub_behind_a_link(tmp_path) as (sim, _link, hub):
+    async with hub_behind_a_link(tmp_path, interval=0.3) as (sim, _link, hub):
         assert hub.health is not None
         async with asyncio.timeout(10):
             while lease_requests(sim, "update").count(200) < 2:

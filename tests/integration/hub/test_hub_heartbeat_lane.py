@@ -7,49 +7,19 @@ node status PATCH the hub answered 504 take effect late."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import pathlib
 from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from hubfakes import running_hub
+from hubfakes import hub_behind_a_link, lease_requests
 
-from yurthub import server
 from yurthub.proxy import upstream
-from yurthub.testing import partition, simapiserver
+from yurthub.testing import partition
 
 pytestmark = pytest.mark.slow
 
 KUBELET = "kubelet/v1.37.2 (linux/amd64) kubernetes/abcdef0"
-
-
-@contextlib.asynccontextmanager
-async def hub_behind_a_link(
-    tmp_path: pathlib.Path,
-) -> AsyncIterator[tuple[simapiserver.SimApiserver, partition.Partition, server.Hub]]:
-    sim = simapiserver.SimApiserver(workdir=tmp_path / "sim")
-    await sim.start()
-    identity = tmp_path / "hub.kubeconfig"
-    sim.write_kubeconfig(identity, user="system:node:n1", groups=["system:nodes"], auth="cert")
-    try:
-        async with (
-            partition.Partition("127.0.0.1", sim.port) as link,
-            running_hub(
-                [link.url.replace("http://", "https://")],
-                upstream={"kubeconfig": identity},
-                interval=0.5,
-                timeout=0.5,
-                healthy_threshold=2,
-            ) as hub,
-        ):
-            assert hub.health is not None
-            async with asyncio.timeout(10):
-                while not hub.health.any_healthy():
-                    await asyncio.sleep(0.05)
-            yield sim, link, hub
-    finally:
-        await sim.stop()
 
 
 async def until(check: object, within: float = 20.0) -> None:
@@ -58,24 +28,20 @@ async def until(check: object, within: float = 20.0) -> None:
             await asyncio.sleep(0.05)
 
 
-def lease_updates(sim: simapiserver.SimApiserver) -> list[int]:
-    return [r.code for r in sim.audit_log() if r.resource == "leases" and r.verb == "update"]
-
-
 async def test_an_abandoned_renewal_is_never_delivered_and_the_next_is_no_conflict(
     tmp_path: pathlib.Path,
 ) -> None:
-    async with hub_behind_a_link(tmp_path) as (sim, link, hub):
+    async with hub_behind_a_link(tmp_path, interval=0.5) as (sim, link, hub):
         assert hub.health is not None
-        await until(lambda: lease_updates(sim).count(200) >= 2)
+        await until(lambda: lease_requests(sim, "update").count(200) >= 2)
         await link.set_mode(partition.Mode.BLACKHOLE)
         await until(lambda: not hub.health.any_healthy())
-        before = len(lease_updates(sim))
+        before = len(lease_requests(sim, "update"))
         await link.set_mode(partition.Mode.PASS)
         await until(hub.health.any_healthy)
         # A couple more renewals after the heal.
-        await until(lambda: lease_updates(sim)[before:].count(200) >= 3)
-        after = lease_updates(sim)[before:]
+        await until(lambda: lease_requests(sim, "update")[before:].count(200) >= 3)
+        after = lease_requests(sim, "update")[before:]
         # Every PUT the apiserver saw after the heal was a fresh renewal: none held over from
         # the outage (the first, abandoned one would land on the base it was built on and the
         # one after it would conflict).
@@ -86,7 +52,7 @@ async def test_an_abandoned_renewal_is_never_delivered_and_the_next_is_no_confli
 async def test_a_node_patch_answered_504_does_not_take_effect_later(
     tmp_path: pathlib.Path,
 ) -> None:
-    async with hub_behind_a_link(tmp_path) as (sim, link, hub):
+    async with hub_behind_a_link(tmp_path, interval=0.5) as (sim, link, hub):
         assert hub.health is not None
         sim.state.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
         await link.set_mode(partition.Mode.BLACKHOLE)
@@ -106,8 +72,8 @@ async def test_a_node_patch_answered_504_does_not_take_effect_later(
         await link.set_mode(partition.Mode.PASS)
         await until(hub.health.any_healthy)
         # Long enough for a held request to arrive: the renewals after the heal went through.
-        before = len(lease_updates(sim))
-        await until(lambda: len(lease_updates(sim)) >= before + 2)
+        before = len(lease_requests(sim, "update"))
+        await until(lambda: len(lease_requests(sim, "update")) >= before + 2)
         patched = [r for r in sim.audit_log() if r.resource == "nodes" and r.verb == "patch"]
         assert patched == []
         labels = sim.state.get("nodes", None, "n1")["metadata"].get("labels", {})
@@ -120,7 +86,7 @@ async def test_kubelets_stalled_requests_never_hold_up_the_health_probes(
     # Anything on the node may say it is kubelet (the proxy authenticates nobody): a few node
     # PATCHes whose bodies never finish hold the lane's connections for as long as they like.
     # The probes have connections of their own: the hub keeps renewing and stays online.
-    async with hub_behind_a_link(tmp_path) as (sim, _link, hub):
+    async with hub_behind_a_link(tmp_path, interval=0.5) as (sim, _link, hub):
         assert hub.health is not None
         sim.state.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
         flips: list[str] = []
@@ -146,9 +112,9 @@ async def test_kubelets_stalled_requests_never_hold_up_the_health_probes(
                 tg.create_task(stalled_patch(session), name=f"stalled patch {n}")
             try:
                 await until(lambda: forwarded > upstream.LANE_PER_SERVER)
-                before = lease_updates(sim).count(200)
+                before = lease_requests(sim, "update").count(200)
                 # Renewals go on while every stalled request is still held.
-                await until(lambda: lease_updates(sim).count(200) >= before + 3)
+                await until(lambda: lease_requests(sim, "update").count(200) >= before + 3)
                 assert flips == []
                 assert hub.health.any_healthy()
             finally:

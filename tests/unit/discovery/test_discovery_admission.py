@@ -103,101 +103,36 @@ def test_writable_mounts_become_read_only_unless_allowed() -> None:
     assert admission.device(found, "trusted", POLICY) == (found, False)
 
 
+def _at(container: str, host: str, read_only: bool = True) -> devices.Mount:
+    return devices.Mount(container_path=container, host_path=host, read_only=read_only)
+
+
+def _node(container: str, host: str, permissions: str = "r") -> devices.Device:
+    """A device with one device node (a ``DeviceSpec``)."""
+    spec = devices.DeviceSpec(container_path=container, host_path=host, permissions=permissions)
+    return _device(specs=(spec,))
+
+
 @pytest.mark.parametrize(
     ("found", "field", "message"),
     [
+        (_device(_at("/", "/")), "mounts[0].hostPath", "'/' (the whole"),
+        (_device(_at("/", "/x")), "mounts[0].containerPath", "'/' (the whole"),
+        (_device(_at("/h", "/.")), "mounts[0].hostPath", "normalized"),
+        (_device(_at("/h", "//")), "mounts[0].hostPath", "normalized"),
+        (_device(_at("/h", "/a/../..")), "mounts[0].hostPath", "normalized"),
+        (_device(_at("/h", "etc")), "mounts[0].hostPath", "normalized"),
+        (_device(_at("/h", "/var")), "mounts[0].hostPath", "exposes /var/lib/akri"),
+        (_device(_at("/h", "/var/run/cdi/x.json")), "mounts[0].hostPath", "exposes /var/run/cdi"),
         (
-            _device(devices.Mount(container_path="/", host_path="/", read_only=True)),
-            "mounts[0].hostPath",
-            "'/' (the whole",
-        ),
-        (
-            _device(devices.Mount(container_path="/", host_path="/x", read_only=True)),
-            "mounts[0].containerPath",
-            "'/' (the whole",
-        ),
-        (
-            _device(devices.Mount(container_path="/h", host_path="/.", read_only=True)),
-            "mounts[0].hostPath",
-            "normalized",
-        ),
-        (
-            _device(devices.Mount(container_path="/h", host_path="//", read_only=True)),
-            "mounts[0].hostPath",
-            "normalized",
-        ),
-        (
-            _device(devices.Mount(container_path="/h", host_path="/a/../..", read_only=True)),
-            "mounts[0].hostPath",
-            "normalized",
-        ),
-        (
-            _device(devices.Mount(container_path="/h", host_path="etc", read_only=True)),
-            "mounts[0].hostPath",
-            "normalized",
-        ),
-        (
-            _device(devices.Mount(container_path="/h", host_path="/var", read_only=True)),
-            "mounts[0].hostPath",
-            "exposes /var/lib/akri",
-        ),
-        (
-            _device(
-                devices.Mount(container_path="/h", host_path="/var/run/cdi/x.json", read_only=True)
-            ),
-            "mounts[0].hostPath",
-            "exposes /var/run/cdi",
-        ),
-        (
-            _device(
-                devices.Mount(container_path="/h", host_path="/ok", read_only=True),
-                devices.Mount(container_path="/k", host_path="/var/lib/kubelet", read_only=False),
-            ),
+            _device(_at("/h", "/ok"), _at("/k", "/var/lib/kubelet", read_only=False)),
             "mounts[1].hostPath",
             "exposes /var/lib/kubelet/device-plugins",
         ),
-        (
-            _device(
-                specs=(
-                    devices.DeviceSpec(
-                        container_path="/etc/shadow/../x", host_path="/dev/x", permissions="r"
-                    ),
-                )
-            ),
-            "deviceSpecs[0].containerPath",
-            "absolute",
-        ),
-        (
-            _device(
-                specs=(
-                    devices.DeviceSpec(
-                        container_path="/dev/x", host_path="/etc/shadow", permissions="r"
-                    ),
-                )
-            ),
-            "deviceSpecs[0].hostPath",
-            "not a node under /dev/",
-        ),
-        (
-            _device(
-                specs=(
-                    devices.DeviceSpec(
-                        container_path="/x", host_path="/dev/../etc/shadow", permissions="r"
-                    ),
-                )
-            ),
-            "deviceSpecs[0].hostPath",
-            "not a node under /dev/",
-        ),
-        (
-            _device(
-                specs=(
-                    devices.DeviceSpec(container_path="/x", host_path="/dev/x", permissions="rwx"),
-                )
-            ),
-            "deviceSpecs[0].permissions",
-            "combination of r, w, m",
-        ),
+        (_node("/etc/shadow/../x", "/dev/x"), "deviceSpecs[0].containerPath", "absolute"),
+        (_node("/dev/x", "/etc/shadow"), "deviceSpecs[0].hostPath", "not a node under /dev/"),
+        (_node("/x", "/dev/../etc/shadow"), "deviceSpecs[0].hostPath", "not a node under /dev/"),
+        (_node("/x", "/dev/x", "rwx"), "deviceSpecs[0].permissions", "combination of r, w, m"),
         (devices.Device("dev", {"A=B": "v"}), "properties['A=B']", "without =/NUL"),
         (devices.Device("dev", {"K": "v\x00"}), "properties['K']", "NUL"),
         (devices.Device(""), "id", "empty"),

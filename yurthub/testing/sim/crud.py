@@ -265,6 +265,25 @@ async def list_(
     return bodies.compress_large(request, bodies.respond(body, as_yaml=neg.yaml))
 
 
+def written(
+    ctx: context.ServerContext,
+    rt: resources.ResourceType,
+    stored: storage.Stored,
+    neg: negotiation.Negotiated,
+    warnings: list[str],
+    *,
+    status: int = 200,
+) -> web.StreamResponse:
+    """The answer to a write: the stored object in the form the client negotiated, with the
+    warnings the write raised."""
+    return bodies.respond(
+        encode_one(rt, stored, neg, now=ctx.state.clock()),
+        status=status,
+        as_yaml=neg.yaml,
+        warnings=warnings,
+    )
+
+
 async def read_object(ctx: context.ServerContext, request: web.Request) -> Any:
     fmt = negotiation.body_format(request.headers.get("Content-Type"), patch=False)
     raw = await bodies.read(request, ctx.max_body_bytes)
@@ -299,12 +318,7 @@ async def create(
         warnings=warnings,
         writer=who,
     )
-    return bodies.respond(
-        encode_one(rt, stored, neg, now=ctx.state.clock()),
-        status=201,
-        as_yaml=neg.yaml,
-        warnings=warnings,
-    )
+    return written(ctx, rt, stored, neg, warnings, status=201)
 
 
 async def update(
@@ -329,12 +343,7 @@ async def update(
         warnings=warnings,
         writer=who,
     )
-    return bodies.respond(
-        encode_one(rt, stored, neg, now=ctx.state.clock()),
-        status=201 if created else 200,
-        as_yaml=neg.yaml,
-        warnings=warnings,
-    )
+    return written(ctx, rt, stored, neg, warnings, status=201 if created else 200)
 
 
 def apply_patch_document(
@@ -404,12 +413,7 @@ async def patch(
             warnings=warnings,
             managed=fresh.managed,
         )
-        return bodies.respond(
-            encode_one(rt, stored, neg, now=ctx.state.clock()),
-            status=201,
-            as_yaml=neg.yaml,
-            warnings=warnings,
-        )
+        return written(ctx, rt, stored, neg, warnings, status=201)
     if rp.subresource == "scale":
         return await _patch_scale(ctx, rt, rp, existing, fmt, document, is_dry)
     current = conversion.from_storage(rt, existing.copy())
@@ -447,9 +451,7 @@ async def patch(
         writer=who,
         managed=managed,
     )
-    return bodies.respond(
-        encode_one(rt, stored, neg, now=ctx.state.clock()), as_yaml=neg.yaml, warnings=warnings
-    )
+    return written(ctx, rt, stored, neg, warnings)
 
 
 def scale_of(rt: resources.ResourceType, stored: storage.Stored) -> dict[str, Any]:

@@ -127,10 +127,10 @@ class ResourceType:
 
 def _t(
     group: str,
-    version: str,
     resource: str,
     kind: str,
     *,
+    version: str = "v1",
     namespaced: bool = True,
     short: tuple[str, ...] = (),
     categories: tuple[str, ...] = (),
@@ -154,20 +154,41 @@ def _t(
 
 
 ALL = ("all",)
+EXTENSIONS = ("api-extensions",)
 CREATE_ONLY = ("create",)
 
 
+def _workload(
+    group: str, resource: str, kind: str, short: tuple[str, ...] = (), *, scale: bool = False
+) -> ResourceType:
+    """A workload (Deployment, Job, ...): in ``all``, with a status (and a scale), and its spec
+    changes bump ``generation``."""
+    sub = ("status", "scale") if scale else ("status",)
+    return _t(group, resource, kind, short=short, categories=ALL, sub=sub, has_generation=True)
+
+
+def _review(group: str, resource: str, kind: str) -> ResourceType:
+    """A review (TokenReview, SelfSubjectAccessReview, ...): cluster-wide, created and answered,
+    never stored."""
+    return _t(group, resource, kind, namespaced=False, verbs=CREATE_ONLY, virtual=True)
+
+
+def _admission(resource: str, kind: str, **options: Any) -> ResourceType:
+    """An admissionregistration.k8s.io configuration: cluster-wide, with a ``generation``."""
+    group = "admissionregistration.k8s.io"
+    return _t(group, resource, kind, namespaced=False, has_generation=True, **options)
+
+
 def builtin_types() -> list[ResourceType]:
-    """The built-in kinds, in the order discovery lists them."""
+    """The built-in kinds (all v1), in the order discovery lists them."""
     return [
         # core/v1
-        _t("", "v1", "configmaps", "ConfigMap", short=("cm",)),
-        _t("", "v1", "endpoints", "Endpoints", short=("ep",), allow_create_on_update=True),
-        _t("", "v1", "events", "Event", short=("ev",), allow_create_on_update=True),
-        _t("", "v1", "limitranges", "LimitRange", short=("limits",)),
+        _t("", "configmaps", "ConfigMap", short=("cm",)),
+        _t("", "endpoints", "Endpoints", short=("ep",), allow_create_on_update=True),
+        _t("", "events", "Event", short=("ev",), allow_create_on_update=True),
+        _t("", "limitranges", "LimitRange", short=("limits",)),
         _t(
             "",
-            "v1",
             "namespaces",
             "Namespace",
             namespaced=False,
@@ -176,18 +197,10 @@ def builtin_types() -> list[ResourceType]:
             verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
             return_deleted_object=True,
         ),
-        _t("", "v1", "nodes", "Node", namespaced=False, short=("no",), sub=("status",)),
+        _t("", "nodes", "Node", namespaced=False, short=("no",), sub=("status",)),
+        _t("", "persistentvolumeclaims", "PersistentVolumeClaim", short=("pvc",), sub=("status",)),
         _t(
             "",
-            "v1",
-            "persistentvolumeclaims",
-            "PersistentVolumeClaim",
-            short=("pvc",),
-            sub=("status",),
-        ),
-        _t(
-            "",
-            "v1",
             "persistentvolumes",
             "PersistentVolume",
             namespaced=False,
@@ -196,7 +209,6 @@ def builtin_types() -> list[ResourceType]:
         ),
         _t(
             "",
-            "v1",
             "pods",
             "Pod",
             short=("po",),
@@ -204,222 +216,85 @@ def builtin_types() -> list[ResourceType]:
             sub=("status", "log", "exec", "binding", "eviction"),
             return_deleted_object=True,
         ),
-        _t("", "v1", "podtemplates", "PodTemplate"),
-        _t(
-            "",
-            "v1",
-            "replicationcontrollers",
-            "ReplicationController",
-            short=("rc",),
-            categories=ALL,
-            sub=("status", "scale"),
-            has_generation=True,
-        ),
-        _t("", "v1", "resourcequotas", "ResourceQuota", short=("quota",), sub=("status",)),
-        _t("", "v1", "secrets", "Secret"),
-        _t("", "v1", "serviceaccounts", "ServiceAccount", short=("sa",), sub=("token",)),
-        _t("", "v1", "services", "Service", short=("svc",), categories=ALL, sub=("status",)),
+        _t("", "podtemplates", "PodTemplate"),
+        _workload("", "replicationcontrollers", "ReplicationController", ("rc",), scale=True),
+        _t("", "resourcequotas", "ResourceQuota", short=("quota",), sub=("status",)),
+        _t("", "secrets", "Secret"),
+        _t("", "serviceaccounts", "ServiceAccount", short=("sa",), sub=("token",)),
+        _t("", "services", "Service", short=("svc",), categories=ALL, sub=("status",)),
+        _admission("mutatingwebhookconfigurations", "MutatingWebhookConfiguration"),
+        _admission("validatingwebhookconfigurations", "ValidatingWebhookConfiguration"),
         # apps/v1
-        _t(
-            "admissionregistration.k8s.io",
-            "v1",
-            "mutatingwebhookconfigurations",
-            "MutatingWebhookConfiguration",
-            namespaced=False,
-            has_generation=True,
-        ),
-        _t(
-            "admissionregistration.k8s.io",
-            "v1",
-            "validatingwebhookconfigurations",
-            "ValidatingWebhookConfiguration",
-            namespaced=False,
-            has_generation=True,
-        ),
-        _t("apps", "v1", "controllerrevisions", "ControllerRevision"),
-        _t(
-            "apps",
-            "v1",
-            "daemonsets",
-            "DaemonSet",
-            short=("ds",),
-            categories=ALL,
-            sub=("status",),
-            has_generation=True,
-        ),
-        _t(
-            "apps",
-            "v1",
-            "deployments",
-            "Deployment",
-            short=("deploy",),
-            categories=ALL,
-            sub=("status", "scale"),
-            has_generation=True,
-        ),
-        _t(
-            "apps",
-            "v1",
-            "replicasets",
-            "ReplicaSet",
-            short=("rs",),
-            categories=ALL,
-            sub=("status", "scale"),
-            has_generation=True,
-        ),
-        _t(
-            "apps",
-            "v1",
-            "statefulsets",
-            "StatefulSet",
-            short=("sts",),
-            categories=ALL,
-            sub=("status", "scale"),
-            has_generation=True,
-        ),
+        _t("apps", "controllerrevisions", "ControllerRevision"),
+        _workload("apps", "daemonsets", "DaemonSet", ("ds",)),
+        _workload("apps", "deployments", "Deployment", ("deploy",), scale=True),
+        _workload("apps", "replicasets", "ReplicaSet", ("rs",), scale=True),
+        _workload("apps", "statefulsets", "StatefulSet", ("sts",), scale=True),
         # events.k8s.io/v1 shares storage with core/v1 events (converted on the way out).
         _t(
             "events.k8s.io",
-            "v1",
             "events",
             "Event",
             short=("ev",),
             storage_group="",
             allow_create_on_update=True,
         ),
-        _t(
-            "authentication.k8s.io",
-            "v1",
-            "selfsubjectreviews",
-            "SelfSubjectReview",
-            namespaced=False,
-            verbs=CREATE_ONLY,
-            virtual=True,
-        ),
-        _t(
-            "authentication.k8s.io",
-            "v1",
-            "tokenreviews",
-            "TokenReview",
-            namespaced=False,
-            verbs=CREATE_ONLY,
-            virtual=True,
-        ),
-        _t(
-            "authorization.k8s.io",
-            "v1",
-            "selfsubjectaccessreviews",
-            "SelfSubjectAccessReview",
-            namespaced=False,
-            verbs=CREATE_ONLY,
-            virtual=True,
-        ),
-        _t(
-            "authorization.k8s.io",
-            "v1",
-            "selfsubjectrulesreviews",
-            "SelfSubjectRulesReview",
-            namespaced=False,
-            verbs=CREATE_ONLY,
-            virtual=True,
-        ),
-        _t(
-            "authorization.k8s.io",
-            "v1",
-            "subjectaccessreviews",
-            "SubjectAccessReview",
-            namespaced=False,
-            verbs=CREATE_ONLY,
-            virtual=True,
-        ),
-        _t(
-            "batch",
-            "v1",
-            "cronjobs",
-            "CronJob",
-            short=("cj",),
-            categories=ALL,
-            sub=("status",),
-            has_generation=True,
-        ),
-        _t("batch", "v1", "jobs", "Job", categories=ALL, sub=("status",), has_generation=True),
+        _review("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview"),
+        _review("authentication.k8s.io", "tokenreviews", "TokenReview"),
+        _review("authorization.k8s.io", "selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+        _review("authorization.k8s.io", "selfsubjectrulesreviews", "SelfSubjectRulesReview"),
+        _review("authorization.k8s.io", "subjectaccessreviews", "SubjectAccessReview"),
+        _workload("batch", "cronjobs", "CronJob", ("cj",)),
+        _workload("batch", "jobs", "Job"),
         _t(
             "certificates.k8s.io",
-            "v1",
             "certificatesigningrequests",
             "CertificateSigningRequest",
             namespaced=False,
             short=("csr",),
             sub=("approval", "status"),
         ),
-        _t("networking.k8s.io", "v1", "ingresses", "Ingress", short=("ing",), sub=("status",)),
-        _t("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short=("netpol",)),
+        _t("networking.k8s.io", "ingresses", "Ingress", short=("ing",), sub=("status",)),
+        _t("networking.k8s.io", "networkpolicies", "NetworkPolicy", short=("netpol",)),
         _t(
-            "policy",
-            "v1",
-            "poddisruptionbudgets",
-            "PodDisruptionBudget",
-            short=("pdb",),
-            sub=("status",),
+            "policy", "poddisruptionbudgets", "PodDisruptionBudget", short=("pdb",), sub=("status",)
         ),
         _t(
             "rbac.authorization.k8s.io",
-            "v1",
             "clusterrolebindings",
             "ClusterRoleBinding",
             namespaced=False,
         ),
-        _t("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
-        _t("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
-        _t("rbac.authorization.k8s.io", "v1", "roles", "Role"),
-        _t(
-            "storage.k8s.io",
-            "v1",
-            "storageclasses",
-            "StorageClass",
-            namespaced=False,
-            short=("sc",),
-        ),
+        _t("rbac.authorization.k8s.io", "clusterroles", "ClusterRole", namespaced=False),
+        _t("rbac.authorization.k8s.io", "rolebindings", "RoleBinding"),
+        _t("rbac.authorization.k8s.io", "roles", "Role"),
+        _t("storage.k8s.io", "storageclasses", "StorageClass", namespaced=False, short=("sc",)),
         _t(
             "apiextensions.k8s.io",
-            "v1",
             "customresourcedefinitions",
             "CustomResourceDefinition",
             namespaced=False,
             short=("crd", "crds"),
-            categories=("api-extensions",),
+            categories=EXTENSIONS,
             sub=("status",),
             has_generation=True,
         ),
         _t(
-            "scheduling.k8s.io",
-            "v1",
-            "priorityclasses",
-            "PriorityClass",
-            namespaced=False,
-            short=("pc",),
+            "scheduling.k8s.io", "priorityclasses", "PriorityClass", namespaced=False, short=("pc",)
         ),
-        _t("coordination.k8s.io", "v1", "leases", "Lease", allow_create_on_update=True),
-        _t("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", namespaced=False),
-        _t("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice"),
-        _t(
-            "admissionregistration.k8s.io",
-            "v1",
+        _t("coordination.k8s.io", "leases", "Lease", allow_create_on_update=True),
+        _t("node.k8s.io", "runtimeclasses", "RuntimeClass", namespaced=False),
+        _t("discovery.k8s.io", "endpointslices", "EndpointSlice"),
+        _admission(
             "validatingadmissionpolicies",
             "ValidatingAdmissionPolicy",
-            namespaced=False,
-            categories=("api-extensions",),
+            categories=EXTENSIONS,
             sub=("status",),
-            has_generation=True,
         ),
-        _t(
-            "admissionregistration.k8s.io",
-            "v1",
+        _admission(
             "validatingadmissionpolicybindings",
             "ValidatingAdmissionPolicyBinding",
-            namespaced=False,
-            categories=("api-extensions",),
-            has_generation=True,
+            categories=EXTENSIONS,
         ),
     ]
 
