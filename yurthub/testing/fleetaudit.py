@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime
 import pathlib
 import urllib.parse
 from collections.abc import Iterable
@@ -40,6 +41,19 @@ class ListCall:
     a streaming list) or ``"resumed"`` (from a resourceVersion) or ``"new"`` (from now)."""
     code: int
     verb: str = "list"
+    at: float = 0.0
+    """When the apiserver received it (wall clock, seconds; 0.0: not in the log)."""
+
+
+def _received(event: dict[str, object]) -> float:
+    """``requestReceivedTimestamp`` in seconds (0.0 when absent or malformed). PURE."""
+    stamp = event.get("requestReceivedTimestamp")
+    if not isinstance(stamp, str):
+        return 0.0
+    try:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def parse(line: bytes) -> ListCall | None:
@@ -79,6 +93,7 @@ def parse(line: bytes) -> ListCall | None:
         version=version,
         code=int((event.get("responseStatus") or {}).get("code") or 0),
         verb=str(verb),
+        at=_received(event),
     )
 
 

@@ -19,9 +19,12 @@ def event(
     resource: str = "pods",
     stage: str = "ResponseComplete",
     code: int = 200,
+    received: str | None = None,
 ) -> bytes:
+    extra = {} if received is None else {"requestReceivedTimestamp": received}
     return json.dumps(
         {
+            **extra,
             "kind": "Event",
             "stage": stage,
             "verb": verb,
@@ -71,6 +74,21 @@ def test_watches_are_counted_when_they_start(uri: str, version: str) -> None:
     assert call is not None
     assert (call.verb, call.version) == ("watch", version)
     assert fleetaudit.parse(event(uri, verb="watch")) is None  # its end: counted already
+
+
+@pytest.mark.parametrize(
+    ("received", "at"),
+    [
+        ("2026-12-06T12:08:26.500000Z", 1796558906.5),
+        ("not a time", 0.0),
+        (None, 0.0),
+    ],
+)
+def test_a_call_carries_when_the_apiserver_received_it(received: str | None, at: float) -> None:
+    call = fleetaudit.parse(
+        event("/api/v1/pods?watch=true", verb="watch", stage="ResponseStarted", received=received)
+    )
+    assert call is not None and call.at == at
 
 
 @pytest.mark.parametrize(
