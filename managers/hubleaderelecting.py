@@ -11,9 +11,13 @@ write out. The random pick takes a ``random.Random`` so tests can seed it.
   problem of their own: NotReady for ``replace_after`` seconds while a Ready candidate that
   does not lead yet could take their place, both at once (from the later of the leader's
   NotReady and the longest-Ready candidate's Ready ``lastTransitionTime``; unknown counts as
-  long ago). When the whole pool goes NotReady at once (its cloud link dropped), no candidate
-  is better and the leaders stay: the hubs keep reading from them instead of all going to the
-  cloud. The grace keeps a leader whose NotReady came a little before the rest of the pool's,
+  long ago). When most of the pool is NotReady (more than half of its nodes: its cloud link
+  dropped, and kube-controller-manager marks its nodes NotReady one by one, seconds and in a
+  loaded control plane tens of seconds apart), no candidate is better and the leaders stay:
+  the hubs keep reading from them instead of all going to the cloud. (In a fleet of 30 nodes
+  whose every link was cut, one pool's leader was replaced by a node that was marked NotReady
+  37 s after it; kube-controller-manager's own zone state said "PartialDisruption" then.)
+  The grace keeps a leader whose NotReady came a little before the rest of the pool's,
   and one whose Ready comes a little after the others' when the link returns after a long
   outage (its nodes come back one by one; counting from the leader's NotReady alone would
   replace it by the first one back). ``recheck`` says when a grace ends (the controller
@@ -110,7 +114,11 @@ def decide(
     eligible = {n.name: n for n in candidates(spec, nodes)}
     leading = {leader.node for leader in leaders}
     spares = [n for name, n in eligible.items() if name not in leading]
-    spare = bool(spares)
+    # Most of the pool NotReady: its link is dropping (its nodes go NotReady one by one over
+    # kube-controller-manager's grace, seconds apart) or gone; no candidate is better.
+    pool = [n for n in nodes if n.pool == spec.name and not n.deleting]
+    mostly_down = 2 * sum(1 for n in pool if not n.ready) > len(pool)
+    spare = bool(spares) and not mostly_down
     # Since when a Ready candidate has been waiting (the longest-waiting one); None: long ago.
     known = [n.ready_since for n in spares]
     spare_since = None if not known or None in known else min(t for t in known if t is not None)

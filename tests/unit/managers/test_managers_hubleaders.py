@@ -284,6 +284,32 @@ N1 = (Endpoint("n1", "10.0.0.1"),)
             ["n2"],
             None,
         ),
+        # The pool's link dropping: most of its nodes NotReady already, the rest still Ready
+        # (marked one by one): the leader stays, whatever the grace.
+        (
+            [
+                node("n1", ready=False, changed=LONG_AGO),
+                node("n2", ready=False, changed=LONG_AGO),
+                node("n3", ready=False, changed=JUST_NOW),
+                node("n4", changed=LONG_AGO),
+                node("n5", changed=LONG_AGO),
+            ],
+            N1,
+            ["n1"],
+            None,
+        ),
+        # Half of the pool NotReady is no majority: a leader with a problem of its own goes.
+        (
+            [
+                node("n1", ready=False, changed=LONG_AGO),
+                node("n2", ready=False, changed=LONG_AGO),
+                node("n3", changed=LONG_AGO),
+                node("n4", changed=LONG_AGO),
+            ],
+            N1,
+            ["n3"],
+            None,
+        ),
         # Ready members that may not lead (no InternalIP) are no replacement.
         ([node("n1", ready=False, changed=LONG_AGO), node("n2", ip=None)], N1, ["n1"], None),
         # A deleted leader (no longer a member) or one being deleted is gone: replaced, or
