@@ -244,55 +244,61 @@ class Converter:
 
     def object(self, body: wire.Buffer) -> dict[str, Any]:
         """A protobuf object or list body (envelope included) as the apiserver's JSON dict."""
-        api_version, kind, raw = self.envelope(body)
-        name = self.message_name(api_version, kind)
-        what = f"{api_version}/{kind}"
-        if name is None:
-            raise Undecodable(what, "not a kind of the built-in API")
-        try:
-            parsed = self._class(name).FromString(raw)
-            out = {"kind": kind, "apiVersion": api_version}
-            out.update(self._message(parsed))
-        except (message.DecodeError, UnicodeDecodeError, ValueError, RecursionError) as e:
-            if isinstance(e, Undecodable):
-                raise
-            raise Undecodable(what, f"does not decode: {e}") from e
-        return out
+        with self._lock:
+            api_version, kind, raw = self.envelope(body)
+            name = self.message_name(api_version, kind)
+            what = f"{api_version}/{kind}"
+            if name is None:
+                raise Undecodable(what, "not a kind of the built-in API")
+            try:
+                parsed = self._class(name).FromString(raw)
+                out = {"kind": kind, "apiVersion": api_version}
+                out.update(self._message(parsed))
+            except (message.DecodeError, UnicodeDecodeError, ValueError, RecursionError) as e:
+                if isinstance(e, Undecodable):
+                    raise
+                raise Undecodable(what, f"does not decode: {e}") from e
+            return out
 
     def split_list(self, body: wire.Buffer) -> SplitList | None:
         """A protobuf list body cut into its converted head and its items, each a view into
         ``body`` (no copy of a big list) converted only when asked (``SplitList.item``). None
         when the body is not a list of the built-in API with ``items`` (``object`` handles
         everything else)."""
-        api_version, kind, start, end = envelope_at(body)
-        name = self.message_name(api_version, kind) if kind.endswith("List") else None
-        if name is None:
-            return None
-        what = f"{api_version}/{kind}"
-        cls = self._class(name)
-        items_field = cls.DESCRIPTOR.fields_by_name.get("items")
-        if items_field is None or items_field.message_type is None:
-            return None
-        view = memoryview(body)
-        try:
-            head: list[wire.Buffer] = []
-            items: list[memoryview] = []
-            for number, wire_type, field_at, value_at, value_end in wire.offsets(body, start, end):
-                if number == items_field.number and wire_type == 2:
-                    items.append(view[value_at:value_end])
-                else:
-                    head.append(body[field_at:value_end])
-            out: dict[str, Any] = {"kind": kind, "apiVersion": api_version}
-            out.update(self._message(cls.FromString(b"".join(head))))
-        except (wire.DecodeError, message.DecodeError, UnicodeDecodeError, ValueError) as e:
-            if isinstance(e, Undecodable):
-                raise
-            raise Undecodable(what, f"does not decode: {e}") from e
-        except RecursionError as e:
-            raise Undecodable(what, f"does not decode: {e}") from e
-        out.pop("items", None)
-        item_desc = items_field.message_type
-        return SplitList(self, out, items, self._class(item_desc.full_name), _identity(item_desc))
+        with self._lock:
+            api_version, kind, start, end = envelope_at(body)
+            name = self.message_name(api_version, kind) if kind.endswith("List") else None
+            if name is None:
+                return None
+            what = f"{api_version}/{kind}"
+            cls = self._class(name)
+            items_field = cls.DESCRIPTOR.fields_by_name.get("items")
+            if items_field is None or items_field.message_type is None:
+                return None
+            view = memoryview(body)
+            try:
+                head: list[wire.Buffer] = []
+                items: list[memoryview] = []
+                for number, wire_type, field_at, value_at, value_end in wire.offsets(
+                    body, start, end
+                ):
+                    if number == items_field.number and wire_type == 2:
+                        items.append(view[value_at:value_end])
+                    else:
+                        head.append(body[field_at:value_end])
+                out: dict[str, Any] = {"kind": kind, "apiVersion": api_version}
+                out.update(self._message(cls.FromString(b"".join(head))))
+            except (wire.DecodeError, message.DecodeError, UnicodeDecodeError, ValueError) as e:
+                if isinstance(e, Undecodable):
+                    raise
+                raise Undecodable(what, f"does not decode: {e}") from e
+            except RecursionError as e:
+                raise Undecodable(what, f"does not decode: {e}") from e
+            out.pop("items", None)
+            item_desc = items_field.message_type
+            return SplitList(
+                self, out, items, self._class(item_desc.full_name), _identity(item_desc)
+            )
 
     def list_json(self, body: bytes) -> bytes | None:
         """A protobuf list body as the apiserver's JSON bytes, converted one item at a time
@@ -313,23 +319,25 @@ class Converter:
 
     def event_parts(self, frame: bytes) -> tuple[str, bytes]:
         """(type, the object's enveloped protobuf body) of one watch frame, nothing converted."""
-        try:
-            parsed: Any = self._class(_WATCH_EVENT).FromString(frame)
-        except message.DecodeError as e:
-            raise Undecodable("WatchEvent", f"does not decode: {e}") from e
-        return parsed.type, parsed.object.raw
+        with self._lock:
+            try:
+                parsed: Any = self._class(_WATCH_EVENT).FromString(frame)
+            except message.DecodeError as e:
+                raise Undecodable("WatchEvent", f"does not decode: {e}") from e
+            return parsed.type, parsed.object.raw
 
     def identity(self, body: wire.Buffer) -> tuple[str, str, str, str, str]:
         """(apiVersion, kind, name, namespace, resourceVersion) of an enveloped protobuf object
         of the built-in API, read from its ObjectMeta on the wire without converting it."""
-        api_version, kind, raw = self.envelope(body)
-        name = self.message_name(api_version, kind)
-        if name is None:
-            raise Undecodable(f"{api_version}/{kind}", "not a kind of the built-in API")
-        numbers = self._identities.get(name)
-        if numbers is None:
-            numbers = self._identities[name] = _identity(self._class(name).DESCRIPTOR)
-        return (api_version, kind, *_read_identity(raw, numbers))
+        with self._lock:
+            api_version, kind, raw = self.envelope(body)
+            name = self.message_name(api_version, kind)
+            if name is None:
+                raise Undecodable(f"{api_version}/{kind}", "not a kind of the built-in API")
+            numbers = self._identities.get(name)
+            if numbers is None:
+                numbers = self._identities[name] = _identity(self._class(name).DESCRIPTOR)
+            return (api_version, kind, *_read_identity(raw, numbers))
 
     def skeleton(self, body: wire.Buffer, paths: Paths) -> dict[str, Any]:
         """An enveloped object's ``kind``, ``apiVersion`` and only the fields ``paths`` names,
@@ -348,14 +356,15 @@ class Converter:
     def _skeleton(
         self, cls: type[message.Message], raw: wire.Bytes, paths: Paths, what: str
     ) -> dict[str, Any]:
-        walk = self._restricted(cls.DESCRIPTOR, paths)
-        try:
-            out: dict[str, Any] = walk(cls.FromString(raw))
-        except (message.DecodeError, UnicodeDecodeError, ValueError, RecursionError) as e:
-            if isinstance(e, Undecodable):
-                raise
-            raise Undecodable(what, f"does not decode: {e}") from e
-        return out
+        with self._lock:
+            walk = self._restricted(cls.DESCRIPTOR, paths)
+            try:
+                out: dict[str, Any] = walk(cls.FromString(raw))
+            except (message.DecodeError, UnicodeDecodeError, ValueError, RecursionError) as e:
+                if isinstance(e, Undecodable):
+                    raise
+                raise Undecodable(what, f"does not decode: {e}") from e
+            return out
 
     def _restricted(self, desc: Any, paths: Paths) -> Convert:
         """The walk of ``desc`` keeping only ``paths``: its plan with the other fields left
@@ -391,12 +400,13 @@ class Converter:
     # --- walking --------------------------------------------------------------------------
 
     def _message(self, msg: Any) -> Any:
-        walk = self._walkers.get(type(msg))
-        if walk is None:
-            with self._lock:
-                walk = self._resolve(msg.DESCRIPTOR)
-            self._walkers[type(msg)] = walk
-        return walk(msg)
+        with self._lock:
+            walk = self._walkers.get(type(msg))
+            if walk is None:
+                with self._lock:
+                    walk = self._resolve(msg.DESCRIPTOR)
+                self._walkers[type(msg)] = walk
+            return walk(msg)
 
     def _resolve(self, desc: Any) -> Convert:
         """How to convert messages of ``desc`` (the lock held): a special type's function, a
@@ -553,14 +563,17 @@ class SplitList:
 
     def item(self, span: wire.Bytes) -> dict[str, Any]:
         """One item as the apiserver's JSON for it inside the list (no kind/apiVersion)."""
-        what = f"{self.head['apiVersion']}/{self.head['kind']}"
-        try:
-            converted: dict[str, Any] = self._converter._message(self.item_class.FromString(span))
-        except (message.DecodeError, UnicodeDecodeError, ValueError, RecursionError) as e:
-            if isinstance(e, Undecodable):
-                raise
-            raise Undecodable(what, f"an item does not decode: {e}") from e
-        return converted
+        with self._converter._lock:
+            what = f"{self.head['apiVersion']}/{self.head['kind']}"
+            try:
+                converted: dict[str, Any] = self._converter._message(
+                    self.item_class.FromString(span)
+                )
+            except (message.DecodeError, UnicodeDecodeError, ValueError, RecursionError) as e:
+                if isinstance(e, Undecodable):
+                    raise
+                raise Undecodable(what, f"an item does not decode: {e}") from e
+            return converted
 
     def skeleton(self, span: wire.Bytes, paths: Paths) -> dict[str, Any]:
         """``Converter.skeleton`` of one item (no kind/apiVersion: they are the list's)."""

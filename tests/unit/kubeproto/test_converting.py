@@ -283,3 +283,34 @@ def test_the_index_fields_of_a_kind_reach_into_the_objects_it_selects_by() -> No
     events = selectors.index_paths("events")
     assert events["involvedObject"] is None and events["regarding"] is None
     assert set(selectors.index_paths("configmaps")) == {"metadata"}
+
+
+def test_a_fresh_converter_used_by_many_threads_at_once_converts_every_kind_right() -> None:
+    """A hub converts on its reader threads and its pool's worker threads at once, and a fresh
+    converter adds each kind's descriptors to its pool at first use. upb's objects are
+    thread-compatible, not thread-safe (a pool growing while another thread parses from it is
+    unsafe): the converter keeps all of its protobuf work under its own lock. Every kind of the
+    real apiserver's fixtures, converted by 8 threads at once from a cold converter, is what one
+    thread alone makes of it."""
+    import threading
+
+    alone = converting.Converter()
+    bodies = [(DATA / f"{name}.pb").read_bytes() for name in LISTS]
+    expected = [alone.list_json(body) for body in bodies]
+    shared = converting.Converter()
+    got: dict[tuple[int, int], bytes | None] = {}
+
+    def work(thread: int) -> None:
+        for round_ in range(3):
+            for n in range(len(bodies)):
+                at = (n + thread * 5) % len(bodies)
+                got[(thread, at + round_ * len(bodies))] = shared.list_json(bodies[at])
+
+    threads = [threading.Thread(target=work, args=(t,), name=f"convert-{t}") for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert len(got) == 8 * 3 * len(bodies)
+    for (_, slot), value in got.items():
+        assert value == expected[slot % len(bodies)]
