@@ -579,10 +579,18 @@ class Fleet:
         )
 
     def mark_autonomous(self) -> None:
+        """Annotate every node autonomous (kubectl: a GET and a PATCH a node). Right after a
+        fleet starts the apiserver may answer slowly (30 YurtHubs listing everything at once
+        kept 30 nodes' annotation past 60 s once): up to 300 s a batch."""
         names = [p.name for p in self.placements]
         for i in range(0, len(names), 50):
             self.cluster.kubectl(
-                "annotate", "node", *names[i : i + 50], f"{fleetplans.AUTONOMY}=0", "--overwrite"
+                "annotate",
+                "node",
+                *names[i : i + 50],
+                f"{fleetplans.AUTONOMY}=0",
+                "--overwrite",
+                timeout=300,
             )
 
     def pods(self) -> list[dict[str, Any]]:
