@@ -43,6 +43,7 @@ Printed, per mode, with ratios edgehub/direct and edgehub/YurtHub:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import json
@@ -167,48 +168,54 @@ def run(args: argparse.Namespace, s: Settings, workdir: pathlib.Path) -> dict[st
             )
             loaded = False
             for mode in args.modes:
-                say(f"{mode}: starting {s.nodes} nodes")
-                fleet.start(mode)
-                if not loaded:
-                    say("applying the load")
-                    fleet.apply_load()
-                    loaded = True
-                pooled = settle(fleet, s)
-                out["pooled_at_start"][str(mode)] = pooled
-                say(
-                    f"{mode}: followers on their leaders after {pooled} s; steady state, "
-                    f"{s.steady:.0f} s"
-                )
-                steady = fleetmeasures.steady(fleet, fleet.admin, s.steady)
-                out["modes"][str(mode)] = steady
-                for kind in args.storms:
-                    if kind is Storm.LEADERS_KILLED and mode is fleets.Mode.DIRECT:
-                        continue
-                    outage = {
-                        Storm.CUT: s.cut,
-                        Storm.COMPACTED: s.outage,
-                        Storm.LEADERS_KILLED: s.leaders_down,
-                    }.get(kind, 0.0)
-                    say(f"{mode}: storm {kind} ({outage:.0f} s)")
-                    result = fleetmeasures.storm(
-                        fleet,
-                        kind,
-                        outage=outage,
-                        deadline=s.deadline,
-                        audit_log=audit / "audit.log",
-                        pool_target=steady.pool_watches,
-                        log=say,
-                    )
-                    out["storms"].setdefault(str(kind), {})[str(mode)] = result
+                try:
+                    say(f"{mode}: starting {s.nodes} nodes")
+                    fleet.start(mode)
+                    if not loaded:
+                        say("applying the load")
+                        fleet.apply_load()
+                        loaded = True
+                    pooled = settle(fleet, s)
+                    out["pooled_at_start"][str(mode)] = pooled
                     say(
-                        f"{mode}: {kind}: ready {result.ready_after}, caches "
-                        f"{result.caches_equal_after}, pooled {result.pooled_after}"
+                        f"{mode}: followers on their leaders after {pooled} s; steady state, "
+                        f"{s.steady:.0f} s"
                     )
-                    # Back to steady state before the next storm.
-                    fleet.wait_ready(s.deadline)
-                    time.sleep(min(30.0, s.settle))
-                out["crashes"][str(mode)] = fleet.crashes()
-                fleet.stop()
+                    steady = fleetmeasures.steady(fleet, fleet.admin, s.steady)
+                    out["modes"][str(mode)] = steady
+                    for kind in args.storms:
+                        if kind is Storm.LEADERS_KILLED and mode is fleets.Mode.DIRECT:
+                            continue
+                        outage = {
+                            Storm.CUT: s.cut,
+                            Storm.COMPACTED: s.outage,
+                            Storm.LEADERS_KILLED: s.leaders_down,
+                        }.get(kind, 0.0)
+                        say(f"{mode}: storm {kind} ({outage:.0f} s)")
+                        result = fleetmeasures.storm(
+                            fleet,
+                            kind,
+                            outage=outage,
+                            deadline=s.deadline,
+                            audit_log=audit / "audit.log",
+                            pool_target=steady.pool_watches,
+                            log=say,
+                        )
+                        out["storms"].setdefault(str(kind), {})[str(mode)] = result
+                        say(
+                            f"{mode}: {kind}: ready {result.ready_after}, caches "
+                            f"{result.caches_equal_after}, pooled {result.pooled_after}"
+                        )
+                        # Back to steady state before the next storm.
+                        fleet.wait_ready(s.deadline)
+                        time.sleep(min(30.0, s.settle))
+                    out["crashes"][str(mode)] = fleet.crashes()
+                    fleet.stop()
+                except Exception as e:  # one mode failing must not lose the others
+                    say(f"{mode}: failed, going on with the next mode: {e!r}")
+                    out.setdefault("failed", {})[str(mode)] = repr(e)
+                    with contextlib.suppress(Exception):
+                        fleet.stop()
         finally:
             fleet.close()
     return out
@@ -264,6 +271,8 @@ def report(out: Mapping[str, Any], s: Settings, args: argparse.Namespace) -> Non
         f"{s.services} Services; {os.cpu_count()} cores; load average at the end "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
+    for failed, why in out.get("failed", {}).items():
+        print(f"mode {failed} FAILED (its figures are missing or partial): {why}")
     apiserver = base.control.get("kube-apiserver", fleetmeasures.Cost(0, 0))
     print(
         f"control plane alone: {num(base.request_rate)} req/s, "
