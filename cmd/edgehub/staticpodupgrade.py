@@ -67,7 +67,8 @@ def _probe(url: str) -> tuple[int | None, Any]:
             body = resp.read(1 << 20)
             status = int(resp.status)
     except urllib.error.HTTPError as e:
-        return e.code, None
+        with e:  # its response holds the connection
+            return e.code, None
     except (urllib.error.URLError, OSError, ValueError):
         return None, None
     try:

@@ -40,9 +40,10 @@ def _get(url: str) -> tuple[dict[str, Any] | None, str]:
         with urllib.request.urlopen(url, timeout=TIMEOUT) as resp:
             body = resp.read(16 << 20)
     except urllib.error.HTTPError as e:
+        with e:  # its response holds the connection
+            said = e.read(1024).decode("utf-8", "replace").strip()  # e.g. why a 403
         if e.code == 404:
             return None, "HTTP 404 (an edgehub older than this command, or not edgehub?)"
-        said = e.read(1024).decode("utf-8", "replace").strip()  # e.g. why a 403 (shown visibly)
         return None, f"HTTP {e.code}: {said.splitlines()[0][:200]}" if said else f"HTTP {e.code}"
     except urllib.error.URLError as e:
         reason = e.reason

@@ -75,7 +75,8 @@ def http(method: str, url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         with urllib.request.urlopen(request, timeout=timeout) as r:
             return int(r.status), r.read()
     except urllib.error.HTTPError as e:
-        return int(e.code), e.read()
+        with e:  # its response holds the connection
+            return int(e.code), e.read()
 
 
 class EdgeNode:

@@ -77,7 +77,8 @@ class Client:
                 with urllib.request.urlopen(req, context=self.context, timeout=TIMEOUT) as resp:
                     return Answer(int(resp.status), json.loads(resp.read() or b"null"))
             except urllib.error.HTTPError as e:
-                raw = e.read()
+                with e:  # its response holds the connection
+                    raw = e.read()
                 answer = Answer(int(e.code), json.loads(raw) if raw else None)
                 wait = str(e.headers.get("Retry-After") or "")
                 if answer.status != 429 or not wait.isdigit():

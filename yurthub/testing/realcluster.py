@@ -75,7 +75,8 @@ def _get(url: str, context: ssl.SSLContext | None, timeout: float = 2.0) -> tupl
         with urllib.request.urlopen(url, timeout=timeout, context=context) as r:
             return int(r.status), r.read(1 << 20)
     except urllib.error.HTTPError as e:
-        return int(e.code), e.read(1 << 20)
+        with e:  # its response holds the connection
+            return int(e.code), e.read(1 << 20)
     except (OSError, ssl.SSLError) as e:
         return 0, str(e).encode()
 

@@ -133,7 +133,8 @@ def _get(url: str, timeout: float = 3.0) -> tuple[int, bytes]:
         with urllib.request.urlopen(request, timeout=timeout) as r:
             return int(r.status), r.read(16 << 20)
     except urllib.error.HTTPError as e:
-        return int(e.code), e.read(1 << 20)
+        with e:  # its response holds the connection
+            return int(e.code), e.read(1 << 20)
     except (OSError, ValueError):
         return 0, b""
 
@@ -482,6 +483,7 @@ class Runner:
                 r.read()
                 return True
         except urllib.error.HTTPError as e:
-            return e.code == 404  # gone: nothing left to report to
+            with e:  # its response holds the connection
+                return e.code == 404  # gone: nothing left to report to
         except OSError:
             return False
