@@ -5,10 +5,10 @@ from __future__ import annotations
 from yurthub.testing import fleetmeasures
 
 
-def at(t: float, kinds: dict[str, float]) -> fleetmeasures.Point:
+def at(t: float, kinds: dict[str, float], wall: float | None = None) -> fleetmeasures.Point:
     return fleetmeasures.Point(
         t=t,
-        wall=t,
+        wall=t if wall is None else wall,
         requests=sum(kinds.values()),
         code_429=0,
         rejected=0,
@@ -45,28 +45,14 @@ def test_no_interval_no_mix() -> None:
     assert fleetmeasures.peak_mix([at(1.0, {"GET pods": 1}), at(1.0, {"GET pods": 9})]) == {}
 
 
-def stamped(t: float, wall: float, kinds: dict[str, float]) -> fleetmeasures.Point:
-    return fleetmeasures.Point(
-        t=t,
-        wall=wall,
-        requests=sum(kinds.values()),
-        code_429=0,
-        rejected=0,
-        lists=0,
-        pool_watches=0,
-        watches=0,
-        kinds=kinds,
-    )
-
-
 def test_arriving_requests_count_watches_at_their_start_not_their_end() -> None:
     """Old watches ending at the heal (counted by the metrics at their end) are no arrivals;
     the watches started later are, in the second they started."""
     points = [
-        stamped(0.0, 1000.0, {"WATCH configmaps": 0, "PUT leases": 0}),
-        stamped(1.0, 1001.0, {"WATCH configmaps": 500, "PUT leases": 2}),  # 500 old ones end
-        stamped(2.0, 1002.0, {"WATCH configmaps": 500, "PUT leases": 4}),
-        stamped(3.0, 1003.0, {"WATCH configmaps": 510, "PUT leases": 5}),
+        at(0.0, {"WATCH configmaps": 0, "PUT leases": 0}, wall=1000.0),
+        at(1.0, {"WATCH configmaps": 500, "PUT leases": 2}, wall=1001.0),  # 500 old ones end
+        at(2.0, {"WATCH configmaps": 500, "PUT leases": 4}, wall=1002.0),
+        at(3.0, {"WATCH configmaps": 510, "PUT leases": 5}, wall=1003.0),
     ]
     starts = [(1001.2, "configmaps")] * 30 + [(1002.5, "configmaps")] * 10 + [(999.0, "pods")]
     rate, mix = fleetmeasures.arrivals_peak(points, starts)
