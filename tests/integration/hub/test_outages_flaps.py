@@ -96,6 +96,15 @@ class Hub:
         self.cloud.up = True
         self.recorder.cloud(True)
 
+    def outage(self, seconds: float) -> records.Outage:
+        """A cut of ``seconds`` on the test's clock, healed: the outage it began."""
+        self.cut()
+        began = self.recorder.current
+        assert began is not None
+        self.clock.run(seconds)
+        self.heal()
+        return began
+
     async def looked(self) -> None:
         """Wait until the poster has looked at what is due twice since now (so at least once
         whole after the last change)."""
@@ -303,11 +312,7 @@ async def test_a_hub_stopped_within_the_window_posts_the_event_on_its_next_start
     clock = Clock()
     cloud = Cloud()
     async with running(tmp_path, clock, cloud) as hub:
-        hub.cut()
-        began = hub.recorder.current
-        assert began is not None
-        clock.run(60)
-        hub.heal()
+        began = hub.outage(60)
         await hub.looked()
     assert cloud.posts == 0  # stopped within the window: the history keeps it unposted
     clock.run(10)  # the same boot: the window is measured across the restart
@@ -332,11 +337,7 @@ async def test_a_hub_restarted_within_the_window_goes_on_with_the_outage_when_th
     clock = Clock()
     cloud = Cloud()
     async with running(tmp_path, clock, cloud) as hub:
-        hub.cut()
-        began = hub.recorder.current
-        assert began is not None
-        clock.run(60)
-        hub.heal()
+        began = hub.outage(60)
     clock.run(3)
     async with running(tmp_path, clock, cloud) as hub:
         hub.cut()  # the restarted hub's first probe round finds the link gone
