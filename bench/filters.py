@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import os
 import pathlib
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,8 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+
+from yurthub.testing import ports
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 NODE = "bench-node"
@@ -233,12 +234,6 @@ def serve_upstream(port: int) -> None:
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def process(args: list[str]) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -272,7 +267,7 @@ async def wait_ready(server: str, timeout: float = 30) -> None:
 
 
 async def through_hub(upstream: str, filters: bool, events: int, lists: int) -> dict[str, float]:
-    proxy_port, serve_port = free_port(), free_port()
+    proxy_port, serve_port = ports.free_port(), ports.free_port()
     with tempfile.TemporaryDirectory() as cache, process(
         [
             EDGEHUB, "--log-level", "warning", "hub", f"--server-addr={upstream}",
@@ -332,7 +327,7 @@ async def run(quick: bool) -> None:
         f"   1,000-endpoint list ({micro['list_bytes'] / 1024:.0f} KiB): "
         f"{micro['list_cpu_ms']:.2f} ms CPU, wall p99 {micro['list_p99_ms']:.2f} ms"
     )
-    port = free_port()
+    port = ports.free_port()
     upstream = f"http://127.0.0.1:{port}"
     rounds: dict[bool, list[dict[str, float]]] = {False: [], True: []}
     with process([sys.executable, __file__, "--serve-upstream", str(port)]):

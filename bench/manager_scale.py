@@ -69,7 +69,6 @@ import pathlib
 import re
 import shutil
 import signal
-import socket
 import ssl
 import statistics
 import subprocess
@@ -85,6 +84,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from yurthub.testing import ports
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -118,13 +119,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 async def until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> float:
     """Seconds until ``check`` holds (polled every 25 ms); RuntimeError after ``timeout``."""
     started = time.monotonic()
@@ -155,7 +149,7 @@ class Replica:
     def __init__(self, party: Party, index: int, logs: pathlib.Path) -> None:
         self.party = party
         self.index = index
-        self.port = free_port()
+        self.port = ports.free_port()
         self.log = logs / f"{party.name}-{index}.log"
         self.argv, env = party.command(self)
         self.started = time.monotonic()
@@ -254,9 +248,9 @@ class YurtManager(Party):
             f"--kubeconfig={self.kubeconfig}",
             f"--controllers={','.join(YURT_MANAGER_CONTROLLERS)}",
             "--disable-independent-webhooks=*",
-            f"--metrics-addr=127.0.0.1:{free_port()}",
+            f"--metrics-addr=127.0.0.1:{ports.free_port()}",
             f"--health-probe-addr=127.0.0.1:{replica.port}",
-            f"--webhook-port={free_port()}",
+            f"--webhook-port={ports.free_port()}",
             "--working-namespace=kube-system",
             "--leader-elect=true",
         ], {"WEBHOOK_CERT_DIR": str(certs)}

@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import pathlib
 import random
-import socket
 import statistics
 import string
 import subprocess
@@ -33,15 +32,11 @@ from collections.abc import Iterator
 
 import aiohttp
 
+from yurthub.testing import ports
+
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 NODE = "edge-node-1"
 KUBELET = {"User-Agent": "kubelet/v1.32.4 (linux/amd64) kubernetes/abcdef0"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -156,7 +151,7 @@ async def measure(proxy: str, server: str, pid: int, scrapes: int, gets: int) ->
 
 async def run(quick: bool) -> None:
     n_hostile = 2000 if quick else 10_000
-    sim_port, proxy_port, serve_port = free_port(), free_port(), free_port()
+    sim_port, proxy_port, serve_port = ports.free_port(), ports.free_port(), ports.free_port()
     first = n_hostile // 10
     with contextlib.ExitStack() as stack:
         workdir = stack.enter_context(tempfile.TemporaryDirectory())

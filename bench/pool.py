@@ -29,7 +29,6 @@ import dataclasses
 import logging
 import os
 import pathlib
-import socket
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -39,7 +38,7 @@ import aiohttp
 
 from yurthub import assembly, settings
 from yurthub.pool import gvrs, leaderconfigs
-from yurthub.testing import partition, simapiserver
+from yurthub.testing import partition, ports, simapiserver
 
 POOL = "bench"
 KUBELET = "kubelet/v1.37.2 (linux/amd64) kubernetes/bench"
@@ -63,13 +62,6 @@ class Result:
 
 def address(i: int) -> str:
     return f"127.0.0.{31 + i}"
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def hub_settings(
@@ -189,7 +181,7 @@ async def scenario(
                     },
                 }
             )
-        port = free_port(address(0))
+        port = ports.free_port(address(0))
         links: list[partition.Partition] = []
         nodes = []
         session = await stack.enter_async_context(aiohttp.ClientSession())

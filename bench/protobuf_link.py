@@ -44,6 +44,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from yurthub.testing import ports
+
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import side_by_side as sbs  # noqa: E402  (bench/side_by_side.py: the shared set-up)
@@ -127,7 +129,7 @@ async def bench(
         direct_ctx = ssl.create_default_context(cafile=str(cluster.ca_path))
         direct_ctx.load_cert_chain(str(workdir / "client.pem"))
         await asyncio.sleep(1.5)
-        serve, proxy = sbs.free_port(), sbs.free_port()
+        serve, proxy = ports.free_port(), ports.free_port()
         argv = sbs.edgehub_argv(node_kc, workdir / "cache", link, serve, proxy)
         hub = sbs.Hub("edgehub", link, argv, serve, proxy)
         hub.proc.start()

@@ -31,7 +31,6 @@ import contextlib
 import os
 import pathlib
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,8 @@ from collections.abc import Iterator
 import aiohttp
 import orjson
 from aiohttp import web
+
+from yurthub.testing import ports
 
 HERE = pathlib.Path(__file__).resolve().parent
 PYTHON = sys.executable
@@ -189,7 +190,7 @@ def serve_fixed(port: int, source: str) -> None:
 
 async def server_alone(get_url: str, n: int) -> float:
     """CPU per GET of ``serve_fixed`` answering what ``get_url`` answers."""
-    port = free_port()
+    port = ports.free_port()
     argv = [PYTHON, __file__, "--serve-fixed", str(port), "--fixed-source", get_url]
     with process(argv) as server:
         url = f"http://127.0.0.1:{port}/"
@@ -271,12 +272,6 @@ async def sim_watch_delays(
 
 
 # --- processes ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def wait_http(url: str, timeout: float = 20) -> None:
@@ -471,7 +466,7 @@ async def wait_ready(serve_port: int) -> None:
 
 async def run(quick: bool, upstream: str, compare: str = "") -> None:
     n_get, n_list, n_events = (300, 20, 100) if quick else (2000, 100, 500)
-    up_port, ngx_port = free_port(), free_port()
+    up_port, ngx_port = ports.free_port(), ports.free_port()
     direct = f"http://127.0.0.1:{up_port}"
     targets = {"direct": direct}
     proxies: dict[str, int] = {}
@@ -495,7 +490,7 @@ async def run(quick: bool, upstream: str, compare: str = "") -> None:
         if compare:
             hubs.append(("hub-before", "asyncio", compare))
         for name, loop, source in hubs:
-            hub_port, srv_port = free_port(), free_port()
+            hub_port, srv_port = ports.free_port(), ports.free_port()
             cache = os.path.join(workdir, f"cache-{name}")
             hub = stack.enter_context(
                 hub_process(hub_argv(direct, hub_port, srv_port, cache), loop, source)
@@ -503,7 +498,7 @@ async def run(quick: bool, upstream: str, compare: str = "") -> None:
             await wait_ready(srv_port)
             targets[name] = f"http://127.0.0.1:{hub_port}"
             proxies[name] = hub.pid
-        floor_port = free_port()
+        floor_port = ports.free_port()
         floor_argv = [PYTHON, __file__, "--serve-floor", str(floor_port)]
         floor_proc = stack.enter_context(process([*floor_argv, "--floor-upstream", direct]))
         targets["floor"] = f"http://127.0.0.1:{floor_port}"

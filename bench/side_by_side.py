@@ -52,6 +52,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from yurthub.testing import ports
+
 HERE = pathlib.Path(__file__).resolve().parent
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 NODE = "bench-node"
@@ -159,8 +161,8 @@ class Link:
 
     def __init__(self, name: str, upstream_port: int, logs: pathlib.Path) -> None:
         self.name = name
-        self.port = free_port()
-        self.control_port = free_port()
+        self.port = ports.free_port()
+        self.control_port = ports.free_port()
         self.proc = Proc(
             f"link-{name}",
             [
@@ -185,14 +187,6 @@ class Link:
         async with session.get(f"http://127.0.0.1:{self.control_port}/mode") as r:
             state = await r.json()
         return int(state["relayed"]["from_upstream"]) + int(state["relayed"]["to_upstream"])
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- the hubs ----------------------------------------------------------------------------------
@@ -237,8 +231,8 @@ def yurthub_root(cluster: Any, root: pathlib.Path, server: str) -> pathlib.Path:
 def yurthub_argv(binary: str, root: pathlib.Path, link: Link, serve: int, proxy: int) -> list[str]:
     from yurthub.testing import yurthubs
 
-    ports = (serve, proxy, free_port(), free_port())
-    return yurthubs.argv(binary, root, link.url, NODE, "bench-pool", ports)
+    listen = (serve, proxy, ports.free_port(), ports.free_port())
+    return yurthubs.argv(binary, root, link.url, NODE, "bench-pool", listen)
 
 
 def edgehub_argv(kubeconfig: pathlib.Path, cache: pathlib.Path, link: Link, serve: int, proxy: int):
@@ -246,7 +240,7 @@ def edgehub_argv(kubeconfig: pathlib.Path, cache: pathlib.Path, link: Link, serv
         EDGEHUB, "--log-level", "warning", "hub",
         "--server-addr", link.url, "--node-name", NODE, "--kubeconfig", str(kubeconfig),
         "--disk-cache-path", str(cache), "--serve-port", str(serve), "--proxy-port", str(proxy),
-        "--proxy-secure-port", str(free_port()),
+        "--proxy-secure-port", str(ports.free_port()),
     ]  # fmt: skip
 
 
@@ -562,7 +556,7 @@ async def bench(
             stack.callback(link.proc.stop)
         await asyncio.sleep(1.5)
         hubs: list[Hub] = []
-        serve, proxy = free_port(), free_port()
+        serve, proxy = ports.free_port(), ports.free_port()
         hubs.append(
             Hub(
                 "edgehub",
@@ -574,7 +568,7 @@ async def bench(
         )
         if yurthub_bin is not None:
             root = yurthub_root(cluster, workdir / "yurthub", links["yurthub"].url)
-            serve, proxy = free_port(), free_port()
+            serve, proxy = ports.free_port(), ports.free_port()
             hubs.append(
                 Hub(
                     "yurthub",

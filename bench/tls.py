@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import base64
 import pathlib
-import socket
 import ssl
 import statistics
 import subprocess
@@ -36,18 +35,12 @@ import time
 import aiohttp
 import yaml
 
-from yurthub.testing import joining
+from yurthub.testing import joining, ports
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 NODE = "bench-node"
 DEMO_TOKEN = "abcdef.0123456789abcdef"  # the demo seed's bootstrap token
 POD = "/api/v1/namespaces/kube-system/pods?limit=1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -130,7 +123,7 @@ async def throughput(
 async def run(quick: bool) -> None:
     n = 300 if quick else 2000
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-tls-"))
-    api_port, proxy_port, secure_port, serve_port = (free_port() for _ in range(4))
+    api_port, proxy_port, secure_port, serve_port = (ports.free_port() for _ in range(4))
     admin_kubeconfig = work / "admin.kubeconfig"
     sim = subprocess.Popen(
         [

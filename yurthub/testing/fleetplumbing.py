@@ -1,8 +1,8 @@
-"""The fleet's plumbing (``fleets``): listening ports no outgoing connection can take, a bounded
+"""The fleet's plumbing (``fleets``): a bounded
 thread pool for calls to every member at once, the admin's client of the apiserver, and a
 node's edge link (``edgehub partition``: cut, healed, counting the bytes it relays).
 
-Invariant: ``Link.stop`` ends its process; ``Ports`` never hands out a port twice.
+Invariant: ``Link.stop`` ends its process.
 """
 
 from __future__ import annotations
@@ -11,73 +11,15 @@ import concurrent.futures
 import json
 import os
 import pathlib
-import random
-import socket
 import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from yurthub.testing import edgenodes, processes, realcluster
-
-
-def _ephemeral_low() -> int:
-    try:
-        low = int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    return low
-
-
-class Ports:
-    """Listening ports for a fleet's processes, from below the kernel's ephemeral range.
-
-    A port picked by binding port 0 (``realcluster.free_ports``) is an ephemeral one: between
-    the pick and the process binding it, any outgoing connection on the machine may take it as
-    its local port, and with a fleet's hundreds of processes and connections that happens (a
-    link once failed to start so). Ports here come from [20000, the ephemeral range's start),
-    from a random start, each checked free (bound on 0.0.0.0 and on the given addresses) and
-    never handed out twice by this object."""
-
-    def __init__(self, low: int = 20000, high: int | None = None) -> None:
-        self.low = low
-        self.high = high if high is not None else _ephemeral_low() - 1
-        if self.high - self.low < 1000:
-            raise ValueError(f"no room for ports in [{self.low}, {self.high}]")
-        self._next = random.randrange(self.low, self.high)
-        self._given: set[int] = set()
-
-    def take(self, count: int = 1, addresses: Sequence[str] = ("0.0.0.0",)) -> list[int]:
-        found: list[int] = []
-        for _ in range(self.high - self.low):
-            port = self._next
-            self._next = self.low if port >= self.high else port + 1
-            if port not in self._given and _bindable(port, addresses):
-                self._given.add(port)
-                found.append(port)
-                if len(found) == count:
-                    return found
-        raise processes.ProcessError(f"no {count} free ports in [{self.low}, {self.high}]")
-
-    def one(self, addresses: Sequence[str] = ("0.0.0.0",)) -> int:
-        return self.take(1, addresses)[0]
-
-
-def _bindable(port: int, addresses: Sequence[str]) -> bool:
-    held: list[socket.socket] = []
-    try:
-        for address in addresses:
-            s = socket.socket()
-            held.append(s)
-            s.bind((address, port))
-        return True
-    except OSError:
-        return False
-    finally:
-        for s in held:
-            s.close()
+from yurthub.testing import ports as portpicking
 
 
 def in_parallel(calls: Iterable[Callable[[], Any]], workers: int = 16) -> list[Any]:
@@ -134,7 +76,7 @@ class Link:
     """A node's edge link: ``edgehub partition`` between the node and the apiserver."""
 
     def __init__(
-        self, name: str, upstream: int, log: pathlib.Path, *, die: bool, ports: Ports
+        self, name: str, upstream: int, log: pathlib.Path, *, die: bool, ports: portpicking.Ports
     ) -> None:
         self.port, self.control_port = ports.take(2)
         self.process = processes.Process(

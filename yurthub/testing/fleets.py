@@ -59,6 +59,7 @@ from yurthub.testing import (
     fleetplans,
     fleetplumbing,
     hollownodes,
+    ports,
     processes,
     realcluster,
     yurthubs,
@@ -375,7 +376,7 @@ class Fleet:
         self.log = log
         self.admin = fleetplumbing.Admin(cluster)
         self.placements = spec.placements()
-        self.ports = fleetplumbing.Ports()
+        self.ports = ports.Ports()
         self.multiplexer_port = self.ports.one([p.name for p in self.placements])
         self.members: list[Member] = []
         self.mode: Mode | None = None

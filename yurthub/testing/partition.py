@@ -40,6 +40,8 @@ import struct
 import time
 from types import TracebackType
 
+from yurthub.testing import ports
+
 logger = logging.getLogger(__name__)
 
 CHUNK = 64 << 10
@@ -128,6 +130,7 @@ class Partition:
         self._flap_started = time.monotonic()
         self._changed = asyncio.Event()
         self._server: asyncio.Server | None = None
+        self._hold: ports.PortHold | None = None
         self._conns: set[_Conn] = set()
         self._handlers: set[asyncio.Task[None]] = set()
         self._stopping = False
@@ -142,17 +145,17 @@ class Partition:
 
     async def start(self) -> None:
         self._stopping = False
+        self._reserve()
         if self._mode is not Mode.REFUSE:
             await self._listen()
-        elif not self.port:
-            # Refusing from the start still needs a port number to hand out.
-            await self._listen()
-            await self._unlisten()
 
     async def stop(self) -> None:
         """Close the listener and end every connection (reset) and its handler."""
         self._stopping = True
         await self._unlisten()
+        if self._hold is not None:
+            self._hold.close()
+            self._hold = None
         for conn in list(self._conns):
             conn.reset()
         self._wake()
@@ -245,9 +248,17 @@ class Partition:
 
     # --- serving ------------------------------------------------------------------------------
 
+    def _reserve(self) -> None:
+        """Hold the port for the partition's whole life, listening or not: ``refuse`` closes
+        the listener, and a free port may be taken by any outgoing connection as its local
+        port, after which the heal could not listen on it again (``ports.PortHold``)."""
+        if self._hold is None:
+            self._hold = ports.PortHold(self.listen_host, self.port)
+            self.port = self._hold.port
+
     async def _listen(self) -> None:
         self._server = await asyncio.start_server(
-            self._accept, self.listen_host, self.port, reuse_address=True
+            self._accept, self.listen_host, self.port, reuse_address=True, reuse_port=True
         )
         self.port = self._server.sockets[0].getsockname()[1]
 

@@ -25,7 +25,6 @@ import json
 import os
 import pathlib
 import shutil
-import socket
 import ssl
 import subprocess
 import time
@@ -35,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
-from yurthub.testing import clusterflags, k8sbinaries, processes, workdirs
+from yurthub.testing import clusterflags, k8sbinaries, ports, processes, workdirs
 from yurthub.testing.sim import kubeconfigs, pki
 
 ADMIN_USER = "kubernetes-admin"
@@ -48,18 +47,9 @@ MARKER_NOTE = "made by `edgehub cluster up`, which replaces its data, logs and P
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback TCP ports (held together while picked, then released:
-    another program may still take one before we bind it, which ``up`` reports)."""
-    held: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            held.append(s)
-        return [s.getsockname()[1] for s in held]
-    finally:
-        for s in held:
-            s.close()
+    """``count`` distinct free loopback TCP ports, from below the ephemeral range (``ports``):
+    another program may still bind one before we do, which ``up`` reports."""
+    return ports.free_ports(count)
 
 
 def _write(path: pathlib.Path, data: bytes, mode: int = 0o644) -> None:

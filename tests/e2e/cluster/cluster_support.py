@@ -7,14 +7,13 @@ import base64
 import contextlib
 import json
 import pathlib
-import socket
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import pytest
 import yaml
 
-from yurthub.testing import edgenodes, k8sbinaries, processes, realcluster
+from yurthub.testing import edgenodes, k8sbinaries, ports, processes, realcluster
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 POOL_LABEL = "apps.openyurt.io/nodepool"
@@ -72,14 +71,6 @@ def own_cluster(
     )
     with bed:
         yield bed
-
-
-def free_port(host: str) -> int:
-    """A TCP port free on ``host`` now."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def pool_leaders(cluster: realcluster.RealCluster, pool: str) -> list[str]:
@@ -141,7 +132,7 @@ def hub_pool(
         workdir / "manager.log",
         die_with_parent=True,
     )
-    port = free_port(names[0])
+    port = ports.free_port(names[0])
     nodes = [
         edgenodes.EdgeNode(
             cluster,

@@ -22,7 +22,6 @@ import contextlib
 import os
 import pathlib
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -37,7 +36,7 @@ from cluster_support import REPO, token_kubeconfig
 from cryptography import x509
 
 from yurthub.certs import pemfiles
-from yurthub.testing import joining, processes, realcluster
+from yurthub.testing import joining, ports, processes, realcluster
 
 pytestmark = pytest.mark.slow
 
@@ -45,13 +44,6 @@ EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 NODE = "identity-real"
 NS = "identity-real"
 PODS = f"/api/v1/namespaces/{NS}/pods"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def until(check: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -200,7 +192,7 @@ async def test_join_serve_rotate_and_kill_on_the_real_cluster(
         "the bootstrapsigner's signature",
     )
     root = tmp_path / "root"
-    secure = free_port()
+    secure = ports.free_port()
     hub = Hub(
         [
             f"--server-addr={real_cluster.url}",

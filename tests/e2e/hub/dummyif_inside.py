@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-import socket
 import ssl
 import subprocess
 import sys
@@ -17,16 +16,9 @@ import aiohttp
 
 from yurthub import server, settings
 from yurthub.certs import modes
-from yurthub.testing import joining, simapiserver
+from yurthub.testing import joining, ports, simapiserver
 
 NODE = "edge-1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def addresses(name: str) -> str:
@@ -51,7 +43,7 @@ async def main() -> dict[str, object]:
         admin = joining.Admin.from_kubeconfig(sim.kubeconfig_path)
         token = joining.new_token()
         await admin.create_bootstrap_token(token)
-        proxy_port, secure_port = free_port(), free_port()
+        proxy_port, secure_port = ports.free_port(), ports.free_port()
         hub_settings = settings.HubSettings(
             node_name=NODE,
             upstream=settings.UpstreamSettings(servers=(sim.url,), connect_timeout=1.0),

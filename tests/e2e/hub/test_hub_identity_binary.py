@@ -9,7 +9,6 @@ import os
 import pathlib
 import random
 import signal
-import socket
 import ssl
 import sys
 
@@ -17,18 +16,11 @@ import aiohttp
 import pytest
 
 from yurthub.certs import pemfiles
-from yurthub.testing import joining, processes, simapiserver
+from yurthub.testing import joining, ports, processes, simapiserver
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 NODE = "edge-1"
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def start(args: list[str], log: pathlib.Path) -> tuple[asyncio.subprocess.Process, str]:
@@ -62,7 +54,7 @@ async def test_kill_9_during_rotation(tmp_path: pathlib.Path) -> None:
         token = joining.new_token()
         await admin.create_bootstrap_token(token)
         root = tmp_path / "root"
-        secure = free_port()
+        secure = ports.free_port()
         args = [
             "--v=2",
             f"--server-addr={sim.url}",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import socket
 import time
 from collections.abc import AsyncIterator
 
@@ -91,6 +93,28 @@ async def test_refuse_closes_the_listener_and_resets_existing() -> None:
         reader, writer = await connect(p)
         assert await roundtrip(reader, writer, b"z") == b"z"
         await close(writer)
+
+
+async def test_a_refusing_partition_keeps_its_port() -> None:
+    """While refusing, nothing else on the machine can take the port (an outgoing connection's
+    source port would have made the heal fail with EADDRINUSE)."""
+    async with link(mode=partition.Mode.REFUSE) as p:
+        assert p.port
+        for _ in range(2):
+            other = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            with other, pytest.raises(OSError) as taken:
+                other.bind(("127.0.0.1", p.port))
+            assert taken.value.errno == errno.EADDRINUSE
+            with pytest.raises(ConnectionRefusedError):
+                await connect(p)
+            await p.set_mode(partition.Mode.PASS)
+            reader, writer = await connect(p)
+            assert await roundtrip(reader, writer, b"up") == b"up"
+            await close(writer)
+            await p.set_mode(partition.Mode.REFUSE)
+    freed = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    with freed:
+        freed.bind(("127.0.0.1", p.port))  # stop gives it back
 
 
 async def test_blackhole_stalls_and_then_delivers() -> None:

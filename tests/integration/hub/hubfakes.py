@@ -19,7 +19,7 @@ from aiohttp import web
 
 from yurthub import server, settings
 from yurthub.proxy import seams
-from yurthub.testing import partition, simapiserver
+from yurthub.testing import partition, ports, simapiserver
 
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
@@ -46,6 +46,7 @@ class FakeApiserver:
         requests for it that came."""
         self.held = 0
         self._runner: web.AppRunner | None = None
+        self._hold: ports.PortHold | None = None
         self.port = 0
 
     @property
@@ -72,19 +73,29 @@ class FakeApiserver:
         r.add_route("*", "/api/v1/namespaces/{ns}/secrets/{name}", self._secret)
         return app
 
-    async def start(self, port: int = 0) -> None:
+    async def start(self) -> None:
+        """Serve; again on the same port after ``stop(keep_port=True)``."""
+        if self._hold is None:
+            self._hold = ports.PortHold("127.0.0.1", self.port)
+            self.port = self._hold.port
         self._runner = web.AppRunner(
             self.app(), access_log=None, shutdown_timeout=0.1, handler_cancellation=True
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", port or self.port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner, "127.0.0.1", self.port, reuse_address=True, reuse_port=True
+        )
         await site.start()
-        self.port = self._runner.addresses[0][1]
 
-    async def stop(self) -> None:
+    async def stop(self, *, keep_port: bool = False) -> None:
+        """Stop serving (new connections are refused); ``keep_port`` holds the port for a
+        ``start`` to come, so that no outgoing connection takes it meanwhile."""
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if not keep_port and self._hold is not None:
+            self._hold.close()
+            self._hold = None
 
     def _record(self, request: web.Request) -> None:
         self.requests += 1

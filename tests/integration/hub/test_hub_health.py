@@ -81,7 +81,7 @@ async def test_transport_error_probes_at_once(make_hub: MakeHub) -> None:
         # a long heartbeat interval: only the suspect probe can notice the dead server
         async with make_hub([api.url], interval=60) as hub:
             assert hub.health.is_healthy(api.url)
-            await api.stop()
+            await api.stop(keep_port=True)
             async with aiohttp.ClientSession() as s, s.get(hub.proxy_url + "/api/v1/pods") as r:
                 assert r.status == 502
             async with asyncio.timeout(2):

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import dataclasses
 import pathlib
-import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
@@ -21,15 +20,9 @@ from cryptography import x509
 
 from yurthub import server, settings
 from yurthub.certs import modes
+from yurthub.testing import ports
 
 NODE = "edge-1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def hub_settings(
@@ -49,7 +42,7 @@ def hub_settings(
             servers=servers, connect_timeout=1.0, identity_check_interval=1.0
         ),
         listen=settings.ListenSettings(
-            serve_port=0, proxy_port=0, proxy_secure_port=secure_port or free_port()
+            serve_port=0, proxy_port=0, proxy_secure_port=secure_port or ports.free_port()
         ),
         heartbeat=settings.HeartbeatSettings(
             interval=0.5, timeout=1.0, healthy_threshold=1, failed_retry=1

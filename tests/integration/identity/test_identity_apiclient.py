@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
-from identity_support import free_port
 
 from yurthub.certs import apiclient
+from yurthub.testing import ports
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ async def server() -> AsyncIterator[str]:
 
 
 async def test_an_answer_in_pieces_is_read_whole(server: str) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = f"http://127.0.0.1:{ports.free_port()}"
     async with apiclient.Client([dead, server], apiclient.insecure_context()) as client:
         used, body = await client.request("POST", "/pieces", {"a": 1})
     assert used == server  # the dead one was skipped
@@ -53,7 +53,7 @@ async def test_errors(server: str) -> None:
     async with apiclient.Client([server], apiclient.insecure_context()) as client:
         with pytest.raises(apiclient.ApiError, match="HTTP 403: forbidden: no"):
             await client.get("/refused")
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = f"http://127.0.0.1:{ports.free_port()}"
     async with apiclient.Client([dead], apiclient.insecure_context()) as client:
         with pytest.raises(apiclient.Unreachable, match="cannot connect"):
             await client.get("/x")

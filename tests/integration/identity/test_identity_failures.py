@@ -13,11 +13,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from identity_support import NODE, free_port, hub_settings, readyz, running, until
+from identity_support import NODE, hub_settings, readyz, running, until
 
 from yurthub import server
 from yurthub.certs import hubconfigs, layout, modes, pemfiles
-from yurthub.testing import joining, simapiserver
+from yurthub.testing import joining, ports, simapiserver
 
 
 @pytest.fixture
@@ -163,7 +163,7 @@ async def test_never_approved(
 
 
 async def test_unreachable_apiserver_at_bootstrap(tmp_path: pathlib.Path) -> None:
-    port = free_port()
+    port = ports.free_port()
     sim = simapiserver.SimApiserver(port=port, workdir=tmp_path / "sim")
     token = joining.new_token()
     s = hub_settings(

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import dataclasses
 import pathlib
-import socket
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -24,7 +23,7 @@ import orjson
 
 from yurthub import assembly, settings
 from yurthub.pool import leaderconfigs
-from yurthub.testing import partition, simapiserver
+from yurthub.testing import partition, ports, simapiserver
 from yurthub.testing.watchevents import Events
 
 POOL = "hz"
@@ -34,13 +33,6 @@ KUBE_PROXY = "kube-proxy/v1.37.2 (linux/amd64) kubernetes/abcdef0"
 SERVICES = "/api/v1/services"
 SLICES = "/apis/discovery.k8s.io/v1/endpointslices"
 PROTOBUF_OR_JSON = "application/vnd.kubernetes.protobuf, */*"
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def address_of(index: int) -> str:
@@ -249,7 +241,7 @@ async def pool_of(
         assert sim.insecure_url is not None
         sim_port = int(sim.insecure_url.rsplit(":", 1)[1])
         session = await stack.enter_async_context(aiohttp.ClientSession())
-        port = free_port(address_of(0))
+        port = ports.free_port(address_of(0))
         hubs = []
         for name in names:
             link = await stack.enter_async_context(partition.Partition("127.0.0.1", sim_port))

@@ -1,0 +1,123 @@
+"""Listening ports for test beds that no outgoing connection can take.
+
+A port picked by binding port 0 is an ephemeral one. Between the pick and the process binding
+it, or while a listener is closed to be opened again on the same port (an apiserver restarted,
+a link refusing), any outgoing connection on the machine may take it as its local port, and
+the bind then fails with EADDRINUSE. Two remedies, one for each case:
+
+- ``Ports``/``free_ports``/``free_port`` pick from [20000, the ephemeral range's start), where
+  ``connect()`` never looks, each port checked free and never handed out twice by one ``Ports``.
+- ``PortHold`` keeps a port bound (``SO_REUSEPORT``, never listening) while its listener comes
+  and goes: a bound port is skipped by ``connect()``'s search, and a SYN to it still meets no
+  listener and is refused. Listeners on a held port must set ``reuse_port`` too.
+
+Invariant: ``Ports`` never hands out a port twice; ``PortHold.close`` gives the port back.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import random
+import socket
+from collections.abc import Sequence
+from types import TracebackType
+
+
+class NoPortError(RuntimeError):
+    """No free port in the range."""
+
+
+def ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (32768 when it cannot be read)."""
+    try:
+        return int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+class Ports:
+    """Ports from [``low``, the ephemeral range's start), from a random start, each checked
+    free (bound on each of the given addresses) and never handed out twice by this object."""
+
+    def __init__(self, low: int = 20000, high: int | None = None) -> None:
+        self.low = low
+        self.high = high if high is not None else ephemeral_low() - 1
+        if self.high - self.low < 1000:
+            raise ValueError(f"no room for ports in [{self.low}, {self.high}]")
+        self._next = random.randrange(self.low, self.high)
+        self._given: set[int] = set()
+
+    def take(self, count: int = 1, addresses: Sequence[str] = ("0.0.0.0",)) -> list[int]:
+        found: list[int] = []
+        for _ in range(self.high - self.low):
+            port = self._next
+            self._next = self.low if port >= self.high else port + 1
+            if port not in self._given and bindable(port, addresses):
+                self._given.add(port)
+                found.append(port)
+                if len(found) == count:
+                    return found
+        raise NoPortError(f"no {count} free ports in [{self.low}, {self.high}]")
+
+    def one(self, addresses: Sequence[str] = ("0.0.0.0",)) -> int:
+        return self.take(1, addresses)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports free on ``host`` now, outside the ephemeral range."""
+    return Ports().take(count, (host,))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on ``host`` now, outside the ephemeral range."""
+    return Ports().one((host,))
+
+
+def bindable(port: int, addresses: Sequence[str]) -> bool:
+    held: list[socket.socket] = []
+    try:
+        for address in addresses:
+            s = socket.socket(_family(address))
+            held.append(s)
+            s.bind((address, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        for s in held:
+            s.close()
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+class PortHold:
+    """A port kept bound, never listening, until ``close``: port 0 picks one."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind(address)
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        self.port: int = sock.getsockname()[1]
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> PortHold:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
