@@ -264,7 +264,8 @@ def scraped(tmp_path: pathlib.Path) -> Iterator[tuple[set[str], dict[str, set[st
                     time.sleep(0.05)
                 with pytest.raises(urllib.error.HTTPError) as refused:
                     _get(watch, "kubectl/v1.37")
-                assert refused.value.code == 429
+                with refused.value:  # its response holds the connection
+                    assert refused.value.code == 429
                 held.result()
             urls = {
                 "hub": fields["server"] + "/metrics",

@@ -162,7 +162,8 @@ class HollowNode:
         try:
             with urllib.request.urlopen(url, timeout=5) as r:
                 doc = json.loads(r.read(8 << 20))
-        except (OSError, ValueError):
+        except (OSError, ValueError) as e:
+            realcluster.close_answer(e)
             return None
         pods: dict[str, str] = {}
         for item in doc.get("items") or []:
@@ -207,7 +208,8 @@ class HollowNode:
             with urllib.request.urlopen(url, timeout=5) as r:
                 text: str = r.read(32 << 20).decode()
                 return text
-        except (OSError, ValueError):
+        except (OSError, ValueError) as e:
+            realcluster.close_answer(e)
             return None
 
     def check_alive(self) -> None:

@@ -59,6 +59,14 @@ def _write(path: pathlib.Path, data: bytes, mode: int = 0o644) -> None:
         f.write(data)
 
 
+def close_answer(error: BaseException) -> None:
+    """Close the answer an ``HTTPError`` holds (and with it the connection), when ``error`` is
+    one: a caller that catches ``OSError`` around ``urlopen`` catches HTTP errors too, and an
+    answer left to the garbage collector warns, unraisably, in whatever test runs then."""
+    if isinstance(error, urllib.error.HTTPError):
+        error.close()
+
+
 def _get(url: str, context: ssl.SSLContext | None, timeout: float = 2.0) -> tuple[int, bytes]:
     """(status, body) of a GET; (0, reason) when nothing answered."""
     try:

@@ -156,6 +156,7 @@ class Api:
         try:
             return self.get(path)
         except urllib.error.HTTPError as e:
+            e.close()  # its response holds the connection
             if e.code == 404:
                 return None
             raise

@@ -50,7 +50,8 @@ def through_the_hub(node: edgenodes.EdgeNode, path: str) -> tuple[int, dict[str,
         with urllib.request.urlopen(request, timeout=10) as resp:
             return int(resp.status), {k.lower(): v for k, v in resp.headers.items()}, resp.read()
     except urllib.error.HTTPError as e:
-        return int(e.code), {k.lower(): v for k, v in e.headers.items()}, e.read()
+        with e:  # its response holds the connection
+            return int(e.code), {k.lower(): v for k, v in e.headers.items()}, e.read()
 
 
 def apf_objects(node_name: str) -> list[dict[str, object]]:

@@ -194,34 +194,35 @@ def test_python_client_list_and_watch_through_the_hub(
 ) -> None:
     config = kubernetes.client.Configuration()
     config.host = operator_hub.proxy_url
-    api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(config))
-    listed = api.list_namespace()
-    direct = json.loads(real_cluster.kubectl("get", "namespaces", "-o", "json").stdout)
-    assert sorted(n.metadata.uid for n in listed.items) == sorted(
-        i["metadata"]["uid"] for i in direct["items"]
-    )
-    real_cluster.kubectl("create", "namespace", NS, check=False)
-    watch = kubernetes.watch.Watch()
-    events: list[tuple[str, str]] = []
-    started = time.monotonic()
+    with kubernetes.client.ApiClient(config) as client:  # closed: its pool holds sockets
+        api = kubernetes.client.CoreV1Api(client)
+        listed = api.list_namespace()
+        direct = json.loads(real_cluster.kubectl("get", "namespaces", "-o", "json").stdout)
+        assert sorted(n.metadata.uid for n in listed.items) == sorted(
+            i["metadata"]["uid"] for i in direct["items"]
+        )
+        real_cluster.kubectl("create", "namespace", NS, check=False)
+        watch = kubernetes.watch.Watch()
+        events: list[tuple[str, str]] = []
+        started = time.monotonic()
 
-    def make() -> None:
-        time.sleep(1.0)
-        real_cluster.kubectl("create", "configmap", "watched", "-n", NS, "--from-literal=x=y")
-        real_cluster.kubectl("delete", "configmap", "watched", "-n", NS)
+        def make() -> None:
+            time.sleep(1.0)
+            real_cluster.kubectl("create", "configmap", "watched", "-n", NS, "--from-literal=x=y")
+            real_cluster.kubectl("delete", "configmap", "watched", "-n", NS)
 
-    maker = threading.Thread(target=make)
-    maker.start()
-    rv = api.list_namespaced_config_map(NS).metadata.resource_version
-    for event in watch.stream(
-        api.list_namespaced_config_map, NS, resource_version=rv, timeout_seconds=20
-    ):
-        if event["object"].metadata.name == "watched":
-            events.append((event["type"], event["object"].metadata.name))
-        if len(events) == 2 or time.monotonic() - started > 20:
-            watch.stop()
-    maker.join()
-    assert events == [("ADDED", "watched"), ("DELETED", "watched")]
+        maker = threading.Thread(target=make)
+        maker.start()
+        rv = api.list_namespaced_config_map(NS).metadata.resource_version
+        for event in watch.stream(
+            api.list_namespaced_config_map, NS, resource_version=rv, timeout_seconds=20
+        ):
+            if event["object"].metadata.name == "watched":
+                events.append((event["type"], event["object"].metadata.name))
+            if len(events) == 2 or time.monotonic() - started > 20:
+                watch.stop()
+        maker.join()
+        assert events == [("ADDED", "watched"), ("DELETED", "watched")]
 
 
 def test_protobuf_passes_through_the_hub(

@@ -51,7 +51,8 @@ def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         with urllib.request.urlopen(request, timeout=30) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
-        return e.code, e.read()
+        with e:  # its response holds the connection
+            return e.code, e.read()
     except OSError:
         return 0, b""
 

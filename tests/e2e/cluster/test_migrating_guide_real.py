@@ -59,7 +59,8 @@ def _get(url: str) -> tuple[int, dict[str, object]]:
         with urllib.request.urlopen(request, timeout=10) as r:
             return int(r.status), json.loads(r.read())
     except urllib.error.HTTPError as e:
-        return int(e.code), {}
+        with e:  # its response holds the connection
+            return int(e.code), {}
     except (OSError, ValueError):
         return 0, {}
 

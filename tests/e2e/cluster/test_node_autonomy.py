@@ -603,7 +603,8 @@ def hub_endpoints(node: edgenodes.EdgeNode) -> dict[str, bool]:
     try:
         with urllib.request.urlopen(request, timeout=5) as r:
             listed = json.loads(r.read())
-    except OSError:
+    except OSError as e:
+        realcluster.close_answer(e)
         return {}
     return {
         e["targetRef"]["name"]: bool(e["conditions"].get("ready"))

@@ -63,7 +63,8 @@ def post(url: str) -> tuple[int, bytes]:
         with urllib.request.urlopen(request, timeout=30) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as e:
-        return e.code, e.read()
+        with e:  # its response holds the connection
+            return e.code, e.read()
 
 
 def test_the_node_identity_may_pull_images_and_delete_its_ota_pod(

@@ -116,7 +116,8 @@ def port_status(
         with urllib.request.urlopen(request, context=context, timeout=5) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as e:
-        return int(e.code)
+        with e:  # its response holds the connection
+            return int(e.code)
 
 
 def served_lists(node: edgenodes.EdgeNode) -> float:

@@ -82,7 +82,8 @@ def _get(url: str, headers: dict[str, str]) -> tuple[int, Any]:
         with urllib.request.urlopen(request, timeout=10) as r:
             return int(r.status), json.loads(r.read())
     except urllib.error.HTTPError as e:
-        return int(e.code), None
+        with e:  # its response holds the connection
+            return int(e.code), None
     except (OSError, ValueError):
         return 0, None
 
@@ -98,7 +99,8 @@ def _metric_version(node: staticpodnodes.StaticPodNode) -> str | None:
     try:
         with urllib.request.urlopen(f"{node.serve_url}/metrics", timeout=5) as r:
             text = r.read().decode()
-    except OSError:
+    except OSError as e:
+        realcluster.close_answer(e)
         return None
     for line in text.splitlines():
         if line.startswith("openyurt_version_info{"):

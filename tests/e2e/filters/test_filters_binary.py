@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from yurthub.testing import processes, simapiserver
+from yurthub.testing import processes, realcluster, simapiserver
 from yurthub.testing.fixtures import KUBECTL
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
@@ -100,7 +100,8 @@ def hub(tmp_path: pathlib.Path) -> Iterator[tuple[simapiserver.SimApiserverThrea
                 try:
                     with urllib.request.urlopen(fields["server"] + "/v1/readyz", timeout=5):
                         break
-                except OSError:
+                except OSError as e:
+                    realcluster.close_answer(e)  # a 503 while starting: its answer is open
                     assert time.monotonic() < deadline, "hub never ready"
                     time.sleep(0.1)
             yield sim, fields["proxy"], fields["server"]

@@ -203,41 +203,42 @@ async def test_kubernetes_client_watch_through_hub(cluster: Cluster) -> None:
     assert cluster.hub is not None
     config = kubernetes.client.Configuration()
     config.host = cluster.hub.proxy_url
-    api: Any = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(config))
-    watch_module: Any = kubernetes.watch
-    loop = asyncio.get_running_loop()
-    # The sync client blocks: never on this loop, which also runs the hub.
-    listed = await loop.run_in_executor(None, api.list_namespaced_config_map, "default")
-    start_rv = listed.metadata.resource_version
-    received: list[tuple[str, str]] = []
-    done = threading.Event()
+    with kubernetes.client.ApiClient(config) as client:  # closed: its pool holds sockets
+        api: Any = kubernetes.client.CoreV1Api(client)
+        watch_module: Any = kubernetes.watch
+        loop = asyncio.get_running_loop()
+        # The sync client blocks: never on this loop, which also runs the hub.
+        listed = await loop.run_in_executor(None, api.list_namespaced_config_map, "default")
+        start_rv = listed.metadata.resource_version
+        received: list[tuple[str, str]] = []
+        done = threading.Event()
 
-    def consume() -> None:
-        w = watch_module.Watch()
-        for event in w.stream(
-            api.list_namespaced_config_map,
-            "default",
-            resource_version=start_rv,
-            timeout_seconds=20,
-        ):
-            received.append((event["type"], event["object"].metadata.name))
-            if len(received) >= 30:
-                w.stop()
-        done.set()
+        def consume() -> None:
+            w = watch_module.Watch()
+            for event in w.stream(
+                api.list_namespaced_config_map,
+                "default",
+                resource_version=start_rv,
+                timeout_seconds=20,
+            ):
+                received.append((event["type"], event["object"].metadata.name))
+                if len(received) >= 30:
+                    w.stop()
+            done.set()
 
-    thread = threading.Thread(target=consume, name="k8s-client-watch", daemon=True)
-    thread.start()
-    await asyncio.sleep(0.5)
-    expected: list[tuple[str, str]] = []
-    for i in range(10):
-        await kubectl(cluster.direct, "create", "configmap", f"ev{i}")
-        expected.append(("ADDED", f"ev{i}"))
-    for i in range(10):
-        await kubectl(cluster.direct, "label", "configmap", f"ev{i}", "x=y")
-        expected.append(("MODIFIED", f"ev{i}"))
-    for i in range(10):
-        await kubectl(cluster.direct, "delete", "configmap", f"ev{i}")
-        expected.append(("DELETED", f"ev{i}"))
-    await loop.run_in_executor(None, done.wait, 30)
-    thread.join(5)
-    assert received == expected
+        thread = threading.Thread(target=consume, name="k8s-client-watch", daemon=True)
+        thread.start()
+        await asyncio.sleep(0.5)
+        expected: list[tuple[str, str]] = []
+        for i in range(10):
+            await kubectl(cluster.direct, "create", "configmap", f"ev{i}")
+            expected.append(("ADDED", f"ev{i}"))
+        for i in range(10):
+            await kubectl(cluster.direct, "label", "configmap", f"ev{i}", "x=y")
+            expected.append(("MODIFIED", f"ev{i}"))
+        for i in range(10):
+            await kubectl(cluster.direct, "delete", "configmap", f"ev{i}")
+            expected.append(("DELETED", f"ev{i}"))
+        await loop.run_in_executor(None, done.wait, 30)
+        thread.join(5)
+        assert received == expected
