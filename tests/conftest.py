@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pathlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -41,3 +42,13 @@ async def no_leftover_tasks() -> AsyncIterator[None]:
             task.cancel()
         await asyncio.gather(*leftover, return_exceptions=True)
         pytest.fail(f"test left tasks running: {names}")
+
+
+@pytest.fixture(scope="session")
+def informer() -> pathlib.Path:
+    """The client-go informer (``tests/cluster/informer``); a missing build fails with the
+    command that makes it."""
+    try:
+        return k8sbinaries.tool("informer")
+    except k8sbinaries.MissingBinariesError as e:
+        pytest.fail(str(e), pytrace=False)

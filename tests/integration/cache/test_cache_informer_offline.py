@@ -14,24 +14,15 @@ from __future__ import annotations
 import asyncio
 import pathlib
 
-import pytest
 from cache_edge import NODE, Edge, edge_node
 
-from yurthub.testing import k8sbinaries, partition
+from yurthub.testing import partition
 
 TIMEOUT = 60.0
 """The informer's own deadline for syncing and then for the label; it then says what failed."""
 MARK = "edgehub.test/after-the-heal"
 BOOKMARKS = 5
 """Offline bookmarks to read before the outage ends (the hub sends one every 0.3 s here)."""
-
-
-@pytest.fixture(scope="module")
-def informer() -> pathlib.Path:
-    try:
-        return k8sbinaries.tool("informer")
-    except k8sbinaries.MissingBinariesError as e:
-        pytest.fail(str(e), pytrace=False)
 
 
 class Lines:

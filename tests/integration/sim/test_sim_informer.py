@@ -15,21 +15,12 @@ import ssl
 from collections.abc import AsyncIterator
 
 import aiohttp
-import pytest
 
 from yurthub import server, settings
-from yurthub.testing import k8sbinaries, simapiserver
+from yurthub.testing import simapiserver
 
 INFORMER_TIMEOUT = 20.0
 """The informer's own deadline, for syncing and then for the event; it then says what failed."""
-
-
-@pytest.fixture(scope="module")
-def informer() -> pathlib.Path:
-    try:
-        return k8sbinaries.tool("informer")
-    except k8sbinaries.MissingBinariesError as e:
-        pytest.fail(str(e), pytrace=False)
 
 
 async def _create_namespace(sim: simapiserver.SimApiserver, name: str) -> None:
