@@ -2,8 +2,9 @@
 
 The router asks when no backend is healthy (``offline``), when a get/list failed with a transport
 error (``upstream-error``: answered from the cache at once, or ``None`` so the router reports
-the error), and always for kubelet's own lease and ``get node`` (``kubelet-lease`` /
-``kubelet-node``: answered when the cache has the object, else ``None`` and the router proxies).
+the error), and for kubelet's own lease, always, and its ``get node`` once the router knows the
+cache's copy current (``kubelet-lease`` / ``kubelet-node``: answered when the cache has the
+object, else ``None`` and the router proxies).
 
 Answers (decisions that differ from YurtHub are marked *):
 

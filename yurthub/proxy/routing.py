@@ -1,7 +1,7 @@
 """Dispatch of one proxied request (DESIGN.md "The hub: request path", reference §2.5).
 
     classify -> readiness gate -> pool-scoped list/watch: the multiplexer (``seams.PoolServer``)
-    -> kubelet lease / kubelet node
+    -> kubelet lease / kubelet node (the node: once the cache's copy is current)
     -> healthy backend: remote (stream + tee) -> transport error on get/list: cache
     -> no healthy backend: cache -> 502 "no healthy backends available."
 
@@ -119,6 +119,18 @@ class Router:
         self._classified: memo.BoundedMemo[tuple[str, ...], requestinfo.RequestInfo] = (
             memo.BoundedMemo(_MEMO_ENTRIES)
         )
+        self._node_current = False
+        """Whether the cache's copy of this node has come from the cloud since the hub started
+        and since the last outage: only then is kubelet's ``get node`` answered from it (its
+        watch keeps it current from there). After an outage the copy is what the cloud said
+        before the cut, not what the node lifecycle controller wrote meanwhile (Ready
+        Unknown): kubelet, reading its own old status back, would see nothing to report and
+        stay NotReady until its node watch had brought the change to the cache."""
+        checker.on_cloud.append(self._cloud_changed)
+
+    def _cloud_changed(self, up: bool) -> None:
+        if not up:
+            self._node_current = False
 
     async def wait_finished(self) -> None:
         """Until no request a graceful stop waits for is in the handler (``finishing`` 0)."""
@@ -315,9 +327,14 @@ class Router:
             and info.verb == "get"
             and not info.subresource
         ):
-            answer = await self._local(request, info, seams.LocalReason.KUBELET_NODE)
-            if answer is not None:
-                return answer
+            if self._node_current:
+                answer = await self._local(request, info, seams.LocalReason.KUBELET_NODE)
+                if answer is not None:
+                    return answer
+            answered = await self._remote_or_local(request, info, heartbeat)
+            if answered.status == 200 and answered.get(SOURCE) == "cloud":
+                self._node_current = True
+            return answered
 
         return await self._remote_or_local(request, info, heartbeat)
 
