@@ -453,6 +453,11 @@ class StormResult:
     apf_rejected: float
     kubelet_429: float
     ready_after: float | None
+    """From the heal (or restart) to the last node's Ready transition, by the conditions'
+    ``lastTransitionTime`` (whole seconds of kubelet's clock, which is this machine's)."""
+    ready_seen_after: float | None
+    """When the recovery loop's poll (about once a second, between its other checks) first
+    saw every node Ready."""
     """Seconds from recovery start until every node is Ready in the cloud."""
     caches_equal_after: float | None
     pooled_after: float | None
@@ -481,6 +486,8 @@ class _Watcher:
     leaders: dict[str, tuple[str, ...]]
     leader_changes: int = 0
     ready_after: float | None = None
+    ready_seen_after: float | None = None
+    origin_wall: float = 0.0
     caches_after: float | None = None
     followers_peak: int = 0
     last_cache: dict[str, list[str]] = dataclasses.field(default_factory=dict)
@@ -559,6 +566,7 @@ def storm(
         outage_seconds = origin - began
         log(f"{fleet.mode} {kind}: recovering after {outage_seconds:.0f} s")
         watcher.origin = origin
+        watcher.origin_wall = time.time() - (time.monotonic() - origin)
         pooled_after = _recover(fleet, watcher, rec, origin, deadline, pool_target, hubs)
         points = rec.since(origin - 1.5)
     link_bytes = fleet.link_bytes() - bytes0
@@ -597,6 +605,7 @@ def storm(
         apf_rejected=grew("rejected"),
         kubelet_429=max(0.0, kubelet_429s(fleet) - k429),
         ready_after=watcher.ready_after,
+        ready_seen_after=watcher.ready_seen_after,
         caches_equal_after=watcher.caches_after,
         pooled_after=pooled_after,
         evicted=evicted,
@@ -636,10 +645,14 @@ def _recover(
     while True:
         now = time.monotonic()
         watcher.poll_leaders()
-        if watcher.ready_after is None:
+        if watcher.ready_seen_after is None:
             try:
-                if want <= fleet.ready_nodes():
-                    watcher.ready_after = time.monotonic() - origin
+                since = fleet.ready_since()
+                if want <= since.keys():
+                    seen = time.monotonic() - origin
+                    last = max(since[n] for n in want)
+                    watcher.ready_after = max(0.0, last - watcher.origin_wall)
+                    watcher.ready_seen_after = seen
             except OSError:
                 pass
         if hubs and watcher.caches_after is None and now >= next_cache:

@@ -43,6 +43,7 @@ failed start. Dangers: each member is 3-4 processes (~150-250 MiB); the machine 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import functools
 import json
@@ -562,6 +563,21 @@ class Fleet:
                 if cond.get("type") == "Ready" and cond.get("status") == "True":
                     ready.add(node["metadata"]["name"])
         return ready
+
+    def ready_since(self) -> dict[str, float]:
+        """Each Ready node's Ready transition time (wall clock, whole seconds: the condition's
+        ``lastTransitionTime``, which kubelet sets when it reports the change)."""
+        since: dict[str, float] = {}
+        for node in self.nodes():
+            for cond in (node.get("status") or {}).get("conditions") or []:
+                if cond.get("type") == "Ready" and cond.get("status") == "True":
+                    when = cond.get("lastTransitionTime") or ""
+                    try:
+                        parsed = datetime.datetime.fromisoformat(when.replace("Z", "+00:00"))
+                    except ValueError:
+                        continue
+                    since[node["metadata"]["name"]] = parsed.timestamp()
+        return since
 
     def wait_ready(self, timeout: float) -> None:
         want = {p.name for p in self.placements}
