@@ -475,6 +475,9 @@ class StormResult:
     link_bytes: int
     cache_problems: dict[str, list[str]]
     """What still differed at the deadline (empty when the caches became equal)."""
+    pool_watch_steps: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+    """The apiserver's Services + EndpointSlices watches after the heal: (seconds, count) at
+    each sample where the count changed."""
 
 
 @dataclasses.dataclass
@@ -616,7 +619,17 @@ def storm(
         all_lists=grew("lists"),
         link_bytes=link_bytes,
         cache_problems={k: v for k, v in watcher.last_cache.items() if v},
+        pool_watch_steps=steps(points, origin),
     )
+
+
+def steps(points: list[Point], origin: float) -> list[tuple[float, float]]:
+    """PURE: (seconds after ``origin``, pool watches) where the count changed."""
+    out: list[tuple[float, float]] = []
+    for p in points:
+        if not out or out[-1][1] != p.pool_watches:
+            out.append((round(p.t - origin, 1), p.pool_watches))
+    return out
 
 
 def _wait(seconds: float, watcher: _Watcher) -> None:

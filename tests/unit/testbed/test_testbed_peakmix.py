@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from yurthub.testing import fleetmeasures
 
 
@@ -63,3 +65,17 @@ def test_arriving_requests_count_watches_at_their_start_not_their_end() -> None:
 
 def test_no_points_no_arrivals() -> None:
     assert fleetmeasures.arrivals_peak([], [(1.0, "pods")]) == (0.0, {})
+
+
+def test_pool_watch_steps_keep_each_change_after_the_origin() -> None:
+    counts = [90.0, 90.0, 40.0, 40.0, 95.0, 90.0, 90.0]
+    points = [
+        dataclasses.replace(at(100.0 + 0.5 * i, {}), pool_watches=c) for i, c in enumerate(counts)
+    ]
+    assert fleetmeasures.steps(points, origin=101.0) == [
+        (-1.0, 90.0),
+        (0.0, 40.0),
+        (1.0, 95.0),
+        (1.5, 90.0),
+    ]
+    assert fleetmeasures.steps([], origin=0.0) == []
