@@ -125,6 +125,18 @@ def peak_mix(points: list[Point], most: int = 6) -> dict[str, float]:
     return {k: round(r, 1) for r, k in top}
 
 
+def window_mix(points: list[Point], most: int = 12) -> dict[str, float]:
+    """PURE: the requests over the whole window of ``points`` by ``VERB resource``, the
+    ``most`` largest (summed over the intervals: a counter that went down restarts from zero)."""
+    totals: dict[str, float] = {}
+    for a, b in itertools.pairwise(points):
+        for kind, n in b.kinds.items():
+            before = a.kinds.get(kind, 0.0)
+            totals[kind] = totals.get(kind, 0.0) + (n - before if n >= before else n)
+    top = sorted(((n, k) for k, n in totals.items() if n > 0), reverse=True)[:most]
+    return {k: n for n, k in top}
+
+
 class Recorder:
     """Samples kube-apiserver's ``/metrics`` every ``interval`` seconds in a thread while open
     (``with Recorder(admin) as rec``); ``points`` keeps the last ``limit`` readings. A scrape
@@ -475,6 +487,8 @@ class StormResult:
     link_bytes: int
     cache_problems: dict[str, list[str]]
     """What still differed at the deadline (empty when the caches became equal)."""
+    recovery_mix: dict[str, float] = dataclasses.field(default_factory=dict)
+    """What ``requests`` were, by ``VERB resource`` (the largest)."""
     pool_watch_steps: list[tuple[float, float]] = dataclasses.field(default_factory=list)
     """The apiserver's Services + EndpointSlices watches after the heal: (seconds, count) at
     each sample where the count changed."""
@@ -619,6 +633,7 @@ def storm(
         all_lists=grew("lists"),
         link_bytes=link_bytes,
         cache_problems={k: v for k, v in watcher.last_cache.items() if v},
+        recovery_mix=window_mix(points),
         pool_watch_steps=steps(points, origin),
     )
 

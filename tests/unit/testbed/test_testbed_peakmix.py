@@ -79,3 +79,18 @@ def test_pool_watch_steps_keep_each_change_after_the_origin() -> None:
         (1.5, 90.0),
     ]
     assert fleetmeasures.steps([], origin=0.0) == []
+
+
+def test_the_whole_window_is_summed_by_kind_and_a_restart_counts_from_zero() -> None:
+    points = [
+        at(0.0, {"PUT leases": 10, "WATCH pods": 5}),
+        at(1.0, {"PUT leases": 13, "WATCH pods": 6}),
+        at(2.0, {"PUT leases": 2, "WATCH pods": 8, "GET pods": 4}),  # leases restarted
+    ]
+    assert fleetmeasures.window_mix(points) == {
+        "PUT leases": 5.0,
+        "GET pods": 4.0,
+        "WATCH pods": 3.0,
+    }
+    assert list(fleetmeasures.window_mix(points, most=1)) == ["PUT leases"]
+    assert fleetmeasures.window_mix(points[:1]) == {}
