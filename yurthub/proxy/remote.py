@@ -263,6 +263,14 @@ class RemoteProxy:
                 # A watch or a log stream may be silent for long; anything else may not.
                 timeout=self._streaming if info.is_long_running else self._idle,
             )
+        except aiohttp.ConnectionTimeoutError as e:
+            # TCP and TLS not done within --connect-timeout: nothing was sent, so anything may
+            # be sent again. Slow (the server is probed at once), not gone: after a heal an
+            # apiserver shaking hands with a fleet's connections answers late. (aiohttp makes
+            # this a ServerTimeoutError too: it must be caught first.)
+            raise UpstreamUnavailable(
+                server, "connect (TCP and TLS) timed out", retryable=True, timed_out=True
+            ) from e
         except aiohttp.ServerTimeoutError as e:
             # No headers within the idle bound on a connection that is still up: sending a
             # read again (elsewhere, or the cache answering) is safe.
@@ -272,8 +280,6 @@ class RemoteProxy:
             ) from e
         except aiohttp.ClientConnectorError as e:
             raise UpstreamUnavailable(server, f"connect: {e.os_error}", retryable=True) from e
-        except aiohttp.ConnectionTimeoutError as e:
-            raise UpstreamUnavailable(server, "connect timed out", retryable=True) from e
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
             # A pooled keep-alive connection the apiserver closed: safe to resend a body-less
             # idempotent request; anything with a body may have been partly consumed.
