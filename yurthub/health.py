@@ -23,7 +23,11 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
   it gives no answer at all: a dead route costs a connect attempt, so however long the outage,
   a healed link is seen within about 2 s), and a success of an unhealthy server is followed at
   once by the rest of the ``healthy_threshold`` probes (each a real lease round trip): a
-  healed link is trusted again within seconds, not two heartbeats later.
+  healed link is trusted again within seconds, not two heartbeats later. While no server is
+  healthy, a probe waits up to ``interval`` for its answer, not ``timeout``
+  (``_answer_bound``): after a fleet-wide heal the apiserver answers late. A probe waiting
+  on a dead route then goes through when the route is back (its SYN is retransmitted, a held
+  handshake delivered): a heal is still seen within seconds.
 - A probe renews ``kube-node-lease/<node>`` through that server with the hub's identity, over
   the upstream's lane for probes (``upstream.Upstream.probes``: its own connections, never
   queued behind the proxy's, kubelet's heartbeat requests included, reset when abandoned):
@@ -592,7 +596,7 @@ class HealthChecker:
                         rotated = True
                         log.info("heartbeat via %s: retrying with the rotated identity", server)
                         continue
-                reason = unreachable.describe(server, e, timeout=self._hb.timeout)
+                reason = unreachable.describe(server, e, timeout=self._answer_bound(server))
                 log.debug(
                     "heartbeat via %s attempt %d/%d failed: %s",
                     server,
@@ -729,6 +733,22 @@ class HealthChecker:
             return str(body.get("metadata", {}).get("uid", ""))
         return ""
 
+    def _answer_bound(self, server: str) -> float:
+        """Seconds a probe call may take: ``timeout``; while no server is healthy (the hub is
+        offline, after its first probe round), the heartbeat ``interval``. An apiserver busy
+        with a whole fleet healed at the same moment answers a renewal late, and a bound that
+        gave up at ``timeout`` failed every probe of some hubs until the storm was over (6 of
+        30 trusted the cloud again 14-16 s after the heal, the others within 1 s), each failure
+        a new connection and handshake for the busy apiserver. A probe waiting on a dead route
+        is answered as soon as the route is back (a held SYN or handshake goes through), so
+        the longer bound costs no time at the heal. Not while another server is healthy: the
+        prober would wait on this one instead of probing that one's suspicions at once."""
+        if self.initial_probe_done.is_set() and not any(
+            state.healthy for state in self._states.values()
+        ):
+            return max(self._hb.timeout, self._hb.interval)
+        return self._hb.timeout
+
     async def _call(
         self, server: str, method: str, path: str, body: dict[str, Any] | None = None
     ) -> tuple[int, dict[str, Any], bytes]:
@@ -742,7 +762,7 @@ class HealthChecker:
         # next to its timer into a TimeoutError, which the probe takes for a failed heartbeat
         # and retries, so a shutdown could wait forever; asyncio.timeout lets it through.
         async with (
-            asyncio.timeout(self._hb.timeout),
+            asyncio.timeout(self._answer_bound(server)),
             self._client.probes.request(
                 method,
                 server + path,

@@ -308,3 +308,29 @@ async def test_a_link_healed_after_a_long_outage_is_seen_within_seconds(
             async with asyncio.timeout(8):
                 while not hub.health.is_healthy(url):
                     await asyncio.sleep(0.05)
+
+
+async def test_an_apiserver_answering_late_after_an_outage_is_trusted_again(
+    apiserver: FakeApiserver, make_hub: MakeHub
+) -> None:
+    # After a fleet-wide heal the apiserver answers renewals later than the heartbeat timeout.
+    # While the hub is offline it waits for that answer (up to an interval) instead of failing
+    # every probe at the timeout until the storm is over.
+    async with make_hub([apiserver.url], interval=3.0, timeout=0.5, healthy_threshold=2) as hub:
+        assert hub.health.is_healthy(apiserver.url)
+        await apiserver.stop(keep_port=True)
+        async with asyncio.timeout(10):
+            while hub.health.is_healthy(apiserver.url):
+                await asyncio.sleep(0.02)
+        apiserver.lease_delay = 1.0  # twice the timeout, a third of the interval
+        puts = apiserver.lease_puts
+        await apiserver.start()
+        async with asyncio.timeout(15):
+            while not hub.health.is_healthy(apiserver.url):
+                await asyncio.sleep(0.05)
+        assert apiserver.lease_puts >= puts + 2
+        # Online again, the timeout is the bound again: a renewal this late is a failure (no
+        # proxied answer arrives meanwhile to prove it alive).
+        async with asyncio.timeout(15):
+            while hub.health.is_healthy(apiserver.url):
+                await asyncio.sleep(0.05)
