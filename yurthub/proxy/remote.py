@@ -88,6 +88,17 @@ class _Exchange:
         self.scope.reschedule(asyncio.get_running_loop().time())
 
 
+LANE_CONNECT_TIMEOUT = 10.0
+"""Seconds kubelet's heartbeat requests (the lane: its Lease and its Node) may take to connect
+(TCP and TLS), whatever ``--connect-timeout`` says: kubelet's own heartbeat client waits that
+long itself (the smaller of its node status period and the lease duration, 10 s by default).
+After a fleet-wide heal the apiserver shakes hands with thousands of connections at once; at
+3 s kubelet's node status PATCHes failed with "connect timed out" for two of its 10 s ticks
+while the handshake would have been done in a few seconds. A dead server is no reason for a
+short bound: health declares it unhealthy and ends the requests still connecting to it
+(``abandon``), and they go elsewhere."""
+
+
 class RemoteProxy:
     def __init__(
         self,
@@ -116,6 +127,11 @@ class RemoteProxy:
             total=None, sock_connect=connect, sock_read=client.settings.idle_timeout
         )
         self._streaming = aiohttp.ClientTimeout(total=None, sock_connect=connect)
+        self._lane_timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=max(connect, LANE_CONNECT_TIMEOUT),
+            sock_read=client.settings.idle_timeout,
+        )
 
     def end_watches(self) -> int:
         """Shutdown phase: end every open watch cleanly (its relay meets the closed upstream
@@ -261,7 +277,13 @@ class RemoteProxy:
                 auto_decompress=False,
                 read_bufsize=self._settings.chunk_size,
                 # A watch or a log stream may be silent for long; anything else may not.
-                timeout=self._streaming if info.is_long_running else self._idle,
+                timeout=(
+                    self._streaming
+                    if info.is_long_running
+                    else self._lane_timeout
+                    if lane
+                    else self._idle
+                ),
             )
         except aiohttp.ConnectionTimeoutError as e:
             # TCP and TLS not done within --connect-timeout: nothing was sent, so anything may

@@ -7,11 +7,14 @@ answer within the idle bound" and a write was answered 504 instead of being sent
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import aiohttp
+import pytest
 from hubfakes import FakeApiserver, running_hub
 
 from yurthub import settings
@@ -28,15 +31,24 @@ def full_accept_queue(port: int) -> Iterator[None]:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         listener.bind(("127.0.0.1", port))
         listener.listen(0)
-        for _ in range(2):
-            filler = stack.enter_context(socket.socket())
-            filler.setblocking(False)
-            with contextlib.suppress(BlockingIOError):
-                filler.connect(("127.0.0.1", port))
+        # A backlog of 0 holds one connection: this one, done before anything else tries.
+        filler = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=5))
+        assert filler.fileno() >= 0
         yield
 
 
-async def test_a_write_that_could_not_connect_goes_to_the_next_apiserver() -> None:
+async def settled(caplog: pytest.LogCaptureFixture) -> None:
+    """Until the hub's start-up reads are over (the last is the issuer keys' fetch, which the
+    fake apiserver answers 404): none may be connecting while a test stops an apiserver (a
+    connection aiohttp's server accepts as it stops is left to the garbage collector)."""
+    async with asyncio.timeout(10):
+        while not any("issuer keys" in r.getMessage() for r in caplog.records):
+            await asyncio.sleep(0.02)
+
+
+async def test_a_write_that_could_not_connect_goes_to_the_next_apiserver(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     first, second = FakeApiserver(), FakeApiserver()
     await first.start()
     await second.start()
@@ -48,6 +60,7 @@ async def test_a_write_that_could_not_connect_goes_to_the_next_apiserver() -> No
             upstream={"lb_mode": settings.LbMode.PRIORITY, "connect_timeout": 0.5},
             interval=60.0,
         ) as hub:
+            await settled(caplog)
             await first.stop(keep_port=True)
             with full_accept_queue(first.port):
                 async with (
@@ -66,11 +79,12 @@ async def test_a_write_that_could_not_connect_goes_to_the_next_apiserver() -> No
         await second.stop()
 
 
-async def test_a_connect_timeout_is_named_as_such() -> None:
+async def test_a_connect_timeout_is_named_as_such(caplog: pytest.LogCaptureFixture) -> None:
     only = FakeApiserver()
     await only.start()
     try:
         async with running_hub([only.url], upstream={"connect_timeout": 0.5}, interval=60.0) as hub:
+            await settled(caplog)
             await only.stop(keep_port=True)
             with full_accept_queue(only.port):
                 async with (
@@ -87,3 +101,38 @@ async def test_a_connect_timeout_is_named_as_such() -> None:
         assert "connect (TCP and TLS) timed out" in body["message"], body
     finally:
         await only.stop()
+
+
+async def test_kubelets_heartbeat_waits_for_a_slow_handshake_beyond_the_connect_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # kubelet's node read goes over the heartbeat lane (its first after the hub started goes
+    # to the cloud). Its connection's SYN is dropped (the queue is full), the apiserver comes
+    # back a moment later and the kernel's retransmitted SYN gets through: kubelet gets its node
+    # instead of a 504 at the 0.5 s connect timeout.
+    api = FakeApiserver()
+    await api.start()
+    try:
+        async with running_hub(
+            [api.url],
+            upstream={"connect_timeout": 0.5, "header_deadline": 30.0},
+            interval=60.0,
+        ) as hub:
+            await settled(caplog)
+            await api.stop(keep_port=True)
+            async with aiohttp.ClientSession() as http, asyncio.TaskGroup() as tg:
+                with full_accept_queue(api.port):
+                    read = tg.create_task(get_node(http, hub.proxy_url), name="kubelet node read")
+                    await asyncio.sleep(0.7)
+                await api.start()
+            status, body = read.result()
+            assert status == 200, body
+            assert body["kind"] == "Node"
+    finally:
+        await api.stop()
+
+
+async def get_node(http: aiohttp.ClientSession, proxy_url: str) -> tuple[int, dict[str, Any]]:
+    headers = {"User-Agent": "kubelet/v1.37.2 (linux/amd64) kubernetes/abcdef0"}
+    async with http.get(proxy_url + "/api/v1/nodes/n1", headers=headers) as resp:
+        return resp.status, await resp.json()
