@@ -17,9 +17,34 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from yurthub.testing import k8sbinaries
+from yurthub.testing import k8sbinaries, ports
 
 pytest_plugins = ["yurthub.testing.fixtures"]
+
+REAL_CLUSTER = pathlib.Path(__file__).parent / "e2e" / "cluster"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``make test``'s workers (pytest-xdist), each picks its test beds' ports from a
+    part of the range of its own (``ports.RANGE_ENV``; the processes it starts inherit it)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw"):
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        low, high = ports.split_range(
+            int(worker.removeprefix("gw")), count, 20000, ports.ephemeral_low() - 1
+        )
+        os.environ[ports.RANGE_ENV] = f"{low}-{high}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The real-cluster tests share one control plane (a session fixture): with
+    ``--dist loadgroup`` they all run on one worker, one after another, while the other
+    workers take the rest; they mostly wait on kubelet's and the controllers' cadence."""
+    group = pytest.mark.xdist_group("real-cluster")
+    for item in items:
+        if REAL_CLUSTER in item.path.parents:
+            item.add_marker(group)
+
 
 if "EDGEHUB_KUBECTL" not in os.environ:
     try:

@@ -6,7 +6,8 @@ a link refusing), any outgoing connection on the machine may take it as its loca
 the bind then fails with EADDRINUSE. Two remedies, one for each case:
 
 - ``Ports``/``free_ports``/``free_port`` pick from [20000, the ephemeral range's start), where
-  ``connect()`` never looks, each port checked free and never handed out twice by one ``Ports``.
+  ``connect()`` never looks, each port checked free and never handed out twice by one ``Ports``
+  (processes side by side each pick from a part of it: ``RANGE_ENV``).
 - ``PortHold`` keeps a port bound (``SO_REUSEPORT``, never listening) while its listener comes
   and goes: a bound port is skipped by ``connect()``'s search, and a SYN to it still meets no
   listener and is refused. Listeners on a held port must set ``reuse_port`` too.
@@ -16,6 +17,7 @@ Invariant: ``Ports`` never hands out a port twice; ``PortHold.close`` gives the 
 
 from __future__ import annotations
 
+import os
 import pathlib
 import random
 import socket
@@ -35,13 +37,45 @@ def ephemeral_low() -> int:
         return 32768
 
 
-class Ports:
-    """Ports from [``low``, the ephemeral range's start), from a random start, each checked
-    free (bound on each of the given addresses) and never handed out twice by this object."""
+RANGE_ENV = "EDGEHUB_TEST_PORTS"
+"""``LOW-HIGH``: the range ``Ports`` picks from by default, when test processes run side by
+side (``make test``'s pytest workers, ``tests/conftest.py``): each gets a range of its own, so
+two never pick the same port between the check and the bind."""
 
-    def __init__(self, low: int = 20000, high: int | None = None) -> None:
-        self.low = low
-        self.high = high if high is not None else ephemeral_low() - 1
+
+def default_range() -> tuple[int, int]:
+    """[20000, the ephemeral range's start), or ``RANGE_ENV``'s range when it is set and sane."""
+    low, high = 20000, ephemeral_low() - 1
+    given = os.environ.get(RANGE_ENV, "")
+    if given:
+        try:
+            a, b = (int(part) for part in given.split("-", 1))
+        except ValueError:
+            raise ValueError(f"{RANGE_ENV}={given!r}: expected LOW-HIGH") from None
+        if not 1024 <= a < b < ephemeral_low():
+            raise ValueError(f"{RANGE_ENV}={given!r}: not within [1024, {ephemeral_low()})")
+        low, high = a, b
+    return low, high
+
+
+def split_range(index: int, count: int, low: int, high: int) -> tuple[int, int]:
+    """PURE: the ``index``-th of ``count`` equal parts of [``low``, ``high``], for one of
+    ``count`` processes side by side."""
+    if not 0 <= index < count:
+        raise ValueError(f"part {index} of {count}")
+    size = (high - low + 1) // count
+    return low + index * size, low + (index + 1) * size - 1
+
+
+class Ports:
+    """Ports from [``low``, ``high``] (by default ``default_range``), from a random start,
+    each checked free (bound on each of the given addresses) and never handed out twice by
+    this object."""
+
+    def __init__(self, low: int | None = None, high: int | None = None) -> None:
+        default_low, default_high = default_range()
+        self.low = default_low if low is None else low
+        self.high = default_high if high is None else high
         if self.high - self.low < 1000:
             raise ValueError(f"no room for ports in [{self.low}, {self.high}]")
         self._next = random.randrange(self.low, self.high)
