@@ -88,15 +88,17 @@ class _Exchange:
         self.scope.reschedule(asyncio.get_running_loop().time())
 
 
-LANE_CONNECT_TIMEOUT = 10.0
-"""Seconds kubelet's heartbeat requests (the lane: its Lease and its Node) may take to connect
-(TCP and TLS), whatever ``--connect-timeout`` says: kubelet's own heartbeat client waits that
-long itself (the smaller of its node status period and the lease duration, 10 s by default).
-After a fleet-wide heal the apiserver shakes hands with thousands of connections at once; at
-3 s kubelet's node status PATCHes failed with "connect timed out" for two of its 10 s ticks
-while the handshake would have been done in a few seconds. A dead server is no reason for a
-short bound: health declares it unhealthy and ends the requests still connecting to it
-(``abandon``), and they go elsewhere."""
+PATIENT_CONNECT_TIMEOUT = 10.0
+"""Seconds kubelet's heartbeat requests (the lane: its Lease and its Node) and the hub's own
+requests (its pool feeders' watches, its loops) may take to connect (TCP and TLS), whatever
+``--connect-timeout`` says: kubelet's own heartbeat client waits that long itself (the smaller
+of its node status period and the lease duration, 10 s by default), and the hub's loops only
+retry. After a fleet-wide heal the apiserver shakes hands with thousands of connections at
+once: at 3 s kubelet's node status PATCHes failed with "connect timed out" for two of its
+10 s ticks, and the leaders' pool watches came back 18-23 s after the heal, while a handshake
+would have been done in a few seconds; each failure was one more handshake for the apiserver.
+A dead server is no reason for a short bound: health declares it unhealthy and ends the
+requests still connecting to it (``abandon``), and they go elsewhere."""
 
 
 class RemoteProxy:
@@ -127,11 +129,11 @@ class RemoteProxy:
             total=None, sock_connect=connect, sock_read=client.settings.idle_timeout
         )
         self._streaming = aiohttp.ClientTimeout(total=None, sock_connect=connect)
-        self._lane_timeout = aiohttp.ClientTimeout(
-            total=None,
-            sock_connect=max(connect, LANE_CONNECT_TIMEOUT),
-            sock_read=client.settings.idle_timeout,
+        patient = max(connect, PATIENT_CONNECT_TIMEOUT)
+        self._patient_idle = aiohttp.ClientTimeout(
+            total=None, sock_connect=patient, sock_read=client.settings.idle_timeout
         )
+        self._patient_streaming = aiohttp.ClientTimeout(total=None, sock_connect=patient)
 
     def end_watches(self) -> int:
         """Shutdown phase: end every open watch cleanly (its relay meets the closed upstream
@@ -178,9 +180,11 @@ class RemoteProxy:
         server: str,
         *,
         lane: bool = False,
+        patient: bool = False,
     ) -> web.StreamResponse:
         """``lane``: send it over the upstream's heartbeat lane (kubelet's own Lease and Node
-        requests, ``fairness.exempt``)."""
+        requests, ``fairness.exempt``); ``lane`` or ``patient`` (the hub's own requests): its
+        connection may take ``PATIENT_CONNECT_TIMEOUT``."""
         if info.is_watch and self._closing:
             raise UpstreamUnavailable(server, "hub is shutting down", retryable=False)
         out_headers, own_identity = self.outgoing_headers(request, info)
@@ -201,7 +205,7 @@ class RemoteProxy:
                 exchange.scope = scope
                 try:
                     up = await self._send(
-                        request, info, server, out_headers, data, own_identity, lane
+                        request, info, server, out_headers, data, own_identity, lane, patient
                     )
                 finally:
                     exchange.got_headers()
@@ -264,6 +268,7 @@ class RemoteProxy:
         data: object,
         own_identity: bool,
         lane: bool = False,
+        patient: bool = False,
     ) -> aiohttp.ClientResponse:
         session = self.client.lane if lane else self.client.session
         try:
@@ -276,14 +281,7 @@ class RemoteProxy:
                 allow_redirects=False,
                 auto_decompress=False,
                 read_bufsize=self._settings.chunk_size,
-                # A watch or a log stream may be silent for long; anything else may not.
-                timeout=(
-                    self._streaming
-                    if info.is_long_running
-                    else self._lane_timeout
-                    if lane
-                    else self._idle
-                ),
+                timeout=self._timeout(info.is_long_running, patient=lane or patient),
             )
         except aiohttp.ConnectionTimeoutError as e:
             # TCP and TLS not done within --connect-timeout: nothing was sent, so anything may
@@ -309,6 +307,12 @@ class RemoteProxy:
             raise UpstreamUnavailable(server, repr(e), retryable=retryable) from e
         except aiohttp.ClientError as e:
             raise UpstreamUnavailable(server, repr(e), retryable=False) from e
+
+    def _timeout(self, long_running: bool, *, patient: bool) -> aiohttp.ClientTimeout:
+        """A watch or a log stream may be silent for long; anything else may not."""
+        if long_running:
+            return self._patient_streaming if patient else self._streaming
+        return self._patient_idle if patient else self._idle
 
     def _transform(
         self, info: requestinfo.RequestInfo, up: aiohttp.ClientResponse

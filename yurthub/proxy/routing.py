@@ -331,15 +331,20 @@ class Router:
                 answer = await self._local(request, info, seams.LocalReason.KUBELET_NODE)
                 if answer is not None:
                     return answer
-            answered = await self._remote_or_local(request, info, heartbeat)
+            answered = await self._remote_or_local(request, info, heartbeat, patient=own)
             if answered.status == 200 and answered.get(SOURCE) == "cloud":
                 self._node_current = True
             return answered
 
-        return await self._remote_or_local(request, info, heartbeat)
+        return await self._remote_or_local(request, info, heartbeat, patient=own)
 
     async def _remote_or_local(
-        self, request: web.Request, info: requestinfo.RequestInfo, heartbeat: bool = False
+        self,
+        request: web.Request,
+        info: requestinfo.RequestInfo,
+        heartbeat: bool = False,
+        *,
+        patient: bool = False,
     ) -> web.StreamResponse:
         tried: set[str] = set()
         last: remote.UpstreamUnavailable | None = None
@@ -360,7 +365,9 @@ class Router:
                 if info.is_upgrade:
                     answered = await upgrading.forward(self._remote, request, info, server)
                 else:
-                    answered = await self._remote.forward(request, info, server, lane=heartbeat)
+                    answered = await self._remote.forward(
+                        request, info, server, lane=heartbeat, patient=patient
+                    )
                 answered[SOURCE] = "cloud"
                 return answered
             except remote.UpstreamUnavailable as e:

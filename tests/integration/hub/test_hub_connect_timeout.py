@@ -136,3 +136,37 @@ async def get_node(http: aiohttp.ClientSession, proxy_url: str) -> tuple[int, di
     headers = {"User-Agent": "kubelet/v1.37.2 (linux/amd64) kubernetes/abcdef0"}
     async with http.get(proxy_url + "/api/v1/nodes/n1", headers=headers) as resp:
         return resp.status, await resp.json()
+
+
+async def test_the_hubs_own_watch_waits_for_a_slow_handshake_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The hub's own requests (a pool feeder's watch, over its own socket) are patient too: they
+    # only retry, and each retry after a fleet-wide heal is one more handshake for the apiserver.
+    api = FakeApiserver()
+    await api.start()
+    try:
+        async with running_hub(
+            [api.url],
+            upstream={"connect_timeout": 0.5, "header_deadline": 30.0},
+            interval=60.0,
+        ) as hub:
+            await settled(caplog)
+            await api.stop(keep_port=True)
+            route = hub.own_route
+            async with route.session() as own, asyncio.TaskGroup() as tg:
+                with full_accept_queue(api.port):
+                    watch = tg.create_task(
+                        own_watch_status(own, route.url), name="the hub's own watch"
+                    )
+                    await asyncio.sleep(0.7)
+                await api.start()
+            assert watch.result() == 200
+    finally:
+        await api.stop()
+
+
+async def own_watch_status(own: aiohttp.ClientSession, url: str) -> int:
+    headers = {"User-Agent": "multiplexer-proxy-n1"}
+    async with own.get(url + "/api/v1/pods?watch=1&timeoutSeconds=1", headers=headers) as resp:
+        return resp.status
