@@ -82,7 +82,7 @@ prometheus-bin:
 # Two pytest workers: the real-cluster tests (one control plane, mostly waiting on kubelet's
 # cadence) run on one of them in turn, everything else is shared out (tests/conftest.py).
 test: lint cluster-bins yurthub-bin akri-peer tpm-tools prometheus-bin
-	EDGEHUB_AKRI_PEER=$(AKRI_PEER) EDGEHUB_K8S_BIN=$(K8S_BIN) EDGEHUB_KUBECTL=$(K8S_BIN)/kubectl $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup
+	EDGEHUB_AKRI_PEER=$(AKRI_PEER) EDGEHUB_K8S_BIN=$(K8S_BIN) EDGEHUB_KUBECTL=$(K8S_BIN)/kubectl $(BIN)/python -m pytest -q -p no:cacheprovider -n 2
 
 # bench/fleet.py runs --quick here (6 nodes); its default is 30 nodes (how long each takes:
 # docs/fleet.md).
