@@ -91,14 +91,14 @@ class _Exchange:
 PATIENT_CONNECT_TIMEOUT = 10.0
 """Seconds kubelet's heartbeat requests (the lane: its Lease and its Node) and the hub's own
 requests (its pool feeders' watches, its loops) may take to connect (TCP and TLS), whatever
-``--connect-timeout`` says: kubelet's own heartbeat client waits that long itself (the smaller
-of its node status period and the lease duration, 10 s by default), and the hub's loops only
-retry. After a fleet-wide heal the apiserver shakes hands with thousands of connections at
-once: at 3 s kubelet's node status PATCHes failed with "connect timed out" for two of its
-10 s ticks, and the leaders' pool watches came back 18-23 s after the heal, while a handshake
-would have been done in a few seconds; each failure was one more handshake for the apiserver.
-A dead server is no reason for a short bound: health declares it unhealthy and ends the
-requests still connecting to it (``abandon``), and they go elsewhere."""
+the upstream's ``connect_timeout`` (3 s) says: kubelet's own heartbeat client waits that long
+itself (the smaller of its node status period and the lease duration, 10 s by default), and
+the hub's loops only retry. After a fleet-wide heal the apiserver shakes hands with thousands
+of connections at once: at 3 s kubelet's node status PATCHes failed with "connect timed out"
+for two of its 10 s ticks, and the leaders' pool watches came back 18-23 s after the heal,
+while a handshake would have been done in a few seconds; each failure was one more handshake
+for the apiserver. A dead server is no reason for a short bound: health declares it unhealthy
+and ends the requests still connecting to it (``abandon``), and they go elsewhere."""
 
 
 class RemoteProxy:
@@ -284,7 +284,7 @@ class RemoteProxy:
                 timeout=self._timeout(info.is_long_running, patient=lane or patient),
             )
         except aiohttp.ConnectionTimeoutError as e:
-            # TCP and TLS not done within --connect-timeout: nothing was sent, so anything may
+            # TCP and TLS not done within the connect timeout: nothing was sent, so anything may
             # be sent again. Slow (the server is probed at once), not gone: after a heal an
             # apiserver shaking hands with a fleet's connections answers late. (aiohttp makes
             # this a ServerTimeoutError too: it must be caught first.)
