@@ -332,7 +332,10 @@ class Router:
                 if answer is not None:
                     return answer
             answered = await self._remote_or_local(request, info, heartbeat, patient=own)
-            if answered.status == 200 and answered.get(SOURCE) == "cloud":
+            # Only this node's own copy: any process on the node may say it is kubelet and
+            # read another node, which proves nothing about this one's copy.
+            own_node = info.name == self._settings.node_name
+            if own_node and answered.status == 200 and answered.get(SOURCE) == "cloud":
                 self._node_current = True
             return answered
 
