@@ -586,6 +586,8 @@ def storm(
         watcher.origin_wall = time.time() - (time.monotonic() - origin)
         pooled_after = _recover(fleet, watcher, rec, origin, deadline, pool_target, hubs)
         points = rec.since(origin - 1.5)
+        if pool_target is not None and pooled_after is not None:
+            pooled_after = held_from(points, origin, pool_target) or pooled_after
     link_bytes = fleet.link_bytes() - bytes0
     lists = None
     arrivals: tuple[float | None, dict[str, float]] = (None, {})
@@ -636,6 +638,27 @@ def storm(
         recovery_mix=window_mix(points),
         pool_watch_steps=steps(points, origin),
     )
+
+
+def held_from(
+    points: list[Point], origin: float, target: float, hold: float = 10.0
+) -> float | None:
+    """PURE: seconds after ``origin`` from which the pool watches were at ``target`` in every
+    sample for at least ``hold`` seconds (the first such run; None: none in ``points``). The
+    recovery loop sees the count only between its other checks, seconds apart: this reads the
+    1 s samples themselves."""
+    since: float | None = None
+    for p in points:
+        if p.t <= origin:
+            continue
+        if p.pool_watches != target:
+            since = None
+            continue
+        if since is None:
+            since = p.t
+        if p.t - since >= hold:
+            return since - origin
+    return None
 
 
 def steps(points: list[Point], origin: float) -> list[tuple[float, float]]:

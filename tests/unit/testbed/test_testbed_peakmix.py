@@ -94,3 +94,14 @@ def test_the_whole_window_is_summed_by_kind_and_a_restart_counts_from_zero() -> 
     }
     assert list(fleetmeasures.window_mix(points, most=1)) == ["PUT leases"]
     assert fleetmeasures.window_mix(points[:1]) == {}
+
+
+def test_pooled_from_the_first_sample_of_a_run_at_the_target_held_long_enough() -> None:
+    counts = [12, 6, 12, 6, 7, 12, 12, 12, 12]  # one a second from t=100
+    points = [
+        dataclasses.replace(at(100.0 + i, {}), pool_watches=float(c)) for i, c in enumerate(counts)
+    ]
+    # Before the origin does not count; 12 at 102 was not held; from 105 it is held 3 s.
+    assert fleetmeasures.held_from(points, origin=100.5, target=12.0, hold=3.0) == 4.5
+    assert fleetmeasures.held_from(points, origin=100.5, target=12.0, hold=4.0) is None
+    assert fleetmeasures.held_from([], origin=0.0, target=12.0) is None
