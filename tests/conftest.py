@@ -38,6 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[ports.RANGE_ENV] = f"{low}-{high}"
 
 
+@pytest.hookimpl(optionalhook=True)  # only xdist knows this hook (``-p no:xdist`` still runs)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``make test``'s workers (pytest-xdist) share the tests out one at a time, except the
     real-cluster tests: they share one control plane (a session fixture), so they all run on
