@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import aiohttp
 import pytest
 from hubfakes import FakeApiserver, running_hub
 
-from yurthub import settings
+from yurthub import server, settings
+
+T = TypeVar("T")
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}}
 
@@ -103,13 +105,12 @@ async def test_a_connect_timeout_is_named_as_such(caplog: pytest.LogCaptureFixtu
         await only.stop()
 
 
-async def test_kubelets_heartbeat_waits_for_a_slow_handshake_beyond_the_connect_timeout(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    # kubelet's node read goes over the heartbeat lane (its first after the hub started goes
-    # to the cloud). Its connection's SYN is dropped (the queue is full), the apiserver comes
-    # back a moment later and the kernel's retransmitted SYN gets through: kubelet gets its node
-    # instead of a 504 at the 0.5 s connect timeout.
+async def through_a_dropped_syn(
+    caplog: pytest.LogCaptureFixture, send: Callable[[server.Hub], Awaitable[T]]
+) -> T:
+    """``send``'s answer when its connection's SYN is dropped (the apiserver's queue is full)
+    and the apiserver comes back a moment later: the kernel's retransmitted SYN gets through
+    after the hub's 0.5 s connect timeout."""
     api = FakeApiserver()
     await api.start()
     try:
@@ -120,22 +121,32 @@ async def test_kubelets_heartbeat_waits_for_a_slow_handshake_beyond_the_connect_
         ) as hub:
             await settled(caplog)
             await api.stop(keep_port=True)
-            async with aiohttp.ClientSession() as http, asyncio.TaskGroup() as tg:
+            async with asyncio.TaskGroup() as tg:
                 with full_accept_queue(api.port):
-                    read = tg.create_task(get_node(http, hub.proxy_url), name="kubelet node read")
+                    sent = tg.create_task(send(hub), name="request through a dropped SYN")
                     await asyncio.sleep(0.7)
                 await api.start()
-            status, body = read.result()
-            assert status == 200, body
-            assert body["kind"] == "Node"
+            return sent.result()
     finally:
         await api.stop()
 
 
-async def get_node(http: aiohttp.ClientSession, proxy_url: str) -> tuple[int, dict[str, Any]]:
-    headers = {"User-Agent": "kubelet/v1.37.2 (linux/amd64) kubernetes/abcdef0"}
-    async with http.get(proxy_url + "/api/v1/nodes/n1", headers=headers) as resp:
-        return resp.status, await resp.json()
+async def test_kubelets_heartbeat_waits_for_a_slow_handshake_beyond_the_connect_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # kubelet's node read goes over the heartbeat lane (its first after the hub started goes
+    # to the cloud): kubelet gets its node instead of a 504 at the connect timeout.
+    async def get_node(hub: server.Hub) -> tuple[int, dict[str, Any]]:
+        headers = {"User-Agent": "kubelet/v1.37.2 (linux/amd64) kubernetes/abcdef0"}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(hub.proxy_url + "/api/v1/nodes/n1", headers=headers) as resp,
+        ):
+            return resp.status, await resp.json()
+
+    status, body = await through_a_dropped_syn(caplog, get_node)
+    assert status == 200, body
+    assert body["kind"] == "Node"
 
 
 async def test_the_hubs_own_watch_waits_for_a_slow_handshake_too(
@@ -143,30 +154,11 @@ async def test_the_hubs_own_watch_waits_for_a_slow_handshake_too(
 ) -> None:
     # The hub's own requests (a pool feeder's watch, over its own socket) are patient too: they
     # only retry, and each retry after a fleet-wide heal is one more handshake for the apiserver.
-    api = FakeApiserver()
-    await api.start()
-    try:
-        async with running_hub(
-            [api.url],
-            upstream={"connect_timeout": 0.5, "header_deadline": 30.0},
-            interval=60.0,
-        ) as hub:
-            await settled(caplog)
-            await api.stop(keep_port=True)
-            route = hub.own_route
-            async with route.session() as own, asyncio.TaskGroup() as tg:
-                with full_accept_queue(api.port):
-                    watch = tg.create_task(
-                        own_watch_status(own, route.url), name="the hub's own watch"
-                    )
-                    await asyncio.sleep(0.7)
-                await api.start()
-            assert watch.result() == 200
-    finally:
-        await api.stop()
+    async def own_watch(hub: server.Hub) -> int:
+        route = hub.own_route
+        headers = {"User-Agent": "multiplexer-proxy-n1"}
+        url = route.url + "/api/v1/pods?watch=1&timeoutSeconds=1"
+        async with route.session() as own, own.get(url, headers=headers) as resp:
+            return resp.status
 
-
-async def own_watch_status(own: aiohttp.ClientSession, url: str) -> int:
-    headers = {"User-Agent": "multiplexer-proxy-n1"}
-    async with own.get(url + "/api/v1/pods?watch=1&timeoutSeconds=1", headers=headers) as resp:
-        return resp.status
+    assert await through_a_dropped_syn(caplog, own_watch) == 200
