@@ -701,8 +701,14 @@ def _recover(
                 since = fleet.ready_since()
                 if want <= since.keys():
                     seen = time.monotonic() - origin
-                    last = max(since[n] for n in want)
-                    watcher.ready_after = max(0.0, last - watcher.origin_wall)
+                    times = [since[n] for n in want]
+                    # A transition time that does not parse: the poll's figure stands in.
+                    known = [t for t in times if t is not None]
+                    watcher.ready_after = (
+                        max(0.0, max(known) - watcher.origin_wall)
+                        if len(known) == len(times)
+                        else seen
+                    )
                     watcher.ready_seen_after = seen
             except OSError:
                 pass

@@ -557,17 +557,13 @@ class Fleet:
         return self.admin.items("/api/v1/nodes", labelSelector=self.selector)
 
     def ready_nodes(self) -> set[str]:
-        ready: set[str] = set()
-        for node in self.nodes():
-            for cond in (node.get("status") or {}).get("conditions") or []:
-                if cond.get("type") == "Ready" and cond.get("status") == "True":
-                    ready.add(node["metadata"]["name"])
-        return ready
+        return set(self.ready_since())
 
-    def ready_since(self) -> dict[str, float]:
+    def ready_since(self) -> dict[str, float | None]:
         """Each Ready node's Ready transition time (wall clock, whole seconds: the condition's
-        ``lastTransitionTime``, which kubelet sets when it reports the change)."""
-        since: dict[str, float] = {}
+        ``lastTransitionTime``, which kubelet sets when it reports the change; None when it
+        does not parse)."""
+        since: dict[str, float | None] = {}
         for node in self.nodes():
             for cond in (node.get("status") or {}).get("conditions") or []:
                 if cond.get("type") == "Ready" and cond.get("status") == "True":
@@ -575,6 +571,7 @@ class Fleet:
                     try:
                         parsed = datetime.datetime.fromisoformat(when.replace("Z", "+00:00"))
                     except ValueError:
+                        since[node["metadata"]["name"]] = None
                         continue
                     since[node["metadata"]["name"]] = parsed.timestamp()
         return since
