@@ -7,7 +7,8 @@ a 404 before the stream). The stream ends when ``timeoutSeconds`` elapses (absen
 ``min-request-timeout`` x (1+rand)), when the cloud is healthy again (clients re-watch
 upstream; each at a random moment within ``heal_spread``, ``--heal-spread-seconds``, so a
 fleet's clients do not all come back in the same half second, and not at all if the cloud is
-gone again before that moment), or at hub shutdown (``close``). A protobuf-first client gets
+gone again before that moment; a pool feeder's own watch, ``seams.HEAL_AT_ONCE``, at once), or
+at hub shutdown (``close``). A protobuf-first client gets
 protobuf frames when every object is stored so; a plain watch carries bookmarks only.
 
 The resourceVersion a held watch's BOOKMARKs carry is where the client resumes upstream after
@@ -45,7 +46,7 @@ from aiohttp import web
 from yurthub import requestinfo
 from yurthub.cache import keys, selectors, store
 from yurthub.kubeproto import converting, enveloping
-from yurthub.proxy import locallists, localreplies
+from yurthub.proxy import locallists, localreplies, seams
 
 HEALTH_POLL = 0.5
 """Seconds between looks at cloud health while holding a watch open."""
@@ -174,11 +175,12 @@ class Watches:
                     return resp
             next_bookmark = asyncio.get_running_loop().time() + self._bookmark_interval
             ends: float | None = None
+            spread = 0.0 if request.get(seams.HEAL_AT_ONCE, False) else self._heal_spread
             while True:
                 now = asyncio.get_running_loop().time()
                 if now >= deadline or self._closing.is_set():
                     break
-                ends = heal_end(ends, now, self._cloud_healthy(), self._heal_spread, self._rand)
+                ends = heal_end(ends, now, self._cloud_healthy(), spread, self._rand)
                 if ends is not None and now >= ends:
                     break
                 if request.transport is None or request.transport.is_closing():

@@ -307,6 +307,8 @@ class Router:
             missing = self._ready.not_ready()
             if missing:
                 return responses.status(503, f"hub is not ready: {', '.join(missing)}")
+        elif info.user_agent == self._own_multiplexer_ua:
+            request[seams.HEAL_AT_ONCE] = True
 
         if self.pool is not None:
             # Pool-scoped list/watch (services, endpointslices) from memory; the multiplexer's

@@ -526,3 +526,36 @@ async def test_deeply_nested_offline_writes_are_refused_with_a_status(
     assert status == 400 and body["kind"] == "Status"
     assert "nested deeper than 200 levels" in body["message"]
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+async def test_a_pool_feeders_held_watch_ends_at_the_heal_whatever_the_spread(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A pool feeder's watch (over the hub's own socket, with the hub's own multiplexer
+    User-Agent) held offline ends as soon as the cloud is back, not within the heal spread:
+    a fleet has one such reader a pool leader, and the pool's followers wait for it. The same
+    watch from a client with that User-Agent on the proxy port stays held."""
+    async with edge_node(tmp_path, heal_spread=600.0) as node:
+        await warm(node)
+        await node.cut()
+        params = {"watch": "true", "timeoutSeconds": "60", "allowWatchBookmarks": "1"}
+        headers = {"User-Agent": f"multiplexer-proxy-{NODE}"}
+        route = node.hub.own_route
+        async with (
+            route.session() as own,
+            own.get(route.url + PODS, params=params, headers=headers) as feeder,
+            node.session.get(node.url + PODS, params=params, headers=headers) as forged,
+        ):
+            assert feeder.status == 200 and forged.status == 200
+            await node.heal()
+            async with asyncio.timeout(10):
+                await feeder.read()  # ended at the heal
+            ended = time.monotonic()
+            async with asyncio.timeout(30):
+                # Still held a second after the feeder's ended (bookmarks 0.3 s apart; those
+                # sent before are read at once).
+                while True:
+                    line = await forged.content.readline()
+                    assert orjson.loads(line)["type"] == "BOOKMARK"
+                    if time.monotonic() - ended > 1.0:
+                        break
