@@ -14,7 +14,10 @@ together. The loops (``following``, the pool's ``feeding``) therefore:
 - spread what must be listed again (``Cause.GONE``: a 410 after a compaction or an apiserver
   restart) over ``relist_spread`` seconds, uniformly: N hubs' relists land spread over that
   window, not in the same second. Meanwhile the loop keeps serving what it holds (a pool
-  store, the filters' inputs), just not newer, and that lag is bounded by the spread;
+  store, the filters' inputs), just not newer, and that lag is bounded by the spread. A pool's
+  leader hub relisting its pool-scoped resources (``leading``) spreads over
+  ``leader_relist_spread`` instead: a fleet has one or a few leaders a pool, not a hub a node,
+  and every follower of the pool waits for that relist;
 - honour the apiserver's pushback (``Cause.BUSY``: 429 Too Many Requests, which is also
   what API Priority and Fairness answers when a priority level's queues are full, or a 503
   that carries ``Retry-After``): wait the ``Retry-After`` seconds it asked for, bounded to
@@ -36,7 +39,10 @@ resumed watches, about 45 a node, land over 5 s instead of the health poll's hal
 ``relist_spread`` 10 s: a fleet's relist peak drops about tenfold against
 "all in the same second" (hubs' heal detection is already spread over a second or two) while
 a relisted store lags the cloud by 10 s at most, well within the ≤ 60 s the issue's
-fleet target allows for every cache to equal the apiserver again; ``max_retry_after`` 60 s:
+fleet target allows for every cache to equal the apiserver again; ``leader_relist_spread`` 2 s:
+10,000 nodes in 100 pools relist 100 times (one leader a pool) over 2 s, 50 a second, where
+without hubs 10,000 kube-proxies relist EndpointSlices at once, and a pool's followers see the
+cloud's state again within seconds of the 410 instead of up to ten; ``max_retry_after`` 60 s:
 kube-apiserver's APF asks for 1 s, a restarting apiserver's initialising watch cache for 1 s,
 a proxy may ask for more, a minute is the most a hub may stay behind on its own loops
 (kubelet's own requests pass through, see ``docs/operating.md``); 0.5 s doubling to 30 s is
@@ -65,6 +71,8 @@ class Cause(enum.Enum):
 class Settings:
     relist_spread: float = 10.0
     """Seconds over which a relist after 410 is spread (0: at once)."""
+    leader_relist_spread: float = 2.0
+    """The same for a pool leader's relist of a pool-scoped resource (``leading``)."""
     max_retry_after: float = 60.0
     """The most seconds a ``Retry-After`` is honoured for."""
     heal_spread: float = 5.0
@@ -99,12 +107,15 @@ def delay(
     rand: float,
     settings: Settings,
     retry_after_seconds: float | None = None,
+    leading: bool = False,
 ) -> float:
     """Seconds to wait before the next request of a loop. ``attempt``: failures in a row
-    before this one (0: the first); ``rand`` in [0, 1). PURE."""
+    before this one (0: the first); ``rand`` in [0, 1); ``leading``: the loop is a pool
+    leader's feeder of a pool-scoped resource. PURE."""
     rand = min(max(rand, 0.0), 1.0)
     if cause is Cause.GONE:
-        return settings.relist_spread * rand
+        spread = settings.leader_relist_spread if leading else settings.relist_spread
+        return spread * rand
     if cause is Cause.BUSY and retry_after_seconds is not None:
         asked = min(max(retry_after_seconds, MIN_RETRY_AFTER), settings.max_retry_after)
         return asked * (1 + rand / 4)
@@ -124,7 +135,12 @@ class Pacer:
         self.failures = 0
 
     def next_delay(
-        self, cause: Cause, rand: float, retry_after_seconds: float | None = None
+        self,
+        cause: Cause,
+        rand: float,
+        retry_after_seconds: float | None = None,
+        *,
+        leading: bool = False,
     ) -> float:
         """Seconds to wait after a ``cause``; a FAILURE or BUSY counts one failure more."""
         seconds = delay(
@@ -133,6 +149,7 @@ class Pacer:
             rand=rand,
             settings=self.settings,
             retry_after_seconds=retry_after_seconds,
+            leading=leading,
         )
         if cause is not Cause.GONE:
             self.failures += 1

@@ -378,7 +378,8 @@ class HubSettings:
     migration: MigrationSettings = MigrationSettings()
     pace: pacing.Settings = dataclasses.field(default_factory=pacing.Settings)
     """How the hub's own list/watch loops pace themselves in a storm (``yurthub.pacing``):
-    ``--relist-spread-seconds``, ``--max-retry-after-seconds``."""
+    ``--relist-spread-seconds``, ``--leader-relist-spread-seconds``, ``--heal-spread-seconds``,
+    ``--max-retry-after-seconds``."""
     static_pod_path: pathlib.Path = pathlib.Path("/etc/kubernetes/manifests")
     """``--static-pod-path``: kubelet's staticPodPath, where an OTA upgrade of a YurtStaticSet's
     static Pod installs its new manifest (``yurthub.ota``)."""

@@ -112,6 +112,7 @@ TOPICS: dict[str, tuple[Topic, ...]] = {
                 "--heartbeat-failed-retry",
                 "--kubelet-health-grace-period",
                 "--relist-spread-seconds",
+                "--leader-relist-spread-seconds",
                 "--heal-spread-seconds",
                 "--max-retry-after-seconds",
             ),

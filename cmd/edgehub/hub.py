@@ -254,6 +254,14 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     "moment within this many seconds, so a fleet's hubs do not relist in the same second.",
 )
 @click.option(
+    "--leader-relist-spread-seconds",
+    default=2.0,
+    type=click.FloatRange(min=0, max=600),
+    help="The same for a pool leader hub's lists of the pool-scoped resources (Services, "
+    "EndpointSlices): one or a few leaders a pool relist, not every hub, and the pool's "
+    "followers wait for them.",
+)
+@click.option(
     "--heal-spread-seconds",
     default=5.0,
     type=click.FloatRange(min=0, max=600),

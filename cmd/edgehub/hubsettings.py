@@ -186,6 +186,7 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
         certs=certs,
         pace=pacing.Settings(
             relist_spread=f("relist_spread_seconds"),
+            leader_relist_spread=f("leader_relist_spread_seconds"),
             heal_spread=f("heal_spread_seconds"),
             max_retry_after=f("max_retry_after_seconds"),
         ),

@@ -184,11 +184,13 @@ class Feeder:
             except feedanswers.Gone:
                 self._gone_from = source.name
                 # From the cloud, a relist every hub of a fleet may need at once (a compaction,
-                # an apiserver restart): spread (``pacing``); the store serves what it has
+                # an apiserver restart): spread (``pacing``; a pool leader's over the shorter
+                # leader spread, its followers wait for it); the store serves what it has
                 # meanwhile. A leader's memory is listed at once.
                 wait = 0.0
                 if source.leader is None and self.store.synced:
-                    wait = pacer.next_delay(pacing.Cause.GONE, random.random())
+                    leading = self.sources.leading
+                    wait = pacer.next_delay(pacing.Cause.GONE, random.random(), leading=leading)
                 log.info(
                     "%s: %s says our version is too old; listing again in %.1fs",
                     self.gvr,

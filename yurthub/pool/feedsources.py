@@ -37,6 +37,9 @@ class Sources:
         self.leaders = pool_leaders
         self.leader_tls = leader_tls
         self.mode = leaderconfigs.Source.API
+        self.leading = False
+        """This hub is one of its pool's leaders (set with the pool's configuration): its
+        feeders read the cloud for the pool, and relist after a 410 over the leader spread."""
         self.generation = 0
         self._wake = asyncio.Event()
         self.configured = asyncio.Event()

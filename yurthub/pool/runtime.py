@@ -282,7 +282,7 @@ class Pool:
         node = self.settings.node_name
         old_source = self.sources.mode
         self.config = config
-        self.is_leader = leaderconfigs.is_leader(config, node)
+        self.is_leader = self.sources.leading = leaderconfigs.is_leader(config, node)
         usable = config.leaders
         if not self.settings.pool.leader_tls:
             # Plain HTTP between hubs exists for tests on loopback: never to another address.

@@ -492,6 +492,9 @@ class StormResult:
     pool_watch_steps: list[tuple[float, float]] = dataclasses.field(default_factory=list)
     """The apiserver's Services + EndpointSlices watches after the heal: (seconds, count) at
     each sample where the count changed."""
+    ready_times: list[float] = dataclasses.field(default_factory=list)
+    """Each node's Ready transition after the heal (seconds, ascending): whether the last one
+    is one late node or the whole fleet's spread."""
 
 
 @dataclasses.dataclass
@@ -504,6 +507,7 @@ class _Watcher:
     leader_changes: int = 0
     ready_after: float | None = None
     ready_seen_after: float | None = None
+    ready_times: list[float] = dataclasses.field(default_factory=list)
     origin_wall: float = 0.0
     caches_after: float | None = None
     followers_peak: int = 0
@@ -624,6 +628,7 @@ def storm(
         apf_rejected=grew("rejected"),
         kubelet_429=max(0.0, kubelet_429s(fleet) - k429),
         ready_after=watcher.ready_after,
+        ready_times=watcher.ready_times,
         ready_seen_after=watcher.ready_seen_after,
         caches_equal_after=watcher.caches_after,
         pooled_after=pooled_after,
@@ -704,6 +709,9 @@ def _recover(
                     times = [since[n] for n in want]
                     # A transition time that does not parse: the poll's figure stands in.
                     known = [t for t in times if t is not None]
+                    watcher.ready_times = sorted(
+                        round(max(0.0, t - watcher.origin_wall), 1) for t in known
+                    )
                     watcher.ready_after = (
                         max(0.0, max(known) - watcher.origin_wall)
                         if len(known) == len(times)

@@ -69,6 +69,24 @@ def test_delay_follows_the_settings(
 
 
 @pytest.mark.parametrize(
+    ("cause", "leading", "expected"),
+    [
+        (pacing.Cause.GONE, True, 2.0),  # a pool leader's relist: the leader spread
+        (pacing.Cause.GONE, False, 30.0),
+        (pacing.Cause.FAILURE, True, 0.5 * 1.125),  # only the relist spread differs
+    ],
+)
+def test_a_leaders_relist_is_spread_over_the_leader_spread(
+    cause: pacing.Cause, leading: bool, expected: float
+) -> None:
+    settings = pacing.Settings(relist_spread=120.0, leader_relist_spread=8.0)
+    got = pacing.delay(cause, attempt=0, rand=0.25, settings=settings, leading=leading)
+    assert got == pytest.approx(expected)
+    pacer = pacing.Pacer(settings)
+    assert pacer.next_delay(cause, 0.25, leading=leading) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
     ("header", "expected"),
     [
         (None, None),
