@@ -11,11 +11,12 @@ kubemark's components identify as ``hollow-kubelet`` / ``hollow-proxy`` (User-Ag
 treats them as kubelet / kube-proxy (``requestinfo.COMPONENT_ALIASES``).
 
 The kubelet keeps no state between runs (kubemark makes a fresh root directory each start,
-``/tmp/hollow-kubelet.*``, whatever TMPDIR says): a restarted hollow kubelet learns its pods
-from the apiserver (or the hub's cache) only, which is what the autonomy tests need. Its
-staticPodPath is a directory in there (``static_pod_path`` reads it from the kubelet's log):
-the kubelet posts the mirror Pods of the manifests written there, and its fake runtime runs
-them, without a process (``staticpods`` runs those).
+``/tmp/hollow-kubelet.*``, whatever TMPDIR says, and its fake runtime a socket
+``/tmp/kubelet_remote_*.sock``; ``stop_kubelet`` removes both): a restarted hollow kubelet
+learns its pods from the apiserver (or the hub's cache) only, which is what the autonomy tests
+need. Its staticPodPath is a directory in there (``static_pod_path`` reads it from the
+kubelet's log): the kubelet posts the mirror Pods of the manifests written there, and its fake
+runtime runs them, without a process (``staticpods`` runs those).
 
 Dangers: kubemark's kubelet binds its server on 0.0.0.0 (kubemark hard-codes it) at a free
 port we pick; its healthz port is kubelet's default 10248 on loopback, and a second hollow
@@ -28,6 +29,8 @@ import json
 import os
 import pathlib
 import re
+import shutil
+import socket
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -37,6 +40,43 @@ import yaml
 from yurthub.testing import k8sbinaries, processes, realcluster
 
 _STATIC_POD_PATH = re.compile(r'"Adding static pod path" path="([^"]+)"')
+_ROOT_DIR = re.compile(r"/tmp/hollow-kubelet\.\d+")
+_RUNTIME_SOCKET = re.compile(r"kubelet_remote_\d+\.sock")
+_LOG_HEAD = 1 << 20
+"""Bytes of a kubelet's log read for its root directory (logged in its first seconds)."""
+
+
+def root_dir(log_head: str) -> pathlib.Path | None:
+    """The hollow kubelet's root directory (``/tmp/hollow-kubelet.N``), from the start of its
+    log: the staticPodPath's parent. Only a path of that exact form. PURE."""
+    found = _STATIC_POD_PATH.search(log_head)
+    if found is None:
+        return None
+    parent = str(pathlib.PurePosixPath(found.group(1)).parent)
+    return pathlib.Path(parent) if _ROOT_DIR.fullmatch(parent) else None
+
+
+def remove_stale_runtime_sockets(directory: pathlib.Path = pathlib.Path("/tmp")) -> int:
+    """Remove the fake runtime sockets (``kubelet_remote_N.sock``) in ``directory`` nothing
+    listens on any more; returns how many. kubemark binds each under a temporary name and
+    renames it, and logs neither name, so a stopped kubelet's cannot be told from a running
+    one's but by this: a running kubelet's accepts a connection."""
+    removed = 0
+    for path in directory.glob("kubelet_remote_*.sock"):
+        if not _RUNTIME_SOCKET.fullmatch(path.name):
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(1.0)
+            try:
+                probe.connect(str(path))
+                continue  # a kubelet serves on it
+            except (ConnectionRefusedError, FileNotFoundError):
+                pass
+            except OSError:
+                continue  # busy, or not ours to judge: left alone
+        path.unlink(missing_ok=True)
+        removed += 1
+    return removed
 
 
 def hub_kubeconfig(server: str) -> str:
@@ -146,7 +186,11 @@ class HollowNode:
 
     def stop_kubelet(self) -> None:
         if self._kubelet is not None:
+            root = self._kubelet_root()
             self._kubelet.stop()
+            if root is not None:
+                shutil.rmtree(root, ignore_errors=True)
+            remove_stale_runtime_sockets()
 
     def restart_kubelet(self) -> None:
         self.stop_kubelet()
@@ -219,9 +263,18 @@ class HollowNode:
                 raise proc.failure("is not running")
 
     def stop(self) -> None:
-        for proc in (self._proxy, self._kubelet):
-            if proc is not None:
-                proc.stop()
+        if self._proxy is not None:
+            self._proxy.stop()
+        self.stop_kubelet()
+
+    def _kubelet_root(self) -> pathlib.Path | None:
+        """The kubelet's root directory, named in its log."""
+        try:
+            with self.kubelet_log.open("rb") as f:
+                head = f.read(_LOG_HEAD).decode(errors="replace")
+        except OSError:
+            return None
+        return root_dir(head)
 
     def _process(self, component: str, argv: list[str]) -> processes.Process:
         tmp = self.workdir / "tmp"

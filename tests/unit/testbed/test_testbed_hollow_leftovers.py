@@ -1,0 +1,48 @@
+"""What a stopped hollow kubelet leaves in /tmp is found from its log and its open sockets, and
+only paths of kubemark's own forms are ever named for removal."""
+
+from __future__ import annotations
+
+import pathlib
+import socket
+
+import pytest
+
+from yurthub.testing import hollownodes
+
+LOG = (
+    'I1206 19:32:10.100000   20831 file.go:68] "Adding static pod path" '
+    'path="/tmp/hollow-kubelet.3413856961/static-pods562359050"\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        (LOG, pathlib.Path("/tmp/hollow-kubelet.3413856961")),
+        ("I1206 nothing of the kind\n", None),
+        # Not kubemark's form: never a directory to remove.
+        ('"Adding static pod path" path="/etc/kubernetes/manifests"', None),
+        ('"Adding static pod path" path="/tmp/static"', None),
+        ('"Adding static pod path" path="/tmp/hollow-kubelet.1/../../etc/x"', None),
+        ('"Adding static pod path" path="/tmp/hollow-kubelet.12/a/b"', None),
+    ],
+)
+def test_root_dir(log: str, expected: pathlib.Path | None) -> None:
+    assert hollownodes.root_dir(log) == expected
+
+
+def test_only_sockets_nothing_listens_on_are_removed(tmp_path: pathlib.Path) -> None:
+    live = tmp_path / "kubelet_remote_1.sock"
+    stale = tmp_path / "kubelet_remote_2.sock"
+    other = tmp_path / "kubelet_remote_x.sock"  # not kubemark's form: never judged
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(live))
+        listener.listen(4)
+        for path in (stale, other):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone:
+                gone.bind(str(path))  # the file stays after the socket closed
+        assert hollownodes.remove_stale_runtime_sockets(tmp_path) == 1
+        assert live.exists() and other.exists() and not stale.exists()
+    assert hollownodes.remove_stale_runtime_sockets(tmp_path) == 1  # now the live one is not
+    assert not live.exists()
