@@ -37,8 +37,12 @@ async def until(check, timeout: float = 15.0):  # type: ignore[no-untyped-def]
 
 
 async def main() -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="dummyif-") as work:
+        return await in_workdir(pathlib.Path(work))
+
+
+async def in_workdir(work: pathlib.Path) -> dict[str, object]:
     found: dict[str, object] = {}
-    work = pathlib.Path(tempfile.mkdtemp(prefix="dummyif-"))
     async with simapiserver.SimApiserver(workdir=work / "sim") as sim:
         admin = joining.Admin.from_kubeconfig(sim.kubeconfig_path)
         token = joining.new_token()
