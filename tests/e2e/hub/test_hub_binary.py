@@ -7,7 +7,6 @@ import os
 import pathlib
 import signal
 import sys
-import tempfile
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -50,11 +49,13 @@ async def upstream() -> AsyncIterator[str]:
     await runner.cleanup()
 
 
-async def start_hub(server: str, *extra: str) -> tuple[asyncio.subprocess.Process, str, str]:
+async def start_hub(
+    state: pathlib.Path, server: str, *extra: str
+) -> tuple[asyncio.subprocess.Process, str, str]:
+    """``state``: the hub's cache and root directories go in there (never the host's
+    /etc/kubernetes/cache or /var/lib/yurthub: a YurtHub node's, and what a later test's
+    first-start import would read)."""
     env = dict(os.environ, EDGEHUB_NODE_NAME="n1", EDGEHUB_SERVER_ADDR=server)
-    # Never the host's /etc/kubernetes/cache or /var/lib/yurthub (a YurtHub node's, and what a
-    # later test's first-start import would read).
-    state = pathlib.Path(tempfile.mkdtemp(prefix="edgehub-hub-binary-"))
     proc = await asyncio.create_subprocess_exec(
         EDGEHUB,
         "hub",
@@ -88,8 +89,10 @@ async def metrics(s: aiohttp.ClientSession, hub_server: str) -> str:
         return await r.text()
 
 
-async def test_binary_serves_and_stops_on_sigterm(upstream: str) -> None:
-    proc, proxy, hub_server = await start_hub(upstream, "--heartbeat-interval-seconds", "1")
+async def test_binary_serves_and_stops_on_sigterm(upstream: str, tmp_path: pathlib.Path) -> None:
+    proc, proxy, hub_server = await start_hub(
+        tmp_path, upstream, "--heartbeat-interval-seconds", "1"
+    )
     try:
         await wait_ready(hub_server)
         async with aiohttp.ClientSession() as s:
@@ -125,8 +128,8 @@ async def test_bad_flags_exit_with_startup_failure() -> None:
     assert b"scheme 'ftp' is not https" in err and b"Traceback" not in err
 
 
-async def test_second_signal_forces(upstream: str) -> None:
-    proc, proxy, hub_server = await start_hub(upstream, "--shutdown-grace-seconds", "60")
+async def test_second_signal_forces(upstream: str, tmp_path: pathlib.Path) -> None:
+    proc, proxy, hub_server = await start_hub(tmp_path, upstream, "--shutdown-grace-seconds", "60")
     try:
         await wait_ready(hub_server)
 
