@@ -8,8 +8,8 @@ a 404 before the stream). The stream ends when ``timeoutSeconds`` elapses (absen
 upstream; each at a random moment within ``heal_spread``, ``--heal-spread-seconds``, so a
 fleet's clients do not all come back in the same half second, and not at all if the cloud is
 gone again before that moment; a pool feeder's own watch, ``seams.HEAL_AT_ONCE``, at once), or
-at hub shutdown (``close``). A protobuf-first client gets
-protobuf frames when every object is stored so; a plain watch carries bookmarks only.
+at hub shutdown (``close``). A protobuf-first client gets protobuf frames when every object is
+stored so; a plain watch carries bookmarks only.
 
 The resourceVersion a held watch's BOOKMARKs carry is where the client resumes upstream after
 the heal (client-go's reflector watches again from the last one), so it must be one the
