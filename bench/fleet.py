@@ -376,7 +376,11 @@ def report(out: Mapping[str, Any], s: Settings, args: argparse.Namespace) -> Non
             "",
         ),
         ("429s to kubelets", per_mode(lambda st: st.kubelet_429), ""),
-        ("hubs whose cache differs from the apiserver", per_mode(lambda st: st.cache_problems), ""),
+        (
+            "hubs whose cache differs from the apiserver for 5 s",
+            per_mode(lambda st: st.cache_problems),
+            "",
+        ),
         (
             "after start: every follower on its leader, s",
             {m: out["pooled_at_start"].get(m) for m in modes},

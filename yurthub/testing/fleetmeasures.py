@@ -336,6 +336,40 @@ def cache_differences(fleet: fleets.Fleet) -> dict[str, list[str]]:
     return {m.name: d for m, d in zip(fleet.members, found, strict=True)}
 
 
+LASTING = 5.0
+"""Seconds a steady-state cache difference must outlast to count: a watch event the hub has
+not written yet, or an object changed between reading the cloud and the cache, is not one."""
+
+
+def difference_keys(found: Iterable[str]) -> set[str]:
+    """The objects named by ``fleetcaches.differences`` lines (what precedes ``": "``). PURE."""
+    return {line.split(": ", 1)[0] for line in found}
+
+
+def still_different(
+    first: Mapping[str, list[str]], later: Mapping[str, list[str]]
+) -> dict[str, list[str]]:
+    """Per hub, the differences of ``later`` about objects that differed in ``first`` too.
+    PURE."""
+    out: dict[str, list[str]] = {}
+    for name, lines in later.items():
+        before = difference_keys(first.get(name, ()))
+        kept = [line for line in lines if line.split(": ", 1)[0] in before]
+        if kept:
+            out[name] = kept
+    return out
+
+
+def lasting_differences(fleet: fleets.Fleet) -> dict[str, list[str]]:
+    """The hubs' differences from the apiserver that are still there ``LASTING`` seconds
+    later (a steady-state check: one snapshot may catch an event in flight)."""
+    first = cache_differences(fleet)
+    if not any(first.values()):
+        return {}
+    time.sleep(LASTING)
+    return still_different(first, cache_differences(fleet))
+
+
 # --- steady state ------------------------------------------------------------------------------
 
 
@@ -403,7 +437,7 @@ def steady(
     hubs = fleet is not None and fleet.mode not in (None, fleets.Mode.DIRECT)
     problems = None
     if hubs and fleet is not None:
-        problems = sum(1 for d in cache_differences(fleet).values() if d)
+        problems = sum(1 for d in lasting_differences(fleet).values() if d)
     return Steady(
         mode=mode or (str(fleet.mode) if fleet is not None else "control plane"),
         nodes=len(fleet.members) if fleet is not None else 0,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from yurthub.testing import fleetcaches
+from yurthub.testing import fleetcaches, fleetmeasures
 
 POD = "pods.v1.core"
 CM = "configmaps.v1.core"
@@ -168,3 +168,20 @@ def test_yurthub_files(tmp_path: pathlib.Path) -> None:
         fleetcaches.Copy("hollow-kubelet", (POD, "ns", "broken"), "?"),
         fleetcaches.Copy("hollow-kubelet", (POD, "ns", "p1"), "20"),
     ]
+
+
+def test_a_steady_difference_counts_only_when_it_lasts() -> None:
+    first = {
+        "n1": ["kubelet/pods.v1.core/ns/p1: cached 10, cloud 11"],
+        "n2": ["kubelet/pods.v1.core/ns/p2: not cached"],
+        "n3": [],
+    }
+    later = {
+        "n1": ["kubelet/pods.v1.core/ns/p1: cached 10, cloud 12"],  # still behind on p1
+        "n2": ["kubelet/pods.v1.core/ns/p9: not cached"],  # another object: in flight
+        "n3": ["kubelet/pods.v1.core/ns/p3: cached 1, cloud 2"],
+    }
+    assert fleetmeasures.still_different(first, later) == {
+        "n1": ["kubelet/pods.v1.core/ns/p1: cached 10, cloud 12"]
+    }
+    assert fleetmeasures.still_different(first, {}) == {}
