@@ -173,14 +173,21 @@ def summarize(calls: Iterable[ListCall], users: frozenset[str] | None = None) ->
 
 
 def write_audit_policy(path: pathlib.Path) -> pathlib.Path:
-    """An audit policy recording every LIST and WATCH (metadata only) and nothing else: which
-    client listed or watched what from which resourceVersion (``fleetaudit``), at a cost the
-    fleet's steady state hardly notices (a watch is re-opened every 5-10 min)."""
+    """An audit policy recording every LIST and WATCH (metadata only): which client listed or
+    watched what from which resourceVersion (``fleetaudit``), at a cost the fleet's steady
+    state hardly notices (a watch is re-opened every 5-10 min); and every write of a Node's
+    status, by whom and when (kubelet's reports and the node lifecycle controller's Unknown:
+    when a node turned Ready after a heal, and whether it stayed so; ``parse`` skips them)."""
+    node_status = {"group": "", "resources": ["nodes/status"]}
     policy = {
         "apiVersion": "audit.k8s.io/v1",
         "kind": "Policy",
         "omitStages": ["RequestReceived"],
-        "rules": [{"level": "Metadata", "verbs": ["list", "watch"]}, {"level": "None"}],
+        "rules": [
+            {"level": "Metadata", "verbs": ["list", "watch"]},
+            {"level": "Metadata", "verbs": ["patch", "update"], "resources": [node_status]},
+            {"level": "None"},
+        ],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(policy))

@@ -96,6 +96,7 @@ def test_a_call_carries_when_the_apiserver_received_it(received: str | None, at:
     [
         event("/api/v1/pods", stage="ResponseStarted"),
         event("/api/v1/pods/p", verb="get"),
+        event("/api/v1/nodes/n1/status", verb="patch"),  # recorded for the node's story
         b"not json",
         b"[1, 2]",
     ],
