@@ -176,8 +176,9 @@ def write_audit_policy(path: pathlib.Path) -> pathlib.Path:
     """An audit policy recording every LIST and WATCH (metadata only): which client listed or
     watched what from which resourceVersion (``fleetaudit``), at a cost the fleet's steady
     state hardly notices (a watch is re-opened every 5-10 min); and every write of a Node's
-    status, by whom and when (kubelet's reports and the node lifecycle controller's Unknown:
-    when a node turned Ready after a heal, and whether it stayed so; ``parse`` skips them)."""
+    status, and every read of a Node, by whom and when (kubelet's reads and reports and the node
+    lifecycle controller's Unknown: when a node turned Ready after a heal, and whether it stayed
+    so; ``parse`` skips them)."""
     node_status = {"group": "", "resources": ["nodes/status"]}
     policy = {
         "apiVersion": "audit.k8s.io/v1",
@@ -186,6 +187,11 @@ def write_audit_policy(path: pathlib.Path) -> pathlib.Path:
         "rules": [
             {"level": "Metadata", "verbs": ["list", "watch"]},
             {"level": "Metadata", "verbs": ["patch", "update"], "resources": [node_status]},
+            {
+                "level": "Metadata",
+                "verbs": ["get"],
+                "resources": [{"group": "", "resources": ["nodes"]}],
+            },
             {"level": "None"},
         ],
     }
