@@ -7,7 +7,7 @@ a 404 before the stream). The stream ends when ``timeoutSeconds`` elapses (absen
 ``min-request-timeout`` x (1+rand)), when the cloud is healthy again (clients re-watch
 upstream; each at a random moment within ``heal_spread``, ``--heal-spread-seconds``, so a
 fleet's clients do not all come back in the same half second, and not at all if the cloud is
-gone again before that moment; a pool feeder's own watch, ``seams.HEAL_AT_ONCE``, at once), or
+gone again before that moment; a few, ``seams.HEAL_AT_ONCE``, at once), or
 at hub shutdown (``close``). A protobuf-first client gets protobuf frames when every object is
 stored so; a plain watch carries bookmarks only.
 

@@ -48,10 +48,8 @@ HealthyServer = Callable[[], str | None]
 
 HEAL_AT_ONCE = web.RequestKey("heal_at_once", bool)
 """Set by the router on a request whose watch, held open offline, ends as soon as the cloud is
-healthy again instead of at a random moment within the heal spread: a pool feeder's own (over
-the hub's own socket, with the hub's own multiplexer User-Agent; nothing a caller sends can set
-it). A fleet has one such reader a resource per pool leader, not per node, and every follower
-of the pool waits for what it reads."""
+healthy again instead of at a random moment within the heal spread (``routing.heals_at_once``:
+a pool feeder's own, and kubelet's watch of its own Node)."""
 
 
 class LocalReason(enum.StrEnum):

@@ -559,3 +559,35 @@ async def test_a_pool_feeders_held_watch_ends_at_the_heal_whatever_the_spread(
                     assert orjson.loads(line)["type"] == "BOOKMARK"
                     if time.monotonic() - ended > 1.0:
                         break
+
+
+async def test_kubelets_watch_of_its_node_held_offline_ends_at_the_heal(
+    tmp_path: pathlib.Path,
+) -> None:
+    """kubelet decides at each status tick from its node informer whether to report (only a
+    retry reads the apiserver): its watch of its own Node ends as soon as the cloud is back,
+    whatever the heal spread, so it sees the Unknown the node lifecycle controller wrote and
+    reports Ready at its next tick. Its other watches keep the spread."""
+    async with edge_node(tmp_path, heal_spread=600.0) as node:
+        await warm(node)
+        await node.cut()
+        params = {"watch": "true", "timeoutSeconds": "60", "allowWatchBookmarks": "1"}
+        own_node = {**params, "fieldSelector": f"metadata.name={NODE}"}
+        kubelet = {"User-Agent": KUBELET_UA}
+        async with (
+            node.session.get(node.url + "/api/v1/nodes", params=own_node, headers=kubelet) as mine,
+            node.session.get(
+                node.url + PODS, params={**params, **MY_PODS}, headers=kubelet
+            ) as pods,
+        ):
+            assert mine.status == 200 and pods.status == 200
+            await node.heal()
+            async with asyncio.timeout(10):
+                await mine.read()  # ended at the heal
+            ended = time.monotonic()
+            async with asyncio.timeout(30):
+                while True:  # the pods watch is still held a second later
+                    line = await pods.content.readline()
+                    assert orjson.loads(line)["type"] == "BOOKMARK"
+                    if time.monotonic() - ended > 1.0:
+                        break
