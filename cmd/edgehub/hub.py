@@ -267,7 +267,8 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     type=click.FloatRange(min=0, max=600),
     help="After the cloud is back, each client watch the hub held open offline ends at a random "
     "moment within this many seconds (the client then watches the apiserver again), so a "
-    "fleet's clients do not come back in the same second.",
+    "fleet's clients do not come back in the same second; kubelet's watch of its own Node and "
+    "the hub's own pool watches end at once.",
 )
 @click.option(
     "--max-retry-after-seconds",
