@@ -357,6 +357,16 @@ def run(prometheus: Prometheus, node: edgenodes.EdgeNode, hub_metrics_port: int)
     finally:
         for conn in held:
             conn.close()
+    # The agent's Instance exists, counted in its metrics, before the cut: it is created
+    # through the hub, so a slow start (a busy machine) would otherwise leave the discovery
+    # panels without data for the whole outage.
+    poll(
+        lambda: all(
+            prometheus.query(f"sum({m})") for m in ("akri_instance_count", "akri_slot_capacity")
+        ),
+        60,
+        "the agent's Instance counted",
+    )
     # Cut the link: the hub's heartbeat fails, the alert fires, reads come from the cache.
     node.cut()
     firing = poll(
