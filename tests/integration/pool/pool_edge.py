@@ -22,7 +22,7 @@ import aiohttp
 import orjson
 
 from yurthub import assembly, settings
-from yurthub.pool import leaderconfigs
+from yurthub.pool import gvrs, leaderconfigs
 from yurthub.testing import partition, ports, simapiserver
 from yurthub.testing.watchevents import Events
 
@@ -33,6 +33,19 @@ KUBE_PROXY = "kube-proxy/v1.37.2 (linux/amd64) kubernetes/abcdef0"
 SERVICES = "/api/v1/services"
 SLICES = "/apis/discovery.k8s.io/v1/endpointslices"
 PROTOBUF_OR_JSON = "application/vnd.kubernetes.protobuf, */*"
+
+
+class NullMeter:
+    """A feeder's ``feeding.Meter`` that records nothing (tests of one feeder)."""
+
+    def upstream_watch(self, gvr: gvrs.Gvr, source: str, delta: int) -> None:
+        pass
+
+    def upstream_bytes(self, gvr: gvrs.Gvr, source: str, count: int) -> None:
+        pass
+
+    def target(self, gvr: gvrs.Gvr, verb: str, server: str, delta: int) -> None:
+        pass
 
 
 def address_of(index: int) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+from pool_edge import NullMeter
 
 from yurthub import following, pacing
 from yurthub.pool import feeding, feedsources, gvrs, leaders, watchcache
@@ -36,17 +37,6 @@ EXPIRED = {
     "message": "too old resource version: 10 (20)",
     "code": 410,
 }
-
-
-class _Meter:
-    def upstream_watch(self, gvr: gvrs.Gvr, source: str, delta: int) -> None:
-        pass
-
-    def upstream_bytes(self, gvr: gvrs.Gvr, source: str, count: int) -> None:
-        pass
-
-    def target(self, gvr: gvrs.Gvr, verb: str, server: str, delta: int) -> None:
-        pass
 
 
 def _event(kind: str, obj: dict[str, Any]) -> bytes:
@@ -93,7 +83,7 @@ async def lists_after_a_410(*, leading: bool, pace: pacing.Settings) -> list[dic
                 leader_ssl=lambda: False,
                 tee=None,
                 feed=feeding.FeedSettings(user_agent="multiplexer-proxy-n1", pace=pace),
-                meter=_Meter(),
+                meter=NullMeter(),
             )
             task = tg.create_task(feeder.run(), name="feeder-under-test")
             try:

@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+from pool_edge import NullMeter
 
 from yurthub import following
 from yurthub.kubeproto import converting, enveloping
@@ -22,17 +23,6 @@ from yurthub.pool import feeding, feedsources, gvrs, leaders, selection, watchca
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "data" / "kubeproto"
 WATCH_TYPE = enveloping.WATCH_CONTENT_TYPE
-
-
-class _Meter:
-    def upstream_watch(self, gvr: gvrs.Gvr, source: str, delta: int) -> None:
-        pass
-
-    def upstream_bytes(self, gvr: gvrs.Gvr, source: str, count: int) -> None:
-        pass
-
-    def target(self, gvr: gvrs.Gvr, verb: str, server: str, delta: int) -> None:
-        pass
 
 
 def services() -> tuple[bytes, list[bytes], str, list[dict[str, Any]]]:
@@ -79,7 +69,7 @@ async def feeding_from(
                 leader_ssl=lambda: False,
                 tee=None,
                 feed=feeding.FeedSettings(user_agent="multiplexer-proxy-n1"),
-                meter=_Meter(),
+                meter=NullMeter(),
             )
             async with asyncio.TaskGroup() as tg:
                 task = tg.create_task(feeder.run(), name="feeder-under-test")
