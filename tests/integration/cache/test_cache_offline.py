@@ -528,6 +528,18 @@ async def test_deeply_nested_offline_writes_are_refused_with_a_status(
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
 
 
+async def still_held(resp: Any) -> None:
+    """The held watch ``resp`` still sends bookmarks (0.3 s apart) a second from now: those
+    sent before are read at once, so one read a second later proves it open."""
+    since = time.monotonic()
+    async with asyncio.timeout(30):
+        while True:
+            line = await resp.content.readline()
+            assert orjson.loads(line)["type"] == "BOOKMARK"
+            if time.monotonic() - since > 1.0:
+                return
+
+
 async def test_a_pool_feeders_held_watch_ends_at_the_heal_whatever_the_spread(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -550,15 +562,7 @@ async def test_a_pool_feeders_held_watch_ends_at_the_heal_whatever_the_spread(
             await node.heal()
             async with asyncio.timeout(10):
                 await feeder.read()  # ended at the heal
-            ended = time.monotonic()
-            async with asyncio.timeout(30):
-                # Still held a second after the feeder's ended (bookmarks 0.3 s apart; those
-                # sent before are read at once).
-                while True:
-                    line = await forged.content.readline()
-                    assert orjson.loads(line)["type"] == "BOOKMARK"
-                    if time.monotonic() - ended > 1.0:
-                        break
+            await still_held(forged)  # a second after the feeder's ended
 
 
 async def test_kubelets_watch_of_its_node_held_offline_ends_at_the_heal(
@@ -584,10 +588,4 @@ async def test_kubelets_watch_of_its_node_held_offline_ends_at_the_heal(
             await node.heal()
             async with asyncio.timeout(10):
                 await mine.read()  # ended at the heal
-            ended = time.monotonic()
-            async with asyncio.timeout(30):
-                while True:  # the pods watch is still held a second later
-                    line = await pods.content.readline()
-                    assert orjson.loads(line)["type"] == "BOOKMARK"
-                    if time.monotonic() - ended > 1.0:
-                        break
+            await still_held(pods)
