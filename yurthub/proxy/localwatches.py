@@ -7,7 +7,8 @@ a 404 before the stream). The stream ends when ``timeoutSeconds`` elapses (absen
 ``min-request-timeout`` x (1+rand)), when the cloud is healthy again (clients re-watch
 upstream; each at a random moment within ``heal_spread``, ``--heal-spread-seconds``, so a
 fleet's clients do not all come back in the same half second, and not at all if the cloud is
-gone again before that moment; a few, ``seams.HEAL_AT_ONCE``, at once), or
+gone again before that moment; a few, ``seams.HEAL_AT_ONCE``, at once, and kubelet's watch
+of its own Node first gets that Node as the cloud has it now: ``seams.HEAL_CURRENT``), or
 at hub shutdown (``close``). A protobuf-first client gets protobuf frames when every object is
 stored so; a plain watch carries bookmarks only.
 
@@ -36,8 +37,9 @@ a plain list on the error).
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -47,6 +49,8 @@ from yurthub import requestinfo
 from yurthub.cache import keys, selectors, store
 from yurthub.kubeproto import converting, enveloping
 from yurthub.proxy import locallists, localreplies, seams
+
+log = logging.getLogger(__name__)
 
 HEALTH_POLL = 0.5
 """Seconds between looks at cloud health while holding a watch open."""
@@ -73,6 +77,28 @@ def heal_end(
     if ends is not None:
         return ends
     return now + max(spread, 0.0) * min(max(rand(), 0.0), 1.0)
+
+
+def current_version(body: bytes) -> tuple[str, str] | None:
+    """The name and resourceVersion of one object's JSON, or None when it is not one. PURE."""
+    try:
+        meta = orjson.loads(body)["metadata"]
+        name, rv = meta["name"], meta["resourceVersion"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    if not isinstance(name, str) or not isinstance(rv, str) or not name:
+        return None
+    return name, rv
+
+
+def newer(fetched: str, held: str) -> bool:
+    """Whether an object at ``fetched`` is news to a watch at ``held`` (both the apiserver's
+    decimal versions; anything else is not compared, so not news). PURE."""
+    return fetched.isdigit() and held.isdigit() and int(fetched) > int(held)
+
+
+async def _single(body: bytes) -> AsyncIterator[list[bytes]]:
+    yield [body]
 
 
 def unnamed(info: requestinfo.RequestInfo) -> str:
@@ -182,6 +208,10 @@ class Watches:
                     break
                 ends = heal_end(ends, now, self._cloud_healthy(), spread, self._rand)
                 if ends is not None and now >= ends:
+                    current = request.get(seams.HEAL_CURRENT)
+                    if current is not None and not protobuf:
+                        rv = since or self._now_rv(info, scope, list_key, labels, fields)
+                        await self._send_current(resp, info, scope, current, rv)
                     break
                 if request.transport is None or request.transport.is_closing():
                     break
@@ -197,6 +227,32 @@ class Watches:
         except ConnectionError:
             pass
         return resp
+
+    async def _send_current(
+        self,
+        resp: web.StreamResponse,
+        info: requestinfo.RequestInfo,
+        scope: keys.Scope,
+        fetch: seams.FetchCurrent,
+        since: str,
+    ) -> None:
+        """At the heal: the watched object as the cloud has it now, as one MODIFIED event,
+        when it is newer than ``since`` (the client resumes from its version); kept in the
+        cache as a read of it would be. Nothing when it could not be had."""
+        body = await fetch()
+        if body is None:
+            return
+        found = current_version(body)
+        if found is None:
+            log.info("the cloud's answer for %s at the heal is not an object", info.describe())
+            return
+        name, rv = found
+        if not newer(rv, since):
+            return
+        self._reader.store.submit(store.PutObject(scope, body, "", name=name))
+        async for page in self._lists.filtered_pages(info, _single(body)):
+            for item in page:
+                await resp.write(b'{"type":"MODIFIED","object":' + item + b"}\n")
 
     def _now_rv(
         self,

@@ -33,7 +33,7 @@ Invariants the proxy keeps for implementers:
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
@@ -50,6 +50,16 @@ HEAL_AT_ONCE = web.RequestKey("heal_at_once", bool)
 """Set by the router on a request whose watch, held open offline, ends as soon as the cloud is
 healthy again instead of at a random moment within the heal spread (``routing.heals_at_once``:
 a pool feeder's own, and kubelet's watch of its own Node)."""
+
+FetchCurrent = Callable[[], Awaitable[bytes | None]]
+"""The one object a held watch selects, as the cloud has it now (its JSON), or None when no
+healthy apiserver gave it in time."""
+
+HEAL_CURRENT: web.RequestKey[FetchCurrent] = web.RequestKey("heal_current")
+"""Set by the router on kubelet's watch of its own Node (``routing.heals_with_current``): held
+open offline, it gets the Node as the cloud has it now (fetched with this) as one MODIFIED
+event before it ends at the heal, so kubelet's node informer is current before its watch is
+back upstream."""
 
 
 class LocalReason(enum.StrEnum):

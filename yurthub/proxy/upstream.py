@@ -259,10 +259,12 @@ class Upstream:
         headers: Mapping[str, str],
         within: float,
         limit: int,
+        lane: bool = False,
     ) -> tuple[int, bytes | None]:
         """One request of the hub's own (not proxied) to ``server`` with the hub's identity,
         no redirects, within ``within`` seconds: ``(status, body)``, the body None when it is
-        larger than ``limit``; ``(0, b"")`` when no answer came (logged at DEBUG).
+        larger than ``limit``; ``(0, b"")`` when no answer came (logged at DEBUG). ``lane``:
+        over the heartbeat lane (a read kubelet's heartbeat waits for), not the shared pool.
 
         asyncio.timeout, not aiohttp's total timeout: when the hub stops a caller in the same
         loop iteration as aiohttp's own timer fires, aiohttp turns the cancellation into a
@@ -271,7 +273,7 @@ class Upstream:
         try:
             async with (
                 asyncio.timeout(within),
-                self.session.request(
+                (self.lane if lane else self.session).request(
                     method,
                     server + path,
                     data=data,

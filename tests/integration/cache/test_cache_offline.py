@@ -570,13 +570,16 @@ async def test_kubelets_watch_of_its_node_held_offline_ends_at_the_heal(
 ) -> None:
     """kubelet decides at each status tick from its node informer whether to report (only a
     retry reads the apiserver): its watch of its own Node ends as soon as the cloud is back,
-    whatever the heal spread, so it sees the Unknown the node lifecycle controller wrote and
-    reports Ready at its next tick. Its other watches keep the spread."""
+    whatever the heal spread, and first gets the Node as the cloud has it now (the Unknown the
+    node lifecycle controller wrote during the outage) as one MODIFIED event, so kubelet
+    reports Ready at its next tick. The hub's cache keeps that Node. Its other watches keep
+    the spread."""
     async with edge_node(tmp_path, heal_spread=600.0) as node:
         await warm(node)
+        held_at = node.sim.state.get("nodes", None, NODE)["metadata"]["resourceVersion"]
         await node.cut()
         params = {"watch": "true", "timeoutSeconds": "60", "allowWatchBookmarks": "1"}
-        own_node = {**params, "fieldSelector": f"metadata.name={NODE}"}
+        own_node = {**params, "fieldSelector": f"metadata.name={NODE}", "resourceVersion": held_at}
         kubelet = {"User-Agent": KUBELET_UA}
         async with (
             node.session.get(node.url + "/api/v1/nodes", params=own_node, headers=kubelet) as mine,
@@ -585,7 +588,50 @@ async def test_kubelets_watch_of_its_node_held_offline_ends_at_the_heal(
             ) as pods,
         ):
             assert mine.status == 200 and pods.status == 200
+            unknown = node.sim.state.get("nodes", None, NODE)
+            unknown.setdefault("status", {})["conditions"] = [
+                {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}
+            ]
+            node.sim.state.update(unknown)
+            now = node.sim.state.get("nodes", None, NODE)["metadata"]["resourceVersion"]
+            assert int(now) > int(held_at)
             await node.heal()
             async with asyncio.timeout(10):
-                await mine.read()  # ended at the heal
+                events = [orjson.loads(line) for line in (await mine.read()).splitlines()]
             await still_held(pods)
+        news = [e for e in events if e["type"] != "BOOKMARK"]
+        assert [e["type"] for e in news] == ["MODIFIED"] and events[-1] is news[0]
+        sent = news[0]["object"]
+        assert sent["kind"] == "Node" and sent["metadata"]["resourceVersion"] == now
+        assert sent["status"]["conditions"][0]["status"] == "Unknown"
+        assert all(e["object"]["metadata"]["resourceVersion"] == held_at for e in events[:-1])
+        await node.flush()
+        await node.cut()
+        status, cached = await node.get(f"/api/v1/nodes/{NODE}")
+        assert status == 200 and cached["metadata"]["resourceVersion"] == now
+
+
+async def test_kubelets_held_node_watch_gets_nothing_at_the_heal_when_its_node_did_not_change(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The Node the cloud has at the heal is the one kubelet's watch is at: the watch ends
+    with its bookmarks only (an event at its own version would be no news)."""
+    async with edge_node(tmp_path, heal_spread=600.0) as node:
+        await warm(node)
+        held_at = node.sim.state.get("nodes", None, NODE)["metadata"]["resourceVersion"]
+        await node.cut()
+        own_node = {
+            "watch": "true",
+            "timeoutSeconds": "60",
+            "allowWatchBookmarks": "1",
+            "fieldSelector": f"metadata.name={NODE}",
+            "resourceVersion": held_at,
+        }
+        async with node.session.get(
+            node.url + "/api/v1/nodes", params=own_node, headers={"User-Agent": KUBELET_UA}
+        ) as mine:
+            assert mine.status == 200
+            await node.heal()
+            async with asyncio.timeout(10):
+                events = [orjson.loads(line) for line in (await mine.read()).splitlines()]
+        assert {e["type"] for e in events} <= {"BOOKMARK"}
