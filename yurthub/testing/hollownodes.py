@@ -56,6 +56,19 @@ def root_dir(log_head: str) -> pathlib.Path | None:
     return pathlib.Path(parent) if _ROOT_DIR.fullmatch(parent) else None
 
 
+def kubelet_root(log: pathlib.Path, start: int) -> pathlib.Path | None:
+    """The root directory named by the kubelet whose lines start at byte ``start`` of ``log``
+    (a restarted kubelet appends to its predecessor's log, whose root was removed already);
+    None when it names none or the log cannot be read."""
+    try:
+        with log.open("rb") as f:
+            f.seek(start)
+            head = f.read(_LOG_HEAD).decode(errors="replace")
+    except OSError:
+        return None
+    return root_dir(head)
+
+
 def remove_stale_runtime_sockets(directory: pathlib.Path = pathlib.Path("/tmp")) -> int:
     """Remove the fake runtime sockets (``kubelet_remote_N.sock``) in ``directory`` nothing
     listens on any more; returns how many. kubemark binds each under a temporary name and
@@ -155,6 +168,8 @@ class HollowNode:
         self._die_with_parent = die_with_parent
         self.kubelet_port = 0
         self._kubelet: processes.Process | None = None
+        self._kubelet_log_start = 0
+        """Where the running kubelet's lines start in its log (a restart appends to it)."""
         self._proxy: processes.Process | None = None
 
     def start(self) -> None:
@@ -172,6 +187,10 @@ class HollowNode:
         if self._kubelet is not None and self._kubelet.alive:
             raise processes.ProcessError(f"the hollow kubelet of {self.name} already runs")
         self.kubelet_port = self._port()
+        try:
+            self._kubelet_log_start = self.kubelet_log.stat().st_size
+        except FileNotFoundError:
+            self._kubelet_log_start = 0
         self._kubelet = self._process(
             "kubelet",
             kubelet_argv(
@@ -268,13 +287,8 @@ class HollowNode:
         self.stop_kubelet()
 
     def _kubelet_root(self) -> pathlib.Path | None:
-        """The kubelet's root directory, named in its log."""
-        try:
-            with self.kubelet_log.open("rb") as f:
-                head = f.read(_LOG_HEAD).decode(errors="replace")
-        except OSError:
-            return None
-        return root_dir(head)
+        """The running kubelet's root directory, named in its part of its log."""
+        return kubelet_root(self.kubelet_log, self._kubelet_log_start)
 
     def _process(self, component: str, argv: list[str]) -> processes.Process:
         tmp = self.workdir / "tmp"

@@ -32,6 +32,19 @@ def test_root_dir(log: str, expected: pathlib.Path | None) -> None:
     assert hollownodes.root_dir(log) == expected
 
 
+def test_a_restarted_kubelets_root_is_read_from_its_own_lines(tmp_path: pathlib.Path) -> None:
+    """A restart appends to the log: the second kubelet's root is named after the first's."""
+    log = tmp_path / "kubelet.log"
+    log.write_text(LOG)
+    second = log.stat().st_size
+    with log.open("a") as f:
+        f.write(LOG.replace("3413856961", "77"))
+    assert hollownodes.kubelet_root(log, 0) == pathlib.Path("/tmp/hollow-kubelet.3413856961")
+    assert hollownodes.kubelet_root(log, second) == pathlib.Path("/tmp/hollow-kubelet.77")
+    assert hollownodes.kubelet_root(log, log.stat().st_size) is None  # not started yet
+    assert hollownodes.kubelet_root(tmp_path / "none.log", 0) is None
+
+
 def test_only_sockets_nothing_listens_on_are_removed(tmp_path: pathlib.Path) -> None:
     live = tmp_path / "kubelet_remote_1.sock"
     stale = tmp_path / "kubelet_remote_2.sock"
