@@ -8,10 +8,10 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
   make it healthy again.
 - Slow is not gone (beyond YurtHub's three attempts, which it keeps): a probe of a server in
   use tries a renewal that got no answer (a timeout, a reset) up to ``failed_retry`` times
-  before it fails (``retry_unanswered``; a refusal, no route, a refused handshake fail at
+  before it fails (``probing.retry_unanswered``; a refusal, no route, a refused handshake fail at
   once: nothing listens), and a renewal that timed out while the server's answers to the
   proxy kept arriving (``heard``, fed by the remote proxy with every chunk) counts as
-  alive, not failed (``alive_meanwhile``, ``node_yurthub_heartbeat_slow_alive_total``): an
+  alive, not failed (``probing.alive_meanwhile``, ``node_yurthub_heartbeat_slow_alive_total``): an
   apiserver busy with a whole fleet coming back at once answers late, and declaring it gone
   would end every watch and send them all back moments later (in a fleet of 30 hubs healed at
   once, hubs that gave up at one 2 s timeout went offline 248 times in a minute). A silent link
@@ -76,7 +76,6 @@ the hub's TaskGroup and exits only by cancellation.
 from __future__ import annotations
 
 import asyncio
-import copy
 import dataclasses
 import datetime
 import logging
@@ -88,153 +87,17 @@ from typing import Any
 import aiohttp
 import orjson
 
-from yurthub import metrics, pacing, settings, unreachable
+from yurthub import metrics, pacing, probing, settings, unreachable
 from yurthub.outages import causes
 from yurthub.proxy import seams, upstream
 
 log = logging.getLogger(__name__)
 
-LEASE_NAMESPACE = "kube-node-lease"
-DELEGATE_HEARTBEAT_ANNOTATION = "openyurt.io/delegate-heartbeat"
 CONFLICT_BACKOFF = (0.2, 0.4, 0.8)
 _MAX_LEASE_BYTES = 1 << 20
 USER_AGENT = "edgehub-heartbeat"
-RECOVERY_FIRST = 1.0
-"""Seconds after a server turned unhealthy before it is probed again (then doubling, jittered,
-up to the heartbeat interval) while it stays unhealthy."""
 SLOW_PROBE_GAP = 2.0
 """Seconds after a probe found a slow apiserver alive during which further slow reports wait."""
-
-
-class ProbeState:
-    """Pure state machine of one server (reference §10.6 prober cases)."""
-
-    def __init__(self, healthy_threshold: int) -> None:
-        self.threshold = healthy_threshold
-        self.healthy = False
-        self.successes = 0
-        self.initialised = False
-
-    def record(self, ok: bool) -> bool:
-        """Apply one probe result; True when ``healthy`` changed."""
-        before = self.healthy
-        if not self.initialised:
-            self.initialised = True
-            self.healthy = ok
-            self.successes = 1 if ok else 0
-        elif not ok:
-            self.healthy = False
-            self.successes = 0
-        else:
-            self.successes += 1
-            if not self.healthy and self.successes >= self.threshold:
-                self.healthy = True
-        return before != self.healthy
-
-
-RECOVERY_CAP = 2.0
-"""Seconds at most between probes of an unhealthy server that gave no answer at all (its link
-is down: a connect attempt costs nothing on a dead route), so a healed link is seen within
-about this, however long the outage lasted. One that answers with an error is up and busy or
-broken: it is probed at most every heartbeat ``interval``, not harder."""
-
-
-def recovery_delay(attempt: int, interval: float, jitter: float, *, silent: bool = False) -> float:
-    """Seconds until the next probe of an unhealthy server: ``RECOVERY_FIRST`` doubling per
-    ``attempt`` (0 first), stretched by up to a quarter (``jitter`` in [0, 1): hubs healed at
-    once do not probe in step), never more than the heartbeat ``interval``, nor than
-    ``RECOVERY_CAP`` when the server gave no answer (``silent``).
-
-    PURE."""
-    base = RECOVERY_FIRST * float(2 ** min(max(attempt, 0), 32))
-    limit = min(interval, RECOVERY_CAP) if silent else interval
-    return min(limit, base * (1 + jitter / 4))
-
-
-_DEFINITIVE = frozenset(
-    {causes.Cause.REFUSED, causes.Cause.UNREACHABLE, causes.Cause.DNS, causes.Cause.TLS}
-)
-
-
-def retry_unanswered(cause: causes.Cause, *, in_use: bool) -> bool:
-    """Whether a lease renewal that got no HTTP answer (``cause``) is tried again, up to
-    ``failed_retry`` attempts, before its server is declared gone.
-
-    Only for a server in use (healthy): one not in use stays as it is after one failure, and
-    is probed again soon anyway. Never for an answer that is final at once (nothing listens,
-    no route, no such name, a refused handshake: the next attempt would say the same within
-    milliseconds). A timeout or a reset is tried again: an apiserver busy with a fleet coming
-    back at once answers late, and a pooled connection the server closed meanwhile resets, and
-    neither means it is gone (YurtHub tries every failed heartbeat three times). A silent link
-    is so noticed after ``failed_retry`` timeouts, not one.
-
-    PURE."""
-    return in_use and cause not in _DEFINITIVE
-
-
-def alive_meanwhile(cause: causes.Cause, began: float, heard: float | None) -> bool:
-    """Whether a renewal that timed out (``cause``) still shows its server alive: some answer
-    of that server to the proxy arrived (``heard``, the clock's reading) after the renewal
-    began (``began``). A busy apiserver keeps streaming watch events and answering; a silent
-    link carries nothing at all.
-
-    PURE."""
-    return cause is causes.Cause.SILENT and heard is not None and heard >= began
-
-
-class KubeletGate:
-    def __init__(self, grace_period: float) -> None:
-        self.grace_period = grace_period
-        self._last: float | None = None
-
-    def renew(self, now: float) -> None:
-        self._last = now
-
-    def alive(self, now: float) -> bool:
-        return self._last is None or now - self._last <= self.grace_period
-
-
-def format_micro_time(when: datetime.datetime) -> str:
-    """Kubernetes MicroTime: ``2006-01-02T15:04:05.000000Z``."""
-    return when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def new_lease(
-    node_name: str, node_uid: str, duration: int, now: datetime.datetime
-) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": node_name, "namespace": LEASE_NAMESPACE}
-    if node_uid:
-        metadata["ownerReferences"] = [
-            {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}
-        ]
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": metadata,
-        "spec": {
-            "holderIdentity": node_name,
-            "leaseDurationSeconds": duration,
-            "renewTime": format_micro_time(now),
-        },
-    }
-
-
-def renewed_lease(
-    base: Mapping[str, Any], node_name: str, duration: int, now: datetime.datetime
-) -> dict[str, Any]:
-    """The PUT body renewing ``base`` (pure)."""
-    lease = copy.deepcopy(dict(base))
-    metadata = lease.setdefault("metadata", {})
-    annotations = metadata.get("annotations")
-    if isinstance(annotations, dict):
-        annotations.pop(DELEGATE_HEARTBEAT_ANNOTATION, None)
-    spec = lease.setdefault("spec", {})
-    spec["holderIdentity"] = node_name
-    spec["leaseDurationSeconds"] = duration
-    spec["renewTime"] = format_micro_time(now)
-    lease.setdefault("apiVersion", "coordination.k8s.io/v1")
-    lease.setdefault("kind", "Lease")
-    return lease
 
 
 class _ProbeFailed(unreachable.HttpRefusal):
@@ -291,7 +154,7 @@ class HealthChecker:
         self._metrics = collectors
         self._clock = clock
         self.servers = hub.upstream.servers
-        self._states = {s: ProbeState(self._hb.healthy_threshold) for s in self.servers}
+        self._states = {s: probing.ProbeState(self._hb.healthy_threshold) for s in self.servers}
         self._leases: dict[str, dict[str, Any]] = {}
         self._suspects: set[str] = set()
         self._pending: set[str] = set()
@@ -306,7 +169,7 @@ class HealthChecker:
         self.reports = {s: ServerReport() for s in self.servers}
         self._logged_error: dict[str, str] = {}
         self._wall = time.time
-        self.kubelet = KubeletGate(self._hb.kubelet_health_grace_period)
+        self.kubelet = probing.KubeletGate(self._hb.kubelet_health_grace_period)
         self.initial_probe_done = asyncio.Event()
         self.on_lease: seams.LeaseCallback | None = None
         self.identity_pending: Callable[[], str] = lambda: ""
@@ -451,7 +314,7 @@ class HealthChecker:
         silent = all(
             server in self._silent for server in self.servers if not self._states[server].healthy
         )
-        delay = recovery_delay(
+        delay = probing.recovery_delay(
             self._recovery_attempt, self._hb.interval, self._random.random(), silent=silent
         )
         self._recovery_at = self._clock() + delay
@@ -609,7 +472,7 @@ class HealthChecker:
                     self._silent.discard(server)
                 else:
                     self._silent.add(server)
-                    if not retry_unanswered(cause, in_use=self._states[server].healthy):
+                    if not probing.retry_unanswered(cause, in_use=self._states[server].healthy):
                         # Nothing listens there, or the server is not in use anyway: retrying
                         # the same dead route only multiplies the detection time.
                         return False
@@ -640,7 +503,7 @@ class HealthChecker:
         return False
 
     def _alive_meanwhile(self, server: str, cause: causes.Cause, began: float) -> bool:
-        return self._states[server].healthy and alive_meanwhile(
+        return self._states[server].healthy and probing.alive_meanwhile(
             cause, began, self._heard.get(server)
         )
 
@@ -677,14 +540,14 @@ class HealthChecker:
     async def _renew(self, server: str) -> None:
         node = self._settings.node_name
         duration = int(self._hb.kubelet_health_grace_period)
-        path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{node}"
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{probing.LEASE_NAMESPACE}/leases/{node}"
         now = datetime.datetime.now(datetime.UTC)
         base = self._leases.get(server)
         if base is None:
             status, body, raw = await self._call(server, "GET", path)
             if status == 404:
                 uid = await self._node_uid(server)
-                lease = new_lease(node, uid, duration, now)
+                lease = probing.new_lease(node, uid, duration, now)
                 status, body, raw = await self._call(server, "POST", path.rsplit("/", 1)[0], lease)
                 if status not in (200, 201):
                     raise _ProbeFailed("creating the node lease", status, _status_message(body))
@@ -700,7 +563,7 @@ class HealthChecker:
         self._leases.pop(server, None)
         try:
             status, body, raw = await self._call(
-                server, "PUT", path, renewed_lease(base, node, duration, now)
+                server, "PUT", path, probing.renewed_lease(base, node, duration, now)
             )
         except _PushedBack:
             # Refused before it was handled (APF answers before any handler runs): the lease

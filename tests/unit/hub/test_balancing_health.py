@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from yurthub import balancing, health, settings
+from yurthub import balancing, probing, settings
 from yurthub.outages import causes
 
 SERVERS = [f"https://127.0.0.1:{p}" for p in (8080, 8081, 8082, 8083)]
@@ -55,7 +55,7 @@ def test_empty_backends_rejected() -> None:
 
 
 def run(results: list[bool], threshold: int = 2) -> list[bool]:
-    state = health.ProbeState(threshold)
+    state = probing.ProbeState(threshold)
     out = []
     for ok in results:
         state.record(ok)
@@ -78,7 +78,7 @@ def test_probe_state(results: list[bool], states: list[bool]) -> None:
 
 
 def test_probe_state_reports_changes() -> None:
-    state = health.ProbeState(1)
+    state = probing.ProbeState(1)
     assert not state.record(False)  # initial unhealthy: no change from default
     assert state.record(True)
     assert not state.record(True)
@@ -86,7 +86,7 @@ def test_probe_state_reports_changes() -> None:
 
 
 def test_kubelet_gate() -> None:
-    gate = health.KubeletGate(40.0)
+    gate = probing.KubeletGate(40.0)
     assert gate.alive(1000.0)  # open before kubelet's first lease request
     gate.renew(1000.0)
     assert gate.alive(1040.0)
@@ -97,7 +97,7 @@ NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=datetime.UTC)
 
 
 def test_new_lease() -> None:
-    lease = health.new_lease("n1", "uid-1", 40, NOW)
+    lease = probing.new_lease("n1", "uid-1", 40, NOW)
     assert lease["metadata"] == {
         "name": "n1",
         "namespace": "kube-node-lease",
@@ -108,7 +108,7 @@ def test_new_lease() -> None:
         "leaseDurationSeconds": 40,
         "renewTime": "2026-01-02T03:04:05.678901Z",
     }
-    assert "ownerReferences" not in health.new_lease("n1", "", 40, NOW)["metadata"]
+    assert "ownerReferences" not in probing.new_lease("n1", "", 40, NOW)["metadata"]
 
 
 def test_renewed_lease_strips_delegate_annotation_and_keeps_rv() -> None:
@@ -120,7 +120,7 @@ def test_renewed_lease_strips_delegate_annotation_and_keeps_rv() -> None:
         },
         "spec": {"holderIdentity": "other", "renewTime": "old"},
     }
-    lease = health.renewed_lease(base, "n1", 40, NOW)
+    lease = probing.renewed_lease(base, "n1", 40, NOW)
     assert lease["metadata"]["annotations"] == {"keep": "me"}
     assert lease["metadata"]["resourceVersion"] == "7"
     assert lease["spec"]["holderIdentity"] == "n1"
@@ -144,7 +144,7 @@ def test_renewed_lease_strips_delegate_annotation_and_keeps_rv() -> None:
 def test_an_unhealthy_server_is_probed_sooner_than_the_heartbeat(
     attempt: int, interval: float, jitter: float, expected: float
 ) -> None:
-    assert health.recovery_delay(attempt, interval, jitter) == pytest.approx(expected)
+    assert probing.recovery_delay(attempt, interval, jitter) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -161,7 +161,7 @@ def test_an_unhealthy_server_is_probed_sooner_than_the_heartbeat(
 def test_a_server_that_gives_no_answer_is_probed_every_couple_of_seconds(
     attempt: int, interval: float, jitter: float, expected: float
 ) -> None:
-    assert health.recovery_delay(attempt, interval, jitter, silent=True) == pytest.approx(expected)
+    assert probing.recovery_delay(attempt, interval, jitter, silent=True) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -181,7 +181,7 @@ def test_a_server_that_gives_no_answer_is_probed_every_couple_of_seconds(
 def test_which_unanswered_renewals_are_tried_again(
     cause: causes.Cause, in_use: bool, retried: bool
 ) -> None:
-    assert health.retry_unanswered(cause, in_use=in_use) is retried
+    assert probing.retry_unanswered(cause, in_use=in_use) is retried
 
 
 @pytest.mark.parametrize(
@@ -198,4 +198,4 @@ def test_which_unanswered_renewals_are_tried_again(
 def test_a_timed_out_renewal_with_answers_meanwhile_shows_the_server_alive(
     cause: causes.Cause, began: float, heard: float | None, alive: bool
 ) -> None:
-    assert health.alive_meanwhile(cause, began, heard) is alive
+    assert probing.alive_meanwhile(cause, began, heard) is alive
