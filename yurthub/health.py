@@ -19,15 +19,18 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
 - Every ``interval`` seconds servers are probed one by one from a rotating start and the round
   stops at the first success, as YurtHub does (normally one probe per tick, servers alternating).
 - Beyond YurtHub: while a server is unhealthy it is probed more often than that
-  (``recovery_delay``: 1 s doubling to ``interval``, jittered; to ``RECOVERY_CAP``, 2 s, while
-  it gives no answer at all: a dead route costs a connect attempt, so however long the outage,
-  a healed link is seen within about 2 s), and a success of an unhealthy server is followed at
-  once by the rest of the ``healthy_threshold`` probes (each a real lease round trip): a
-  healed link is trusted again within seconds, not two heartbeats later. While no server is
+  (``probing.recovery_delay``: 1 s doubling to ``interval``, jittered; to
+  ``probing.RECOVERY_CAP``, 2 s, while it gives no answer at all: a dead route costs a connect
+  attempt, so however long the outage, a healed link is seen within about 2 s), and a success
+  of an unhealthy server is followed at once by the rest of the ``healthy_threshold`` probes
+  (each a real lease round trip): a healed link is trusted again within seconds, not two
+  heartbeats later. While no server is
   healthy, a probe waits up to ``interval`` for its answer, not ``timeout``
-  (``_answer_bound``): after a fleet-wide heal the apiserver answers late. A probe waiting
-  on a dead route then goes through when the route is back (its SYN is retransmitted, a held
-  handshake delivered): a heal is still seen within seconds.
+  (``probing.answer_bound``): after a fleet-wide heal the apiserver answers late. A probe
+  waiting on a dead route then goes through when the route is back (its SYN is retransmitted,
+  a held handshake delivered): a heal is still seen within seconds. So does a probe's first
+  attempt for two intervals after the heal: an apiserver that stops answering for a few
+  seconds under the fleet's reconnections is not declared gone again.
 - A probe renews ``kube-node-lease/<node>`` through that server with the hub's identity, over
   the upstream's lane for probes (``upstream.Upstream.probes``: its own connections, never
   queued behind the proxy's, kubelet's heartbeat requests included, reset when abandoned):
@@ -189,6 +192,10 @@ class HealthChecker:
         """Called (on the loop, must not block) after the first probe round and whenever it
         changes: whether any server's probe state is healthy."""
         self._cloud_up: bool | None = None
+        self._healed_at: float | None = None
+        """When the hub last came back online after an outage (the clock's reading)."""
+        self._attempts: dict[str, int] = {}
+        """The attempt (0: first) of each server's probe going on (``probing.answer_bound``)."""
         self._heard: dict[str, float | None] = dict.fromkeys(self.servers)
         """When an answer of each server last reached the proxy (``heard``)."""
         self.slow_alive = 0
@@ -386,6 +393,8 @@ class HealthChecker:
         up = any(state.healthy for state in self._states.values())
         if up is self._cloud_up:
             return
+        if up and self._cloud_up is False:
+            self._healed_at = self._clock()
         self._cloud_up = up
         _call_each(self.on_cloud, up)
 
@@ -416,6 +425,7 @@ class HealthChecker:
         rotated = False
         attempt = 0
         while attempt < self._hb.failed_retry:
+            self._attempts[server] = attempt
             used = self._client.identity
             began = self._clock()
             try:
@@ -597,20 +607,18 @@ class HealthChecker:
         return ""
 
     def _answer_bound(self, server: str) -> float:
-        """Seconds a probe call may take: ``timeout``; while no server is healthy (the hub is
-        offline, after its first probe round), the heartbeat ``interval``. An apiserver busy
-        with a whole fleet healed at the same moment answers a renewal late, and a bound that
-        gave up at ``timeout`` failed every probe of some hubs until the storm was over (6 of
-        30 trusted the cloud again 14-16 s after the heal, the others within 1 s), each failure
-        a new connection and handshake for the busy apiserver. A probe waiting on a dead route
-        is answered as soon as the route is back (a held SYN or handshake goes through), so
-        the longer bound costs no time at the heal. Not while another server is healthy: the
-        prober would wait on this one instead of probing that one's suspicions at once."""
-        if self.initial_probe_done.is_set() and not any(
+        """Seconds a probe call to ``server`` may take (``probing.answer_bound``)."""
+        offline = self.initial_probe_done.is_set() and not any(
             state.healthy for state in self._states.values()
-        ):
-            return max(self._hb.timeout, self._hb.interval)
-        return self._hb.timeout
+        )
+        since_heal = None if self._healed_at is None else self._clock() - self._healed_at
+        return probing.answer_bound(
+            self._hb.timeout,
+            self._hb.interval,
+            offline=offline,
+            attempt=self._attempts.get(server, 0),
+            since_heal=since_heal,
+        )
 
     async def _call(
         self, server: str, method: str, path: str, body: dict[str, Any] | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -329,8 +330,45 @@ async def test_an_apiserver_answering_late_after_an_outage_is_trusted_again(
             while not hub.health.is_healthy(apiserver.url):
                 await asyncio.sleep(0.05)
         assert apiserver.lease_puts >= puts + 2
-        # Online again, the timeout is the bound again: a renewal this late is a failure (no
-        # proxied answer arrives meanwhile to prove it alive).
+        # Online again, the timeout is the bound again once the heal is two intervals old: a
+        # renewal this late is a failure (no proxied answer arrives meanwhile to prove it
+        # alive).
         async with asyncio.timeout(15):
             while hub.health.is_healthy(apiserver.url):
                 await asyncio.sleep(0.05)
+
+
+async def test_an_apiserver_silent_for_seconds_right_after_the_heal_is_not_gone_again(
+    apiserver: FakeApiserver, make_hub: MakeHub
+) -> None:
+    """Right after a fleet-wide heal the apiserver can answer nothing for seconds (9.5 s in a
+    fleet run of 30 nodes, 0.4 s after the heal). For two intervals after the heal a probe's
+    first attempt waits up to an interval for its answer: a renewal answered later than
+    ``failed_retry`` timeouts (but within the interval) keeps the hub online. The same silence
+    later is an outage again, noticed at the timeouts."""
+    async with make_hub(
+        [apiserver.url], interval=3.0, timeout=0.5, healthy_threshold=1, failed_retry=3
+    ) as hub:
+        health = hub.health
+        url = apiserver.url
+        await apiserver.stop(keep_port=True)
+        async with asyncio.timeout(10):
+            while health.is_healthy(url):
+                await asyncio.sleep(0.02)
+        await apiserver.start()
+        async with asyncio.timeout(15):
+            while not health.is_healthy(url):
+                await asyncio.sleep(0.02)
+        changes: list[bool] = []
+        health.on_cloud.append(changes.append)
+        apiserver.lease_delay = 2.0  # beyond 3 attempts of 0.5 s, within the 3 s interval
+        silent_from = time.time()
+        async with asyncio.timeout(20):
+            while (health.reports[url].last_success_at or 0.0) < silent_from + 1.9:
+                await asyncio.sleep(0.05)
+        assert changes == [], "declared gone during the heal's storm"
+        assert health.is_healthy(url)
+        async with asyncio.timeout(30):
+            while health.is_healthy(url):
+                await asyncio.sleep(0.05)
+        assert changes == [False]

@@ -199,3 +199,28 @@ def test_a_timed_out_renewal_with_answers_meanwhile_shows_the_server_alive(
     cause: causes.Cause, began: float, heard: float | None, alive: bool
 ) -> None:
     assert probing.alive_meanwhile(cause, began, heard) is alive
+
+
+@pytest.mark.parametrize(
+    ("offline", "attempt", "since_heal", "expected"),
+    [
+        (False, 0, None, 2.0),  # never offline: the timeout
+        (True, 0, None, 10.0),  # offline: an interval
+        (True, 2, None, 10.0),
+        (False, 0, 0.0, 10.0),  # first attempt right after the heal: an interval
+        (False, 0, 19.9, 10.0),
+        (False, 0, 20.0, 2.0),  # two intervals after it: the timeout again
+        (False, 1, 5.0, 2.0),  # a retry: the timeout, so a new cut is still seen in ~14 s
+        (False, 0, -1.0, 2.0),  # a clock gone backwards trusts nothing
+    ],
+)
+def test_how_long_a_probe_attempt_waits(
+    offline: bool, attempt: int, since_heal: float | None, expected: float
+) -> None:
+    bound = probing.answer_bound(2.0, 10.0, offline=offline, attempt=attempt, since_heal=since_heal)
+    assert bound == expected
+
+
+def test_a_timeout_longer_than_the_interval_is_never_shortened() -> None:
+    assert probing.answer_bound(12.0, 10.0, offline=True, attempt=0, since_heal=None) == 12.0
+    assert probing.answer_bound(12.0, 10.0, offline=False, attempt=0, since_heal=1.0) == 12.0
