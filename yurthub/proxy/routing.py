@@ -131,6 +131,9 @@ class Router:
         before the cut, not what the node lifecycle controller wrote meanwhile (Ready
         Unknown): kubelet, reading its own old status back, would see nothing to report and
         stay NotReady until its node watch had brought the change to the cache."""
+        self._node_read_lock = asyncio.Lock()
+        self._node_read: tuple[float, bytes | None] = (-1.0, None)
+        """The last read of this node at a heal: when it ended, and its answer."""
         checker.on_cloud.append(self._cloud_changed)
 
     def _cloud_changed(self, up: bool) -> None:
@@ -355,7 +358,19 @@ class Router:
     async def _current_node(self) -> bytes | None:
         """This node's Node as the cloud has it now (JSON), read with the hub's identity over
         the heartbeat lane (``seams.HEAL_CURRENT``); None when no healthy apiserver gave it
-        within two heartbeat timeouts."""
+        within two heartbeat timeouts. One read at a time: every caller that waited for the
+        one in flight takes its answer (any process on the node may hold watches that ask,
+        and the lane is kubelet's heartbeat's)."""
+        asked = time.monotonic()
+        async with self._node_read_lock:
+            read_at, body = self._node_read
+            if read_at >= asked:
+                return body
+            body = await self._read_node()
+            self._node_read = (time.monotonic(), body)
+            return body
+
+    async def _read_node(self) -> bytes | None:
         server = self._balancer.pick(self._health.is_healthy)
         if server is None:
             return None

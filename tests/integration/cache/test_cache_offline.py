@@ -17,6 +17,7 @@ import pytest
 from cache_edge import KUBELET_UA, NODE, Edge, edge_node
 
 from yurthub.cache import keys, runtime
+from yurthub.proxy import routing
 from yurthub.testing import partition
 
 PODS = "/api/v1/pods"
@@ -581,13 +582,15 @@ async def test_kubelets_watch_of_its_node_held_offline_ends_at_the_heal(
         params = {"watch": "true", "timeoutSeconds": "60", "allowWatchBookmarks": "1"}
         own_node = {**params, "fieldSelector": f"metadata.name={NODE}", "resourceVersion": held_at}
         kubelet = {"User-Agent": KUBELET_UA}
+        nodes = node.url + "/api/v1/nodes"
         async with (
-            node.session.get(node.url + "/api/v1/nodes", params=own_node, headers=kubelet) as mine,
+            node.session.get(nodes, params=own_node, headers=kubelet) as mine,
+            node.session.get(nodes, params=own_node, headers=kubelet) as twin,
             node.session.get(
                 node.url + PODS, params={**params, **MY_PODS}, headers=kubelet
             ) as pods,
         ):
-            assert mine.status == 200 and pods.status == 200
+            assert mine.status == 200 and twin.status == 200 and pods.status == 200
             unknown = node.sim.state.get("nodes", None, NODE)
             unknown.setdefault("status", {})["conditions"] = [
                 {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}
@@ -595,10 +598,16 @@ async def test_kubelets_watch_of_its_node_held_offline_ends_at_the_heal(
             node.sim.state.update(unknown)
             now = node.sim.state.get("nodes", None, NODE)["metadata"]["resourceVersion"]
             assert int(now) > int(held_at)
+            node.sim.clear_audit_log()
             await node.heal()
             async with asyncio.timeout(10):
                 events = [orjson.loads(line) for line in (await mine.read()).splitlines()]
+                also = [orjson.loads(line) for line in (await twin.read()).splitlines()]
             await still_held(pods)
+        # Both held watches got it from one read (the second waited for the first's).
+        reads = [r for r in node.sim.audit_log() if r.user_agent == routing.HEAL_USER_AGENT]
+        assert [(r.verb, r.name) for r in reads] == [("get", NODE)]
+        assert also[-1] == events[-1]
         news = [e for e in events if e["type"] != "BOOKMARK"]
         assert [e["type"] for e in news] == ["MODIFIED"] and events[-1] is news[0]
         sent = news[0]["object"]
