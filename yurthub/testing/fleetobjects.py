@@ -388,7 +388,15 @@ async def create(
     CRD must be installed); an object that exists already is left as it is (409), so a
     half-made fleet can be completed by running it again."""
     base = cluster.url
-    connector = aiohttp.TCPConnector(ssl=cluster.admin_ssl_context(), limit=in_flight)
+    # A connection the apiserver asked to close is closed gracefully (TLS close_notify, up to
+    # 30 s); before Python 3.12.8 asyncio leaks it if the loop closes first (asyncio.run right
+    # after this returns), and its socket's ResourceWarning surfaced later in whatever test
+    # ran then. aiohttp's clean-up aborts such transports when the session closes.
+    connector = aiohttp.TCPConnector(
+        ssl=cluster.admin_ssl_context(),
+        limit=in_flight,
+        enable_cleanup_closed=bool(getattr(aiohttp.connector, "NEEDS_CLEANUP_CLOSED", False)),
+    )
     timeout = aiohttp.ClientTimeout(total=120)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 
