@@ -132,13 +132,17 @@ class Router:
         Unknown): kubelet, reading its own old status back, would see nothing to report and
         stay NotReady until its node watch had brought the change to the cache."""
         self._node_read_lock = asyncio.Lock()
-        self._node_read: tuple[float, bytes | None] = (-1.0, None)
-        """The last read of this node at a heal: when it ended, and its answer."""
+        self._node_read: tuple[float, bytes | None] = (float("-inf"), None)
+        """The last read of this node at a heal: when it began, and its answer."""
+        self._healed_at = 0.0
+        """When the cloud last came back (``time.monotonic``)."""
         checker.on_cloud.append(self._cloud_changed)
 
     def _cloud_changed(self, up: bool) -> None:
         if not up:
             self._node_current = False
+        else:
+            self._healed_at = time.monotonic()
 
     async def wait_finished(self) -> None:
         """Until no request a graceful stop waits for is in the handler (``finishing`` 0)."""
@@ -358,16 +362,16 @@ class Router:
     async def _current_node(self) -> bytes | None:
         """This node's Node as the cloud has it now (JSON), read with the hub's identity over
         the heartbeat lane (``seams.HEAL_CURRENT``); None when no healthy apiserver gave it
-        within two heartbeat timeouts. One read at a time: every caller that waited for the
-        one in flight takes its answer (any process on the node may hold watches that ask,
-        and the lane is kubelet's heartbeat's)."""
-        asked = time.monotonic()
+        within two heartbeat timeouts. One read a heal, one at a time: every held watch that
+        ends at the same heal takes its answer (any process on the node may hold watches that
+        ask, and the lane is kubelet's heartbeat's)."""
         async with self._node_read_lock:
-            read_at, body = self._node_read
-            if read_at >= asked:
+            started, body = self._node_read
+            if started >= self._healed_at:
                 return body
+            started = time.monotonic()
             body = await self._read_node()
-            self._node_read = (time.monotonic(), body)
+            self._node_read = (started, body)
             return body
 
     async def _read_node(self) -> bytes | None:
