@@ -21,52 +21,36 @@ def classify(path: str, agent: str) -> requestinfo.RequestInfo:
     return requestinfo.classify("GET", raw, query, CIMultiDict({"User-Agent": agent}))
 
 
+MINE = "/api/v1/nodes?watch=1&fieldSelector=metadata.name=n1"
+
+
 @pytest.mark.parametrize(
-    ("path", "agent", "own", "at_once"),
+    ("path", "agent", "own", "at_once", "with_current"),
     [
-        ("/api/v1/nodes?watch=1&fieldSelector=metadata.name=n1", KUBELET, False, True),
-        ("/api/v1/nodes?watch=1&fieldSelector=metadata.name==n1", KUBELET, False, True),
-        (
-            "/api/v1/nodes?watch=1&fieldSelector=metadata.name=n1",
-            "hollow-kubelet/v1.37",
-            False,
-            True,
-        ),
-        # Another node, every node, or not a watch: the spread.
-        ("/api/v1/nodes?watch=1&fieldSelector=metadata.name=n2", KUBELET, False, False),
-        ("/api/v1/nodes?watch=1", KUBELET, False, False),
-        ("/api/v1/nodes?fieldSelector=metadata.name=n1", KUBELET, False, False),
-        ("/api/v1/pods?watch=1&fieldSelector=spec.nodeName=n1", KUBELET, False, False),
-        ("/api/v1/nodes?watch=1&fieldSelector=metadata.name=n1", "kube-proxy/v1.37", False, False),
-        # The hub's own feeders, over its own socket only.
-        ("/api/v1/services?watch=1", FEEDER, True, True),
-        ("/api/v1/services?watch=1", FEEDER, False, False),
-        ("/api/v1/services?watch=1", "multiplexer-proxy-n2", True, False),
+        (MINE, KUBELET, False, True, True),
+        ("/api/v1/nodes?watch=1&fieldSelector=metadata.name==n1", KUBELET, False, True, True),
+        (MINE, "hollow-kubelet/v1.37", False, True, True),
+        # Another node, every node, not a watch, another component: the spread, no read.
+        ("/api/v1/nodes?watch=1&fieldSelector=metadata.name=n2", KUBELET, False, False, False),
+        ("/api/v1/nodes?watch=1", KUBELET, False, False, False),
+        ("/api/v1/nodes?fieldSelector=metadata.name=n1", KUBELET, False, False, False),
+        ("/api/v1/nodes/n1", KUBELET, False, False, False),
+        ("/api/v1/pods?watch=1&fieldSelector=spec.nodeName=n1", KUBELET, False, False, False),
+        (MINE, "kube-proxy/v1.37", False, False, False),
+        # Over the hub's own socket: only its own feeders end at once, and read nothing
+        # (their watches select many objects).
+        (MINE, KUBELET, True, False, False),
+        ("/api/v1/services?watch=1", FEEDER, True, True, False),
+        ("/api/v1/services?watch=1", FEEDER, False, False, False),
+        ("/api/v1/services?watch=1", "multiplexer-proxy-n2", True, False, False),
     ],
 )
-def test_heals_at_once(path: str, agent: str, own: bool, at_once: bool) -> None:
+def test_which_held_watches_end_at_once_and_which_get_their_object(
+    path: str, agent: str, own: bool, at_once: bool, with_current: bool
+) -> None:
     info = classify(path, agent)
     assert routing.heals_at_once(info, "n1", own=own, multiplexer_ua=FEEDER) is at_once
-
-
-@pytest.mark.parametrize(
-    ("path", "agent", "own", "expected"),
-    [
-        ("/api/v1/nodes?watch=1&fieldSelector=metadata.name=n1", KUBELET, False, True),
-        ("/api/v1/nodes?watch=1&fieldSelector=metadata.name==n1", KUBELET, False, True),
-        # Over the hub's own socket, another node, every node, a get: nothing fetched.
-        ("/api/v1/nodes?watch=1&fieldSelector=metadata.name=n1", KUBELET, True, False),
-        ("/api/v1/nodes?watch=1&fieldSelector=metadata.name=n2", KUBELET, False, False),
-        ("/api/v1/nodes?watch=1", KUBELET, False, False),
-        ("/api/v1/nodes/n1", KUBELET, False, False),
-        ("/api/v1/nodes?watch=1&fieldSelector=metadata.name=n1", "kube-proxy/v1.37", False, False),
-        # The pool feeders end at once but fetch nothing: their watches select many objects.
-        ("/api/v1/services?watch=1", FEEDER, True, False),
-    ],
-)
-def test_heals_with_current(path: str, agent: str, own: bool, expected: bool) -> None:
-    info = classify(path, agent)
-    assert routing.heals_with_current(info, "n1", own=own) is expected
+    assert routing.heals_with_current(info, "n1", own=own) is with_current
 
 
 @pytest.mark.parametrize(
