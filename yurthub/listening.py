@@ -80,6 +80,43 @@ def peer_pid(transport: asyncio.BaseTransport) -> int | None:
     return int(pid)
 
 
+async def close_server(server: asyncio.Server) -> None:
+    """Close a listener without leaking the connections it accepted in its last turn.
+
+    ``asyncio.Server.close`` on Python 3.11 (which CI runs) drops a connection accepted in the
+    same loop turn, before its transport was made, without closing its socket (the transport
+    cannot attach to a closed server, and the error is swallowed): the socket lingers until the
+    garbage collector finds it (a ``ResourceWarning``) and the client waits for an answer meanwhile.
+    A hub's probes connect every second or two, so a server closed under them met this (a test
+    failed on it). Here the listener first takes no new connection, the loop makes the
+    transports of those already accepted, and only then the server closes (and with it those
+    connections)."""
+    _stop_accepting([server])
+    await asyncio.sleep(0)
+    server.close()
+    await server.wait_closed()
+
+
+async def close_runner(runner: web.BaseRunner) -> None:
+    """``runner.cleanup()``, each of its sites' listeners first closed as ``close_server`` does.
+    Reads aiohttp's private ``BaseSite._server`` (an upgrade must keep
+    ``tests/unit/hub/test_listening_close.py`` passing)."""
+    listening = [getattr(site, "_server", None) for site in runner.sites]
+    _stop_accepting([server for server in listening if isinstance(server, asyncio.Server)])
+    await asyncio.sleep(0)
+    await runner.cleanup()
+
+
+def _stop_accepting(servers: list[asyncio.Server]) -> None:
+    """Take no new connection on ``servers``' listening sockets (the loop stops watching them);
+    connections already accepted get their transports at the loop's next turn."""
+    loop = asyncio.get_running_loop()
+    for server in servers:
+        for sock in server.sockets:
+            if sock.fileno() >= 0:
+                loop.remove_reader(sock.fileno())
+
+
 class OwnSocket:
     """Where the hub's own clients reach its proxy: ``<tmp>/edgehub-own-<pid>-<random>/
     proxy.sock``, the directory made by ``mkdtemp`` (0700: only the hub's user may even reach the

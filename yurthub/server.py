@@ -643,7 +643,7 @@ class Hub:
         async with asyncio.TaskGroup() as tg:
             for runner in runners:
                 if runner is not None:
-                    tg.create_task(runner.cleanup(), name="hub-listener-cleanup")
+                    tg.create_task(listening.close_runner(runner), name="hub-listener-cleanup")
         self._proxy_runner = self._secure_runner = self._server_runner = self._own_runner = None
         self._metrics_runner = None
         if self._own_socket is not None:

@@ -38,7 +38,7 @@ from typing import Any
 
 from aiohttp import web
 
-from yurthub import following, metrics, requestinfo, settings
+from yurthub import following, listening, metrics, requestinfo, settings
 from yurthub.kubeproto import converting
 from yurthub.pool import (
     feeding,
@@ -359,7 +359,7 @@ class Pool:
 
     async def _stop_serving(self) -> None:
         if self._runner is not None:
-            await self._runner.cleanup()
+            await listening.close_runner(self._runner)
             self._runner = None
 
     async def _handle(

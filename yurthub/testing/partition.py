@@ -40,6 +40,7 @@ import struct
 import time
 from types import TracebackType
 
+from yurthub import listening
 from yurthub.testing import ports
 
 logger = logging.getLogger(__name__)
@@ -265,8 +266,7 @@ class Partition:
     async def _unlisten(self) -> None:
         server, self._server = self._server, None
         if server is not None:
-            server.close()
-            await server.wait_closed()
+            await listening.close_server(server)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

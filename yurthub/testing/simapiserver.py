@@ -43,6 +43,7 @@ from typing import Any, Literal, Self, TypeVar
 
 from aiohttp import web
 
+from yurthub import listening
 from yurthub.testing.sim import (
     auditing,
     auth,
@@ -207,7 +208,7 @@ class SimApiserver:
         # Long-lived streams would hold shutdown up: end them now, clients see EOF.
         self._ctx.close_watchers("the apiserver is shutting down")
         self._ctx.cancel_streams()
-        await runner.cleanup()
+        await listening.close_runner(runner)
         # Idle keep-alive clients would hold TLS connections open until they hang up.
         self._ctx.abort_connections()
         await asyncio.sleep(0)

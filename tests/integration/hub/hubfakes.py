@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from yurthub import server, settings
+from yurthub import listening, server, settings
 from yurthub.proxy import seams
 from yurthub.testing import partition, ports, simapiserver
 
@@ -91,7 +91,7 @@ class FakeApiserver:
         """Stop serving (new connections are refused); ``keep_port`` holds the port for a
         ``start`` to come, so that no outgoing connection takes it meanwhile."""
         if self._runner is not None:
-            await self._runner.cleanup()
+            await listening.close_runner(self._runner)
             self._runner = None
         if not keep_port and self._hold is not None:
             self._hold.close()

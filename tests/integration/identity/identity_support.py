@@ -34,6 +34,7 @@ def hub_settings(
     pins: tuple[str, ...] = (),
     skip_ca: bool = False,
     secure_port: int = 0,
+    heartbeat: settings.HeartbeatSettings | None = None,
     **certs: Any,
 ) -> settings.HubSettings:
     return settings.HubSettings(
@@ -44,7 +45,8 @@ def hub_settings(
         listen=settings.ListenSettings(
             serve_port=0, proxy_port=0, proxy_secure_port=secure_port or ports.free_port()
         ),
-        heartbeat=settings.HeartbeatSettings(
+        heartbeat=heartbeat
+        or settings.HeartbeatSettings(
             interval=0.5, timeout=1.0, healthy_threshold=1, failed_retry=1
         ),
         proxy=settings.ProxySettings(shutdown_grace=1.0),
