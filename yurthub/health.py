@@ -29,8 +29,11 @@ Reference ``yurthub-behaviour.md`` §5.1, with one addition:
   (``probing.answer_bound``): after a fleet-wide heal the apiserver answers late. A probe
   waiting on a dead route then goes through when the route is back (its SYN is retransmitted,
   a held handshake delivered): a heal is still seen within seconds. So does a probe's first
-  attempt for two intervals after the heal: an apiserver that stops answering for a few
-  seconds under the fleet's reconnections is not declared gone again.
+  attempt for two intervals after the heal, and for two intervals after the server's last
+  answer that showed strain (``strain``: a proxied answer after the header deadline, a 429,
+  503 or 504, a renewal answered after the timeout): an apiserver that stops answering for a
+  few seconds under the fleet's reconnections is not declared gone again, however long the
+  storm lasts. A request that got no answer at all is no sign of strain (a cut holds it).
 - A probe renews ``kube-node-lease/<node>`` through that server with the hub's identity, over
   the upstream's lane for probes (``upstream.Upstream.probes``: its own connections, never
   queued behind the proxy's, kubelet's heartbeat requests included, reset when abandoned):
@@ -198,6 +201,8 @@ class HealthChecker:
         """The attempt (0: first) of each server's probe going on (``probing.answer_bound``)."""
         self._heard: dict[str, float | None] = dict.fromkeys(self.servers)
         """When an answer of each server last reached the proxy (``heard``)."""
+        self._strained_at: dict[str, float] = {}
+        """When each server last showed strain (``strain``, ``probing.answer_bound``)."""
         self.slow_alive = 0
         """Renewals that timed out while the server's answers kept arriving (kept healthy)."""
         self._slow_alive_logged: set[str] = set()
@@ -247,6 +252,13 @@ class HealthChecker:
         Hot path: one clock reading and a dict store."""
         if server in self._heard:
             self._heard[server] = self._clock()
+
+    def strain(self, server: str) -> None:
+        """An answer of ``server`` showed it under strain (late, or 429/503/504): for
+        ``probing.PATIENCE`` intervals a probe's first attempt waits up to an interval for its
+        answer. Only answers count: a request without any answer may be a cut link."""
+        if server in self._heard:
+            self._strained_at[server] = self._clock()
 
     def report_slow(self, server: str) -> None:
         """A request to ``server`` has had no response headers for a while: probe it now (it
@@ -518,6 +530,7 @@ class HealthChecker:
         )
 
     def _slow_but_alive(self, server: str) -> None:
+        self.strain(server)
         self.slow_alive += 1
         self._metrics.heartbeat_slow_alive.labels(server).inc()
         _once_per_spell(
@@ -611,13 +624,16 @@ class HealthChecker:
         offline = self.initial_probe_done.is_set() and not any(
             state.healthy for state in self._states.values()
         )
-        since_heal = None if self._healed_at is None else self._clock() - self._healed_at
+        now = self._clock()
+        since_heal = None if self._healed_at is None else now - self._healed_at
+        strained_at = self._strained_at.get(server)
         return probing.answer_bound(
             self._hb.timeout,
             self._hb.interval,
             offline=offline,
             attempt=self._attempts.get(server, 0),
             since_heal=since_heal,
+            since_strain=None if strained_at is None else now - strained_at,
         )
 
     async def _call(
@@ -632,6 +648,7 @@ class HealthChecker:
         # asyncio.timeout, not aiohttp's total timeout: aiohttp turns a cancellation that lands
         # next to its timer into a TimeoutError, which the probe takes for a failed heartbeat
         # and retries, so a shutdown could wait forever; asyncio.timeout lets it through.
+        began = self._clock()
         async with (
             asyncio.timeout(self._answer_bound(server)),
             self._client.probes.request(
@@ -644,6 +661,8 @@ class HealthChecker:
                 allow_redirects=False,
             ) as resp,
         ):
+            if probing.strained(resp.status, self._clock() - began, self._hb.timeout):
+                self.strain(server)
             if resp.status == 401:
                 raise _CredentialsRejected(
                     f"{method} {path}", 401, "the apiserver did not accept the hub's credentials"

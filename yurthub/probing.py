@@ -96,13 +96,19 @@ def alive_meanwhile(cause: causes.Cause, began: float, heard: float | None) -> b
     return cause is causes.Cause.SILENT and heard is not None and heard >= began
 
 
-HEAL_PATIENCE = 2.0
-"""Heartbeat intervals after a heal during which a probe's first attempt may wait an interval
-for its answer (``answer_bound``)."""
+PATIENCE = 2.0
+"""Heartbeat intervals after a heal, or after the server last showed strain, during which a
+probe's first attempt may wait an interval for its answer (``answer_bound``)."""
 
 
 def answer_bound(
-    timeout: float, interval: float, *, offline: bool, attempt: int, since_heal: float | None
+    timeout: float,
+    interval: float,
+    *,
+    offline: bool,
+    attempt: int,
+    since_heal: float | None,
+    since_strain: float | None = None,
 ) -> float:
     """Seconds one attempt of a probe may wait for its answer: the heartbeat ``timeout``, but
     the heartbeat ``interval`` when it is longer and
@@ -113,24 +119,42 @@ def answer_bound(
       s after the heal, the others within 1 s), each failure a new connection and handshake
       for the busy apiserver. A probe waiting on a dead route is answered as soon as the route
       is back (a held SYN or handshake goes through), so the longer bound costs no time;
-    - or it is a probe's first attempt (``attempt`` 0) within ``HEAL_PATIENCE`` intervals of
-      the hub's coming back online (``since_heal`` seconds ago; None: it has not been offline).
-      Right after a fleet-wide heal the apiserver can stop answering anything for seconds (in a
-      fleet run of 30 nodes it answered nothing for 9.5 s, 0.4 s after the heal, on a machine
-      taking about 1,300 new connections at once): with ``failed_retry`` attempts of
-      ``timeout`` (6 s) the hubs declared it gone 0.4 s before it answered again, ended every
-      request in flight and came back a few seconds later, a second storm. A link that drops
-      again in that window is noticed one interval later than elsewhere (about 14 s, not 6 s
+    - or it is a probe's first attempt (``attempt`` 0) within ``PATIENCE`` intervals of the
+      hub's coming back online (``since_heal`` seconds ago; None: it has not been offline) or
+      of the server's last sign of strain (``since_strain``: a request without response headers
+      past the deadline, a 429, a 503 or 504, a renewal answered after ``timeout``; None: none
+      seen). Right after a fleet-wide heal the apiserver can stop answering anything for
+      seconds (in a fleet of 30 nodes it answered nothing for 9.5 s, 0.4 s after the heal; in
+      another run for about 10 s, 31 s after it, while the fleet was still re-listing): with
+      ``failed_retry`` attempts of ``timeout`` (6 s) the hubs declared it gone moments before
+      it answered again, ended every request in flight and came back a few seconds later, a
+      second storm. So patience lasts as long as the storm shows, not a fixed time. A link
+      that drops meanwhile is noticed one interval later than elsewhere (about 14 s, not 6 s
       by default); the outage record counts such a flap as the same outage anyway.
 
-    PURE."""
+    A clock gone backwards (a negative ``since``) counts as nothing seen. PURE."""
     patient = max(timeout, interval)
     if offline:
         return patient
-    window = HEAL_PATIENCE * interval
-    if attempt == 0 and since_heal is not None and 0.0 <= since_heal < window:
+    window = PATIENCE * interval
+    recent = any(
+        since is not None and 0.0 <= since < window for since in (since_heal, since_strain)
+    )
+    if attempt == 0 and recent:
         return patient
     return timeout
+
+
+STRAIN_STATUSES = frozenset({429, 503, 504})
+"""Answers of a server out of capacity or time: API Priority and Fairness refusing (429), the
+apiserver or a load balancer in front of it overloaded (503) or out of time (504)."""
+
+
+def strained(status: int, elapsed: float, timeout: float) -> bool:
+    """Whether a probe's answer (HTTP ``status`` after ``elapsed`` seconds) shows its server
+    under strain: one of ``STRAIN_STATUSES``, or an answer later than the heartbeat ``timeout``
+    (only a patient attempt waits that long). PURE."""
+    return status in STRAIN_STATUSES or elapsed > timeout
 
 
 class KubeletGate:

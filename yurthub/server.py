@@ -246,6 +246,7 @@ class Hub:
         # A silent link: slow answers get their server probed at once, and a server declared
         # unhealthy loses its requests in flight (reads go to the cache, watches re-watch).
         self.remote.on_slow = checker.report_slow
+        self.remote.on_strain = checker.strain
         self.remote.on_heard = checker.heard
         checker.on_unhealthy.append(self.remote.abandon)
         first_probe = f"probing {', '.join(s.upstream.servers)} for the first time"

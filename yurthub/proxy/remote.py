@@ -42,7 +42,7 @@ import aiohttp
 import yarl
 from aiohttp import web
 
-from yurthub import metrics, requestinfo, settings
+from yurthub import metrics, probing, requestinfo, settings
 from yurthub.proxy import headers, seams, upstream
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class UpstreamUnavailable(Exception):
 class _Exchange:
     """One proxied request to one server, from send to the end of its body."""
 
-    __slots__ = ("abandoned", "info", "scope", "server", "waiting")
+    __slots__ = ("abandoned", "info", "late", "scope", "server", "waiting")
 
     def __init__(self, server: str, info: requestinfo.RequestInfo) -> None:
         self.server = server
@@ -74,6 +74,8 @@ class _Exchange:
         self.abandoned = False
         self.waiting: asyncio.TimerHandle | None = None
         """The header-deadline timer while no response headers have come."""
+        self.late = False
+        """Its server was reported slow before the headers came (``on_slow``)."""
 
     def got_headers(self) -> None:
         if self.waiting is not None:
@@ -122,6 +124,10 @@ class RemoteProxy:
         """Called with a server that left a request without response headers past
         ``header_deadline`` (health probes it at once)."""
         self.on_heard: Callable[[str], object] = _nobody
+        self.on_strain: Callable[[str], object] = _nobody
+        """Called with a server whose answer shows it under strain: response headers after
+        ``header_deadline`` or a status of ``probing.STRAIN_STATUSES`` (health's prober then
+        waits longer before declaring it gone: ``probing.answer_bound``)."""
         """Called with a server whenever bytes of its answers arrive (response headers, each
         chunk of a body): health takes it as proof of life when a heartbeat times out."""
         connect = client.settings.connect_timeout
@@ -210,6 +216,8 @@ class RemoteProxy:
                 finally:
                     exchange.got_headers()
                 self.on_heard(server)
+                if exchange.late or up.status in probing.STRAIN_STATUSES:
+                    self.on_strain(server)
                 with self._tracked(up, info, server):
                     return await self._relay(request, info, up, started, server)
         except TimeoutError as e:
@@ -238,6 +246,7 @@ class RemoteProxy:
 
         def late() -> None:
             exchange.waiting = None
+            exchange.late = True
             if self.on_slow is not None:
                 self.on_slow(exchange.server)
             self._wait_for_headers(exchange)

@@ -202,23 +202,58 @@ def test_a_timed_out_renewal_with_answers_meanwhile_shows_the_server_alive(
 
 
 @pytest.mark.parametrize(
-    ("offline", "attempt", "since_heal", "expected"),
+    ("offline", "attempt", "since_heal", "since_strain", "expected"),
     [
-        (False, 0, None, 2.0),  # never offline: the timeout
-        (True, 0, None, 10.0),  # offline: an interval
-        (True, 2, None, 10.0),
-        (False, 0, 0.0, 10.0),  # first attempt right after the heal: an interval
-        (False, 0, 19.9, 10.0),
-        (False, 0, 20.0, 2.0),  # two intervals after it: the timeout again
-        (False, 1, 5.0, 2.0),  # a retry: the timeout, so a new cut is still seen in ~14 s
-        (False, 0, -1.0, 2.0),  # a clock gone backwards trusts nothing
+        (False, 0, None, None, 2.0),  # never offline, never strained: the timeout
+        (True, 0, None, None, 10.0),  # offline: an interval
+        (True, 2, None, None, 10.0),
+        (False, 0, 0.0, None, 10.0),  # first attempt right after the heal: an interval
+        (False, 0, 19.9, None, 10.0),
+        (False, 0, 20.0, None, 2.0),  # two intervals after it: the timeout again
+        (False, 1, 5.0, None, 2.0),  # a retry: the timeout, so a new cut is still seen in ~14 s
+        (False, 0, -1.0, None, 2.0),  # a clock gone backwards trusts nothing
+        # The storm goes on: strain seen lately keeps the first attempt patient, heal or not.
+        (False, 0, 45.0, 3.0, 10.0),
+        (False, 0, None, 19.9, 10.0),
+        (False, 0, 45.0, 20.0, 2.0),  # two intervals after the last strain: the timeout
+        (False, 1, 45.0, 3.0, 2.0),  # a retry: the timeout
+        (False, 0, None, -1.0, 2.0),
     ],
 )
 def test_how_long_a_probe_attempt_waits(
-    offline: bool, attempt: int, since_heal: float | None, expected: float
+    offline: bool,
+    attempt: int,
+    since_heal: float | None,
+    since_strain: float | None,
+    expected: float,
 ) -> None:
-    bound = probing.answer_bound(2.0, 10.0, offline=offline, attempt=attempt, since_heal=since_heal)
+    bound = probing.answer_bound(
+        2.0,
+        10.0,
+        offline=offline,
+        attempt=attempt,
+        since_heal=since_heal,
+        since_strain=since_strain,
+    )
     assert bound == expected
+
+
+@pytest.mark.parametrize(
+    ("status", "elapsed", "strained"),
+    [
+        (200, 0.1, False),
+        (409, 1.9, False),  # a conflict is an answer in time
+        (429, 0.1, True),  # API Priority and Fairness refusing
+        (503, 0.1, True),
+        (504, 0.1, True),  # the apiserver's own handler timeout
+        (200, 2.1, True),  # answered, but later than the heartbeat timeout
+        (500, 0.1, False),  # an error, not a sign of load
+    ],
+)
+def test_which_answers_show_a_server_under_strain(
+    status: int, elapsed: float, strained: bool
+) -> None:
+    assert probing.strained(status, elapsed, 2.0) is strained
 
 
 def test_a_timeout_longer_than_the_interval_is_never_shortened() -> None:
