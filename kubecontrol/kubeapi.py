@@ -36,7 +36,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import exceptions as k8s_exceptions
 
-from kubecontrol import credentials
+from kubecontrol import credentials, scratchfiles
 
 logger = logging.getLogger(__name__)
 
@@ -144,13 +144,19 @@ async def connect(
     """
     configuration = k8s_client.Configuration()
     if kubeconfig is not None:
-        try:
-            await k8s_config.load_kube_config(
-                config_file=str(kubeconfig), client_configuration=configuration
-            )
-        except (OSError, k8s_config.ConfigException, ValueError, yaml.YAMLError) as e:
-            raise KubeError(f"cannot load kubeconfig {kubeconfig}: {_first_line(e)}") from e
-    elif service_account is not None:
+        # Its inline key is written to files for ssl to load: they last until the client is
+        # made, not until the process exits (``scratchfiles``).
+        with scratchfiles.scratch_directory() as scratch:
+            try:
+                await k8s_config.load_kube_config(
+                    config_file=str(kubeconfig),
+                    client_configuration=configuration,
+                    temp_file_path=scratch,
+                )
+            except (OSError, k8s_config.ConfigException, ValueError, yaml.YAMLError) as e:
+                raise KubeError(f"cannot load kubeconfig {kubeconfig}: {_first_line(e)}") from e
+            return _client(configuration, url, user_agent)
+    if service_account is not None:
         if url is None and service_account.server is None:
             raise KubeError("in a Pod without KUBERNETES_SERVICE_HOST: give the apiserver URL")
         token = _ServiceAccountToken(service_account)
@@ -161,6 +167,13 @@ async def connect(
         configuration.refresh_api_key_hook = token.refresh
     elif url is None:
         raise KubeError("neither an apiserver URL nor a kubeconfig was given")
+    return _client(configuration, url, user_agent)
+
+
+def _client(
+    configuration: k8s_client.Configuration, url: str | None, user_agent: str
+) -> k8s_client.ApiClient:
+    """The ApiClient (its TLS context built now, from the files the configuration names)."""
     if url is not None:
         configuration.host = url.rstrip("/")
     api_client = k8s_client.ApiClient(configuration)
