@@ -124,12 +124,12 @@ class RemoteProxy:
         """Called with a server that left a request without response headers past
         ``header_deadline`` (health probes it at once)."""
         self.on_heard: Callable[[str], object] = _nobody
+        """Called with a server whenever bytes of its answers arrive (response headers, each
+        chunk of a body): health takes it as proof of life when a heartbeat times out."""
         self.on_strain: Callable[[str], object] = _nobody
         """Called with a server whose answer shows it under strain: response headers after
         ``header_deadline`` or a status of ``probing.STRAIN_STATUSES`` (health's prober then
         waits longer before declaring it gone: ``probing.answer_bound``)."""
-        """Called with a server whenever bytes of its answers arrive (response headers, each
-        chunk of a body): health takes it as proof of life when a heartbeat times out."""
         connect = client.settings.connect_timeout
         self._idle = aiohttp.ClientTimeout(
             total=None, sock_connect=connect, sock_read=client.settings.idle_timeout
