@@ -132,17 +132,17 @@ class Router:
         Unknown): kubelet, reading its own old status back, would see nothing to report and
         stay NotReady until its node watch had brought the change to the cache."""
         self._node_read_lock = asyncio.Lock()
-        self._node_read: tuple[float, bytes | None] = (float("-inf"), None)
-        """The last read of this node at a heal: when it began, and its answer."""
-        self._healed_at = 0.0
-        """When the cloud last came back (``time.monotonic``)."""
+        self._node_read: tuple[int, bytes | None] = (-1, None)
+        """The last read of this node at a heal: the heal it was for (``_heals``), its answer."""
+        self._heals = 0
+        """Times the cloud came back since the hub started."""
         checker.on_cloud.append(self._cloud_changed)
 
     def _cloud_changed(self, up: bool) -> None:
         if not up:
             self._node_current = False
         else:
-            self._healed_at = time.monotonic()
+            self._heals += 1
 
     async def wait_finished(self) -> None:
         """Until no request a graceful stop waits for is in the handler (``finishing`` 0)."""
@@ -366,12 +366,12 @@ class Router:
         ends at the same heal takes its answer (any process on the node may hold watches that
         ask, and the lane is kubelet's heartbeat's)."""
         async with self._node_read_lock:
-            started, body = self._node_read
-            if started >= self._healed_at:
+            heal = self._heals
+            read_for, body = self._node_read
+            if read_for == heal:
                 return body
-            started = time.monotonic()
             body = await self._read_node()
-            self._node_read = (started, body)
+            self._node_read = (heal, body)
             return body
 
     async def _read_node(self) -> bytes | None:
