@@ -100,7 +100,7 @@ async def close_server(server: asyncio.Server) -> None:
 async def close_runner(runner: web.BaseRunner) -> None:
     """``runner.cleanup()``, each of its sites' listeners first closed as ``close_server`` does.
     Reads aiohttp's private ``BaseSite._server`` (an upgrade must keep
-    ``tests/unit/hub/test_listening_close.py`` passing)."""
+    ``tests/integration/hub/test_hub_listener_close.py`` passing)."""
     listening = [getattr(site, "_server", None) for site in runner.sites]
     _stop_accepting([server for server in listening if isinstance(server, asyncio.Server)])
     await asyncio.sleep(0)

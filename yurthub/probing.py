@@ -121,9 +121,9 @@ def answer_bound(
       is back (a held SYN or handshake goes through), so the longer bound costs no time;
     - or it is a probe's first attempt (``attempt`` 0) within ``PATIENCE`` intervals of the
       hub's coming back online (``since_heal`` seconds ago; None: it has not been offline) or
-      of the server's last sign of strain (``since_strain``: a request without response headers
-      past the deadline, a 429, a 503 or 504, a renewal answered after ``timeout``; None: none
-      seen). Right after a fleet-wide heal the apiserver can stop answering anything for
+      of the server's last sign of strain (``since_strain``: response headers that came after
+      the header deadline, a 429, a 503 or 504, a renewal answered after ``timeout``; None:
+      none seen). Right after a fleet-wide heal the apiserver can stop answering anything for
       seconds (in a fleet of 30 nodes it answered nothing for 9.5 s, 0.4 s after the heal; in
       another run for about 10 s, 31 s after it, while the fleet was still re-listing): with
       ``failed_retry`` attempts of ``timeout`` (6 s) the hubs declared it gone moments before

@@ -341,6 +341,16 @@ async def test_an_apiserver_answering_late_after_an_outage_is_trusted_again(
                 await asyncio.sleep(0.05)
 
 
+async def renewed_after_a_silence(apiserver: FakeApiserver, health: Any) -> None:
+    """Let ``apiserver`` answer renewals after 2 s (beyond 3 attempts of 0.5 s, within a 3 s
+    interval) until one is accepted that late."""
+    apiserver.lease_delay = 2.0
+    silent_from = time.time()
+    async with asyncio.timeout(20):
+        while (health.reports[apiserver.url].last_success_at or 0.0) < silent_from + 1.9:
+            await asyncio.sleep(0.05)
+
+
 async def answered_in_time_for(apiserver: FakeApiserver, health: Any, *, seconds: float) -> None:
     """Let ``apiserver`` answer renewals at once until one is accepted ``seconds`` after now:
     the storm is over as far as the prober can tell."""
@@ -375,11 +385,7 @@ async def test_an_apiserver_silent_for_seconds_right_after_the_heal_is_not_gone_
                 await asyncio.sleep(0.02)
         changes: list[bool] = []
         health.on_cloud.append(changes.append)
-        apiserver.lease_delay = 2.0  # beyond 3 attempts of 0.5 s, within the 3 s interval
-        silent_from = time.time()
-        async with asyncio.timeout(20):
-            while (health.reports[url].last_success_at or 0.0) < silent_from + 1.9:
-                await asyncio.sleep(0.05)
+        await renewed_after_a_silence(apiserver, health)
         assert changes == [], "declared gone during the heal's storm"
         assert health.is_healthy(url)
         await answered_in_time_for(apiserver, health, seconds=2 * 3.0)
@@ -409,11 +415,7 @@ async def test_an_apiserver_answering_late_stays_in_use_through_seconds_of_silen
         slow = "/api/v1/namespaces/default/configmaps/slow?sleep=1.3"
         async with aiohttp.ClientSession() as s, s.get(hub.proxy_url + slow) as r:
             assert r.status == 200
-        apiserver.lease_delay = 2.0  # beyond 3 attempts of 0.5 s, within the 3 s interval
-        silent_from = time.time()
-        async with asyncio.timeout(20):
-            while (health.reports[url].last_success_at or 0.0) < silent_from + 1.9:
-                await asyncio.sleep(0.05)
+        await renewed_after_a_silence(apiserver, health)
         assert changes == [], "declared gone while it answered late"
         assert health.is_healthy(url)
 
