@@ -8,11 +8,11 @@ serving the same shapes. The upstream, the hub (``edgehub hub``, so its CPU coun
 own) and nginx (installed with apt-get if missing) each run in their own process. All traffic
 stays on 127.0.0.1.
 
-Targets: direct, the hub as shipped (uvloop), the same hub on the standard library's loop
-(``EDGEHUB_EVENT_LOOP=asyncio``), the floor (aiohttp's low-level server and client on uvloop
-streaming each answer through and nothing else: what any proxy on the hub's stack costs at
-least), nginx, and with ``--compare-src DIR`` the hub of another
-source tree (e.g. ``git archive main | tar -x -C DIR``) as ``hub-before``.
+Targets: direct, the hub as shipped (the standard library's loop), the same hub on uvloop
+(``EDGEHUB_EVENT_LOOP=uvloop``, the opt-in), the floor (aiohttp's low-level server and client
+on uvloop streaming each answer through and nothing else: what any proxy on the hub's stack
+costs at least), nginx, and with ``--compare-src DIR`` the hub of another source tree (e.g.
+``git archive main | tar -x -C DIR``) as ``hub-before``.
 
 Measured per target: GET one pod (sequential latency p50/p99 and concurrent throughput), LIST
 1,000 pods (latency, throughput), watch-event delivery delay. For the watch, one watch per
@@ -485,8 +485,8 @@ async def run(quick: bool, upstream: str, compare: str = "") -> None:
             upstream_argv = [PYTHON, __file__, "--serve-upstream", str(up_port)]
         stack.enter_context(process(upstream_argv))
         await wait_http(direct + get_path, timeout=60)
-        # The hub as shipped (uvloop) and on the standard library's loop, side by side.
-        hubs = [("hub", "uvloop", ""), ("hub-asyncio", "asyncio", "")]
+        # The hub as shipped (the standard library's loop) and on uvloop, side by side.
+        hubs = [("hub", "asyncio", ""), ("hub-uvloop", "uvloop", "")]
         if compare:
             hubs.append(("hub-before", "asyncio", compare))
         for name, loop, source in hubs:
@@ -651,15 +651,15 @@ async def run(quick: bool, upstream: str, compare: str = "") -> None:
             f"as kubelet {cpu[name]['get_kubelet'] / cpu['floor']['get_kubelet']:.2f}x"
         )
     print(
-        f"  hub (uvloop) / hub-asyncio: GET {cpu['hub']['get'] / cpu['hub-asyncio']['get']:.2f}x,"
-        f" as kubelet {cpu['hub']['get_kubelet'] / cpu['hub-asyncio']['get_kubelet']:.2f}x"
+        f"  hub-uvloop / hub: GET {cpu['hub-uvloop']['get'] / cpu['hub']['get']:.2f}x,"
+        f" as kubelet {cpu['hub-uvloop']['get_kubelet'] / cpu['hub']['get_kubelet']:.2f}x"
     )
     for name in (*hub_names, "floor"):
         ratio = results[name]["get_rps"] / d["get_rps"]
         print(f"GET throughput through {name} / direct: {ratio:.2f}x")
     if compare:
         # hub-before runs on the standard loop: compared with this tree's on the same loop.
-        now, before = cpu["hub-asyncio"], cpu["hub-before"]
+        now, before = cpu["hub"], cpu["hub-before"]
         print(
             "this tree / --compare-src (both on the standard loop): "
             f"CPU per GET {now['get'] / before['get']:.2f}x, "

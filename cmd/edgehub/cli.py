@@ -78,19 +78,33 @@ def _available(name: str) -> bool:
 
 
 EVENT_LOOP_ENV = "EDGEHUB_EVENT_LOOP"
-"""``asyncio`` picks the standard library's event loop instead of uvloop."""
+"""``uvloop`` runs the hub and the partition injector on uvloop instead of the standard loop."""
+
+EVENT_LOOPS = ("asyncio", "uvloop")
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop when it is installed and not refused (``EDGEHUB_EVENT_LOOP=asyncio``);
-    None: the standard loop. uvloop moves the socket and timer work of the proxy into C: it
-    measurably pays for the hub (``bench/proxy.py`` runs both side by side)."""
-    if os.environ.get(EVENT_LOOP_ENV, "").strip().lower() == "asyncio":
+    """The loop ``EDGEHUB_EVENT_LOOP`` names; None (the standard loop) when it is unset.
+
+    The standard loop is the default since a fleet storm met uvloop's descriptor bug
+    (uvloop#653: a connect cancelled inside ``create_connection`` leaves the loop holding a
+    transport on a descriptor the OS then reuses; docs/fleet.md). uvloop costs ~0.8x the CPU
+    per proxied GET (``bench/proxy.py`` runs both side by side) and stays an opt-in. A value
+    that names no loop, or uvloop where it is not installed, is an error, not a silent
+    fallback."""
+    name = os.environ.get(EVENT_LOOP_ENV, "").strip().lower() or "asyncio"
+    if name not in EVENT_LOOPS:
+        raise click.UsageError(
+            f"{EVENT_LOOP_ENV}={name!r} names no event loop; use one of {', '.join(EVENT_LOOPS)}"
+        )
+    if name == "asyncio":
         return None
     try:
         import uvloop
-    except ImportError:
-        return None
+    except ImportError as error:
+        raise click.UsageError(
+            f"{EVENT_LOOP_ENV}=uvloop, but uvloop is not installed ({error})"
+        ) from error
     factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     return factory
 
