@@ -34,7 +34,10 @@ be read lists again after the backoff (resuming would meet the same bytes).
 
 Dangers: the loop runs for the hub's lifetime and must never spin or die: every failure (a
 transport error, a 5xx, a body of the wrong shape, an event over the bound) waits with a capped
-backoff; only cancellation ends it.
+backoff; only cancellation ends it. Nor may it wait forever: a watch has no idle bound (a quiet
+collection sends nothing for minutes), but one still open ``WATCH_OVERRUN`` seconds after the
+``timeoutSeconds`` it asked for lost its end on the way and is ended and resumed
+(``pacing.watch_bound``; the pool's feeders do the same).
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ SHORT_WATCH = 1.0
 MAX_ITEM_BYTES = 16 << 20
 """Largest single object (list item or watch event) read; objects in etcd are at most ~1.5 MB."""
 READ_SIZE = 1 << 16
+WATCH_TIMEOUT = (300, 600)
+"""Bounds of a watch's random ``timeoutSeconds`` (YurtHub's)."""
 
 
 def _always() -> bool:
@@ -178,6 +183,17 @@ def _refused(resp: aiohttp.ClientResponse, what: str) -> Exception:
     return ValueError(f"{what}: HTTP {resp.status}")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Watching:
+    """How the loop watches: for the log (``what``), the bounds of ``timeoutSeconds``, how long
+    a watch may outlive it, the largest event read."""
+
+    what: str
+    timeout: tuple[int, int]
+    overrun: float
+    max_item: int
+
+
 class _Position:
     """Where the loop is: the resourceVersion of the last list, event or BOOKMARK applied ("":
     list first), kept as events apply so a watch that breaks resumes exactly after them."""
@@ -202,6 +218,8 @@ async def follow(
     cloud_healthy: Callable[[], bool] = _always,
     pace: pacing.Settings | None = None,
     rand: Callable[[], float] = random.random,
+    watch_timeout: tuple[int, int] = WATCH_TIMEOUT,
+    watch_overrun: float = pacing.WATCH_OVERRUN,
 ) -> None:
     """List+watch ``path`` (e.g. ``/api/v1/services``) through the hub until cancelled.
 
@@ -209,7 +227,9 @@ async def follow(
     cache's (the cloud's absence, already logged by the health checker) and logged at debug;
     the first one met with the cloud there (a CRD not installed, RBAC) is logged at INFO.
     ``pace``: the relist spread and Retry-After bound (``pacing.Settings``; its backoff cap is
-    ``max_backoff``); ``rand``: the jitter's randomness."""
+    ``max_backoff``); ``rand``: the jitter's randomness. ``watch_timeout``: the bounds of each
+    watch's random ``timeoutSeconds``; a watch still open ``watch_overrun`` seconds after it is
+    ended by the loop (``pacing.watch_bound``) and resumed."""
     url = f"{proxy_url.rstrip('/')}{path}"
     params = {}
     if label_selector:
@@ -223,6 +243,7 @@ async def follow(
     )
     pacer = pacing.Pacer(settings)
     absent_logged = False
+    watching = _Watching(what, watch_timeout, watch_overrun, max_item)
     at = _Position()
     not_older_than = ""
     """After a 410: the version held, which the relist's state must not be older than."""
@@ -234,7 +255,7 @@ async def follow(
                 not_older_than = ""
                 pacer.succeeded()
                 absent_logged = False
-            if await _watch(target, session, url, params, headers, at, max_item):
+            if await _watch(target, session, url, params, headers, at, watching):
                 pacer.succeeded()
                 continue  # ended normally after some progress: resume at once
             cause = pacing.Cause.FAILURE
@@ -334,21 +355,53 @@ async def _watch(
     params: Mapping[str, str],
     headers: Mapping[str, str],
     at: _Position,
-    max_item: int,
+    watching: _Watching,
 ) -> bool:
     """One watch from ``at.rv``, advancing it; True when it ended normally after delivering
     something (or after ``SHORT_WATCH``), False for a watch that ended at once."""
+    timeout_seconds = random.randint(*watching.timeout)
     query = {
         **params,
         "watch": "true",
         "allowWatchBookmarks": "true",
-        "timeoutSeconds": str(random.randint(300, 600)),
+        "timeoutSeconds": str(timeout_seconds),
     }
     if at.rv:
         query["resourceVersion"] = at.rv
     started = time.monotonic()
     events = 0
-    splitter = framing.LineSplitter(max_item)
+    splitter = framing.LineSplitter(watching.max_item)
+    try:
+        async with asyncio.timeout(pacing.watch_bound(timeout_seconds, watching.overrun)) as bound:
+            events = await _read_watch(target, session, url, query, headers, at, splitter)
+    except TimeoutError:
+        if not bound.expired():
+            raise
+        logger.info(
+            "following %s: the watch asked to end after %ds was still open %.0fs later; "
+            "ending it and resuming from %s",
+            watching.what,
+            timeout_seconds,
+            watching.overrun,
+            at.rv or "the start",
+        )
+        return True
+    # client-go's "very short watch": a server that ends every watch at once is asked again
+    # after the backoff, not in a tight loop (from the same version: nothing was missed).
+    return bool(events) or time.monotonic() - started >= SHORT_WATCH
+
+
+async def _read_watch(
+    target: Target,
+    session: aiohttp.ClientSession,
+    url: str,
+    query: Mapping[str, str],
+    headers: Mapping[str, str],
+    at: _Position,
+    splitter: framing.LineSplitter,
+) -> int:
+    """The watch's events into ``target``, advancing ``at``; how many there were."""
+    events = 0
     async with session.get(url, params=query, headers=headers, timeout=None) as resp:
         if resp.status == 410:
             raise _Gone
@@ -369,9 +422,7 @@ async def _watch(
         if rest:
             events += 1
             at.rv = _event(target, rest, at.rv)
-    # client-go's "very short watch": a server that ends every watch at once is asked again
-    # after the backoff, not in a tight loop (from the same version: nothing was missed).
-    return bool(events) or time.monotonic() - started >= SHORT_WATCH
+    return events
 
 
 def _event(target: Target, line: bytes, rv: str) -> str:

@@ -56,6 +56,21 @@ import enum
 
 MIN_RETRY_AFTER = 1.0
 """Seconds: a ``Retry-After`` of 0 (or less) is taken as 1 (a loop must not spin)."""
+WATCH_OVERRUN = 30.0
+"""Seconds a loop's watch may outlive the ``timeoutSeconds`` it asked for before the loop ends
+it itself (``watch_bound``)."""
+
+
+def watch_bound(timeout_seconds: int, overrun: float = WATCH_OVERRUN) -> float:
+    """How long a loop waits for its watch, asked to end after ``timeout_seconds``, to end.
+
+    The apiserver ends a watch at its ``timeoutSeconds``; so does the hub's proxy, answering
+    online or from its cache (``WATCH_DEADLINE_GRACE`` later at most). A watch still open
+    ``overrun`` seconds after that lost its end on the way: a connection nothing will
+    ever write to again (a peer gone without a FIN or RST, an event loop's transport bug). The
+    loop, ending it then, resumes from the version it holds instead of waiting forever for an
+    event that cannot come."""
+    return timeout_seconds + overrun
 
 
 class Cause(enum.Enum):

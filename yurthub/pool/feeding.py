@@ -101,6 +101,8 @@ class FeedSettings:
     max_item: int = 16 << 20
     watch_timeout: tuple[int, int] = (300, 600)
     """Random server-side timeout of one upstream watch (seconds, YurtHub's)."""
+    watch_overrun: float = pacing.WATCH_OVERRUN
+    """Seconds a watch may outlive its ``timeoutSeconds`` before the feeder ends it."""
     pace: pacing.Settings = dataclasses.field(default_factory=pacing.Settings)
     """Relist spread after 410 and the Retry-After bound, for reads from the cloud."""
 
@@ -552,10 +554,11 @@ class Feeder:
         """A watch from the store's version, or (``initial``) a streaming list: the whole state
         as ADDED events up to the ``k8s.io/initial-events-end`` BOOKMARK, then changes."""
         low, high = self._feed.watch_timeout
+        timeout_seconds = random.randint(low, high)
         query = {
             "watch": "true",
             "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(random.randint(low, high)),
+            "timeoutSeconds": str(timeout_seconds),
         }
         if initial:
             query["sendInitialEvents"] = "true"
@@ -564,6 +567,23 @@ class Feeder:
                 query["resourceVersion"] = str(self.store.rv)
         else:
             query["resourceVersion"] = str(self.store.rv)
+        # The cloud's watch has no idle bound (a quiet resource sends nothing for minutes):
+        # a watch that outlives its own timeoutSeconds lost its end on the way, and is ended.
+        bound = pacing.watch_bound(timeout_seconds, self._feed.watch_overrun)
+        try:
+            async with asyncio.timeout(bound) as scope:
+                await self._watch_until_end(source, query, initial)
+        except TimeoutError as e:
+            if not scope.expired():
+                raise
+            raise feedanswers.SourceFailed(
+                f"watch from {source.name}: asked to end after {timeout_seconds}s, "
+                f"still open {self._feed.watch_overrun:.0f}s later"
+            ) from e
+
+    async def _watch_until_end(
+        self, source: feedsources.Source, query: dict[str, str], initial: bool
+    ) -> None:
         async with self._get(source, query, watch=True) as resp:
             if resp.status == 410:
                 raise feedanswers.Gone

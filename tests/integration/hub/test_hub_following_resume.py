@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp import web
 
@@ -348,3 +349,74 @@ async def test_a_relist_refused_as_too_large_lists_the_current_state() -> None:
         script.rv = 50
         await target.until(lambda: "at-50" in target.names)
     assert [q.get("resourceVersion", "") for q in script.lists[:3]] == ["", "100", ""]
+
+
+class SilentFirstWatch:
+    """An apiserver whose first watch sends its headers and then nothing, ever (its end lost
+    on the way: a connection nothing writes to again), and whose later watches send one event.
+    ``release`` lets the handlers end, so the server stops at once."""
+
+    def __init__(self) -> None:
+        self.lists = 0
+        self.watches: list[str] = []
+        self.release = asyncio.Event()
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get(PATH, self._handle)
+        return app
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch") != "true":
+            self.lists += 1
+            return web.json_response(
+                {"kind": "ConfigMapList", "apiVersion": "v1", "items": [configmap("listed")]}
+                | {"metadata": {"resourceVersion": "5"}}
+            )
+        self.watches.append(request.query.get("resourceVersion", ""))
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        if len(self.watches) > 1:
+            event = {"type": "ADDED", "object": configmap("watched")}
+            event["object"]["metadata"]["resourceVersion"] = "6"
+            await resp.write(orjson.dumps(event) + b"\n")
+        await self.release.wait()
+        return resp
+
+
+async def test_a_watch_that_outlives_its_timeout_is_ended_and_resumed() -> None:
+    # The apiserver (or the hub's proxy) ends a watch at its timeoutSeconds; one still open
+    # well after that will never deliver anything (fleet finding: a follower stuck for good on
+    # such a connection). The loop ends it itself and resumes from the version it holds.
+    script = SilentFirstWatch()
+    runner = web.AppRunner(script.app(), shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    target = Recorder()
+    try:
+        async with aiohttp.ClientSession() as session, asyncio.TaskGroup() as tg:
+            task = tg.create_task(
+                following.follow(
+                    target,
+                    session,
+                    f"http://127.0.0.1:{port}",
+                    PATH,
+                    what="configmaps",
+                    max_backoff=0.5,
+                    pace=NO_SPREAD,
+                    watch_timeout=(1, 1),
+                    watch_overrun=0.5,
+                ),
+                name="follower",
+            )
+            try:
+                await target.until(lambda: "watched" in target.names, within=10.0)
+            finally:
+                task.cancel()
+    finally:
+        script.release.set()
+        await runner.cleanup()
+    assert script.lists == 1  # resumed, not listed again
+    assert script.watches[:2] == ["5", "5"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from yurthub import pacing
+from yurthub import pacing, requestinfo
 
 S = pacing.Settings()  # 10 s spread, Retry-After up to 60 s, 0.5 s doubling to 30 s
 
@@ -119,3 +119,11 @@ def test_pacer_counts_failures_and_starts_over_after_a_success() -> None:
     # a 429 with Retry-After waits what it said, and counts as a failure for what follows
     assert pacer.next_delay(pacing.Cause.BUSY, 0.0, 3.0) == 3.0
     assert pacer.next_delay(pacing.Cause.FAILURE, 0.0) == 2.0
+
+
+def test_a_watch_is_bounded_by_its_own_timeout_and_the_overrun() -> None:
+    # Later than the hub's proxy ends a watch (WATCH_DEADLINE_GRACE after timeoutSeconds): a
+    # loop never cuts a watch its proxy would still end cleanly.
+    assert pacing.watch_bound(300) == 300 + pacing.WATCH_OVERRUN
+    assert pacing.watch_bound(1, 0.5) == 1.5
+    assert pacing.WATCH_OVERRUN > requestinfo.WATCH_DEADLINE_GRACE
