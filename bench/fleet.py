@@ -27,7 +27,7 @@ Printed, per mode, with ratios edgehub/direct and edgehub/YurtHub:
   (``apiserver_request_total``), bytes over all edge links, the apiserver's and etcd's CPU and
   RSS, each hub's, kubelet's, kube-proxy's (and the links') CPU in millicores and RSS, the
   followers reading the cloud, 429s answered to the kubelets;
-- storms (``fleetmeasures.Storm``): every link cut and healed at once; kube-apiserver
+- storms (``fleetstorms.Storm``): every link cut and healed at once; kube-apiserver
   restarted; watches too old to resume (links cut, etcd compacted and the apiserver restarted
   meanwhile, so its watch cache starts at the compacted revision: 410 Gone); every pool's
   leader hub killed at once and restarted. For each: the peak request rate (``/metrics``
@@ -58,10 +58,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from yurthub.testing import fleetaudit, fleetmeasures, fleetmodel, fleets, k8sbinaries, realcluster
+from yurthub.testing import (
+    fleetaudit,
+    fleetmeasures,
+    fleetmodel,
+    fleets,
+    fleetstorms,
+    k8sbinaries,
+    realcluster,
+)
 
 HERE = pathlib.Path(__file__).resolve().parent
-Storm = fleetmeasures.Storm
+Storm = fleetstorms.Storm
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +200,7 @@ def run(args: argparse.Namespace, s: Settings, workdir: pathlib.Path) -> dict[st
                             Storm.LEADERS_KILLED: s.leaders_down,
                         }.get(kind, 0.0)
                         say(f"{mode}: storm {kind} ({outage:.0f} s)")
-                        result = fleetmeasures.storm(
+                        result = fleetstorms.storm(
                             fleet,
                             kind,
                             outage=outage,
@@ -394,7 +402,7 @@ def report(out: Mapping[str, Any], s: Settings, args: argparse.Namespace) -> Non
     ]
     table(f"steady state ({s.steady:.0f} s window, measured at N={n})", modes, rows)
 
-    storms: dict[str, dict[str, fleetmeasures.StormResult]] = out["storms"]
+    storms: dict[str, dict[str, fleetstorms.StormResult]] = out["storms"]
     for kind, by_mode in storms.items():
         storm_table(kind, by_mode, s)
 
@@ -406,11 +414,11 @@ def report(out: Mapping[str, Any], s: Settings, args: argparse.Namespace) -> Non
     print_model(out, s)
 
 
-def storm_table(kind: str, by_mode: Mapping[str, fleetmeasures.StormResult], s: Settings) -> None:
-    def f(fn: Callable[[fleetmeasures.StormResult], float | None]) -> dict[str, float | None]:
+def storm_table(kind: str, by_mode: Mapping[str, fleetstorms.StormResult], s: Settings) -> None:
+    def f(fn: Callable[[fleetstorms.StormResult], float | None]) -> dict[str, float | None]:
         return {m: fn(r) for m, r in by_mode.items()}
 
-    def lists(r: fleetmeasures.StormResult, kind: str) -> float | None:
+    def lists(r: fleetstorms.StormResult, kind: str) -> float | None:
         if r.lists is None:
             return None
         return float(getattr(r.lists, kind))
@@ -451,7 +459,7 @@ def storm_table(kind: str, by_mode: Mapping[str, fleetmeasures.StormResult], s: 
             print(f"  {m}: {node} cache still differs: {problems[:3]}")
 
 
-def storm_peak(storm: fleetmeasures.StormResult) -> float:
+def storm_peak(storm: fleetstorms.StormResult) -> float:
     """The storm's peak for the model: requests arriving (watches at their start) when the
     audit log gave it, else the metrics' (which count a watch when it ends)."""
     if storm.arrival_peak_rate is not None:
@@ -484,7 +492,7 @@ def measured_for_model(
     out: Mapping[str, Any],
 ) -> tuple[dict[str, fleetmodel.Measured], fleetmodel.Baseline]:
     base: fleetmeasures.Steady = out["baseline"]
-    cut: dict[str, fleetmeasures.StormResult] = out["storms"].get(str(Storm.CUT), {})
+    cut: dict[str, fleetstorms.StormResult] = out["storms"].get(str(Storm.CUT), {})
     measured = {}
     for mode, st in out["modes"].items():
         storm = cut.get(mode)

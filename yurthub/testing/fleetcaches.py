@@ -7,6 +7,12 @@ the apiserver no longer has, and nothing the node needs may be missing: its Node
 ConfigMaps and Secrets those pods mount (projected ones included), every Service and every
 EndpointSlice (kubelet and kube-proxy read all of them).
 
+The apiserver is read first, then each cache, seconds apart while the fleet still writes (the
+kubelets' pod statuses after a heal): a copy newer than the read (a higher resourceVersion than
+the one listed, or an object created after its kind's list) is the hub being ahead of the
+read, not behind the cloud, and is no difference (``Cloud.newer``). A copy older than the read,
+or missing, is.
+
 Readers: ``edgehub_copies`` (the hub's SQLite cache, read-only beside the running hub, through
 ``yurthub.cache.verifying``) and ``yurthub_copies`` (YurtHub's file per object; a file that is
 not JSON counts as a copy of unknown version). ``Cloud.read`` lists the compared kinds from the
@@ -107,25 +113,32 @@ def yurthub_copies(cache_dir: pathlib.Path) -> list[Copy]:
 
 
 class Lister(Protocol):
-    def items(self, path: str, **query: str) -> list[dict[str, Any]]: ...
+    def get(self, path: str, **query: str) -> dict[str, Any]: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Cloud:
-    """The apiserver's objects of the compared kinds: id -> resourceVersion, and each pod's
-    node and mounted ConfigMaps/Secrets."""
+    """The apiserver's objects of the compared kinds: id -> resourceVersion, each pod's node
+    and mounted ConfigMaps/Secrets, and the resourceVersion each kind's list was read at."""
 
     versions: Mapping[ObjectId, str]
     pods_by_node: Mapping[str, tuple[ObjectId, ...]]
     mounts: Mapping[ObjectId, tuple[ObjectId, ...]]
+    listed_at: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """Per compared kind, its list's resourceVersion (absent: not a number)."""
 
     @classmethod
     def read(cls, api: Lister) -> Cloud:
         versions: dict[ObjectId, str] = {}
         pods_by_node: dict[str, list[ObjectId]] = {}
         mounts: dict[ObjectId, tuple[ObjectId, ...]] = {}
+        listed_at: dict[str, int] = {}
         for gvr, path in COMPARED.items():
-            for obj in api.items(path):
+            doc = api.get(path)
+            at = _number(str((doc.get("metadata") or {}).get("resourceVersion") or ""))
+            if at is not None:
+                listed_at[gvr] = at
+            for obj in doc.get("items") or []:
                 meta = obj.get("metadata") or {}
                 oid = (gvr, str(meta.get("namespace") or ""), str(meta.get("name")))
                 versions[oid] = str(meta.get("resourceVersion"))
@@ -134,7 +147,20 @@ class Cloud:
                     if node:
                         pods_by_node.setdefault(str(node), []).append(oid)
                     mounts[oid] = pod_mounts(obj)
-        return cls(versions, {k: tuple(v) for k, v in pods_by_node.items()}, mounts)
+        return cls(versions, {k: tuple(v) for k, v in pods_by_node.items()}, mounts, listed_at)
+
+    def newer(self, copy: Copy) -> bool:
+        """Whether ``copy`` is newer than what this read saw: the object changed (or was
+        created) after its kind was listed, and the hub has the change. A copy ahead of the
+        read is no stale copy; it only says the read is older than the cache."""
+        cached = _number(copy.resource_version)
+        if cached is None:
+            return False
+        want = _number(self.versions.get(copy.oid, ""))
+        if want is not None:
+            return cached > want
+        listed = self.listed_at.get(copy.oid[0])
+        return listed is not None and cached > listed
 
     def needed_by(self, node: str) -> set[ObjectId]:
         """What a node's kubelet and kube-proxy read: its Node, its pods and their mounts,
@@ -149,6 +175,12 @@ class Cloud:
             if oid[0] in ("services.v1.core", "endpointslices.v1.discovery.k8s.io")
         )
         return need
+
+
+def _number(rv: str) -> int | None:
+    """A resourceVersion as the number etcd gives it (kube-apiserver's are etcd revisions;
+    clients must treat them as opaque, the bench compares them against one etcd). PURE."""
+    return int(rv) if rv.isascii() and rv.isdigit() else None
 
 
 def pod_mounts(pod: Mapping[str, Any]) -> tuple[ObjectId, ...]:
@@ -178,6 +210,8 @@ def differences(copies: Iterable[Copy], cloud: Cloud, node: str, *, limit: int =
         held.add(copy.oid)
         want = cloud.versions.get(copy.oid)
         shown = f"{copy.component}/{'/'.join(p for p in copy.oid if p)}"
+        if cloud.newer(copy):
+            continue
         if want is None:
             problems.append(f"{shown}: deleted in the cloud, cached at {copy.resource_version}")
         elif want != copy.resource_version:

@@ -68,8 +68,8 @@ class Api:
     def __init__(self, objects: dict[str, list[dict[str, Any]]]) -> None:
         self.objects = objects
 
-    def items(self, path: str, **query: str) -> list[dict[str, Any]]:
-        return self.objects.get(path, [])
+    def get(self, path: str, **query: str) -> dict[str, Any]:
+        return {"metadata": {"resourceVersion": "50"}, "items": self.objects.get(path, [])}
 
 
 def obj(name: str, rv: str, namespace: str = "", **extra: Any) -> dict[str, Any]:
@@ -142,6 +142,14 @@ def test_needed_by_a_node() -> None:
         (
             copies(node="?", pod="20", cfg="30", svc="40"),
             ["kubelet/nodes.v1.core/n1: cached ?, cloud 10"],
+        ),
+        # Changed after the cloud was read, and the hub has the change: ahead, not stale.
+        (copies(node="12", pod="25", cfg="30", svc="40"), []),
+        # Created after its kind was listed (at 50): no copy of a deleted object.
+        (copies(node="10", pod="20", cfg="30", svc="40", gone="51"), []),
+        (
+            copies(node="10", pod="20", cfg="30", svc="40", gone="50"),
+            ["kubelet/pods.v1.core/ns/p0: deleted in the cloud, cached at 50"],
         ),
     ],
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from yurthub.testing import fleetmeasures
+from yurthub.testing import fleetmeasures, fleetstorms
 
 
 def at(t: float, kinds: dict[str, float], wall: float | None = None) -> fleetmeasures.Point:
@@ -72,13 +72,13 @@ def test_pool_watch_steps_keep_each_change_after_the_origin() -> None:
     points = [
         dataclasses.replace(at(100.0 + 0.5 * i, {}), pool_watches=c) for i, c in enumerate(counts)
     ]
-    assert fleetmeasures.steps(points, origin=101.0) == [
+    assert fleetstorms.steps(points, origin=101.0) == [
         (-1.0, 90.0),
         (0.0, 40.0),
         (1.0, 95.0),
         (1.5, 90.0),
     ]
-    assert fleetmeasures.steps([], origin=0.0) == []
+    assert fleetstorms.steps([], origin=0.0) == []
 
 
 def test_the_whole_window_is_summed_by_kind_and_a_restart_counts_from_zero() -> None:
@@ -102,6 +102,14 @@ def test_pooled_from_the_first_sample_of_a_run_at_the_target_held_long_enough() 
         dataclasses.replace(at(100.0 + i, {}), pool_watches=float(c)) for i, c in enumerate(counts)
     ]
     # Before the origin does not count; 12 at 102 was not held; from 105 it is held 3 s.
-    assert fleetmeasures.held_from(points, origin=100.5, target=12.0, hold=3.0) == 4.5
-    assert fleetmeasures.held_from(points, origin=100.5, target=12.0, hold=4.0) is None
-    assert fleetmeasures.held_from([], origin=0.0, target=12.0) is None
+    assert fleetstorms.held_from(points, origin=100.5, target=12.0, hold=3.0) == 4.5
+    assert fleetstorms.held_from(points, origin=100.5, target=12.0, hold=4.0) is None
+    assert fleetstorms.held_from([], origin=0.0, target=12.0) is None
+
+
+def test_a_cache_poll_that_still_differs_is_one_line() -> None:
+    found = {"n1": [], "n2": ["kubelet/pods.v1.core/ns/p: cached 1, cloud 2", "x"], "n3": ["y"]}
+    assert fleetstorms._cache_poll_line(found, 12.34) == (
+        "caches polled 12.3 s after: 2 hubs differ (3 lines), "
+        "e.g. n2: kubelet/pods.v1.core/ns/p: cached 1, cloud 2"
+    )
