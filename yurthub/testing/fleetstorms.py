@@ -281,7 +281,7 @@ def _wait(seconds: float, watcher: _Watcher) -> None:
         time.sleep(min(0.5, left))
 
 
-def _cache_poll_line(found: Mapping[str, list[str]], after: float) -> str:
+def cache_poll_line(found: Mapping[str, list[str]], after: float) -> str:
     """One cache poll that found differences, for the progress log. PURE."""
     differing = {name: lines for name, lines in found.items() if lines}
     objects = sum(len(lines) for lines in differing.values())
@@ -340,7 +340,7 @@ def _recover(
             if not any(found.values()):
                 watcher.caches_after = time.monotonic() - origin
             else:
-                log(_cache_poll_line(found, now - origin))
+                log(cache_poll_line(found, now - origin))
             next_cache = time.monotonic() + 3.0
         if hubs and now >= next_sources:
             try:

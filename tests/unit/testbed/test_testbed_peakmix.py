@@ -109,7 +109,7 @@ def test_pooled_from_the_first_sample_of_a_run_at_the_target_held_long_enough() 
 
 def test_a_cache_poll_that_still_differs_is_one_line() -> None:
     found = {"n1": [], "n2": ["kubelet/pods.v1.core/ns/p: cached 1, cloud 2", "x"], "n3": ["y"]}
-    assert fleetstorms._cache_poll_line(found, 12.34) == (
+    assert fleetstorms.cache_poll_line(found, 12.34) == (
         "caches polled 12.3 s after: 2 hubs differ (3 lines), "
         "e.g. n2: kubelet/pods.v1.core/ns/p: cached 1, cloud 2"
     )
