@@ -83,16 +83,18 @@ EVENT_LOOP_ENV = "EDGEHUB_EVENT_LOOP"
 EVENT_LOOPS = ("asyncio", "uvloop")
 
 
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """The loop ``EDGEHUB_EVENT_LOOP`` names; None (the standard loop) when it is unset.
+def loop_factory(default: str = "asyncio") -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The loop ``EDGEHUB_EVENT_LOOP`` names, else the command's ``default``; None: the
+    standard loop.
 
     The standard loop is the default since a fleet storm met uvloop's descriptor bug
     (uvloop#653: a connect cancelled inside ``create_connection`` leaves the loop holding a
     transport on a descriptor the OS then reuses; docs/fleet.md). uvloop costs ~0.8x the CPU
     per proxied GET (``bench/proxy.py`` runs both side by side) and stays an opt-in. A value
     that names no loop, or uvloop where it is not installed, is an error, not a silent
-    fallback."""
-    name = os.environ.get(EVENT_LOOP_ENV, "").strip().lower() or "asyncio"
+    fallback. ``edgehub partition``, a test tool relaying every byte of the traffic it cuts,
+    defaults to uvloop: the cheaper relay keeps the harness out of what a bench measures."""
+    name = os.environ.get(EVENT_LOOP_ENV, "").strip().lower() or default
     if name not in EVENT_LOOPS:
         raise click.UsageError(
             f"{EVENT_LOOP_ENV}={name!r} names no event loop; use one of {', '.join(EVENT_LOOPS)}"
@@ -109,9 +111,10 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return factory
 
 
-def run(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run`` on the loop ``loop_factory`` picks."""
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+def run(main: Coroutine[Any, Any, T], *, default_loop: str = "asyncio") -> T:
+    """``asyncio.run`` on the loop ``loop_factory`` picks (``default_loop`` when
+    ``EDGEHUB_EVENT_LOOP`` is unset)."""
+    with asyncio.Runner(loop_factory=loop_factory(default_loop)) as runner:
         return runner.run(main)
 
 

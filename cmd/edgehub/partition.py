@@ -78,7 +78,7 @@ def command(
         interval=interval,
     )
     try:
-        cli.run(run(link, control_at))
+        cli.run(run(link, control_at), default_loop="uvloop")
     except OSError as e:
         click.echo(f"edgehub partition: cannot start: {e}", err=True)
         raise SystemExit(cli.EXIT_STARTUP_FAILURE) from e

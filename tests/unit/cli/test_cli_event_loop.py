@@ -50,3 +50,13 @@ def test_uvloop_asked_for_but_missing_is_an_error_not_a_fallback(
     monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop raises ImportError
     with pytest.raises(click.UsageError, match="uvloop is not installed"):
         cli.loop_factory()
+
+
+def test_a_command_may_default_to_uvloop_and_the_variable_still_wins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # edgehub partition (a test tool relaying every byte it cuts) defaults to uvloop.
+    monkeypatch.delenv(cli.EVENT_LOOP_ENV, raising=False)
+    assert issubclass(cli.run(_loop_type(), default_loop="uvloop"), uvloop.Loop)
+    monkeypatch.setenv(cli.EVENT_LOOP_ENV, "asyncio")
+    assert cli.loop_factory("uvloop") is None
