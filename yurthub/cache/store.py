@@ -206,6 +206,11 @@ class Store:
         """Wait until every job submitted so far is applied (or failed). False on timeout."""
         return await self._writer.flush(grace)
 
+    async def settled(self, grace: float) -> bool:
+        """Wait (at most ``grace``) until the writes queued before this call are applied: not
+        for later ones (``writing.Writer.settled``)."""
+        return await self._writer.settled(grace)
+
     # --- index queries (loop) ----------------------------------------------------------------
 
     def __len__(self) -> int:

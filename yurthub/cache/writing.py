@@ -155,6 +155,11 @@ class Writer:
         self._in_flight_jobs = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._submitted = 0
+        self._finished = 0
+        """Jobs queued so far, and of those applied, failed, superseded or dropped: a reader
+        waits for the ones queued before it (``settled``), never for later ones."""
+        self._progressed = asyncio.Event()
         self._gather: asyncio.TimerHandle | None = None
         self._closed = False
         self._warned_at: float | None = None
@@ -169,7 +174,9 @@ class Writer:
     def stop(self) -> None:
         """Take no more jobs and forget the queued ones (after ``flush``)."""
         self._closed = True
+        self._finished += len(self._pending)
         self._pending.clear()
+        self._progress()
         if self._gather is not None:
             self._gather.cancel()
             self._gather = None
@@ -194,6 +201,25 @@ class Writer:
             return False
         return True
 
+    async def settled(self, grace: float) -> bool:
+        """Wait until every job queued before this call is applied (or failed, superseded,
+        dropped), not for later ones: a read of what the hub has just answered finds it. False
+        when ``grace`` passed first (the read goes on with what the cache has)."""
+        goal = self._submitted
+        if self._finished >= goal:
+            return True
+        try:
+            async with asyncio.timeout(grace):
+                while self._finished < goal and not self._closed:
+                    await self._progressed.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def _progress(self) -> None:
+        progressed, self._progressed = self._progressed, asyncio.Event()
+        progressed.set()
+
     @property
     def pending_bytes(self) -> int:
         """Bytes queued for the writer (not yet in a batch)."""
@@ -217,6 +243,7 @@ class Writer:
             self._stats.refused_jobs += 1
             return False
         self._pending.append(job)
+        self._submitted += 1
         self._pending_bytes += size
         self._idle.clear()
         if self._in_flight is None and self._gather is None:
@@ -252,6 +279,7 @@ class Writer:
                 self._pending.remove(queued)
                 self._pending_bytes -= queued.size
                 self._stats.superseded_lists += 1
+                self._finished += 1
 
     def _kick(self) -> None:
         if self._gather is not None:
@@ -278,6 +306,9 @@ class Writer:
 
     def _batch_done(self, future: asyncio.Future[batching.Outcome]) -> None:
         self._in_flight = None
+        done, self._in_flight_jobs = self._in_flight_jobs, 0
+        self._finished += done
+        self._progress()
         try:
             if future.cancelled():
                 return
@@ -287,7 +318,7 @@ class Writer:
                 # Its jobs are lost all the same: failed writes, as a disk error's are.
                 logger.error("cache writer crashed", exc_info=exc)
                 self._stats.last_error = f"writer crashed: {exc!r}"
-                self._stats.write_failures += self._in_flight_jobs
+                self._stats.write_failures += done
                 self._failures.failed(f"the cache writer crashed ({exc!r})", self._clock())
                 return
             self._apply(future.result())

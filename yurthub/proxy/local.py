@@ -108,6 +108,11 @@ HealthView = Callable[[], bool]
 """True when some backend is healthy (``health.HealthChecker.any_healthy``)."""
 
 
+READ_SETTLE = 0.5
+"""Seconds a read from the cache offline waits, at most, for the writes queued before it."""
+_SETTLE_FIRST = frozenset({seams.LocalReason.OFFLINE, seams.LocalReason.UPSTREAM_ERROR})
+
+
 class Answerer:
     """``seams.LocalAnswerer`` over one ``store.Store``."""
 
@@ -167,6 +172,10 @@ class Answerer:
         self, request: web.Request, info: requestinfo.RequestInfo, *, reason: str
     ) -> web.StreamResponse | None:
         why = seams.LocalReason(reason)
+        if why in _SETTLE_FIRST and info.verb in ("get", "list", "watch"):
+            # What the hub answered online a moment ago (a list kubelet read just before the
+            # link dropped) may still be queued for the writer: read it, not a miss.
+            await self._store.settled(READ_SETTLE)
         try:
             return await self._answer(request, info, why)
         except localreplies.Reply as reply:

@@ -435,13 +435,15 @@ class RemoteProxy:
                 if not info.is_watch and request.transport is not None:
                     await out.cut(request)
                     return resp
-            await out.end()
             if sink is not None:
+                # Upstream's body is complete: the cache gets it before the client sees its end,
+                # so a read the client makes next (offline a moment later) finds it queued.
                 current, sink = sink, None
                 try:
                     await current.finish()
                 except Exception:
                     log.exception("the cache failed to store %s", info.describe())
+            await out.end()
             return resp
         except ConnectionResetError:
             # The client went away mid-body: nothing left to answer.

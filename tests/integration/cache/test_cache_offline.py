@@ -9,6 +9,7 @@ import asyncio
 import logging
 import pathlib
 import shutil
+import threading
 import time
 from typing import Any
 
@@ -17,11 +18,13 @@ import pytest
 from cache_edge import KUBELET_UA, NODE, Edge, edge_node
 
 from yurthub.cache import keys, runtime
-from yurthub.proxy import routing
+from yurthub.proxy import local, routing
 from yurthub.testing import partition
 
 PODS = "/api/v1/pods"
-MY_PODS = {"fieldSelector": f"spec.nodeName={NODE}"}
+MY_SELECTOR = f"spec.nodeName={NODE}"
+MY_PODS = {"fieldSelector": MY_SELECTOR}
+POD_SCOPE = keys.Scope("kubelet", "pods", "v1")
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 
 
@@ -59,6 +62,34 @@ async def test_reads_are_answered_from_cache_offline(edge: Edge) -> None:
     assert status == 200 and pod["kind"] == "Pod" and pod["metadata"]["name"] == first["name"]
     status, node = await edge.get(f"/api/v1/nodes/{NODE}")
     assert status == 200 and node["metadata"]["name"] == NODE
+
+
+async def test_a_list_answered_just_before_the_cut_is_answered_offline(
+    edge: Edge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # kubelet lists online, the link drops a moment later, kubelet lists again: the hub answers
+    # what it has just answered, even while the write of that list still waits for the disk
+    # (here: the writer's thread held busy until the offline read has come in; the read's
+    # wait is made long so a loaded machine cannot outlast it).
+    monkeypatch.setattr(local, "READ_SETTLE", 30.0)
+    held = threading.Event()
+    edge.rt.store._writer._pool.submit(held.wait, 30.0)  # the writer's one thread, busy
+    try:
+        status, online = await edge.get(PODS, params=MY_PODS)
+        assert status == 200 and online["items"]
+        assert edge.rt.store.list_record(keys.list_key(POD_SCOPE, "", "", MY_SELECTOR)) is None
+        await edge.cut(partition.Mode.REFUSE)
+        async with asyncio.TaskGroup() as tg:
+            offline = tg.create_task(edge.get(PODS, params=MY_PODS), name="offline-list")
+            await asyncio.sleep(0.1)  # the read has come in and waits for the queued write
+            assert not offline.done()
+            held.set()
+    finally:
+        held.set()
+    status, body = offline.result()
+    assert status == 200
+    assert names(body) == names(online)
+    assert edge.rt.store.list_record(keys.list_key(POD_SCOPE, "", "", MY_SELECTOR)) is not None
 
 
 async def test_offline_lists_apply_selectors(edge: Edge) -> None:

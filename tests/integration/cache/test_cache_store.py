@@ -486,3 +486,21 @@ async def test_a_list_orjson_refuses_costs_only_itself(cache: store.Store) -> No
     await apply(cache, first, bad, good)  # bad and good queue behind first: one batch
     assert names(cache) == {"first": "1", "good": "1"}
     assert cache.stats.bad_bodies == 1 and not cache.stats.last_error
+
+
+async def test_settled_waits_for_the_writes_queued_before_it(cache: store.Store) -> None:
+    # A read of what the hub answered a moment ago (offline right after) must find it: the
+    # write is still queued when the read comes (small writes wait for company first).
+    assert await cache.settled(0.5)  # nothing queued: at once
+    assert cache.submit(store.PutList(MINE, pod_list(10, pod("a", 1))))
+    assert cache.list_record(MINE) is None  # queued, not applied
+    assert await cache.settled(5.0)
+    record = cache.list_record(MINE)
+    assert record is not None and record.rv == 10
+    assert names(cache) == {"a": "1"}
+
+
+async def test_settled_gives_up_after_its_grace(cache: store.Store) -> None:
+    assert cache.submit(store.PutList(MINE, pod_list(10, pod("a", 1))))
+    assert not await cache.settled(0.0)  # the read goes on with what the cache has
+    assert await cache.settled(5.0)
