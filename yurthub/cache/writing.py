@@ -95,7 +95,8 @@ class Stats:
     write_failures: int = 0
     """Jobs lost because their transaction failed (disk full, I/O error) or the writer crashed:
     every job of a failed batch counts (``node_yurthub_cache_write_failures_total`` and
-    ``/v1/status``'s ``writeFailures``; ``error_keys`` holds the objects among them)."""
+    ``/v1/status``'s ``writeFailures``; ``error_keys`` holds the objects and list records
+    among them)."""
     refused_jobs: int = 0
     """Jobs refused because the write queue was over its byte bound."""
     bad_bodies: int = 0
@@ -111,7 +112,7 @@ class Stats:
     """Objects not stored because their body named another object than the request's URL, or
     lay outside their list's namespace."""
     error_keys: set[str] = dataclasses.field(default_factory=set)
-    """Keys whose last write failed (YurtHub's "error keys")."""
+    """Keys (objects and list records) whose last write failed (YurtHub's "error keys")."""
     last_error: str = ""
 
 
@@ -338,7 +339,10 @@ class Writer:
             self._stats.write_failures += outcome.jobs
             self._stats.last_error = outcome.error
             if len(self._stats.error_keys) < 100_000:
+                # What the batch lost: its objects and the records of its lists (a list that
+                # only claimed objects already stored changes no object, only its record).
                 self._stats.error_keys.update(str(k) for k in outcome.objects)
+                self._stats.error_keys.update(str(k) for k in outcome.lists)
             was_failing = self._failures.failing
             self._failures.failed(
                 outcome.reason or outcome.error, self._clock(), outcome.whole_lists
@@ -374,6 +378,10 @@ class Writer:
         for list_key in outcome.dropped_lists:
             self._index.lists.pop(list_key, None)
         self._index.lists.update(outcome.lists)
+        if self._stats.error_keys:
+            self._stats.error_keys.difference_update(
+                str(k) for k in (*outcome.lists, *outcome.dropped_lists)
+            )
         self._index.documents -= outcome.dropped_documents
         self._index.documents |= outcome.documents
         self._dropping -= outcome.dropped
