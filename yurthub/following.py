@@ -369,7 +369,6 @@ async def _watch(
     if at.rv:
         query["resourceVersion"] = at.rv
     started = time.monotonic()
-    events = 0
     splitter = framing.LineSplitter(watching.max_item)
     try:
         async with asyncio.timeout(pacing.watch_bound(timeout_seconds, watching.overrun)) as bound:

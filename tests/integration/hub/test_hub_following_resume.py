@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -296,9 +296,14 @@ class ScriptedApiserver:
         )
 
 
+class Script(Protocol):
+    def app(self) -> web.Application: ...
+
+
 @contextlib.asynccontextmanager
-async def following_a_script(script: ScriptedApiserver) -> AsyncIterator[Recorder]:
-    runner = web.AppRunner(script.app())
+async def following_a_script(script: Script, **follow: Any) -> AsyncIterator[Recorder]:
+    """A follower of ``PATH`` on ``script``'s app; ``follow``: more arguments of ``follow``."""
+    runner = web.AppRunner(script.app(), shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -315,6 +320,7 @@ async def following_a_script(script: ScriptedApiserver) -> AsyncIterator[Recorde
                     what="configmaps",
                     max_backoff=0.5,
                     pace=NO_SPREAD,
+                    **follow,
                 ),
                 name="follower",
             )
@@ -389,34 +395,9 @@ async def test_a_watch_that_outlives_its_timeout_is_ended_and_resumed() -> None:
     # well after that will never deliver anything (fleet finding: a follower stuck for good on
     # such a connection). The loop ends it itself and resumes from the version it holds.
     script = SilentFirstWatch()
-    runner = web.AppRunner(script.app(), shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    target = Recorder()
-    try:
-        async with aiohttp.ClientSession() as session, asyncio.TaskGroup() as tg:
-            task = tg.create_task(
-                following.follow(
-                    target,
-                    session,
-                    f"http://127.0.0.1:{port}",
-                    PATH,
-                    what="configmaps",
-                    max_backoff=0.5,
-                    pace=NO_SPREAD,
-                    watch_timeout=(1, 1),
-                    watch_overrun=0.5,
-                ),
-                name="follower",
-            )
-            try:
-                await target.until(lambda: "watched" in target.names, within=10.0)
-            finally:
-                task.cancel()
-    finally:
-        script.release.set()
-        await runner.cleanup()
+    bounds = {"watch_timeout": (1, 1), "watch_overrun": 0.5}
+    async with following_a_script(script, **bounds) as target:
+        await target.until(lambda: "watched" in target.names, within=10.0)
+        script.release.set()  # its handlers end: the server stops at once (else within 1 s)
     assert script.lists == 1  # resumed, not listed again
     assert script.watches[:2] == ["5", "5"]
