@@ -90,8 +90,9 @@ class UpstreamSettings:
     """Seconds to establish a TCP+TLS connection to an apiserver. YurtHub waits 10 s + 10 s; a
     handshake takes well under a second even over a WAN, and every second spent here is a second
     before a request fails over to another apiserver (connect failures are retried at once).
-    kubelet's heartbeat requests and the hub's own wait longer (10 s, ``proxy/remote.py``):
-    after a fleet-wide heal the apiserver shakes hands with thousands at once."""
+    kubelet's heartbeat requests, every watch and the hub's own requests wait longer (10 s,
+    ``proxy/remote.py``): after a fleet-wide heal or an apiserver restart the apiserver shakes
+    hands with thousands at once."""
     pool_limit: int = 1024
     """Upstream connections in total. Each open watch holds one, so this bounds watches too.
     Must exceed ``ProxySettings.max_in_flight`` + ``max_long_running`` by one per server and

@@ -91,16 +91,20 @@ class _Exchange:
 
 
 PATIENT_CONNECT_TIMEOUT = 10.0
-"""Seconds kubelet's heartbeat requests (the lane: its Lease and its Node) and the hub's own
-requests (its pool feeders' watches, its loops) may take to connect (TCP and TLS), whatever
-the upstream's ``connect_timeout`` (3 s) says: kubelet's own heartbeat client waits that long
-itself (the smaller of its node status period and the lease duration, 10 s by default), and
-the hub's loops only retry. After a fleet-wide heal the apiserver shakes hands with thousands
-of connections at once: at 3 s kubelet's node status PATCHes failed with "connect timed out"
-for two of its 10 s ticks, and the leaders' pool watches came back 18-23 s after the heal,
-while a handshake would have been done in a few seconds; each failure was one more handshake
-for the apiserver. A dead server is no reason for a short bound: health declares it unhealthy
-and ends the requests still connecting to it (``abandon``), and they go elsewhere."""
+"""Seconds kubelet's heartbeat requests (the lane: its Lease and its Node), the hub's own
+requests (its pool feeders' watches, its loops) and every watch or other long-running request
+may take to connect (TCP and TLS), whatever the upstream's ``connect_timeout`` (3 s) says:
+kubelet's own heartbeat client waits that long itself (the smaller of its node status period
+and the lease duration, 10 s by default), the hub's loops only retry, and a client whose
+watch failed only watches again (client-go itself waits 10 s for a TLS handshake). After a
+kube-apiserver restart in a fleet of 30 nodes, watches connecting for 3 s at most were
+11,000 abandoned handshakes in two minutes. After a fleet-wide heal the apiserver shakes
+hands with thousands of connections at once: at 3 s kubelet's node status PATCHes failed
+with "connect timed out" for two of its 10 s ticks, and the leaders' pool watches came back
+18-23 s after the heal, while a handshake would have been done in a few seconds; each
+failure was one more handshake for the apiserver. A dead server is no reason for a short
+bound: health declares it unhealthy and ends the requests still connecting to it
+(``abandon``), and they go elsewhere."""
 
 
 class RemoteProxy:
@@ -134,7 +138,6 @@ class RemoteProxy:
         self._idle = aiohttp.ClientTimeout(
             total=None, sock_connect=connect, sock_read=client.settings.idle_timeout
         )
-        self._streaming = aiohttp.ClientTimeout(total=None, sock_connect=connect)
         patient = max(connect, PATIENT_CONNECT_TIMEOUT)
         self._patient_idle = aiohttp.ClientTimeout(
             total=None, sock_connect=patient, sock_read=client.settings.idle_timeout
@@ -318,9 +321,11 @@ class RemoteProxy:
             raise UpstreamUnavailable(server, repr(e), retryable=False) from e
 
     def _timeout(self, long_running: bool, *, patient: bool) -> aiohttp.ClientTimeout:
-        """A watch or a log stream may be silent for long; anything else may not."""
+        """A watch or a log stream may be silent for long; anything else may not. Any
+        long-running request connects patiently (``PATIENT_CONNECT_TIMEOUT``): failing it
+        sooner only sends its client back for one more handshake."""
         if long_running:
-            return self._patient_streaming if patient else self._streaming
+            return self._patient_streaming
         return self._patient_idle if patient else self._idle
 
     def _transform(

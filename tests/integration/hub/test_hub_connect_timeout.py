@@ -8,13 +8,12 @@ answer within the idle bound" and a write was answered 504 instead of being sent
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import aiohttp
 import pytest
+from accept_support import full_accept_queue
 from hubfakes import FakeApiserver, running_hub
 
 from yurthub import server, settings
@@ -22,21 +21,6 @@ from yurthub import server, settings
 T = TypeVar("T")
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}}
-
-
-@contextlib.contextmanager
-def full_accept_queue(port: int) -> Iterator[None]:
-    """A listener on ``port`` that accepts nothing, its queue filled: a new connection's SYN is
-    dropped, and the connect times out (the port's own holder also set ``SO_REUSEPORT``)."""
-    with contextlib.ExitStack() as stack:
-        listener = stack.enter_context(socket.socket())
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        listener.bind(("127.0.0.1", port))
-        listener.listen(0)
-        # A backlog of 0 holds one connection: this one, done before anything else tries.
-        filler = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=5))
-        assert filler.fileno() >= 0
-        yield
 
 
 async def settled(caplog: pytest.LogCaptureFixture) -> None:
@@ -162,3 +146,17 @@ async def test_the_hubs_own_watch_waits_for_a_slow_handshake_too(
             return resp.status
 
     assert await through_a_dropped_syn(caplog, own_watch) == 200
+
+
+async def test_a_clients_watch_waits_for_a_slow_handshake_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A client's watch connects patiently as well: failing it at the connect timeout (a 504
+    # here, the hub having no cache) only sends its client back for one more handshake.
+    async def watch(hub: server.Hub) -> int:
+        headers = {"User-Agent": "kube-proxy/v1.37.2 (linux/amd64) kubernetes/abcdef0"}
+        url = hub.proxy_url + "/api/v1/pods?watch=1&timeoutSeconds=1"
+        async with aiohttp.ClientSession() as http, http.get(url, headers=headers) as resp:
+            return resp.status
+
+    assert await through_a_dropped_syn(caplog, watch) == 200
