@@ -8,7 +8,8 @@ a 404 before the stream). The stream ends when ``timeoutSeconds`` elapses (absen
 upstream; each at a random moment within ``heal_spread``, ``--heal-spread-seconds``, so a
 fleet's clients do not all come back in the same half second, and not at all if the cloud is
 gone again before that moment; a few, ``seams.HEAL_AT_ONCE``, at once, and kubelet's watch
-of its own Node first gets that Node as the cloud has it now: ``seams.HEAL_CURRENT``), or
+of its own Node first gets that Node as the cloud has it now: ``seams.HEAL_CURRENT``; a
+watch held because every apiserver failed it, not before ``seams.HOLD_AT_LEAST``), or
 at hub shutdown (``close``). A protobuf-first client gets protobuf frames when every object is
 stored so; a plain watch carries bookmarks only.
 
@@ -145,7 +146,9 @@ class Watches:
             hold = float(info.timeout_seconds)
         else:
             hold = self._min_request_timeout * (1 + random.random())
-        deadline = asyncio.get_running_loop().time() + hold
+        started = asyncio.get_running_loop().time()
+        deadline = started + hold
+        not_before = started + request.get(seams.HOLD_AT_LEAST, 0.0)
         scope = keys.Scope(info.owner, info.resource, info.version, info.group)
         try:
             labels = selectors.parse_labels(info.label_selector)
@@ -207,6 +210,8 @@ class Watches:
                 if now >= deadline or self._closing.is_set():
                     break
                 ends = heal_end(ends, now, self._cloud_healthy(), spread, self._rand)
+                if ends is not None and ends < not_before:
+                    ends = not_before  # every apiserver failed it: the hub's back-off
                 if ends is not None and now >= ends:
                     current = request.get(seams.HEAL_CURRENT)
                     if current is not None and not protobuf:

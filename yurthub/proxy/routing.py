@@ -2,7 +2,8 @@
 
     classify -> readiness gate -> pool-scoped list/watch: the multiplexer (``seams.PoolServer``)
     -> kubelet lease / kubelet node (the node: once the cache's copy is current)
-    -> healthy backend: remote (stream + tee) -> transport error on get/list: cache
+    -> healthy backend: remote (stream + tee) -> transport error on get/list: cache; on a
+      watch: held from the cache, at least for the hub's back-off (``pacing.FailedWatches``)
     -> no healthy backend: cache -> 502 "no healthy backends available."
 
 The hub's own requests are the ones that came over its own socket (``own``: the listener, not
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 import urllib.parse
 
@@ -37,6 +39,7 @@ from yurthub import (
     memo,
     metrics,
     otadecisions,
+    pacing,
     readiness,
     requestinfo,
     settings,
@@ -136,6 +139,8 @@ class Router:
         """The last read of this node at a heal: the heal it was for (``_heals``), its answer."""
         self._heals = 0
         """Times the cloud came back since the hub started."""
+        self._failed_watches = pacing.FailedWatches(hub.pace)
+        """How long a client watch every apiserver failed is held from the cache."""
         checker.on_cloud.append(self._cloud_changed)
 
     def _cloud_changed(self, up: bool) -> None:
@@ -461,6 +466,16 @@ class Router:
     ) -> web.StreamResponse | None:
         if self.local is None:
             return None
+        if (
+            reason is seams.LocalReason.UPSTREAM_ERROR
+            and info.verb == "watch"
+            and not request.get(seams.HEAL_AT_ONCE, False)
+        ):
+            # The client would be back within the heal spread, asking a failing apiserver
+            # for one more connection: the hub backs off for it (``pacing.FailedWatches``).
+            request[seams.HOLD_AT_LEAST] = self._failed_watches.failed(
+                asyncio.get_running_loop().time(), random.random()
+            )
         answer = await self.local.answer(request, info, reason=reason.value)
         if answer is not None:
             answer[SOURCE] = "cache"

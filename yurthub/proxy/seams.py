@@ -51,6 +51,11 @@ HEAL_AT_ONCE = web.RequestKey("heal_at_once", bool)
 healthy again instead of at a random moment within the heal spread (``routing.heals_at_once``:
 a pool feeder's own, and kubelet's watch of its own Node)."""
 
+HOLD_AT_LEAST = web.RequestKey("hold_at_least", float)
+"""Set by the router on a client's watch that every apiserver failed and the cache answers
+instead: the seconds it is held at least, whatever the heal spread (``pacing.FailedWatches``:
+the hub backs off for its clients)."""
+
 FetchCurrent = Callable[[], Awaitable[bytes | None]]
 """The one object a held watch selects, as the cloud has it now (its JSON), or None when no
 healthy apiserver gave it in time."""

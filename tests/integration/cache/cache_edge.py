@@ -175,6 +175,7 @@ def edge_settings(
     key_source: sealing.Source | None = None,
     heal_spread: float = 0.0,
     outage_flap_window: float = 0.5,
+    first_backoff: float = pacing.Settings().first_backoff,
 ) -> settings.HubSettings:
     """Offline Events are posted fast after a heal (50/s, no start spread), and an outage's
     Event once the link stayed up 0.5 s (not the hub's 30 s): tests wait for them. Held
@@ -193,7 +194,7 @@ def edge_settings(
             offline_event_spread=0.0,
             key_source=key_source,
         ),
-        pace=pacing.Settings(heal_spread=heal_spread),
+        pace=pacing.Settings(heal_spread=heal_spread, first_backoff=first_backoff),
         outage_flap_window=outage_flap_window,
     )
 
@@ -208,6 +209,7 @@ async def edge_node(
     offline_event_qps: float = 50.0,
     key_source: sealing.Source | None = None,
     heal_spread: float = 0.0,
+    first_backoff: float = pacing.Settings().first_backoff,
 ) -> AsyncIterator[Edge]:
     async with simapiserver.SimApiserver(
         workdir=workdir / "sim", seed=seed, insecure_port=0, bookmark_interval=1.0
@@ -223,6 +225,7 @@ async def edge_node(
                 offline_event_qps=offline_event_qps,
                 key_source=key_source,
                 heal_spread=heal_spread,
+                first_backoff=first_backoff,
             )
             async with aiohttp.ClientSession() as session:
                 edge = Edge(workdir, sim, link, hub_settings, None, None, session)  # type: ignore[arg-type]

@@ -15,10 +15,12 @@ from typing import Any
 
 import orjson
 import pytest
+from accept_support import full_accept_queue
 from cache_edge import KUBELET_UA, NODE, Edge, edge_node
 
+from yurthub import settings
 from yurthub.cache import keys, runtime
-from yurthub.proxy import local, routing
+from yurthub.proxy import local, remote, routing
 from yurthub.testing import partition
 
 PODS = "/api/v1/pods"
@@ -260,6 +262,41 @@ async def test_held_watch_ends_when_the_cloud_is_back(edge: Edge) -> None:
         assert not watch.done()
         await edge.heal()
     assert watch.result() < 10
+
+
+async def test_a_watch_the_apiserver_failed_is_held_for_the_hubs_back_off(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client watch whose connection to the apiserver timed out (its SYN dropped: the
+    apiserver shaking hands with a fleet) while the hub still trusted the apiserver is answered
+    from the cache, and held for the hub's back-off (``pacing.FailedWatches``; 6 s at least
+    here), not ended as soon as the cloud is healthy: the client would be back at once, asking
+    for one more connection. Before, it ended within the heal spread (none here) of the hub
+    trusting the apiserver again: after an apiserver restart in a fleet, a few seconds apart
+    for every watch of every node."""
+    monkeypatch.setattr(remote, "PATIENT_CONNECT_TIMEOUT", 1.0)
+    slow = settings.HeartbeatSettings(
+        interval=60.0, timeout=1.0, healthy_threshold=1, failed_retry=1
+    )
+    # One heartbeat a minute: no probe runs between the link's refusal and the watch, so the
+    # hub still trusts the apiserver when the watch's connect times out.
+    async with edge_node(tmp_path, heartbeat=slow, first_backoff=6.0) as node:
+        await warm(node)
+        params = {**MY_PODS, "watch": "true", "timeoutSeconds": "60", "allowWatchBookmarks": "1"}
+        await node.link.set_mode(partition.Mode.REFUSE)
+        started = time.monotonic()
+        with full_accept_queue(node.link.port):
+            resp = await node.session.get(
+                node.url + PODS, params=params, headers={"User-Agent": KUBELET_UA}
+            )
+        async with resp:
+            assert resp.status == 200
+            await node.heal()
+            async with asyncio.timeout(30):
+                events = [orjson.loads(line) async for line in resp.content]
+        held = time.monotonic() - started
+    assert {e["type"] for e in events} <= {"BOOKMARK"}, events
+    assert held >= 6.0, f"the held watch ended after {held:.1f} s, before the back-off"
 
 
 async def test_a_held_watch_outlives_the_heal_within_the_heal_spread(

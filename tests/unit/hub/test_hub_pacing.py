@@ -127,3 +127,24 @@ def test_a_watch_is_bounded_by_its_own_timeout_and_the_overrun() -> None:
     assert pacing.watch_bound(300) == 300 + pacing.WATCH_OVERRUN
     assert pacing.watch_bound(1, 0.5) == 1.5
     assert pacing.WATCH_OVERRUN > requestinfo.WATCH_DEADLINE_GRACE
+
+
+def test_failed_client_watches_are_held_longer_the_more_fail_in_a_row() -> None:
+    failed = pacing.FailedWatches(S)
+    # 0.5 s doubling to 30 s (rand 0: no stretch), as a loop's failures back off
+    holds = [failed.failed(now=float(t), rand=0.0) for t in range(9)]
+    assert holds == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    # stretched by up to a half, so a fleet's hubs do not send their clients back in step
+    assert failed.failed(now=9.0, rand=1.0) == 45.0
+
+
+def test_failed_client_watches_start_over_after_a_quiet_minute() -> None:
+    failed = pacing.FailedWatches(S)
+    for t in range(5):
+        failed.failed(now=float(t), rand=0.0)
+    # a failure within the quiet period still counts the ones before it
+    assert failed.failed(now=4.0 + pacing.HOLD_RESET_AFTER - 1, rand=0.0) == 16.0
+    # a minute without any: back to the first step
+    later = 4.0 + 2 * pacing.HOLD_RESET_AFTER
+    assert failed.failed(now=later, rand=0.0) == 0.5
+    assert failed.failed(now=later + 1, rand=0.0) == 1.0
