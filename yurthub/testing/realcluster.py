@@ -67,6 +67,15 @@ def close_answer(error: BaseException) -> None:
         error.close()
 
 
+def _failing_checks(body: bytes) -> str:
+    """The checks a ``/readyz`` or ``/healthz`` answer says failed (its ``[-]`` lines), joined;
+    empty when it names none. PURE."""
+    failing = [
+        line.decode(errors="replace") for line in body.splitlines() if line.startswith(b"[-]")
+    ]
+    return "; ".join(failing)
+
+
 def _get(url: str, context: ssl.SSLContext | None, timeout: float = 2.0) -> tuple[int, bytes]:
     """(status, body) of a GET; (0, reason) when nothing answered."""
     try:
@@ -378,7 +387,7 @@ class RealCluster:
             status, body = _get(url, context)
             if status == 200:
                 return
-            last = f"{status} {body[:200]!r}".encode()
+            last = f"{status} {_failing_checks(body) or body[:200]!r}".encode()
             time.sleep(0.1)
         raise proc.failure(f"not ready in time ({url} last said {last.decode()})")
 
