@@ -60,3 +60,17 @@ def test_a_command_may_default_to_uvloop_and_the_variable_still_wins(
     assert issubclass(cli.run(_loop_type(), default_loop="uvloop"), uvloop.Loop)
     monkeypatch.setenv(cli.EVENT_LOOP_ENV, "asyncio")
     assert cli.loop_factory("uvloop") is None
+
+
+async def _tls_read_buffer() -> int:
+    return int(asyncio.sslproto.SSLProtocol.max_size)
+
+
+def test_the_standard_loops_tls_buffers_are_sized_for_many_connections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every TLS connection of the standard loop holds a read buffer of this size (CPython's
+    # default: 256 KiB, zero-filled); a hub holds one a watch it forwards.
+    monkeypatch.setattr(asyncio.sslproto.SSLProtocol, "max_size", 256 * 1024)
+    monkeypatch.delenv(cli.EVENT_LOOP_ENV, raising=False)
+    assert cli.run(_tls_read_buffer()) == cli.TLS_READ_BUFFER == 64 * 1024
