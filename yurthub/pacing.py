@@ -138,44 +138,6 @@ def delay(
     return min(base, settings.max_backoff) * (1 + rand / 2)
 
 
-HOLD_RESET_AFTER = 60.0
-"""Seconds without a failed client watch after which ``FailedWatches`` starts over."""
-
-
-class FailedWatches:
-    """How long the hub holds a client's watch from its cache when the apiserver failed it.
-
-    A client watch the hub could not open upstream (every apiserver failed it: a connect that
-    timed out, a reset, a body-less end) is answered from the cache (``localwatches``: held
-    open, with bookmarks). The cloud still counts as healthy, so without this the held watch
-    would end within the heal spread and the client would watch again at once: one more
-    connection, one more TLS handshake for an apiserver that is already not keeping up. After
-    a kube-apiserver restart in a fleet of 30 nodes that loop was a storm of its own (11,000
-    connects abandoned in two minutes, a few seconds apart for every watch of every kubelet),
-    and the restarted apiserver did not get ready within two minutes. client-go's reflector
-    backs off after a failed watch; a held watch is no failure to it, so the hub backs off for
-    it: the hold lasts at least ``delay(Cause.FAILURE)`` for the hub's failures in a row
-    (0.5 s after the first, doubling to ``max_backoff``, stretched by up to a half), and a
-    quiet ``reset_after`` seconds without one starts over. One hub, one count: a hub's
-    watches fail together when its apiserver is in trouble, and that is when they should
-    wait. PURE: the time and the randomness come in."""
-
-    def __init__(self, settings: Settings, reset_after: float = HOLD_RESET_AFTER) -> None:
-        self.settings = settings
-        self.reset_after = reset_after
-        self.failures = 0
-        self._last: float | None = None
-
-    def failed(self, now: float, rand: float) -> float:
-        """A client watch failed upstream at ``now``: the seconds its hold lasts at least."""
-        if self._last is not None and now - self._last >= self.reset_after:
-            self.failures = 0
-        seconds = delay(Cause.FAILURE, attempt=self.failures, rand=rand, settings=self.settings)
-        self.failures += 1
-        self._last = now
-        return seconds
-
-
 class Pacer:
     """One loop's pacing: counts the failures in a row (``delay``'s ``attempt``)."""
 
@@ -207,3 +169,38 @@ class Pacer:
         if cause is not Cause.GONE:
             self.failures += 1
         return seconds
+
+
+HOLD_RESET_AFTER = 60.0
+"""Seconds without a failed client watch after which ``FailedWatches`` starts over."""
+
+
+class FailedWatches:
+    """How long the hub holds a client's watch from its cache when the apiserver failed it.
+
+    A client watch the hub could not open upstream (every apiserver failed it: a connect that
+    timed out, a reset, a body-less end) is answered from the cache (``localwatches``: held
+    open, with bookmarks). The cloud still counts as healthy, so without this the held watch
+    would end within the heal spread and the client would watch again at once: one more
+    connection, one more TLS handshake for an apiserver that is already not keeping up. After
+    a kube-apiserver restart in a fleet of 30 nodes that loop was a storm of its own (11,000
+    connects abandoned in two minutes, a few seconds apart for every watch of every kubelet),
+    and the restarted apiserver did not get ready within two minutes. client-go's reflector
+    backs off after a failed watch; a held watch is no failure to it, so the hub backs off for
+    it: the hold lasts at least ``delay(Cause.FAILURE)`` for the hub's failures in a row
+    (0.5 s after the first, doubling to ``max_backoff``, stretched by up to a half), and a
+    quiet ``reset_after`` seconds without one starts over. One hub, one count: a hub's
+    watches fail together when its apiserver is in trouble, and that is when they should
+    wait. PURE: the time and the randomness come in."""
+
+    def __init__(self, settings: Settings, reset_after: float = HOLD_RESET_AFTER) -> None:
+        self._pacer = Pacer(settings)
+        self._reset_after = reset_after
+        self._last: float | None = None
+
+    def failed(self, now: float, rand: float) -> float:
+        """A client watch failed upstream at ``now``: the seconds its hold lasts at least."""
+        if self._last is not None and now - self._last >= self._reset_after:
+            self._pacer.succeeded()
+        self._last = now
+        return self._pacer.next_delay(Cause.FAILURE, rand)

@@ -67,17 +67,24 @@ def held_rv(requested: str) -> str:
 
 
 def heal_end(
-    ends: float | None, now: float, healthy: bool, spread: float, rand: Callable[[], float]
+    ends: float | None,
+    now: float,
+    healthy: bool,
+    spread: float,
+    rand: Callable[[], float],
+    not_before: float = 0.0,
 ) -> float | None:
     """When a held watch ends, given when it was to end (``ends``, None: not yet decided), the
     time, and whether the cloud is healthy: once healthy, at a random moment within
-    ``spread`` seconds (kept while it stays healthy); unhealthy again before that, not at
-    all (a link that flaps does not send the client to it). PURE (``rand`` in [0, 1))."""
+    ``spread`` seconds (kept while it stays healthy), never before ``not_before`` (a watch
+    every apiserver failed: the hub's back-off, ``seams.HOLD_AT_LEAST``); unhealthy again
+    before that, not at all (a link that flaps does not send the client to it). PURE
+    (``rand`` in [0, 1))."""
     if not healthy:
         return None
     if ends is not None:
         return ends
-    return now + max(spread, 0.0) * min(max(rand(), 0.0), 1.0)
+    return max(now + max(spread, 0.0) * min(max(rand(), 0.0), 1.0), not_before)
 
 
 def current_version(body: bytes) -> tuple[str, str] | None:
@@ -209,9 +216,7 @@ class Watches:
                 now = asyncio.get_running_loop().time()
                 if now >= deadline or self._closing.is_set():
                     break
-                ends = heal_end(ends, now, self._cloud_healthy(), spread, self._rand)
-                if ends is not None and ends < not_before:
-                    ends = not_before  # every apiserver failed it: the hub's back-off
+                ends = heal_end(ends, now, self._cloud_healthy(), spread, self._rand, not_before)
                 if ends is not None and now >= ends:
                     current = request.get(seams.HEAL_CURRENT)
                     if current is not None and not protobuf:

@@ -142,7 +142,7 @@ class RemoteProxy:
         self._patient_idle = aiohttp.ClientTimeout(
             total=None, sock_connect=patient, sock_read=client.settings.idle_timeout
         )
-        self._patient_streaming = aiohttp.ClientTimeout(total=None, sock_connect=patient)
+        self._streaming = aiohttp.ClientTimeout(total=None, sock_connect=patient)
 
     def end_watches(self) -> int:
         """Shutdown phase: end every open watch cleanly (its relay meets the closed upstream
@@ -325,7 +325,7 @@ class RemoteProxy:
         long-running request connects patiently (``PATIENT_CONNECT_TIMEOUT``): failing it
         sooner only sends its client back for one more handshake."""
         if long_running:
-            return self._patient_streaming
+            return self._streaming
         return self._patient_idle if patient else self._idle
 
     def _transform(

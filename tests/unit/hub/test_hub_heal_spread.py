@@ -40,3 +40,11 @@ def test_a_fleet_of_held_watches_ends_spread_over_the_window() -> None:
     assert all(m is not None and 0.0 <= m <= 5.0 for m in moments)
     firsts = [m for m in moments if m is not None and m < 1.0]
     assert len(firsts) < 100  # not all in the first second
+
+
+def test_a_watch_every_apiserver_failed_ends_no_sooner_than_the_hubs_back_off() -> None:
+    # Healthy with a 5 s spread, the end would be 2.5 s from now; the back-off says 8.
+    assert localwatches.heal_end(None, 0.0, True, 5.0, lambda: 0.5, not_before=8.0) == 8.0
+    # A back-off already over leaves the spread's moment; offline, nothing is decided yet.
+    assert localwatches.heal_end(None, 10.0, True, 5.0, lambda: 0.5, not_before=8.0) == 12.5
+    assert localwatches.heal_end(None, 0.0, False, 5.0, lambda: 0.5, not_before=8.0) is None
