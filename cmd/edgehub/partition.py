@@ -24,6 +24,7 @@ import os
 import signal
 import stat
 import sys
+from collections.abc import Awaitable
 
 import click
 import orjson
@@ -187,6 +188,15 @@ async def _stdin_commands(link: partition.Partition) -> None:
         print(_state(link).decode(), flush=True)
 
 
+async def _listening(what: str, at: tuple[str, int], start: Awaitable[None]) -> None:
+    """Await ``start``; an ``OSError`` (uvloop's says only "Address already in use") is raised
+    again naming what could not listen, and where."""
+    try:
+        await start
+    except OSError as e:
+        raise OSError(e.errno, f"{what} cannot listen on {at[0]}:{at[1]}: {e.strerror}") from e
+
+
 async def run(link: partition.Partition, control_at: tuple[str, int]) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -196,8 +206,8 @@ async def run(link: partition.Partition, control_at: tuple[str, int]) -> None:
     await runner.setup()
     try:
         site = web.TCPSite(runner, control_at[0], control_at[1])
-        await site.start()
-        await link.start()
+        await _listening("the control port", control_at, site.start())
+        await _listening("the link", (link.listen_host, link.port), link.start())
         port = runner.addresses[0][1] if runner.addresses else control_at[1]
         print(
             f"partition listening={link.address} upstream={link.upstream_host}:"

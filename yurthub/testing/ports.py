@@ -6,22 +6,30 @@ a link refusing), any outgoing connection on the machine may take it as its loca
 the bind then fails with EADDRINUSE. Two remedies, one for each case:
 
 - ``Ports``/``free_ports``/``free_port`` pick from [20000, the ephemeral range's start), where
-  ``connect()`` never looks, each port checked free and never handed out twice by one ``Ports``
-  (processes side by side each pick from a part of it: ``RANGE_ENV``).
+  ``connect()`` never looks, each port checked free and not handed out again for ten minutes
+  by any of them, in any process of the user (``Ledger``: a port picked for a process that has
+  not bound it yet is free to a check, and a second pick would take it); processes side by
+  side each pick from a part of the range (``RANGE_ENV``).
 - ``PortHold`` keeps a port bound (``SO_REUSEPORT``, never listening) while its listener comes
   and goes: a bound port is skipped by ``connect()``'s search, and a SYN to it still meets no
   listener and is refused. Listeners on a held port must set ``reuse_port`` too.
 
-Invariant: ``Ports`` never hands out a port twice; ``PortHold.close`` gives the port back.
+Invariant: no port is handed out twice within ``Ledger.hold`` seconds, by one ``Ports`` ever;
+``PortHold.close`` gives the port back.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import pathlib
 import random
 import socket
-from collections.abc import Sequence
+import stat
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 
 
@@ -67,34 +75,118 @@ def split_range(index: int, count: int, low: int, high: int) -> tuple[int, int]:
     return low + index * size, low + (index + 1) * size - 1
 
 
+LEDGER_ENV = "EDGEHUB_TEST_PORT_LEDGER"
+"""The directory of the ports handed out lately (``Ledger``); by default
+``edgehub-test-ports-<uid>`` in the temporary directory."""
+
+HOLD = 600.0
+"""Seconds a handed-out port is not handed out again: longer than any test bed takes from
+picking its ports to binding them (a listener closed and opened again later holds its port
+with ``PortHold``)."""
+
+
+def still_held(handed_out_at: float, now: float, hold: float) -> bool:
+    """PURE: whether a port handed out at ``handed_out_at`` is still promised to its taker."""
+    return now - hold < handed_out_at <= now
+
+
+class Ledger:
+    """The ports handed out lately by every ``Ports`` of the user, in any process: one empty
+    file a port, its modification time the hand-out, under an exclusive lock
+    (``flock``) while a ``Ports`` picks. Bounded: a file per port of the range at most."""
+
+    def __init__(self, directory: pathlib.Path | None = None, hold: float = HOLD) -> None:
+        given = os.environ.get(LEDGER_ENV, "")
+        default = pathlib.Path(tempfile.gettempdir()) / f"edgehub-test-ports-{os.getuid()}"
+        self.directory = directory or (pathlib.Path(given) if given else default)
+        self.hold = hold
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = self.directory.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            raise NoPortError(f"{self.directory}: not a directory of this user's (the port ledger)")
+        fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def held(self, port: int, now: float) -> bool:
+        try:
+            handed_out_at = (self.directory / str(port)).stat().st_mtime
+        except FileNotFoundError:
+            return False
+        return still_held(handed_out_at, now, self.hold)
+
+    def hand_out(self, port: int, now: float) -> None:
+        path = self.directory / str(port)
+        path.touch(mode=0o600)
+        os.utime(path, (now, now))
+
+
 class Ports:
     """Ports from [``low``, ``high``] (by default ``default_range``), from a random start,
-    each checked free (bound on each of the given addresses) and never handed out twice by
-    this object."""
+    each checked free (bound on each of the given addresses), not held by ``ledger`` (by
+    default the user's ``Ledger``) and never handed out twice by this object."""
 
-    def __init__(self, low: int | None = None, high: int | None = None) -> None:
+    def __init__(
+        self, low: int | None = None, high: int | None = None, ledger: Ledger | None = None
+    ) -> None:
         default_low, default_high = default_range()
         self.low = default_low if low is None else low
         self.high = default_high if high is None else high
         if self.high - self.low < 1000:
             raise ValueError(f"no room for ports in [{self.low}, {self.high}]")
+        self.ledger = ledger or Ledger()
         self._next = random.randrange(self.low, self.high)
         self._given: set[int] = set()
 
     def take(self, count: int = 1, addresses: Sequence[str] = ("0.0.0.0",)) -> list[int]:
         found: list[int] = []
-        for _ in range(self.high - self.low):
-            port = self._next
-            self._next = self.low if port >= self.high else port + 1
-            if port not in self._given and bindable(port, addresses):
-                self._given.add(port)
-                found.append(port)
-                if len(found) == count:
-                    return found
-        raise NoPortError(f"no {count} free ports in [{self.low}, {self.high}]")
+        with self.ledger.locked():
+            now = time.time()
+            for _ in range(self.high - self.low):
+                port = self._next
+                self._next = self.low if port >= self.high else port + 1
+                if (
+                    port not in self._given
+                    and not self.ledger.held(port, now)
+                    and bindable(port, addresses)
+                ):
+                    self.ledger.hand_out(port, now)
+                    self._given.add(port)
+                    found.append(port)
+                    if len(found) == count:
+                        return found
+        raise NoPortError(
+            f"no {count} free ports in [{self.low}, {self.high}] "
+            f"(ports handed out within {self.ledger.hold:.0f} s are in {self.ledger.directory})"
+        )
 
     def one(self, addresses: Sequence[str] = ("0.0.0.0",)) -> int:
         return self.take(1, addresses)[0]
+
+    def pair(self, addresses: Sequence[str] = ("0.0.0.0",)) -> int:
+        """A port whose next one is handed out with it (a server that finds its second port
+        there: swtpm's control port)."""
+        with self.ledger.locked():
+            now = time.time()
+            for _ in range(self.high - self.low):
+                port = self._next
+                self._next = self.low if port + 1 >= self.high else port + 1
+                both = (port, port + 1)
+                if all(
+                    p not in self._given and not self.ledger.held(p, now) and bindable(p, addresses)
+                    for p in both
+                ):
+                    for p in both:
+                        self.ledger.hand_out(p, now)
+                        self._given.add(p)
+                    return port
+        raise NoPortError(f"no two free ports side by side in [{self.low}, {self.high}]")
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:

@@ -7,6 +7,7 @@ import contextlib
 import datetime
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ import pytest
 from tests.integration.identity import identity_keys
 from yurthub.cache import keys, keysealing, sealing, store
 from yurthub.certs import layout, pemfiles, sealedkeys
+from yurthub.testing import ports
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 POD = keys.Scope("kubelet", "pods", "v1")
@@ -117,6 +119,24 @@ def test_bad_input_is_one_clear_line(
     done = run(*args)
     assert done.returncode == (code if code is not None else 1)
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("which", ["--listen", "--control"])
+def test_a_taken_port_names_the_listener_and_the_address(which: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        free = ports.free_port()
+        args = {"--listen": f"127.0.0.1:{free}", "--control": f"127.0.0.1:{free}"}
+        args[which] = f"127.0.0.1:{port}"
+        done = run(
+            "partition", "--upstream", "127.0.0.1:1", *(a for kv in args.items() for a in kv)
+        )
+    what = {"--listen": "the link", "--control": "the control port"}[which]
+    assert done.returncode == 3
+    assert f"{what} cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("args", [("ls",), ("stats",), ("verify",), ("get", "/version")])

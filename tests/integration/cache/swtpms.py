@@ -12,23 +12,14 @@ import subprocess
 import time
 from collections.abc import Iterator
 
-
-def free_ports() -> int:
-    """A free port whose next one is free too (the swtpm TCTI finds the control port there)."""
-    while True:
-        with socket.socket() as s, socket.socket() as t:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-            with contextlib.suppress(OSError):
-                t.bind(("127.0.0.1", port + 1))
-                return port
+from yurthub.testing import ports
 
 
 @contextlib.contextmanager
 def swtpm(state: pathlib.Path) -> Iterator[str]:
     """A software TPM with its state in ``state``; yields its TCTI."""
     state.mkdir(parents=True, exist_ok=True)
-    port = free_ports()
+    port = ports.Ports().pair(("127.0.0.1",))  # the TCTI finds the control port next to it
     ctrl = port + 1
     proc = subprocess.Popen(
         ["swtpm", "socket", "--tpm2",

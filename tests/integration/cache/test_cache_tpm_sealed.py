@@ -13,8 +13,9 @@ import stat
 import orjson
 import pytest
 
-from tests.integration.cache.swtpms import free_ports, swtpm
+from tests.integration.cache.swtpms import swtpm
 from yurthub.cache import keys, sealing, store, tpmsealing
+from yurthub.testing import ports
 
 POD = keys.Scope("kubelet", "pods", "v1")
 
@@ -79,7 +80,7 @@ async def test_auto_passes_over_a_tpm_that_does_not_answer_until_one_seals_the_k
     key_file.write_bytes(bytes(range(32)))
     key_file.chmod(0o600)
     auto = sealing.Source(sealing.Kind.AUTO, key_file)
-    dead = {"TPM2TOOLS_TCTI": f"swtpm:host=127.0.0.1,port={free_ports()}"}
+    dead = {"TPM2TOOLS_TCTI": f"swtpm:host=127.0.0.1,port={ports.Ports().pair(('127.0.0.1',))}"}
     s = await store.Store.open(tmp_path / "cache", key_source=auto, environ=dead)
     try:
         assert s.sealed_by == f"key file {key_file}"

@@ -10,18 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 import sys
 
 from asyncua import ua
 from asyncua.server.server import Server
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from yurthub.testing import ports
 
 
 def _registered(name: str, kind: ua.ApplicationType, *urls: str) -> ua.RegisteredServer:
@@ -37,7 +31,7 @@ def _registered(name: str, kind: ua.ApplicationType, *urls: str) -> ua.Registere
 
 async def main() -> None:
     logging.basicConfig(level=logging.ERROR)
-    port = _free_port()
+    port = ports.free_port()
     base = f"opc.tcp://127.0.0.1:{port}"
     server = Server()
     await server.init()

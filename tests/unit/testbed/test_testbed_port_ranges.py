@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import itertools
+import pathlib
+import time
 
 import pytest
 
@@ -37,3 +39,59 @@ def test_a_bad_range_in_the_environment_says_what_is_wrong(
     monkeypatch.setenv(ports.RANGE_ENV, given)
     with pytest.raises(ValueError, match=ports.RANGE_ENV):
         ports.Ports()
+
+
+def test_two_pickers_never_hand_out_a_port_the_other_gave_and_nobody_bound_yet(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The CI failure this guards: two edge nodes' ports picked, the first node's processes
+    started (its hollow kubelet picking a port of its own with a new picker), and the second
+    node's partition finding its port taken. Nothing here binds the ports it is given."""
+    ledger = ports.Ledger(tmp_path / "ledger")
+    first = ports.Ports(20000, 21000, ledger)
+    given = set(first.take(400, ("127.0.0.1",)))
+    for _ in range(20):
+        again = ports.Ports(20000, 21000, ports.Ledger(tmp_path / "ledger"))
+        taken = again.take(10, ("127.0.0.1",))
+        assert not given & set(taken)
+        given |= set(taken)
+    assert len(given) == 600
+
+
+def test_a_port_is_handed_out_again_once_its_hold_is_over(tmp_path: pathlib.Path) -> None:
+    short = ports.Ledger(tmp_path, hold=0.0)
+    picker = ports.Ports(20000, 21000, short)
+    first = picker.take(1, ("127.0.0.1",))[0]
+    assert not short.held(first, time.time())
+    assert ports.Ledger(tmp_path).held(first, time.time())
+    assert ports.still_held(100.0, 100.0, 600.0)
+    assert ports.still_held(100.0, 699.0, 600.0)
+    assert not ports.still_held(100.0, 700.0, 600.0)
+    assert not ports.still_held(100.0, 99.0, 600.0)  # a clock set back does not hold it forever
+
+
+def test_the_ledger_is_the_one_in_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    monkeypatch.setenv(ports.LEDGER_ENV, str(tmp_path / "mine"))
+    port = ports.free_port()
+    assert (tmp_path / "mine" / str(port)).is_file()
+
+
+def test_a_ledger_that_is_not_a_directory_of_ours_is_refused(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError):
+        ports.Ports(20000, 21000, ports.Ledger(tmp_path / "file")).take(1)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(ports.NoPortError, match="not a directory of this user"):
+        ports.Ports(20000, 21000, ports.Ledger(link)).take(1)
+
+
+def test_a_pair_is_two_ports_side_by_side_both_handed_out(tmp_path: pathlib.Path) -> None:
+    ledger = ports.Ledger(tmp_path)
+    first = ports.Ports(20000, 21000, ledger).pair(("127.0.0.1",))
+    assert ledger.held(first, time.time()) and ledger.held(first + 1, time.time())
+    again = ports.Ports(20000, 21000, ledger).take(900, ("127.0.0.1",))
+    assert first not in again and first + 1 not in again
