@@ -265,6 +265,13 @@ def watch_delta(resource: str, base: fleetmeasures.Steady, st: fleetmeasures.Ste
     return st.watches.get(resource, 0.0) - base.watches.get(resource, 0.0)
 
 
+def connections_delta(base: fleetmeasures.Steady, st: fleetmeasures.Steady) -> float | None:
+    """The fleet's established connections into kube-apiserver (the control plane's taken off)."""
+    if st.connections is None or base.connections is None:
+        return None
+    return float(st.connections - base.connections)
+
+
 def rate_delta(key: str, base: fleetmeasures.Steady, st: fleetmeasures.Steady) -> float:
     return st.requests.get(key, 0.0) / st.seconds - base.requests.get(key, 0.0) / base.seconds
 
@@ -286,7 +293,8 @@ def report(out: Mapping[str, Any], s: Settings, args: argparse.Namespace) -> Non
         f"control plane alone: {num(base.request_rate)} req/s, "
         f"watches {num(sum(base.watches.values()), digits=0)} "
         f"(services+endpointslices {num(base.pool_watches, digits=0)}), "
-        f"apiserver {num(apiserver.millicores)} mc {num(apiserver.rss_mib)} MiB"
+        f"apiserver {num(apiserver.millicores)} mc {num(apiserver.rss_mib)} MiB, "
+        f"{num(base.connections, digits=0)} TCP connections into it"
     )
 
     def per_mode(fn: Callable[[fleetmeasures.Steady], float | None]) -> dict[str, float | None]:
@@ -333,6 +341,11 @@ def report(out: Mapping[str, Any], s: Settings, args: argparse.Namespace) -> Non
         (
             "edge link, MiB per node per hour",
             per_mode(lambda st: st.link_bytes_per_second * 3600 / n / (1 << 20)),
+            "",
+        ),
+        (
+            "TCP connections into kube-apiserver, fleet's",
+            per_mode(functools.partial(connections_delta, base)),
             "",
         ),
         (
@@ -507,11 +520,13 @@ def measured_for_model(
             storm_peak_rate=None if storm is None else storm_peak(storm),
             storm_requests=None if storm is None else storm.requests,
             storm_link_bytes=None if storm is None else float(storm.link_bytes),
+            connections=None if st.connections is None else float(st.connections),
         )
     baseline = fleetmodel.Baseline(
         watches=sum(base.watches.values()),
         pool_watches=base.pool_watches,
         request_rate=base.request_rate,
+        connections=None if base.connections is None else float(base.connections),
     )
     return measured, baseline
 
@@ -532,6 +547,11 @@ def print_model(out: Mapping[str, Any], s: Settings) -> None:
         ("  services + endpointslices", {m: e.pool_watches for m, e in extrapolated.items()}, ""),
         ("steady requests/s", {m: e.request_rate for m, e in extrapolated.items()}, ""),
         ("edge links GiB per hour", {m: e.link_gib_per_hour for m, e in extrapolated.items()}, ""),
+        (
+            "TCP connections into kube-apiserver",
+            {m: e.connections for m, e in extrapolated.items()},
+            "",
+        ),
         (
             "reconnect storm peak requests/s (upper bound)",
             {m: e.storm_peak_rate for m, e in extrapolated.items()},

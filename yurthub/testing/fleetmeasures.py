@@ -3,8 +3,9 @@
 Everything is read where a user would read it, never from inside the hubs' code:
 kube-apiserver's ``/metrics`` (open watches by resource, requests by verb, resource and code),
 its audit log (``fleetaudit``: who listed what), ``/proc`` (CPU and RSS of the apiserver,
-etcd, the manager and every member's processes), the links' byte counters, the hubs' and hollow
-kubelets' own ``/metrics``, the NodePools' leaders and the hubs' caches (``fleetcaches``).
+etcd, the manager and every member's processes; the TCP connections into the apiserver), the
+links' byte counters, the hubs' and hollow kubelets' own ``/metrics``, the NodePools' leaders
+and the hubs' caches (``fleetcaches``).
 
 - ``Recorder``: a thread sampling kube-apiserver's ``/metrics`` every second (bounded history)
   for request-rate peaks, 429s and the pool-scoped watches over time.
@@ -392,6 +393,9 @@ class Steady:
     kubelet_429: float
     cache_problems: int | None
     """Hubs whose cache differs from the apiserver at the end of the window (None: direct)."""
+    connections: int | None = None
+    """Established TCP connections into kube-apiserver at the end of the window (the whole
+    machine's: the control plane's own included; None when its port is not known)."""
 
     @property
     def request_rate(self) -> float:
@@ -452,4 +456,11 @@ def steady(
         followers_on_cloud=followers_on_cloud(fleet) if hubs and fleet is not None else None,
         kubelet_429=(kubelet_429s(fleet) - k429_0) if fleet is not None else 0.0,
         cache_problems=problems,
+        connections=apiserver_connections(admin),
     )
+
+
+def apiserver_connections(admin: fleetplumbing.Admin) -> int | None:
+    """Established TCP connections into kube-apiserver now (``procstats.connections_into``)."""
+    ports = admin.cluster.ports
+    return None if ports is None else procstats.connections_into(ports.apiserver)

@@ -12,6 +12,8 @@ target fleet:
   without; the pool-scoped watches are counted apart so a partly pooled fleet shows as such;
 - steady request rate and link bytes: per node, times the nodes (the same pods per node: the
   load's kind does not change with N, only its amount);
+- TCP connections into the apiserver (each a socket and a TLS session it holds): per node,
+  times the nodes (a hub's pool-scoped watches are few beside its clients' own);
 - storm peak (requests per second in the worst second after a fleet-wide heal) and the bytes
   of the recovery: per node, times the nodes. That is an upper bound: a real apiserver's
   priority and fairness would spread such a peak (that spreading, and the 429s it answers,
@@ -42,15 +44,18 @@ class Measured:
     storm_peak_rate: float | None = None
     storm_requests: float | None = None
     storm_link_bytes: float | None = None
+    connections: float | None = None
+    """Established TCP connections into the apiserver (None: not counted)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Baseline:
-    """The control plane alone (no node): its own watches and requests."""
+    """The control plane alone (no node): its own watches, requests and connections."""
 
     watches: float
     pool_watches: float
     request_rate: float
+    connections: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -65,6 +70,7 @@ class PerNode:
     storm_peak_per_node: float | None
     storm_requests_per_node: float | None
     storm_link_bytes_per_node: float | None
+    connections_per_node: float | None = None
 
 
 def per_node(m: Measured, base: Baseline) -> PerNode:
@@ -73,6 +79,9 @@ def per_node(m: Measured, base: Baseline) -> PerNode:
     fleet_pool = max(0.0, m.pool_watches - base.pool_watches)
     fleet_other = max(0.0, (m.watches - base.watches) - fleet_pool)
     peak = None if m.storm_peak_rate is None else max(0.0, m.storm_peak_rate - base.request_rate)
+    connections = None
+    if m.connections is not None and base.connections is not None:
+        connections = max(0.0, m.connections - base.connections) / n
     return PerNode(
         mode=m.mode,
         other_watches_per_node=fleet_other / n,
@@ -83,6 +92,7 @@ def per_node(m: Measured, base: Baseline) -> PerNode:
         storm_peak_per_node=None if peak is None else peak / n,
         storm_requests_per_node=None if m.storm_requests is None else m.storm_requests / n,
         storm_link_bytes_per_node=(None if m.storm_link_bytes is None else m.storm_link_bytes / n),
+        connections_per_node=connections,
     )
 
 
@@ -103,6 +113,7 @@ class Extrapolated:
     storm_peak_rate: float | None
     storm_requests: float | None
     storm_link_gib: float | None
+    connections: float | None = None
 
 
 def extrapolate(p: PerNode, target: Target, *, pooled: bool) -> Extrapolated:
@@ -126,6 +137,7 @@ def extrapolate(p: PerNode, target: Target, *, pooled: bool) -> Extrapolated:
             if p.storm_link_bytes_per_node is None
             else p.storm_link_bytes_per_node * nodes / gib
         ),
+        connections=None if p.connections_per_node is None else p.connections_per_node * nodes,
     )
 
 

@@ -4,6 +4,8 @@ A component of the test bed runs in a session of its own (``processes.Process``)
 ``session`` reads a whole component with whatever it forked. ``Usage`` pairs a reading's CPU
 seconds and RSS; ``millicores`` turns two readings into an average over the time between them.
 A process that is gone reads as zero (a reading never fails a bench half way).
+``connections_into`` counts the established TCP connections a listener holds
+(``/proc/net/tcp`` and ``tcp6``): what a fleet costs an apiserver in sockets and TLS sessions.
 """
 
 from __future__ import annotations
@@ -70,3 +72,38 @@ def millicores(before: Usage, after: Usage, seconds: float) -> float:
     if seconds <= 0:
         return 0.0
     return max(0.0, after.cpu_seconds - before.cpu_seconds) / seconds * 1000.0
+
+
+TCP_ESTABLISHED = "01"
+"""``st`` of an established connection in ``/proc/net/tcp`` and ``tcp6``."""
+
+
+def established_into(port: int, tables: Iterable[str]) -> int:
+    """How many established TCP connections the listener on ``port`` holds, counted from the
+    text of ``/proc/net/tcp`` and ``/proc/net/tcp6`` (the server's end of each: local port
+    ``port``, state established; a client's end on the same machine has ``port`` as its
+    remote port and is not counted). PURE."""
+    count = 0
+    for table in tables:
+        for line in table.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) < 4 or fields[3] != TCP_ESTABLISHED:
+                continue
+            _, _, local_port = fields[1].rpartition(":")
+            try:
+                if int(local_port, 16) == port:
+                    count += 1
+            except ValueError:
+                continue
+    return count
+
+
+def connections_into(port: int) -> int:
+    """``established_into`` for this machine's network namespace now."""
+    tables = []
+    for name in ("tcp", "tcp6"):
+        try:
+            tables.append(pathlib.Path("/proc/net", name).read_text())
+        except OSError:
+            continue
+    return established_into(port, tables)

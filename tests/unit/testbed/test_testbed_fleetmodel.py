@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from yurthub.testing import fleetmeasures, fleetmodel, procstats
@@ -120,3 +122,52 @@ def test_manager_rss_grows_with_the_objects(empty: float, at_size: float, expect
 def test_the_measured_managers_extrapolate_in_their_measured_order() -> None:
     edgehub, yurt = fleetmodel.MANAGERS_MEASURED
     assert fleetmodel.manager_rss_mb(edgehub) < fleetmodel.manager_rss_mb(yurt)
+
+
+def test_connections_scale_per_node_the_control_planes_own_taken_off() -> None:
+    base = fleetmodel.Baseline(watches=100.0, pool_watches=4.0, request_rate=2.0, connections=13)
+    hub = fleetmodel.Measured(
+        "edgehub",
+        nodes=30,
+        pools=3,
+        watches=700,
+        pool_watches=10,
+        request_rate=17.0,
+        link_bytes_per_second=1.0,
+        connections=13 + 30 * 46,
+    )
+    assert fleetmodel.model({"edgehub": hub}, base)["edgehub"].connections == 460_000
+    uncounted = fleetmodel.model({"edgehub": hub}, BASE)["edgehub"]  # no baseline count
+    assert uncounted.connections is None
+
+
+TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout
+   0: 0100007F:1A0B 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1
+   1: 0100007F:1A0B 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 2
+   2: 0100007F:9C40 0100007F:1A0B 01 00000000:00000000 00:00000000 00000000     0        0 3
+   3: 0100007F:1A0B 0100007F:9C41 06 00000000:00000000 00:00000000 00000000     0        0 4
+   4: 0100007F:1A0B 0100007F:9C42 01 00000000:00000000 00:00000000 00000000     0        0 5
+"""
+TCP6 = """  sl  local_address                         remote_address                        st
+   0: 00000000000000000000000001000000:1A0B 00000000000000000000000001000000:9C43 01
+   1: garbage
+"""
+
+
+def test_connections_into_a_port_count_the_servers_established_ends() -> None:
+    # Port 0x1A0B = 6667: the listener (0A), two established (01), one in TIME_WAIT (06);
+    # the client's end (local 0x9C40) is not the server's; one more over IPv6.
+    assert procstats.established_into(0x1A0B, [TCP, TCP6]) == 3
+    assert procstats.established_into(0x9C40, [TCP]) == 1
+    assert procstats.established_into(80, [TCP, TCP6, ""]) == 0
+
+
+def test_connections_into_a_listener_here_are_counted() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        before = procstats.connections_into(port)
+        with socket.create_connection(("127.0.0.1", port)), server.accept()[0]:
+            assert procstats.connections_into(port) == before + 1
+        assert before == 0
