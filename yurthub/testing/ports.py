@@ -199,6 +199,13 @@ def free_port(host: str = "127.0.0.1") -> int:
     return Ports().one((host,))
 
 
+def closed_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on, for a test's server that is down: outside the ephemeral
+    range (no outgoing connection takes it as its local port, nor connects to itself through
+    it) and in the ledger (no test bed is handed it for ``HOLD`` seconds)."""
+    return Ports().one((host,))
+
+
 def bindable(port: int, addresses: Sequence[str]) -> bool:
     held: list[socket.socket] = []
     try:

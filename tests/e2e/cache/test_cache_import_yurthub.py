@@ -9,7 +9,6 @@ import asyncio
 import hashlib
 import json
 import pathlib
-import socket
 import subprocess
 import sys
 from typing import Any
@@ -18,6 +17,7 @@ import aiohttp
 import pytest
 
 from yurthub.cache import keys, sealing, store, yurthubfiles
+from yurthub.testing import ports
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 NODE = "edge-1"
@@ -114,12 +114,6 @@ def test_what_is_not_imported(relative: str) -> None:
     assert yurthubfiles.parse(tuple(relative.split("/"))) is None
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
 async def test_a_migrated_node_answers_offline_from_yurthubs_files(
     tmp_path: pathlib.Path,
@@ -145,7 +139,7 @@ async def test_a_migrated_node_answers_offline_from_yurthubs_files(
         "users: [{name: u, user: {token: t}}]\n"
     )
     proc = await asyncio.create_subprocess_exec(
-        EDGEHUB, "hub", f"--server-addr=https://127.0.0.1:{_closed_port()}",
+        EDGEHUB, "hub", f"--server-addr=https://127.0.0.1:{ports.closed_port()}",
         f"--node-name={NODE}", f"--kubeconfig={kubeconfig}", "--allow-system-trust-store",
         f"--disk-cache-path={cache}", "--proxy-port=0", "--serve-port=0",
         "--proxy-secure-port=0",

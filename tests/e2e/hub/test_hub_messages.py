@@ -14,14 +14,13 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
-import socket
 import sys
 from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 
-from yurthub.testing import fixtures, partition, processes, simapiserver
+from yurthub.testing import fixtures, partition, ports, processes, simapiserver
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 pytestmark = pytest.mark.slow
@@ -82,12 +81,6 @@ async def hubs() -> AsyncIterator[list[RunningHub]]:
                 await hub.proc.wait()
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def _readyz_until(hub: RunningHub, needle: str) -> str:
     async with aiohttp.ClientSession() as s, asyncio.timeout(15):
         while True:
@@ -123,7 +116,7 @@ async def test_a_wrong_server_addr_is_named_at_info_and_in_readyz(
 ) -> None:
     async with simapiserver.SimApiserver(workdir=tmp_path / "sim", insecure_port=0) as sim:
         if target == "closed":
-            address = f"127.0.0.1:{_closed_port()}"
+            address = f"127.0.0.1:{ports.closed_port()}"
         elif target == "sim-https":
             address = f"127.0.0.1:{sim.port}"
         else:

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 
 from yurthub.cache import yurthubfiles
-from yurthub.testing import processes
+from yurthub.testing import ports, processes
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 NODE = "edge-1"
@@ -48,12 +48,6 @@ def _digest(root: pathlib.Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file() and p.relative_to(root).parts[0] not in yurthubfiles.OWN_FILES
     }
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _kubeconfig(tmp_path: pathlib.Path) -> pathlib.Path:
@@ -98,7 +92,7 @@ class Hub:
 @contextlib.asynccontextmanager
 async def hub(tmp_path: pathlib.Path, *extra: str) -> AsyncIterator[Hub]:
     proc = await asyncio.create_subprocess_exec(
-        EDGEHUB, "hub", f"--server-addr=https://127.0.0.1:{_closed_port()}",
+        EDGEHUB, "hub", f"--server-addr=https://127.0.0.1:{ports.closed_port()}",
         f"--node-name={NODE}", f"--kubeconfig={_kubeconfig(tmp_path)}",
         "--allow-system-trust-store", "--proxy-secure-port=0", "--serve-port=0", *extra,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -4,16 +4,11 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 from aiohttp import web
 from edgehub import status
 
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from yurthub.testing import ports
 
 
 def test_the_default_asks_the_daemonsets_port_then_akris() -> None:
@@ -33,14 +28,14 @@ async def test_the_first_agent_port_that_answers_is_shown() -> None:
     await site.start()
     try:
         port = runner.addresses[0][1]
-        closed = _closed_port()
+        closed = ports.closed_port()
         candidates = f"http://127.0.0.1:{closed},http://127.0.0.1:{port}"
-        hub = f"http://127.0.0.1:{_closed_port()}"
+        hub = f"http://127.0.0.1:{ports.closed_port()}"
         loop = asyncio.get_running_loop()
         found = await loop.run_in_executor(None, status.collect, hub, candidates)
         assert found["agent"] == {"handlers": [{"name": "udev", "endpoints": 1}]}
         assert found["agent_source"] == f"agent http://127.0.0.1:{port}"
-        nobody = f"http://127.0.0.1:{closed},http://127.0.0.1:{_closed_port()}"
+        nobody = f"http://127.0.0.1:{closed},http://127.0.0.1:{ports.closed_port()}"
         found = await loop.run_in_executor(None, status.collect, hub, nobody)
         assert found["agent"] is None
         assert found["agent_problem"].count("connection refused") == 2, found["agent_problem"]

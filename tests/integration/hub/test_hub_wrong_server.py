@@ -11,26 +11,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import pathlib
-import socket
 
 import pytest
 
 from yurthub import assembly, settings
+from yurthub.testing import ports
 
 QUIET = ("yurthub.pool.feeding", "yurthub.following")
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_a_wrong_server_is_said_once_and_the_followers_stay_quiet(
     tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    server = f"http://127.0.0.1:{_closed_port()}"
+    server = f"http://127.0.0.1:{ports.closed_port()}"
     hub_settings = settings.HubSettings(
         node_name="edge-node-1",
         upstream=settings.UpstreamSettings(servers=(server,)),
