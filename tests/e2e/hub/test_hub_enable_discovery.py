@@ -10,7 +10,6 @@ import json
 import pathlib
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from yurthub.testing import processes, simapiserver
+from yurthub.testing import ports, processes, simapiserver
 
 EDGEHUB = str(pathlib.Path(sys.executable).parent / "edgehub")
 CRDS = pathlib.Path(__file__).resolve().parents[3] / "manifests" / "crds"
@@ -159,9 +158,7 @@ def test_unusable_discovery_directory_is_a_startup_failure(workdir: pathlib.Path
 @pytest.mark.slow
 def test_sigterm_while_the_agent_waits_for_an_unreachable_cloud(workdir: pathlib.Path) -> None:
     # Nothing listens there and nothing is cached: the agent's start waits for its first list.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"https://127.0.0.1:{s.getsockname()[1]}"
+    dead = f"https://127.0.0.1:{ports.closed_port()}"
     with simapiserver.SimApiserverThread(seed="demo", workdir=workdir / "cloud") as sim:
         identity = sim.call(sim.sim.write_kubeconfig, workdir / "id.kubeconfig")
     log = (workdir / "hub.log").open("w")

@@ -155,10 +155,12 @@ async def test_off_imports_nothing(tmp_path: pathlib.Path) -> None:
 
 
 async def test_a_port_yurthub_still_holds_delays_the_start(tmp_path: pathlib.Path) -> None:
+    # From the ledger: once "YurtHub" lets go, an ephemeral port could be taken by any
+    # outgoing connection before the hub binds it.
+    port = ports.closed_port()
     with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
+        held.bind(("127.0.0.1", port))
         held.listen()
-        port = held.getsockname()[1]
         started = hub(tmp_path, f"--disk-cache-path={tmp_path / 'c'}", f"--proxy-port={port}")
         async with started as waiting:
             line = await waiting.stderr_line("waiting for YurtHub to stop")

@@ -118,8 +118,10 @@ def hub_settings(workdir: pathlib.Path, server: str, **filters: Any) -> settings
         node_name=NODE,
         upstream=settings.UpstreamSettings(servers=(server,), connect_timeout=1.0),
         listen=settings.ListenSettings(serve_port=0, proxy_port=0),
+        # A 1 s probe timeout, as the cache tests' FAST_HEARTBEAT: with 0.5 s one probe starved
+        # of CPU on a loaded machine flips the hub offline mid-test (``cut`` waits for the flip).
         heartbeat=settings.HeartbeatSettings(
-            interval=0.5, timeout=0.5, healthy_threshold=1, failed_retry=1
+            interval=0.5, timeout=1.0, healthy_threshold=1, failed_retry=1
         ),
         proxy=settings.ProxySettings(min_request_timeout=30.0, shutdown_grace=1.0),
         cache=settings.CacheSettings(disk_cache_path=workdir / "cache", bookmark_interval=0.3),

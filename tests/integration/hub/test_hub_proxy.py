@@ -398,7 +398,8 @@ async def test_list_deadline_gives_504(apiserver: FakeApiserver, make_hub: MakeH
         started = asyncio.get_running_loop().time()
         status, body = await get_json(hub.proxy_url + url)
         assert status == 504 and body["kind"] == "Status"
-        assert asyncio.get_running_loop().time() - started < 1.8
+        # Cut at the hub's 1 s, not the client's 3 s (room for a loaded machine's stalls).
+        assert asyncio.get_running_loop().time() - started < 2.8
 
 
 async def test_in_flight_bound_answers_429(apiserver: FakeApiserver, make_hub: MakeHub) -> None:
@@ -426,7 +427,8 @@ async def test_a_lists_timeout_parameter_is_honoured(
             hub.proxy_url + "/api/v1/namespaces/d/configmaps?sleep=5&timeout=3s"
         )
         assert status == 504 and body["kind"] == "Status"
-        assert asyncio.get_running_loop().time() - started < 1.8
+        # Cut at the hub's 1 s, not the client's 3 s (room for a loaded machine's stalls).
+        assert asyncio.get_running_loop().time() - started < 2.8
         # A mutation's timeout is the client's own (no cache to fall back to, no margin).
         assert (
             requestinfo.classify(

@@ -130,7 +130,7 @@ async def test_streaming_lists_bookmarks_and_timeouts(tmp_path: pathlib.Path) ->
             idle = await events.next(within=2.0)
             assert idle["type"] == "BOOKMARK" and "annotations" not in idle["object"]["metadata"]
             pool.sim.state.create(service("new"))
-            await events.until(named("new"), within=1.0)
+            await events.until(named("new"), within=5.0)
         async with hub.watch(SERVICES, timeoutSeconds="1") as events:
             started = time.monotonic()
             assert await events.ended(within=60.0)  # the hub ends it, not the client

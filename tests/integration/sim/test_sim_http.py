@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from yurthub.testing import simapiserver
+from yurthub.testing import ports, simapiserver
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 
@@ -295,7 +295,14 @@ async def test_watch_too_old_is_an_error_event(
 
 
 async def test_restart_keeps_port_and_state(tmp_path: pathlib.Path) -> None:
-    sim = simapiserver.SimApiserver(workdir=tmp_path / "sim", seed="none", insecure_port=0)
+    # Ports from the ledger, not the ephemeral range: between the stop and the start any
+    # outgoing connection on the machine could take a free ephemeral port.
+    sim = simapiserver.SimApiserver(
+        port=ports.free_port(),
+        workdir=tmp_path / "sim",
+        seed="none",
+        insecure_port=ports.free_port(),
+    )
     await sim.start()
     port, insecure = sim.port, sim.insecure_url
     assert insecure is not None
