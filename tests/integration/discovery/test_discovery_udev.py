@@ -144,9 +144,10 @@ async def _with_longest_loop_gap(work: Awaitable[T]) -> tuple[T, float]:
 async def test_a_pathological_rule_neither_slows_discovery_nor_stalls_the_loop() -> None:
     # Issue 14: DEVPATH!="(.|.)*!" took seconds per device on Python's backtracking re, with
     # the GIL held, so an agent embedded in the hub froze the hub's event loop. The bound is a
-    # stall detector (50 probe periods), not a speed claim.
+    # stall detector (that stall was seconds a device), not a speed claim: 2 s leaves room for
+    # a loaded machine's scheduling.
     found, gap = await _with_longest_loop_gap(
         _discover('udevRules: [\'SUBSYSTEM=="tty", DEVPATH!="(.|.)*!", KERNEL!="(a|aa)*b"\']')
     )
     assert {d.id for d in found} == _pyudev_ids("tty")
-    assert gap < 0.5, gap
+    assert gap < 2.0, gap

@@ -331,11 +331,11 @@ async def running_hub(
 
 @contextlib.asynccontextmanager
 async def hub_behind_a_link(
-    tmp_path: pathlib.Path, *, interval: float
+    tmp_path: pathlib.Path, *, interval: float, timeout: float = 0.5
 ) -> AsyncIterator[tuple[simapiserver.SimApiserver, partition.Partition, server.Hub]]:
     """A simulated apiserver behind a link the test can cut or blackhole, and a hub (node n1,
-    a client certificate) that probes it every ``interval`` s (0.5 s timeout, two good probes
-    to trust it again); yielded once the hub trusts it."""
+    a client certificate) that probes it every ``interval`` s (``timeout`` s each, two good
+    probes to trust it again); yielded once the hub trusts it."""
     sim = simapiserver.SimApiserver(workdir=tmp_path / "sim")
     await sim.start()
     identity = tmp_path / "hub.kubeconfig"
@@ -347,7 +347,7 @@ async def hub_behind_a_link(
                 [link.url.replace("http://", "https://")],
                 upstream={"kubeconfig": identity},
                 interval=interval,
-                timeout=0.5,
+                timeout=timeout,
                 healthy_threshold=2,
             ) as hub,
         ):

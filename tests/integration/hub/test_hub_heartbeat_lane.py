@@ -86,7 +86,9 @@ async def test_kubelets_stalled_requests_never_hold_up_the_health_probes(
     # Anything on the node may say it is kubelet (the proxy authenticates nobody): a few node
     # PATCHes whose bodies never finish hold the lane's connections for as long as they like.
     # The probes have connections of their own: the hub keeps renewing and stays online.
-    async with hub_behind_a_link(tmp_path, interval=0.5) as (sim, _link, hub):
+    # Probes of 2 s: a probe starved of its lane would time out at any timeout, and on a
+    # loaded machine three 0.5 s probes in a row can miss for want of CPU alone.
+    async with hub_behind_a_link(tmp_path, interval=0.5, timeout=2.0) as (sim, _link, hub):
         assert hub.health is not None
         sim.state.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
         flips: list[str] = []
