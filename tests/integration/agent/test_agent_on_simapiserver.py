@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -458,7 +459,12 @@ async def test_service_account_credentials_follow_token_rotation(sim: Any, sockd
     account.mkdir()
     (account / "ca.crt").write_bytes(sim.ca_pem)
     # kubelet-style rotation: the first token expires soon, its successor replaces the file.
-    first = sim.service_account_token("default", "edgehub-agent", expiration_seconds=2)
+    # It must outlive the agent's start, which syncs with it (5 to 6 s: issue() truncates to
+    # whole seconds); with 1 to 2 s a slow start met a 401 and never synced.
+    first = sim.service_account_token("default", "edgehub-agent", expiration_seconds=6)
+    claims = sim.state.tokens.verify(first)
+    assert claims is not None
+    first_expiry = float(claims["exp"])
     (account / "token").write_text(first)
     kube = settings.KubeSettings(
         service_account=settings.ServiceAccount(
@@ -468,7 +474,10 @@ async def test_service_account_credentials_follow_token_rotation(sim: Any, sockd
     )
     async with node(sim, sockdir, "node-a", kube=kube):
         (account / "token").write_text(sim.service_account_token("default", "edgehub-agent"))
-        await asyncio.sleep(2.5)  # the first token has expired by now
+        # Wait for the first token's expiry itself: from then on only the successor the agent
+        # re-read from the file can create the Instance below.
+        await asyncio.sleep(max(0.0, first_expiry - time.time()) + 0.2)
+        assert sim.state.tokens.verify(first) is None, "the first token has expired"
         await cluster.kubectl(
             sim, "apply", "-f", "-", stdin=configuration("cfg", "debugEcho", "descriptions: [sa]")
         )

@@ -181,6 +181,9 @@ async def test_a_broker_that_keeps_ending_is_backed_off(
         sim.state.create(configuration(brokerSpec={"brokerPodSpec": BROKER}))
         async with running.running(akri_settings(sim, account)):
             instance(sim, "cfg-dddddd", ["edge-node-1"], shared=False)
+            # The 4 s window opens at the first broker pod, not at the Instance: the manager's
+            # start (watches, caches) on a loaded machine is no part of the back-off counted.
+            await eventually(lambda: "cfg-dddddd-pod" in pods(sim), timeout=30.0)
             created: list[float] = []
             seen: set[str] = set()
             deadline = time.monotonic() + 4.0

@@ -102,6 +102,7 @@ async def test_a_watch_client_gone_before_the_answer_is_written_costs_one_debug_
         api_version="v1",
     )
     requests: list[web.BaseRequest] = []
+    arrived = asyncio.Event()
     gone = asyncio.Event()
 
     async def wait_fresh(rv: int, seconds: float) -> bool:
@@ -110,6 +111,7 @@ async def test_a_watch_client_gone_before_the_answer_is_written_costs_one_debug_
 
     async def answer(request: web.BaseRequest) -> web.StreamResponse:
         requests.append(request)
+        arrived.set()
         min_rv = 11 if what == "too-large" else 0
         plan = rvrules.WatchPlan(initial=True, min_rv=min_rv)
         watch = serving.WatchAnswer(
@@ -128,10 +130,15 @@ async def test_a_watch_client_gone_before_the_answer_is_written_costs_one_debug_
 
     async with serve_once(answer) as url, aiohttp.ClientSession() as session:
         if what == "events":
-            # The client goes before the handler even prepared its answer.
-            with contextlib.suppress(TimeoutError, aiohttp.ClientError):
-                async with asyncio.timeout(0.2):
-                    await session.get(url + SERVICES)
+            # The client goes before the handler even prepared its answer, but only once the
+            # handler has the request: a client that gave up after a fixed time could go before
+            # the server saw anything on a loaded machine, and nothing would be tested.
+            async with asyncio.TaskGroup() as tg:
+                get = tg.create_task(session.get(url + SERVICES), name="watch client")
+                async with asyncio.timeout(30):  # a deadline, not a measure
+                    await arrived.wait()
+                get.cancel()  # aiohttp closes the connection of a request cancelled unanswered
+            assert get.cancelled(), "the client left before any answer"
         else:
             async with session.get(url + SERVICES) as resp:
                 assert resp.status == 200
