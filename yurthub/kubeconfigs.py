@@ -180,6 +180,19 @@ class Identity:
     ca_pem: bytes = b""
     """The cluster CA the kubeconfig names (PEM), b"" when it trusts the system store or skips
     verification."""
+    with_identity_h2: ssl.SSLContext | None = None
+    """``with_identity``'s twin offering HTTP/2 by ALPN (a context's ALPN list is its own, and
+    the HTTP/1.1 client must never be offered h2); None: this identity speaks HTTP/1.1 only."""
+    bare_h2: ssl.SSLContext | None = None
+    """``bare``'s twin offering HTTP/2."""
+
+    def h2_twin(self, context: ssl.SSLContext) -> ssl.SSLContext | None:
+        """The HTTP/2 twin of ``context`` (``with_identity`` or ``bare``), None without one."""
+        if context is self.with_identity:
+            return self.with_identity_h2
+        if context is self.bare:
+            return self.bare_h2
+        return None
 
     def auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
@@ -207,11 +220,17 @@ def carry_over(old: Identity, new: Identity) -> Identity:
     """
     if not old.trust_digest or new.trust_digest != old.trust_digest:
         return new
-    bare = old.bare
-    with_identity = new.with_identity
+    bare, bare_h2 = old.bare, old.bare_h2
+    with_identity, with_identity_h2 = new.with_identity, new.with_identity_h2
     if new.cert_digest == old.cert_digest:
-        with_identity = old.with_identity
-    return dataclasses.replace(new, bare=bare, with_identity=with_identity)
+        with_identity, with_identity_h2 = old.with_identity, old.with_identity_h2
+    return dataclasses.replace(
+        new,
+        bare=bare,
+        with_identity=with_identity,
+        bare_h2=bare_h2,
+        with_identity_h2=with_identity_h2,
+    )
 
 
 def anonymous(servers: Iterable[str] = (), policy: TrustPolicy | None = None) -> Identity:
@@ -225,7 +244,15 @@ def anonymous(servers: Iterable[str] = (), policy: TrustPolicy | None = None) ->
             "kubeconfig with the cluster's CA, or pass --allow-system-trust-store"
         )
     ctx = ssl.create_default_context()
-    return Identity(server="", with_identity=ctx, bare=ctx, trust=Trust.SYSTEM)
+    twin = _h2(ssl.create_default_context())
+    return Identity(
+        server="",
+        with_identity=ctx,
+        bare=ctx,
+        trust=Trust.SYSTEM,
+        with_identity_h2=twin,
+        bare_h2=twin,
+    )
 
 
 class _Reader:
@@ -292,6 +319,8 @@ def load(
         )
     bare = _server_context(trust, path)
     with_identity = _server_context(trust, path)
+    bare_h2 = _h2(_server_context(trust, path))
+    with_identity_h2 = _h2(_server_context(trust, path))
     cert = _material(user, "client-certificate", base, path, reader)
     key = _material(user, "client-key", base, path, reader)
     if (cert is None) != (key is None):
@@ -300,6 +329,7 @@ def load(
     if cert is not None and key is not None:
         subject, not_after = _leaf(cert, path)
         _load_cert_chain(with_identity, cert, key, path, key_passwords)
+        _load_cert_chain(with_identity_h2, cert, key, path, key_passwords)
         cert_digest = _digest(cert, key)
 
     token = str(user.get("token", "") or "")
@@ -332,6 +362,8 @@ def load(
         if trust[1] is None
         else Trust.KUBECONFIG_CA,
         ca_pem=trust[1] or b"",
+        with_identity_h2=with_identity_h2,
+        bare_h2=bare_h2,
     )
 
 
@@ -430,6 +462,16 @@ def _server_context(trust: tuple[bool, bytes | None], path: pathlib.Path) -> ssl
         ctx.load_verify_locations(cadata=ca.decode("ascii"))
     except (ssl.SSLError, UnicodeDecodeError, ValueError) as e:
         raise KubeconfigError(f"kubeconfig {path}: certificate-authority is not PEM") from e
+    return ctx
+
+
+ALPN_H2 = ("h2", "http/1.1")
+"""What an HTTP/2 twin offers: h2 first; a server that picks http/1.1 is spoken to by the
+HTTP/1.1 client instead (``proxy.h2upstream``)."""
+
+
+def _h2(ctx: ssl.SSLContext) -> ssl.SSLContext:
+    ctx.set_alpn_protocols(list(ALPN_H2))
     return ctx
 
 

@@ -115,6 +115,10 @@ class UpstreamSettings:
     exec or proxy) may stay silent, before its headers or between two body reads. Past it a
     get/list is answered from the cache (or 504), anything else 504; a body cut short is cut
     for the client too. The backstop for a connection that died without the server doing so."""
+    http2_watches: bool = True
+    """``--upstream-http2-watches``: watches go to an https apiserver over HTTP/2, many streams
+    to a connection (``proxy/h2upstream.py``), when it selects h2; off: a connection each, as
+    everything else over HTTP/1.1."""
     identity_check_interval: float = 10.0
     """Seconds between checks of the kubeconfig's files (client certificate, key, token) for a
     rotated identity, as YurtHub's transport manager does; a 401 or a refused handshake also

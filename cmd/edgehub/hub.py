@@ -63,6 +63,10 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
         ctx.exit(0)
 
 
+QUIET_LIBRARIES = ("h2", "hpack")
+"""Loggers held at INFO whatever ``--v`` says."""
+
+
 @click.command(cls=PflagCommand, topics="hub", context_settings=cli.COMMAND_CONTEXT)
 @click.option(
     "--version",
@@ -165,6 +169,11 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     default=60.0,
     type=click.FloatRange(min=1),
     help="How long an apiserver may stay silent on a request that is not long-running.",
+)
+@click.option(
+    "--upstream-http2-watches/--no-upstream-http2-watches",
+    default=True,
+    help="Watches share HTTP/2 connections to an apiserver that speaks it (else one each).",
 )
 @click.option(
     "--lb-mode",
@@ -524,6 +533,10 @@ def command(**opts: object) -> None:
     verbosity = opts.get("verbosity")
     if isinstance(verbosity, int):
         logging.getLogger().setLevel(logging.DEBUG if verbosity >= 4 else logging.INFO)
+    # The HTTP/2 library logs every frame and header field at DEBUG (headers carry tokens):
+    # never into the hub's log, whatever the verbosity.
+    for chatty in QUIET_LIBRARIES:
+        logging.getLogger(chatty).setLevel(logging.INFO)
     try:
         hub_settings = hubsettings.build_settings(opts)
         companions: list[lifecycle.Companion] = []

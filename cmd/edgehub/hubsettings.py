@@ -119,6 +119,7 @@ def build_settings(opts: dict[str, object]) -> settings.HubSettings:
             allow_system_trust_store=bool(opts["allow_system_trust_store"]),
             header_deadline=f("upstream_header_deadline_seconds"),
             idle_timeout=f("upstream_idle_timeout_seconds"),
+            http2_watches=bool(opts["upstream_http2_watches"]),
         ),
         listen=settings.ListenSettings(
             bind_address=s("bind_address"),

@@ -27,6 +27,11 @@ Invariants:
   Requests that are not long-running also have their upstream idle time bounded
   (``idle_timeout``, aiohttp's ``sock_read``).
 
+- A GET watch to an apiserver that speaks HTTP/2 goes as a stream over the hub's shared
+  connections (``h2upstream``, ``_send_h2``); its response is relayed as any other (the same
+  reads, ends and errors). Everything else, and every watch to a server that does not, goes
+  over aiohttp's HTTP/1.1 pool. ``abandon`` also aborts the server's HTTP/2 connections.
+
 Dangers: ``handler_cancellation`` is on, so a client going away cancels the handler inside
 ``write``/``iter_any``; cleanup therefore lives in ``finally`` blocks and re-raises.
 """
@@ -36,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable, Iterable, Iterator
 
 import aiohttp
@@ -43,11 +49,14 @@ import yarl
 from aiohttp import web
 
 from yurthub import metrics, probing, requestinfo, settings
-from yurthub.proxy import headers, seams, upstream
+from yurthub.proxy import h2upstream, headers, seams, upstream
 
 log = logging.getLogger(__name__)
 
 _IDEMPOTENT_NO_BODY = frozenset({"GET", "HEAD", "OPTIONS"})
+
+Answer = aiohttp.ClientResponse | h2upstream.Response
+"""An upstream's answer being relayed: over HTTP/1.1 (aiohttp) or an HTTP/2 stream."""
 
 
 class UpstreamUnavailable(Exception):
@@ -121,7 +130,7 @@ class RemoteProxy:
         self._metrics = collectors
         self.tee = tee
         self.filters = filters
-        self._watches: set[aiohttp.ClientResponse] = set()
+        self._watches: set[Answer] = set()
         self._exchanges: dict[str, set[_Exchange]] = {}
         self._closing = False
         self.on_slow: Callable[[str], object] | None = None
@@ -160,6 +169,8 @@ class RemoteProxy:
         exchanges = list(self._exchanges.get(server, ()))
         for exchange in exchanges:
             exchange.abandon()
+        # Its HTTP/2 connections too: a new watch must not wait on one the cut left dead.
+        self.client.h2_abort(server)
         if exchanges:
             log.info("%s is unhealthy: ended %d requests in flight to it", server, len(exchanges))
         return len(exchanges)
@@ -281,7 +292,13 @@ class RemoteProxy:
         own_identity: bool,
         lane: bool = False,
         patient: bool = False,
-    ) -> aiohttp.ClientResponse:
+    ) -> Answer:
+        if info.is_watch and not lane and data is None and request.method == "GET":
+            context = self.client.h2_context(server, own_identity=own_identity)
+            if context is not None:
+                answer = await self._send_h2(request, server, context, out_headers)
+                if answer is not None:
+                    return answer
         session = self.client.lane if lane else self.client.session
         try:
             return await session.request(
@@ -320,6 +337,31 @@ class RemoteProxy:
         except aiohttp.ClientError as e:
             raise UpstreamUnavailable(server, repr(e), retryable=False) from e
 
+    async def _send_h2(
+        self,
+        request: web.Request,
+        server: str,
+        context: ssl.SSLContext,
+        out_headers: list[headers.Header],
+    ) -> h2upstream.Response | None:
+        """The watch as a stream over the hub's HTTP/2 connections to ``server``; None when the
+        server turned out not to speak HTTP/2 (send it over HTTP/1.1)."""
+        try:
+            return await self.client.watch_h2(
+                server,
+                context,
+                request.method,
+                self.upstream_url(server, request),
+                out_headers,
+                connect_timeout=max(self.client.settings.connect_timeout, PATIENT_CONNECT_TIMEOUT),
+            )
+        except h2upstream.NotH2:
+            return None
+        except h2upstream.H2Unavailable as e:
+            raise UpstreamUnavailable(
+                server, e.why, retryable=e.retryable, timed_out=e.timed_out
+            ) from e
+
     def _timeout(self, long_running: bool, *, patient: bool) -> aiohttp.ClientTimeout:
         """A watch or a log stream may be silent for long; anything else may not. Any
         long-running request connects patiently (``PATIENT_CONNECT_TIMEOUT``): failing it
@@ -328,9 +370,7 @@ class RemoteProxy:
             return self._streaming
         return self._patient_idle if patient else self._idle
 
-    def _transform(
-        self, info: requestinfo.RequestInfo, up: aiohttp.ClientResponse
-    ) -> seams.BodyTransform | None:
+    def _transform(self, info: requestinfo.RequestInfo, up: Answer) -> seams.BodyTransform | None:
         if self.filters is None or not 200 <= up.status < 300:
             return None
         try:
@@ -340,9 +380,7 @@ class RemoteProxy:
             return None
 
     @contextlib.contextmanager
-    def _tracked(
-        self, up: aiohttp.ClientResponse, info: requestinfo.RequestInfo, server: str
-    ) -> Iterator[None]:
+    def _tracked(self, up: Answer, info: requestinfo.RequestInfo, server: str) -> Iterator[None]:
         watch = info.is_watch
         if watch:
             self._watches.add(up)
@@ -365,7 +403,7 @@ class RemoteProxy:
         self,
         request: web.Request,
         info: requestinfo.RequestInfo,
-        up: aiohttp.ClientResponse,
+        up: Answer,
         started: list[web.StreamResponse],
         server: str,
     ) -> web.StreamResponse:

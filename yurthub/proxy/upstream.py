@@ -36,11 +36,17 @@ bytes dropped): a renewal the hub gave up on (a link gone silent) is never deliv
 route comes back, minutes later, with a stale resourceVersion: the apiserver counted such late
 PUTs as 504s (their client gone) and the hub's next renewal on top of its own base as a 409.
 
-Dangers: every open watch holds a pooled connection until it ends, so ``pool_limit`` bounds
-concurrent watches; the aiohttp client keeps connections per (host, port, ssl context), so the
-Bearer-token requests (bare TLS context) never reuse a connection that presented the hub's client
-certificate. ``_RotatingConnector`` relies on two aiohttp connector internals (``_conns``,
-``_release``); ``tests/integration/hub/test_hub_identity_rotation.py`` pins that behaviour.
+Watches to an apiserver that speaks HTTP/2 go over the ``h2`` pool instead
+(``proxy/h2upstream.py``: many streams a connection; ``h2_context``/``watch_h2``), with the
+identity's ALPN twins of the same contexts, retired with them; a 401 or a refused handshake
+there wakes the identity check as here.
+
+Dangers: every open watch over HTTP/1.1 holds a pooled connection until it ends, so
+``pool_limit`` bounds concurrent watches; the aiohttp client keeps connections per (host,
+port, ssl context), so the Bearer-token requests (bare TLS context) never reuse a connection
+that presented the hub's client certificate. ``_RotatingConnector`` relies on two aiohttp
+connector internals (``_conns``, ``_release``); ``tests/integration/hub/
+test_hub_identity_rotation.py`` pins that behaviour.
 """
 
 from __future__ import annotations
@@ -59,9 +65,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
+import yarl
 from aiohttp import client_proto, client_reqrep
 
 from yurthub import kubeconfigs, settings
+from yurthub.proxy import h2upstream
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +187,7 @@ class Upstream:
         self._lane_connector: _RotatingConnector | None = None
         self._probes: aiohttp.ClientSession | None = None
         self._probe_connector: _RotatingConnector | None = None
+        self._h2: h2upstream.Pool | None = None
         self._recheck = asyncio.Event()
         self._check_lock = asyncio.Lock()
         self._rejected = ""
@@ -195,6 +204,8 @@ class Upstream:
         self._lane = self._new_session(self._lane_connector)
         self._probe_connector = _RotatingConnector(self.settings, lane=PROBE_PER_SERVER)
         self._probes = self._new_session(self._probe_connector)
+        if self.settings.http2_watches:
+            self._h2 = h2upstream.Pool()
         self._note_expiry(announce=True)
 
     def _new_session(self, connector: _RotatingConnector) -> aiohttp.ClientSession:
@@ -218,6 +229,9 @@ class Upstream:
                 await session.close()
         self._session = self._lane = self._probes = None
         self._connector = self._lane_connector = self._probe_connector = None
+        if self._h2 is not None:
+            await self._h2.close()
+            self._h2 = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -248,6 +262,52 @@ class Upstream:
 
     def identity_headers(self) -> dict[str, str]:
         return self.identity.auth_headers()
+
+    # --- HTTP/2 watches ---
+
+    def h2_context(self, server: str, *, own_identity: bool) -> ssl.SSLContext | None:
+        """The TLS context to send a watch to ``server`` with over HTTP/2; None: send it over
+        HTTP/1.1 (HTTP/2 off, plain http, a server that did not select h2 lately, an identity
+        without ALPN twins)."""
+        if self._h2 is None or not self._h2.speaks_h2(server):
+            return None
+        context = self.ssl_for(server, own_identity=own_identity)
+        if not isinstance(context, ssl.SSLContext):
+            return None
+        return self.identity.h2_twin(context)
+
+    async def watch_h2(
+        self,
+        server: str,
+        context: ssl.SSLContext,
+        method: str,
+        url: yarl.URL,
+        headers: Sequence[tuple[str, str]],
+        *,
+        connect_timeout: float,
+    ) -> h2upstream.Response:
+        """``h2upstream.Pool.request``; a refused handshake or a 401 to the hub's own
+        credentials wakes the identity check (``_notice_rejection``'s work for HTTP/1.1)."""
+        if self._h2 is None:
+            raise h2upstream.NotH2(server)
+        try:
+            response = await self._h2.request(
+                server, context, method, url, headers, connect_timeout=connect_timeout
+            )
+        except h2upstream.H2Unavailable as e:
+            if is_tls_failure(e):
+                self.recheck_soon(f"{e.why} from {server}")
+            raise
+        if response.status == 401 and self._own_credentials(dict(headers)):
+            self.recheck_soon(f"HTTP 401 from {server}")
+        return response
+
+    def h2_abort(self, server: str) -> int:
+        """``server`` was declared unhealthy: its HTTP/2 connections end at once."""
+        return 0 if self._h2 is None else self._h2.abort_server(server)
+
+    def h2_connections(self) -> int:
+        return 0 if self._h2 is None else self._h2.connections()
 
     async def call_as_hub(
         self,
@@ -393,6 +453,11 @@ class Upstream:
                 continue
             for context in {old.with_identity, old.bare} - {new.with_identity, new.bare}:
                 closed += connector.retire(context)
+        if self._h2 is not None:
+            twins = {old.with_identity_h2, old.bare_h2} - {new.with_identity_h2, new.bare_h2}
+            for twin in twins:
+                if twin is not None:
+                    self._h2.retire(twin)
         log.info(
             "hub identity reloaded from %s: %s (closed %d idle connections of the old one)",
             self._kubeconfig,

@@ -57,6 +57,7 @@ def test_hardening_flags_reach_the_settings() -> None:
             "--max-long-running-requests-per-client", "7",
             "--upstream-header-deadline-seconds", "0.5",
             "--upstream-idle-timeout-seconds", "20",
+            "--no-upstream-http2-watches",
             "--allow-system-trust-store",
         ],
     )  # fmt: skip
@@ -69,6 +70,7 @@ def test_hardening_flags_reach_the_settings() -> None:
     assert (proxy.max_in_flight_per_client, proxy.max_long_running_per_client) == (5, 7)
     upstream = built.upstream
     assert (upstream.header_deadline, upstream.idle_timeout) == (0.5, 20.0)
+    assert not upstream.http2_watches
     assert upstream.allow_system_trust_store and not upstream.allow_insecure_tls
 
 

@@ -3,14 +3,18 @@ credentials, and which TLS contexts (hence pooled connections) a reload keeps.""
 
 from __future__ import annotations
 
+import base64
 import datetime
+import pathlib
 import ssl
 
 import aiohttp
 import pytest
+import yaml
 
 from yurthub import kubeconfigs
 from yurthub.proxy import upstream
+from yurthub.testing.sim import pki
 
 NOW = datetime.datetime(2030, 1, 1, 12, 0, tzinfo=datetime.UTC)
 HOUR = datetime.timedelta(hours=1)
@@ -74,6 +78,8 @@ def _identity(trust: bytes, cert: bytes, token: str = "") -> kubeconfigs.Identit
         token=token,
         trust_digest=trust,
         cert_digest=cert,
+        with_identity_h2=ssl.create_default_context(),
+        bare_h2=ssl.create_default_context(),
     )
 
 
@@ -97,3 +103,52 @@ def test_carry_over(
     assert (merged.bare is old.bare) is keeps_bare
     assert (merged.with_identity is old.with_identity) is keeps_own
     assert merged.token == new.token and merged.cert_digest == new.cert_digest
+    # The HTTP/2 twins go with their contexts (their connections are pooled by them too).
+    assert (merged.bare_h2 is old.bare_h2) is keeps_bare
+    assert (merged.with_identity_h2 is old.with_identity_h2) is keeps_own
+    assert merged.h2_twin(merged.bare) is merged.bare_h2
+    assert merged.h2_twin(merged.with_identity) is merged.with_identity_h2
+    assert merged.h2_twin(ssl.create_default_context()) is None
+
+
+def test_a_loaded_identity_has_http2_twins_of_its_own(
+    tmp_path: pathlib.Path,
+) -> None:
+    authority = pki.Authority.create()
+    cert, key = authority.issue_client("system:node:n1", ["system:nodes"])
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": "https://127.0.0.1:6443",
+                            "certificate-authority-data": base64.b64encode(
+                                authority.cert_pem
+                            ).decode(),
+                        },
+                    }
+                ],
+                "users": [
+                    {
+                        "name": "u",
+                        "user": {
+                            "client-certificate-data": base64.b64encode(cert).decode(),
+                            "client-key-data": base64.b64encode(key).decode(),
+                        },
+                    }
+                ],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    identity = kubeconfigs.load(path)
+    assert identity.with_identity_h2 is not None and identity.bare_h2 is not None
+    # Four contexts: an ALPN list belongs to its context, and HTTP/1.1's must never offer h2.
+    contexts = (identity.with_identity, identity.bare, identity.with_identity_h2, identity.bare_h2)
+    assert len({id(c) for c in contexts}) == 4
