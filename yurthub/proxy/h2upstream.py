@@ -320,13 +320,20 @@ class _Connection(asyncio.Protocol):
         return stream
 
     def acknowledge(self, stream: _Stream, flow: int) -> None:
-        if flow and stream.id in self.streams and not self.closed:
-            with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+        """``flow`` bytes of ``stream`` were taken: hand them back to the server's windows
+        (the connection's too when the stream has ended: ``h2`` does that part alone)."""
+        if flow and not self.closed:
+            with contextlib.suppress(h2.exceptions.ProtocolError):
                 self.h2.acknowledge_received_data(flow, stream.id)
             self._flush()
 
     def cancel(self, stream: _Stream) -> None:
-        """The consumer is done with ``stream``: reset it if the server has not ended it."""
+        """The consumer is done with ``stream``: what it left unread is handed back to the
+        connection's window, and the stream is reset if the server has not ended it."""
+        unread = sum(flow for _, flow in stream.chunks)
+        stream.chunks.clear()
+        if unread:
+            self.acknowledge(stream, unread)
         if self.streams.pop(stream.id, None) is None:
             return
         if not self.closed:

@@ -263,3 +263,27 @@ def test_a_response_head_and_its_reason() -> None:
     assert status == 410 and headers.getall("X-A") == ["1", "2"]
     assert h2upstream.reason(410) == "Gone" and h2upstream.reason(599) == ""
     assert h2upstream.response_head([(b":status", b"oops")])[0] == 0
+
+
+async def test_what_a_consumer_left_unread_is_handed_back_to_the_connection(
+    server: H2Server, pool: h2upstream.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Small windows: eight streams of 256 KiB, each dropped unread (a client gone, a hub
+    # ending its watch), are twice the connection's window; had their bytes not been handed
+    # back, the ninth stream would get nothing.
+    monkeypatch.setattr(h2upstream, "STREAM_WINDOW", 256 << 10)
+    monkeypatch.setattr(h2upstream, "CONNECTION_WINDOW", 1 << 20)
+    ctx = server.client_context()
+    for n in range(8):
+        dropped = await watch(pool, server, n, ctx)
+        server.send(server.requests[-1], b"y" * (256 << 10))
+        server.end(server.requests[-1])
+        await server.until(lambda: server.unsent(server.requests[-1]) == 0)
+        if n % 2:
+            assert len(await read(dropped)) > 0  # half of them read a little first
+        dropped.release()
+    last = await watch(pool, server, 8, ctx)
+    server.send(server.requests[-1], b"through\n")
+    async with asyncio.timeout(10):
+        assert await read(last) == b"through\n"
+    assert len(server.conns) == 1
