@@ -7,17 +7,20 @@ hold 73 (client-go multiplexes over HTTP/2), ~459,000 extrapolated to 10,000 nod
 socket, a TLS session and a goroutine pair in the apiserver, and after a restart or a heal a
 handshake each. Over HTTP/2 a hub holds one or two.
 
-What goes over it (``Pool.request``): GET watches to an ``https://`` server whose TLS handshake
-selected ``h2`` by ALPN (the identity's ``h2_twin`` contexts offer it; the HTTP/1.1 client's
-contexts never do). Everything else stays on the HTTP/1.1 pool: lists, gets and writes are
+What goes over it (``Pool.request``): GET watches with the hub's own identity (not a client's
+token: kube-apiserver closes an HTTP/2 connection that carried an unauthenticated request, so a
+process on the node sending bad tokens would end the other watches on it; the remote proxy
+decides) to an ``https://`` server whose TLS handshake selected ``h2`` by ALPN (the
+identity's ``h2_twin`` contexts offer it; the HTTP/1.1 client's contexts never do). Everything
+else stays on the HTTP/1.1 pool: lists, gets and writes are
 short and that pool keeps few connections. A server that does not select h2 raises ``NotH2``
 and is remembered for ``NO_H2_FOR`` seconds: its watches go over HTTP/1.1 meanwhile.
 
 Connections (``_Connection``, an asyncio protocol: no task of its own) are keyed by server and
 TLS context, so a rotated identity never shares one with the old. A connection takes at most
-``MAX_STREAMS`` streams (fewer if the server says so); when every one is full a new one is
-opened. The watches arriving together after a heal share one handshake: a connection being
-made is awaited by all of them (``_connection``; made by the first, in its own task: when that
+``MAX_STREAMS`` streams (fewer if the server says so), a stream the hub reset counting for
+``RESET_GRACE`` more; when every one is full a new one is opened. The watches arriving together
+after a heal share one handshake: a connection being made is awaited by all of them (``_connection``; made by the first, in its own task: when that
 one goes away mid-handshake the next makes another).
 
 Liveness, as client-go's HTTP/2 health check: a connection nothing was read from for
@@ -74,6 +77,12 @@ READ_IDLE = 30.0
 """Seconds without a frame read before the connection is pinged (client-go's ReadIdleTimeout)."""
 PING_TIMEOUT = 15.0
 """Seconds a ping may go unanswered before the connection is taken for dead (client-go's)."""
+RESET_GRACE = 1.0
+"""Seconds a stream the hub reset still counts against its connection's streams: the server's
+handler may still be winding down, and Go's server closes a connection whose client starts
+streams faster than their handlers end (its rapid-reset defence, CVE-2023-44487), which would
+end every other watch on it. A local process opening and dropping watches in a loop makes the
+hub open another connection instead."""
 IDLE_CLOSE = 90.0
 """Seconds a connection without streams stays open for the next watch."""
 NO_H2_FOR = 300.0
@@ -262,6 +271,8 @@ class _Connection(asyncio.Protocol):
         self._ping_sent: float | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._idle_since: float | None = self._loop.time()
+        self._resets: collections.deque[float] = collections.deque()
+        """When the hub reset streams lately (``RESET_GRACE``); bounded by ``MAX_STREAMS``."""
 
     # asyncio.Protocol
 
@@ -308,7 +319,11 @@ class _Connection(asyncio.Protocol):
         if self.closed or self.draining:
             return False
         limit = min(MAX_STREAMS, self.h2.remote_settings.max_concurrent_streams)
-        return len(self.streams) < limit
+        resets = self._resets
+        since = self._loop.time() - RESET_GRACE
+        while resets and resets[0] < since:
+            resets.popleft()
+        return len(self.streams) + len(resets) < limit
 
     def open(self, block: list[tuple[bytes, bytes]]) -> _Stream:
         stream_id = self.h2.get_next_available_stream_id()
@@ -339,6 +354,9 @@ class _Connection(asyncio.Protocol):
         if not self.closed:
             with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
                 self.h2.reset_stream(stream.id, h2.errors.ErrorCodes.CANCEL)
+            if len(self._resets) >= MAX_STREAMS:
+                self._resets.popleft()
+            self._resets.append(self._loop.time())
             self._flush()
         self._maybe_idle()
 

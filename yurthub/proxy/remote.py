@@ -27,7 +27,8 @@ Invariants:
   Requests that are not long-running also have their upstream idle time bounded
   (``idle_timeout``, aiohttp's ``sock_read``).
 
-- A GET watch to an apiserver that speaks HTTP/2 goes as a stream over the hub's shared
+- A GET watch with the hub's own identity to an apiserver that speaks HTTP/2 goes as a
+  stream over the hub's shared
   connections (``h2upstream``, ``_send_h2``); its response is relayed as any other (the same
   reads, ends and errors). Everything else, and every watch to a server that does not, goes
   over aiohttp's HTTP/1.1 pool. ``abandon`` also aborts the server's HTTP/2 connections.
@@ -293,8 +294,12 @@ class RemoteProxy:
         lane: bool = False,
         patient: bool = False,
     ) -> Answer:
-        if info.is_watch and not lane and data is None and request.method == "GET":
-            context = self.client.h2_context(server, own_identity=own_identity)
+        # Only the hub's own identity's watches: a request with a client's token shares no
+        # connection with others over HTTP/2, since kube-apiserver closes an HTTP/2 connection
+        # that carried an unauthenticated request (its rapid-reset defence): a process on the
+        # node sending bad tokens would end every other pod's watch on it.
+        if info.is_watch and own_identity and not lane and data is None and request.method == "GET":
+            context = self.client.h2_context(server, own_identity=True)
             if context is not None:
                 answer = await self._send_h2(request, server, context, out_headers)
                 if answer is not None:

@@ -287,3 +287,22 @@ async def test_what_a_consumer_left_unread_is_handed_back_to_the_connection(
     async with asyncio.timeout(10):
         assert await read(last) == b"through\n"
     assert len(server.conns) == 1
+
+
+async def test_streams_the_hub_reset_count_against_their_connection_for_a_moment(
+    server: H2Server, pool: h2upstream.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A process opening and dropping watches in a loop must not make the hub start streams on
+    # one connection faster than the apiserver's handlers end (Go's server would close it,
+    # and every other watch on it with it): a reset stream holds its slot for RESET_GRACE.
+    monkeypatch.setattr(h2upstream, "MAX_STREAMS", 4)
+    monkeypatch.setattr(h2upstream, "RESET_GRACE", 0.3)
+    ctx = server.client_context()
+    first = [await watch(pool, server, n, ctx) for n in range(4)]
+    for response in first[:2]:
+        response.release()
+    await watch(pool, server, 4, ctx)
+    assert server.requests[-1].conn == 1  # two open, two just reset: the first one is full
+    await asyncio.sleep(0.45)  # past the grace (a timed rule: nothing else to wait on)
+    await watch(pool, server, 5, ctx)
+    assert server.requests[-1].conn == 0 and len(server.conns) == 2  # its slots are free again
