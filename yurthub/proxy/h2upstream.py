@@ -20,8 +20,9 @@ Connections (``_Connection``, an asyncio protocol: no task of its own) are keyed
 TLS context, so a rotated identity never shares one with the old. A connection takes at most
 ``MAX_STREAMS`` streams (fewer if the server says so), a stream the hub reset counting for
 ``RESET_GRACE`` more; when every one is full a new one is opened. The watches arriving together
-after a heal share one handshake: a connection being made is awaited by all of them (``_connection``; made by the first, in its own task: when that
-one goes away mid-handshake the next makes another).
+after a heal share one handshake: a connection being made is awaited by all of them
+(``_connection``; made by the first, in its own task: when that one goes away mid-handshake the
+next makes another).
 
 Liveness, as client-go's HTTP/2 health check: a connection nothing was read from for
 ``READ_IDLE`` seconds is pinged, and aborted when no frame comes within ``PING_TIMEOUT``; its
