@@ -117,6 +117,18 @@ bound: health declares it unhealthy and ends the requests still connecting to it
 (``abandon``), and they go elsewhere."""
 
 
+def over_h2(
+    info: requestinfo.RequestInfo, method: str, *, own_identity: bool, lane: bool, body: object
+) -> bool:
+    """Whether a request may go as a stream over the hub's HTTP/2 connections (when its server
+    speaks HTTP/2). PURE. Only a GET watch with the hub's own identity: a request with a
+    client's token shares no connection with others, since kube-apiserver closes an HTTP/2
+    connection that carried an unauthenticated request (its rapid-reset defence), and a process
+    on the node sending bad tokens would end every other watch on it; kubelet's heartbeat lane
+    keeps its own connections."""
+    return info.is_watch and own_identity and not lane and body is None and method == "GET"
+
+
 class RemoteProxy:
     def __init__(
         self,
@@ -294,11 +306,7 @@ class RemoteProxy:
         lane: bool = False,
         patient: bool = False,
     ) -> Answer:
-        # Only the hub's own identity's watches: a request with a client's token shares no
-        # connection with others over HTTP/2, since kube-apiserver closes an HTTP/2 connection
-        # that carried an unauthenticated request (its rapid-reset defence): a process on the
-        # node sending bad tokens would end every other pod's watch on it.
-        if info.is_watch and own_identity and not lane and data is None and request.method == "GET":
+        if over_h2(info, request.method, own_identity=own_identity, lane=lane, body=data):
             context = self.client.h2_context(server, own_identity=True)
             if context is not None:
                 answer = await self._send_h2(request, server, context, out_headers)
