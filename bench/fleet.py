@@ -152,6 +152,7 @@ def run(args: argparse.Namespace, s: Settings, workdir: pathlib.Path) -> dict[st
         services=s.services,
         yurthub_binary=args.yurthub,
         subnet=args.subnet,
+        hub_args=tuple(args.hub_arg),
     )
     out: dict[str, Any] = {
         "settings": dataclasses.asdict(s),
@@ -604,6 +605,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--modes", default="direct,edgehub,yurthub")
     parser.add_argument("--storms", default=",".join(s.value for s in Storm))
     parser.add_argument("--subnet", type=int, default=10, help="nodes are 127.<subnet>.x.y")
+    parser.add_argument(
+        "--hub-arg",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="one more flag for every edgehub hub (repeatable: "
+        "--hub-arg=--no-upstream-http2-watches)",
+    )
     parser.add_argument("--json", type=pathlib.Path, help="write every figure here")
     parser.add_argument("--workdir", type=pathlib.Path, help="keep logs here (default: a temp dir)")
     args = parser.parse_args(argv)
