@@ -274,6 +274,9 @@ class _Connection(asyncio.Protocol):
         self._idle_since: float | None = self._loop.time()
         self._resets: collections.deque[float] = collections.deque()
         """When the hub reset streams lately (``RESET_GRACE``); bounded by ``MAX_STREAMS``."""
+        self._early: list[bytes] | None = []
+        """What arrived before ``start`` sent the client's preface (a server's SETTINGS in the
+        same read as the end of a TLS 1.2 handshake): replayed by ``start``; None after it."""
 
     # asyncio.Protocol
 
@@ -282,6 +285,9 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        if self._early is not None:
+            self._early.append(data)  # nothing may be answered before our preface
+            return
         self._last_read = self._loop.time()
         self._ping_sent = None
         try:
@@ -315,6 +321,9 @@ class _Connection(asyncio.Protocol):
         h2c.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self._flush()
         self._schedule()
+        early, self._early = self._early or [], None
+        for data in early:
+            self.data_received(data)
 
     def has_room(self) -> bool:
         if self.closed or self.draining:

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import ssl
 from collections.abc import AsyncIterator, Awaitable
 
+import h2.config
+import h2.connection
 import h2.errors
+import h2.events
 import pytest
 import yarl
 from h2fakes import H2Server
@@ -306,3 +310,45 @@ async def test_streams_the_hub_reset_count_against_their_connection_for_a_moment
     await asyncio.sleep(0.45)  # past the grace (a timed rule: nothing else to wait on)
     await watch(pool, server, 5, ctx)
     assert server.requests[-1].conn == 0 and len(server.conns) == 2  # its slots are free again
+
+
+class _Wire(asyncio.Transport):
+    """A transport that keeps what is written (the client's bytes, in order)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return False
+
+    def abort(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+async def test_what_the_server_sent_before_our_preface_is_read_after_it() -> None:
+    # With TLS 1.2 a server's SETTINGS can arrive in the same read as the end of the
+    # handshake, before the pool has checked ALPN and started the connection: answering it then
+    # (its SETTINGS ACK) would come before the client's preface, which a server refuses.
+    server = h2.connection.H2Connection(
+        config=h2.config.H2Configuration(client_side=False, header_encoding=None)
+    )
+    server.initiate_connection()
+    conn = h2upstream._Connection(h2upstream.Pool(), ("https://x", 0), ssl.create_default_context())
+    wire = _Wire()
+    conn.connection_made(wire)
+    conn.data_received(server.data_to_send())
+    assert wire.written == b""
+    conn.start()
+    try:
+        assert bytes(wire.written).startswith(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        events = server.receive_data(bytes(wire.written))  # a preface, settings, their ACK
+        assert any(isinstance(e, h2.events.SettingsAcknowledged) for e in events)
+    finally:
+        conn.fail("test over")
