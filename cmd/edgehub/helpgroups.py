@@ -129,6 +129,7 @@ TOPICS: dict[str, tuple[Topic, ...]] = {
                 "--proxy-idle-timeout-seconds",
                 "--upstream-header-deadline-seconds",
                 "--upstream-idle-timeout-seconds",
+                "--upstream-http2-watches",
                 "--min-request-timeout",
                 "--shutdown-grace-seconds",
             ),
