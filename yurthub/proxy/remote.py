@@ -161,6 +161,7 @@ class RemoteProxy:
             total=None, sock_connect=connect, sock_read=client.settings.idle_timeout
         )
         patient = max(connect, PATIENT_CONNECT_TIMEOUT)
+        self._patient_connect = patient
         self._patient_idle = aiohttp.ClientTimeout(
             total=None, sock_connect=patient, sock_read=client.settings.idle_timeout
         )
@@ -366,7 +367,7 @@ class RemoteProxy:
                 request.method,
                 self.upstream_url(server, request),
                 out_headers,
-                connect_timeout=max(self.client.settings.connect_timeout, PATIENT_CONNECT_TIMEOUT),
+                connect_timeout=self._patient_connect,
             )
         except h2upstream.NotH2:
             return None

@@ -145,26 +145,7 @@ class Ports:
         self._given: set[int] = set()
 
     def take(self, count: int = 1, addresses: Sequence[str] = ("0.0.0.0",)) -> list[int]:
-        found: list[int] = []
-        with self.ledger.locked():
-            now = time.time()
-            for _ in range(self.high - self.low):
-                port = self._next
-                self._next = self.low if port >= self.high else port + 1
-                if (
-                    port not in self._given
-                    and not self.ledger.held(port, now)
-                    and bindable(port, addresses)
-                ):
-                    self.ledger.hand_out(port, now)
-                    self._given.add(port)
-                    found.append(port)
-                    if len(found) == count:
-                        return found
-        raise NoPortError(
-            f"no {count} free ports in [{self.low}, {self.high}] "
-            f"(ports handed out within {self.ledger.hold:.0f} s are in {self.ledger.directory})"
-        )
+        return self._hand_out(count, 1, addresses)
 
     def one(self, addresses: Sequence[str] = ("0.0.0.0",)) -> int:
         return self.take(1, addresses)[0]
@@ -172,21 +153,32 @@ class Ports:
     def pair(self, addresses: Sequence[str] = ("0.0.0.0",)) -> int:
         """A port whose next one is handed out with it (a server that finds its second port
         there: swtpm's control port)."""
+        return self._hand_out(1, 2, addresses)[0]
+
+    def _hand_out(self, count: int, width: int, addresses: Sequence[str]) -> list[int]:
+        """The first ports of ``count`` runs of ``width`` ports side by side, every port of a
+        run usable (never given by this picker, not held by the ledger, bindable)."""
+        found: list[int] = []
         with self.ledger.locked():
             now = time.time()
             for _ in range(self.high - self.low):
                 port = self._next
-                self._next = self.low if port + 1 >= self.high else port + 1
-                both = (port, port + 1)
+                self._next = self.low if port + width > self.high else port + 1
+                run = range(port, port + width)
                 if all(
                     p not in self._given and not self.ledger.held(p, now) and bindable(p, addresses)
-                    for p in both
+                    for p in run
                 ):
-                    for p in both:
+                    for p in run:
                         self.ledger.hand_out(p, now)
                         self._given.add(p)
-                    return port
-        raise NoPortError(f"no two free ports side by side in [{self.low}, {self.high}]")
+                    found.append(port)
+                    if len(found) == count:
+                        return found
+        raise NoPortError(
+            f"no {count} free run(s) of {width} port(s) in [{self.low}, {self.high}] "
+            f"(ports handed out within {self.ledger.hold:.0f} s are in {self.ledger.directory})"
+        )
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:

@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import pathlib
 import ssl
-from collections.abc import AsyncIterator
 
 import h2.config
 import h2.connection
@@ -217,9 +216,3 @@ class H2Server:
 
     def _wake(self) -> None:
         self.changed.set()
-
-
-@contextlib.asynccontextmanager
-async def h2_server(workdir: pathlib.Path, **kwargs: object) -> AsyncIterator[H2Server]:
-    async with H2Server(workdir, **kwargs) as server:  # type: ignore[arg-type]
-        yield server

@@ -5,9 +5,11 @@ reset, a dropped or silent connection, a consumer gone or slow, a server without
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pathlib
 import ssl
 from collections.abc import AsyncIterator, Awaitable
+from typing import Any
 
 import h2.config
 import h2.connection
@@ -18,6 +20,7 @@ import yarl
 from h2fakes import H2Server
 
 from yurthub.proxy import h2upstream
+from yurthub.testing import ports
 
 pytestmark = pytest.mark.usefixtures("no_leftover_tasks")
 
@@ -30,13 +33,19 @@ async def server(tmp_path: pathlib.Path) -> AsyncIterator[H2Server]:
         yield s
 
 
-@pytest.fixture
-async def pool() -> AsyncIterator[h2upstream.Pool]:
-    p = h2upstream.Pool()
+@contextlib.asynccontextmanager
+async def pooled(**kwargs: Any) -> AsyncIterator[h2upstream.Pool]:
+    p = h2upstream.Pool(**kwargs)
     try:
         yield p
     finally:
         await p.close()
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[h2upstream.Pool]:
+    async with pooled() as p:
+        yield p
 
 
 async def watch(
@@ -82,16 +91,12 @@ async def test_many_watches_share_one_connection_and_each_gets_its_own_events(
 
 
 async def test_the_servers_stream_limit_opens_more_connections(tmp_path: pathlib.Path) -> None:
-    async with H2Server(tmp_path / "tls", max_streams=4) as server:
-        pool = h2upstream.Pool()
-        try:
-            ctx = server.client_context()
-            first = await watch(pool, server, 0, ctx)  # the server's SETTINGS are known now
-            rest = [await watch(pool, server, n, ctx) for n in range(1, 10)]
-            assert len(server.conns) == 3 and pool.connections() == 3
-            assert all(r.status == 200 for r in [first, *rest])
-        finally:
-            await pool.close()
+    async with H2Server(tmp_path / "tls", max_streams=4) as server, pooled() as pool:
+        ctx = server.client_context()
+        first = await watch(pool, server, 0, ctx)  # the server's SETTINGS are known now
+        rest = [await watch(pool, server, n, ctx) for n in range(1, 10)]
+        assert len(server.conns) == 3 and pool.connections() == 3
+        assert all(r.status == 200 for r in [first, *rest])
 
 
 async def test_a_consumer_gone_resets_its_stream_only(
@@ -181,17 +186,16 @@ async def test_a_slow_consumer_holds_back_its_own_stream_only(
 
 async def test_a_server_without_h2_is_told_apart_and_remembered(tmp_path: pathlib.Path) -> None:
     now = [0.0]
-    async with H2Server(tmp_path / "tls", alpn=("http/1.1",)) as server:
-        pool = h2upstream.Pool(clock=lambda: now[0])
-        try:
-            assert pool.speaks_h2(server.url)
-            with pytest.raises(h2upstream.NotH2):
-                await watch(pool, server, 0)
-            assert not pool.speaks_h2(server.url) and pool.connections() == 0
-            now[0] += h2upstream.NO_H2_FOR
-            assert pool.speaks_h2(server.url)  # asked again after a while (an upgrade)
-        finally:
-            await pool.close()
+    async with (
+        H2Server(tmp_path / "tls", alpn=("http/1.1",)) as server,
+        pooled(clock=lambda: now[0]) as pool,
+    ):
+        assert pool.speaks_h2(server.url)
+        with pytest.raises(h2upstream.NotH2):
+            await watch(pool, server, 0)
+        assert not pool.speaks_h2(server.url) and pool.connections() == 0
+        now[0] += h2upstream.NO_H2_FOR
+        assert pool.speaks_h2(server.url)  # asked again after a while (an upgrade)
     assert not h2upstream.Pool().speaks_h2("http://127.0.0.1:1")
 
 
@@ -207,23 +211,18 @@ async def test_a_retired_context_takes_no_new_streams_and_closes_after_its_last(
     await server.until(lambda: pool.connections() == 1)
 
 
-async def test_a_connect_that_fails_fails_every_waiter_retryable(tmp_path: pathlib.Path) -> None:
-    from yurthub.testing import ports
-
+async def test_a_connect_that_fails_fails_every_waiter_retryable(
+    server: H2Server, pool: h2upstream.Pool
+) -> None:
     dead = f"https://127.0.0.1:{ports.closed_port()}"
-    async with H2Server(tmp_path / "tls") as server:
-        ctx = server.client_context()
-        pool = h2upstream.Pool()
-        try:
-            results = await asyncio.gather(
-                *(
-                    pool.request(dead, ctx, "GET", yarl.URL(dead + "/api"), [], connect_timeout=5.0)
-                    for _ in range(3)
-                ),
-                return_exceptions=True,
-            )
-        finally:
-            await pool.close()
+    ctx = server.client_context()
+    results = await asyncio.gather(
+        *(
+            pool.request(dead, ctx, "GET", yarl.URL(dead + "/api"), [], connect_timeout=5.0)
+            for _ in range(3)
+        ),
+        return_exceptions=True,
+    )
     assert all(isinstance(r, h2upstream.H2Unavailable) and r.retryable for r in results)
 
 

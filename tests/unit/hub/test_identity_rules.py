@@ -3,17 +3,16 @@ credentials, and which TLS contexts (hence pooled connections) a reload keeps.""
 
 from __future__ import annotations
 
-import base64
 import datetime
 import pathlib
 import ssl
 
 import aiohttp
 import pytest
-import yaml
 
 from yurthub import kubeconfigs
 from yurthub.proxy import upstream
+from yurthub.testing.sim import kubeconfigs as simkubeconfigs
 from yurthub.testing.sim import pki
 
 NOW = datetime.datetime(2030, 1, 1, 12, 0, tzinfo=datetime.UTC)
@@ -116,36 +115,15 @@ def test_a_loaded_identity_has_http2_twins_of_its_own(
 ) -> None:
     authority = pki.Authority.create()
     cert, key = authority.issue_client("system:node:n1", ["system:nodes"])
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "c",
-                        "cluster": {
-                            "server": "https://127.0.0.1:6443",
-                            "certificate-authority-data": base64.b64encode(
-                                authority.cert_pem
-                            ).decode(),
-                        },
-                    }
-                ],
-                "users": [
-                    {
-                        "name": "u",
-                        "user": {
-                            "client-certificate-data": base64.b64encode(cert).decode(),
-                            "client-key-data": base64.b64encode(key).decode(),
-                        },
-                    }
-                ],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "c",
-            }
-        )
+    path = simkubeconfigs.write(
+        tmp_path / "kubeconfig",
+        simkubeconfigs.render(
+            server="https://127.0.0.1:6443",
+            ca_pem=authority.cert_pem,
+            user="system:node:n1",
+            cert_pem=cert,
+            key_pem=key,
+        ),
     )
     identity = kubeconfigs.load(path)
     assert identity.with_identity_h2 is not None and identity.bare_h2 is not None
